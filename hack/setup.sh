@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL server binaries (tests),
+# and the Go-built local control plane (cached under ~/.cache/maasctl, keyed by go.sum + Go version).
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_postgres=${1:-}
+PYTHON=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.maasctl-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
+  touch "$stamp"
+fi
+
+if [ "$want_postgres" = "--postgres" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing PostgreSQL (Debian package) ..." >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "PostgreSQL server binaries missing: install the 'postgresql' package" >&2
+    exit 1
+  fi
+fi
+
+.venv/bin/maasctl testenv build >/dev/null

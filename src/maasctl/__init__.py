@@ -1,0 +1,3 @@
+"""maasctl: a Models-as-a-Service control plane for Kubernetes."""
+
+__version__ = "0.1.0"

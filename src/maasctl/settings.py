@@ -1,0 +1,34 @@
+"""The controller's settings: one frozen object built from flags (with MAASCTL_* fallbacks), passed down.
+
+No other module reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def env_default(name: str, default: str) -> str:
+    """Flag default taken from `MAASCTL_<NAME>` when set."""
+    return os.environ.get(f"MAASCTL_{name.upper().replace('-', '_')}", default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerSettings:
+    """Everything `maasctl run` needs; defaults match the in-cluster install."""
+
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    leader_elect: bool = False
+    leader_election_namespace: str = "opendatahub"
+    leader_election_id: str = "maas-controller.maas.opendatahub.io"
+    max_concurrent_reconciles: int = 5
+    log_format: str = "auto"
+    log_level: str = "info"
+    gateway_name: str = "maas-default-gateway"
+    gateway_namespace: str = "openshift-ingress"
+    subscription_namespace: str = "models-as-a-service"
+    maas_api_url: str = "http://maas-api.opendatahub.svc.cluster.local:8080"

@@ -1,0 +1,113 @@
+"""Find and install the third-party CRDs the controller reads or writes.
+
+Source order: `MAASCTL_THIRD_PARTY_CRDS` (a folder), the `shared/crds` folder beside the checkout, then the
+same files from the upstream projects' Go modules (`go mod download -json MODULE@VERSION`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from maasctl.testenv.binary import BuildError, repo_root
+
+# (module@version, glob inside the module) for the Go-module fallback.
+GO_MODULE_SOURCES: tuple[tuple[str, str], ...] = (
+    ("sigs.k8s.io/gateway-api@v1.6.1", "config/crd/standard/gateway.networking.k8s.io_*.yaml"),
+    ("github.com/kuadrant/kuadrant-operator@v1.5.2", "config/crd/bases/kuadrant.io_*policies.yaml"),
+    ("github.com/kserve/kserve@v0.20.0", "config/crd/minimal/llmisvc/*.yaml"),
+    ("sigs.k8s.io/gateway-api-inference-extension@v1.6.0", "config/crd/bases/inference.networking.k8s.io_*.yaml"),
+    ("sigs.k8s.io/kueue@v0.19.2", "config/components/crd/bases/*.yaml"),
+)
+
+
+def third_party_crd_files() -> list[Path]:
+    """All third-party CRD YAML files, sorted for a stable install order."""
+    override = os.environ.get("MAASCTL_THIRD_PARTY_CRDS")
+    candidates = [Path(override)] if override else []
+    with contextlib.suppress(BuildError):
+        candidates.append(repo_root().parent / "shared" / "crds")
+    for folder in candidates:
+        files = sorted(folder.glob("*/*.yaml"))
+        if files:
+            return files
+    return sorted(_from_go_modules())
+
+
+def _from_go_modules() -> Iterator[Path]:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("no third-party CRD folder and no Go to fetch the CRDs from the module proxy")
+    for module, pattern in GO_MODULE_SOURCES:
+        out = subprocess.run([go, "mod", "download", "-json", module], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise BuildError(f"go mod download {module} failed: {out.stdout[-800:]}{out.stderr[-800:]}")
+        yield from Path(json.loads(out.stdout)["Dir"]).glob(pattern)
+
+
+def load_documents(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and d.get("kind"))
+    return docs
+
+
+_CLUSTER_SCOPED_PATHS = {
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "ValidatingAdmissionPolicy": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+    "Namespace": "/api/v1/namespaces",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+
+
+def apply_documents(http: httpx.Client, docs: Iterable[dict[str, Any]], *, field_manager: str) -> list[str]:
+    """Server-side apply cluster-scoped install objects; return the names of the CRDs applied."""
+    crds: list[str] = []
+    for doc in docs:
+        base = _CLUSTER_SCOPED_PATHS.get(doc["kind"])
+        if base is None:
+            raise ValueError(f"apply_documents does not install kind {doc['kind']}")
+        name = doc["metadata"]["name"]
+        resp = http.patch(
+            f"{base}/{name}",
+            params={"fieldManager": field_manager, "force": "true"},
+            content=json.dumps(doc),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        if resp.status_code >= 300:
+            raise RuntimeError(f"applying {doc['kind']} {name} failed: {resp.status_code} {resp.text[:500]}")
+        if doc["kind"] == "CustomResourceDefinition":
+            crds.append(name)
+    return crds
+
+
+def wait_established(http: httpx.Client, names: Iterable[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            obj = http.get(f"{_CLUSTER_SCOPED_PATHS['CustomResourceDefinition']}/{name}").json()
+            conditions = obj.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout}s")
+            time.sleep(0.1)
+
+
+def install_third_party_crds(http: httpx.Client) -> list[str]:
+    """Install every third-party CRD and wait until the server serves them."""
+    names = apply_documents(http, load_documents(third_party_crd_files()), field_manager="maasctl-testenv")
+    wait_established(http, names)
+    return names
