@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./hack/setup.sh --postgres
-.venv/bin/ruff check src tests benchmarks hack
+.venv/bin/ruff check .
 .venv/bin/mypy src
 exec .venv/bin/pytest tests "$@"
