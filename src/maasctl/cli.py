@@ -70,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--dir", type=Path, default=Path(".local/dev"),
                      help="where the local control plane keeps its data and kubeconfig")
 
+    model = sub.add_parser("testmodel", help="serve the OpenAI-compatible test model (tests and samples)")
+    model.add_argument("--host", default="127.0.0.1")
+    model.add_argument("--port", type=int, default=8000)
+    model.add_argument("--model", dest="models", action="append", default=[], help="model id (repeatable)")
+    model.add_argument("--prompt-tokens", type=int, default=10)
+    model.add_argument("--completion-tokens", type=int, default=5)
+    model.add_argument("--require-bearer", default=None, help="upstream key the model demands (env ok)")
+
     testenv = sub.add_parser("testenv", help="local control plane tooling")
     tsub = testenv.add_subparsers(dest="testenv_command", required=True)
     tsub.add_parser("build", help="build (or find in the cache) the control-plane binary and print its path")
@@ -82,6 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from maasctl.testenv.binary import ensure_binary
 
         print(ensure_binary())
+        return 0
+
+    if args.command == "testmodel":
+        import uvicorn
+
+        from maasctl.testmodel import ModelServerConfig, create_app
+
+        cfg = ModelServerConfig(
+            models=tuple(args.models) or ("test-model",),
+            prompt_tokens=args.prompt_tokens,
+            completion_tokens=args.completion_tokens,
+            require_bearer=args.require_bearer,
+        )
+        uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
         return 0
 
     from maasctl.logging import configure_logging

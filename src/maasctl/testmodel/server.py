@@ -1,0 +1,152 @@
+"""OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming.
+
+Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
+costs. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
+which headers reached the backend. It is a test double for a model, never for Kubernetes or a database.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelServerConfig:
+    """What the test model serves and what each answer costs."""
+
+    models: tuple[str, ...] = ("test-model",)
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    require_bearer: str | None = None  # when set, requests must carry exactly this bearer token
+    history: int = 100
+
+
+@dataclass
+class _State:
+    seen: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=100))
+
+
+def _usage(cfg: ModelServerConfig) -> dict[str, Any]:
+    return {
+        "prompt_tokens": cfg.prompt_tokens,
+        "completion_tokens": cfg.completion_tokens,
+        "total_tokens": cfg.prompt_tokens + cfg.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cfg.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": cfg.reasoning_tokens},
+    }
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status)
+
+
+def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
+    cfg = cfg or ModelServerConfig()
+    state = _State(seen=deque(maxlen=cfg.history))
+    app = FastAPI(title="maasctl test model", docs_url=None, redoc_url=None)
+
+    @app.middleware("http")
+    async def remember(request: Request, call_next: Any) -> Any:
+        if not request.url.path.startswith("/debug"):
+            state.seen.append({"path": request.url.path, "headers": dict(request.headers)})
+            if cfg.require_bearer and request.headers.get("authorization") != f"Bearer {cfg.require_bearer}":
+                return _error(401, "missing or wrong upstream credentials", "invalid_api_key")
+        return await call_next(request)
+
+    @app.get("/debug/requests")
+    async def debug_requests() -> list[dict[str, Any]]:
+        return list(state.seen)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": m, "object": "model", "created": 0, "owned_by": "maasctl-test"} for m in cfg.models],
+        }
+
+    async def _body(request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            body = json.loads(await request.body())
+        except json.JSONDecodeError:
+            return _error(400, "request body is not JSON", "invalid_json")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object", "invalid_json")
+        model = body.get("model")
+        if model not in cfg.models:
+            return _error(404, f"model {model!r} is not served here", "model_not_found")
+        return body
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: Request) -> JSONResponse | StreamingResponse:
+        body = await _body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        messages = body.get("messages") or []
+        last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
+        text = f"echo: {last}"
+        if body.get("stream"):
+            return StreamingResponse(_stream(cfg, body, text, chat=True), media_type="text/event-stream")
+        return JSONResponse(_completion(cfg, body["model"], text, chat=True))
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: Request) -> JSONResponse | StreamingResponse:
+        body = await _body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        text = f"echo: {body.get('prompt', '')}"
+        if body.get("stream"):
+            return StreamingResponse(_stream(cfg, body, text, chat=False), media_type="text/event-stream")
+        return JSONResponse(_completion(cfg, body["model"], text, chat=False))
+
+    return app
+
+
+def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(cfg),
+    }
+
+
+async def _stream(cfg: ModelServerConfig, body: dict[str, Any], text: str, *, chat: bool) -> AsyncIterator[bytes]:
+    """SSE chunks, one per word; a final usage chunk only when `stream_options.include_usage` is set."""
+    model = body["model"]
+    base = {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": model,
+            "object": "chat.completion.chunk" if chat else "text_completion"}
+    words = text.split(" ")
+    for i, word in enumerate(words):
+        piece = word if i == 0 else " " + word
+        delta: dict[str, Any] = {"index": 0, "finish_reason": "stop" if i == len(words) - 1 else None}
+        if chat:
+            delta["delta"] = {"content": piece}
+        else:
+            delta["text"] = piece
+        yield f"data: {json.dumps({**base, 'choices': [delta]})}\n\n".encode()
+    options = body.get("stream_options") or {}
+    if isinstance(options, dict) and options.get("include_usage"):
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(cfg)})}\n\n".encode()
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,68 @@
+"""The test model speaks enough OpenAI for the gateway and the journeys."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from maasctl.testmodel import ModelServerConfig, create_app
+
+
+def client(cfg: ModelServerConfig | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(cfg)), base_url="http://model")
+
+
+async def test_models_lists_configured_models() -> None:
+    async with client(ModelServerConfig(models=("a", "b"))) as http:
+        body = (await http.get("/v1/models")).json()
+    assert [m["id"] for m in body["data"]] == ["a", "b"]
+
+
+async def test_chat_completion_reports_configured_usage() -> None:
+    cfg = ModelServerConfig(prompt_tokens=7, completion_tokens=3, cached_tokens=2, reasoning_tokens=1)
+    async with client(cfg) as http:
+        resp = await http.post("/v1/chat/completions",
+                               json={"model": "test-model", "messages": [{"role": "user", "content": "hi"}]})
+    body = resp.json()
+    assert resp.status_code == 200
+    assert body["choices"][0]["message"]["content"] == "echo: hi"
+    assert body["usage"]["total_tokens"] == 10
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 2
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == 1
+
+
+async def test_unknown_model_and_bad_json_are_4xx() -> None:
+    async with client() as http:
+        missing = await http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+        bad = await http.post("/v1/completions", content=b"{", headers={"content-type": "application/json"})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    assert bad.status_code == 400
+
+
+def _events(raw: str) -> list[str]:
+    return [line[len("data: "):] for line in raw.splitlines() if line.startswith("data: ")]
+
+
+async def test_stream_sends_usage_only_when_asked() -> None:
+    req = {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "a b"}]}
+    async with client() as http:
+        plain = _events((await http.post("/v1/chat/completions", json=req)).text)
+        with_usage = _events((await http.post(
+            "/v1/chat/completions", json={**req, "stream_options": {"include_usage": True}})).text)
+    assert plain[-1] == "[DONE]"
+    assert not any("usage" in json.loads(e) for e in plain[:-1])
+    assert json.loads(with_usage[-2])["usage"]["total_tokens"] == 15
+    content = "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in plain[:-1])
+    assert content == "echo: a b"
+
+
+async def test_upstream_credentials_are_checked_and_headers_recorded() -> None:
+    async with client(ModelServerConfig(require_bearer="upstream-key")) as http:
+        denied = await http.get("/v1/models")
+        ok = await http.get("/v1/models", headers={"Authorization": "Bearer upstream-key", "X-MaaS-Subscription": "s"})
+        seen = (await http.get("/debug/requests")).json()
+    assert denied.status_code == 401
+    assert ok.status_code == 200
+    assert seen[-1]["headers"]["x-maas-subscription"] == "s"
