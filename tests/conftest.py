@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
 
+from maasctl.app import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
 
@@ -29,16 +29,10 @@ def control_plane() -> Iterator[ControlPlane]:
             cp.stop()
 
 
-async def api_client_for(kubeconfig: str) -> k8s.ApiClient:
-    configuration = k8s.Configuration()
-    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return k8s.ApiClient(configuration)
-
-
 @pytest.fixture
 async def kube(control_plane: ControlPlane) -> AsyncIterator[k8s.ApiClient]:
     """An admin ApiClient (client certificate in system:masters)."""
-    api = await api_client_for(str(control_plane.kubeconfig))
+    api = await connect(str(control_plane.kubeconfig))
     try:
         yield api
     finally:
@@ -51,7 +45,7 @@ async def user_api(control_plane: ControlPlane) -> AsyncIterator[Callable[[str],
     opened: list[k8s.ApiClient] = []
 
     async def make(name: str) -> k8s.ApiClient:
-        api = await api_client_for(str(control_plane.kubeconfig_for(name)))
+        api = await connect(str(control_plane.kubeconfig_for(name)))
         opened.append(api)
         return api
 

@@ -1,4 +1,4 @@
-"""Wiring of the controller process: connect to the cluster and run until told to stop."""
+"""Wiring of the controller process: connect, build the Manager, register the MaaS controllers, run."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import structlog
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
+from maasctl.builders.names import FIELD_MANAGER, STATUS_FIELD_MANAGER
+from maasctl.reconcilers.setup import setup_controllers
+from maasctl.runtime import LeaderElectionOptions, Manager, ManagerOptions
 from maasctl.settings import ControllerSettings
 
 log = structlog.get_logger("maasctl")
@@ -35,16 +38,46 @@ def stop_on_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
+def manager_options(settings: ControllerSettings) -> ManagerOptions:
+    return ManagerOptions(
+        namespaces=settings.namespaces,
+        metrics_bind_address=settings.metrics_bind_address,
+        health_probe_bind_address=settings.health_probe_bind_address,
+        leader_election=LeaderElectionOptions(
+            enabled=settings.leader_elect,
+            namespace=settings.leader_election_namespace,
+            name=settings.leader_election_id.replace(".", "-"),
+        ),
+        max_concurrent_reconciles=settings.max_concurrent_reconciles,
+        field_manager=FIELD_MANAGER,
+        status_field_manager=STATUS_FIELD_MANAGER,
+    )
+
+
+def build_manager(api: k8s.ApiClient, settings: ControllerSettings) -> Manager:
+    manager = Manager(api, manager_options(settings))
+    setup_controllers(manager, settings)
+    return manager
+
+
 async def run_controller(settings: ControllerSettings, stop: asyncio.Event | None = None) -> int:
     """Run the controller until SIGINT/SIGTERM (or `stop` is set)."""
     stop = stop or asyncio.Event()
     stop_on_signals(stop)
     api = await connect(settings.kubeconfig)
     try:
-        version = await k8s.VersionApi(api).get_code()
-        log.info("connected", server=api.configuration.host, version=version.git_version)
-        await stop.wait()
-        log.info("shutting down")
+        manager = build_manager(api, settings)
+        log.info("starting controller", server=api.configuration.host,
+                 subscription_namespace=settings.subscription_namespace)
+        runner = asyncio.create_task(manager.run(), name="manager")
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper in done:
+            log.info("shutting down")
+            manager.stop()
+        else:
+            stopper.cancel()
+        await runner
     finally:
         await api.close()
     return 0

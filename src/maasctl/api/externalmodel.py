@@ -1,0 +1,93 @@
+"""ExternalModel: a model served by an OpenAI-compatible provider outside the cluster."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from maasctl.api._base import AGE_COLUMN, CamelModel, Conditions, CrdInfo, Generation, KubeObject, PrinterColumn
+from maasctl.api._fields import DNS_LABEL_PATTERN, Endpoint, ObjectName, safe
+
+DEFAULT_API_KEY_FIELD = "api-key"
+
+
+class ExternalModelPhase(StrEnum):
+    """Lifecycle phase of an ExternalModel."""
+
+    PENDING = "Pending"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class SecretKeyRef(CamelModel):
+    """A key of a Secret in the ExternalModel's namespace."""
+
+    name: ObjectName = Field(description="Name of the Secret, in the same namespace as the ExternalModel.")
+    key: str = Field(
+        default=DEFAULT_API_KEY_FIELD,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key in the Secret's data that holds the upstream API key.",
+    )
+
+
+class ExternalModelSpec(CamelModel):
+    """Desired state of an ExternalModel.
+
+    Several ExternalModels may name the same endpoint and the same Secret: each is a separately published and
+    subscribable model name, and the credential is referenced, never copied.
+    """
+
+    provider: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL_PATTERN,
+        description="Provider identifier, e.g. openai, anthropic or vllm (lowercase DNS label).",
+    )
+    endpoint: Endpoint = Field(
+        description="Provider's OpenAI-compatible base URL including its API base path, e.g. "
+        "https://api.example.com/v1; requests are sent to <endpoint>/chat/completions and similar."
+    )
+    target_model: Annotated[str, Field(min_length=1, max_length=253), safe("targetModel")] = Field(
+        description="Model name the provider expects in the request body's model field."
+    )
+    credential_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the provider API key that the gateway injects upstream; absent means "
+        "the provider needs no credentials. Consumers never see this key.",
+    )
+
+
+class ExternalModelStatus(CamelModel):
+    """Observed state of an ExternalModel."""
+
+    phase: ExternalModelPhase | None = Field(default=None, description="Pending, Ready or Failed.")
+    observed_generation: Generation | None = Field(
+        default=None, description="metadata.generation this status was computed for."
+    )
+    conditions: Conditions | None = Field(
+        default=None, max_length=16, description="Latest observations: Ready and route/credential conditions."
+    )
+
+
+class ExternalModel(KubeObject):
+    """A model served by an OpenAI-compatible provider outside the cluster; publish it with a MaaSModelRef."""
+
+    crd: ClassVar[CrdInfo] = CrdInfo(
+        plural="externalmodels",
+        short_names=("extmodel",),
+        printer_columns=(
+            PrinterColumn("Provider", ".spec.provider", description="Provider identifier."),
+            PrinterColumn("Target Model", ".spec.targetModel", description="Provider's model name."),
+            PrinterColumn("Endpoint", ".spec.endpoint", description="Provider base URL."),
+            PrinterColumn("Phase", ".status.phase", description="Lifecycle phase."),
+            AGE_COLUMN,
+        ),
+    )
+
+    kind: Literal["ExternalModel"] = Field(default="ExternalModel", description="Kind of the object.")
+    spec: ExternalModelSpec = Field(description="Provider, endpoint, model name and credential.")
+    status: ExternalModelStatus | None = Field(default=None, description="Observed state, written by maasctl.")

@@ -1,0 +1,310 @@
+"""AuthPolicy (`kuadrant.io/v1`): one per model route, aggregating every MaaSAuthPolicy that names the model.
+
+Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model are merged into one policy
+`maas-auth-<maasmodelref-name>` in the route's namespace. What it does, in Authorino's order:
+
+1. Authentication. `Authorization: Bearer sk-oai-...` is a MaaS API key (`api-keys`, taken as is and validated
+   by maas-api in step 2); any other bearer token is a Kubernetes token checked with a TokenReview
+   (`kubernetes-tokens`).
+2. Metadata (HTTP callbacks to maas-api, cached):
+   - `apiKeyValidation` (API keys only): `POST <maas-api>/internal/v1/api-keys/validate` with `{"key": ...}`;
+     read fields: `valid` (bool), `username`, `groups` (list), `keyId`, `subscription` (the bound one).
+   - `subscriptionInfo`: `POST <maas-api>/internal/v1/subscriptions/select` with `{"username", "groups",
+     "requestedSubscription", "requestedModel": "<model ns>/<model>"}`; read fields: `name`, `namespace` and,
+     on failure only, `error` (code) and `message`. The requested subscription is the key's bound one for API
+     keys, else the client's `X-MaaS-Subscription` header, else "" (maas-api then picks by priority).
+3. Authorization: client-sent `X-MaaS-*` headers other than `X-MaaS-Subscription` are rejected; API keys must
+   be valid; the caller must be one of the allowed users or in one of the allowed groups (union over all
+   MaaSAuthPolicies of the model; `*` = any authenticated caller); a subscription must have been selected.
+4. Response: upstream gets only `X-MaaS-Subscription` (server-resolved, never the client's value) and, when
+   the model is served through an inference scheduler, the InferenceObjective header of the selected
+   subscription. Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity`
+   (`auth.identity.*` in TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
+   `keyId`, `selected_subscription`, `selected_subscription_namespace` and `selected_subscription_key`
+   (`<sub ns>/<sub>@<model ns>/<model>`).
+
+Header names in `request.headers` are lowercase (Envoy lowercases them; the local gateway must too).
+Every value interpolated into CEL goes through `cel_string`, so no user, group or name can break a predicate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from maasctl.builders import names
+from maasctl.builders.refs import ObjectRef
+from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
+from maasctl.policy.cel import cel_string, cel_string_list
+from maasctl.policy.selection import ANY_AUTHENTICATED
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "API_VERSION",
+    "GROUPS_EXPRESSION",
+    "IS_API_KEY",
+    "KIND",
+    "OBJECTIVE_HEADER",
+    "SELECT_PATH",
+    "SUBSCRIPTION_HEADER",
+    "USERNAME_EXPRESSION",
+    "VALIDATE_PATH",
+    "AuthPolicyInput",
+    "AuthPolicySource",
+    "AuthSettings",
+    "ObjectiveBinding",
+    "build_auth_policy",
+]
+
+API_VERSION: Final = "kuadrant.io/v1"
+KIND: Final = "AuthPolicy"
+PART_OF: Final = "maas-auth-policy"
+COMPONENT: Final = "auth-policy"
+VALIDATE_PATH: Final = "/internal/v1/api-keys/validate"
+SELECT_PATH: Final = "/internal/v1/subscriptions/select"
+SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
+OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
+API_KEY_PREFIX: Final = "Bearer sk-oai-"
+
+IS_API_KEY: Final = (
+    "has(request.headers.authorization)"
+    f" && request.headers.authorization.startsWith({cel_string(API_KEY_PREFIX)})"
+)
+_KEY: Final = "auth.metadata.apiKeyValidation"
+_SUB: Final = "auth.metadata.subscriptionInfo"
+USERNAME_EXPRESSION: Final = f"(({IS_API_KEY}) ? {_KEY}.username : auth.identity.user.username)"
+GROUPS_EXPRESSION: Final = (
+    f"(({IS_API_KEY}) ? {_KEY}.groups"
+    " : (has(auth.identity.user.groups) ? auth.identity.user.groups : []))"
+)
+_HEADER_SUBSCRIPTION: Final = (
+    f"({cel_string(SUBSCRIPTION_HEADER)} in request.headers"
+    f" ? request.headers[{cel_string(SUBSCRIPTION_HEADER)}] : \"\")"
+)
+_REQUESTED_SUBSCRIPTION: Final = (
+    f"(({IS_API_KEY}) ? (has({_KEY}.subscription) ? {_KEY}.subscription : \"\") : {_HEADER_SUBSCRIPTION})"
+)
+_API_KEY_VALID: Final = f"has({_KEY}.valid) && {_KEY}.valid == true"
+_SELECTED: Final = (
+    f"has({_SUB}.name) && {_SUB}.name != \"\" && has({_SUB}.namespace)"
+    f" && (!has({_SUB}.error) || {_SUB}.error == \"\")"
+)
+_SELECTED_REF: Final = f'({_SUB}.namespace + "/" + {_SUB}.name)'
+_NO_CLIENT_IDENTITY_HEADERS: Final = (
+    f'!request.headers.exists(h, h.startsWith("x-maas-") && h != {cel_string(SUBSCRIPTION_HEADER)})'
+)
+
+
+@dataclass(frozen=True)
+class AuthPolicySource:
+    """One MaaSAuthPolicy that names the model: who it lets in."""
+
+    policy: ObjectRef
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ObjectiveBinding:
+    """The InferenceObjective name requests under `subscription` carry for this model's pool."""
+
+    subscription: ObjectRef
+    objective_name: str
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """Controller settings the policy depends on.
+
+    `maas_api_url` is the base URL Authorino calls (e.g. `https://maas-api.opendatahub.svc:8443`);
+    `token_audiences` are the TokenReview audiences (empty: Authorino checks the request host);
+    `cache_ttl_seconds` bounds how long Authorino reuses a validated key or a selection: a revoked key keeps
+    working for up to that long. 0 disables the cache (every request calls maas-api).
+    """
+
+    maas_api_url: str
+    token_audiences: tuple[str, ...] = ()
+    cache_ttl_seconds: int = 60
+
+
+@dataclass(frozen=True)
+class AuthPolicyInput:
+    """Everything the AuthPolicy of one MaaSModelRef depends on.
+
+    `route` is the model's HTTPRoute (the policy lives in its namespace); `sources` are all valid
+    MaaSAuthPolicies naming the model; `objectives` are the InferenceObjective names per subscription when the
+    model is served through an inference scheduler (empty otherwise).
+    """
+
+    model: ObjectRef
+    route: ObjectRef
+    sources: tuple[AuthPolicySource, ...]
+    objectives: tuple[ObjectiveBinding, ...] = ()
+
+
+def _subjects_predicate(sources: tuple[AuthPolicySource, ...]) -> str:
+    users = sorted({u for s in sources for u in s.users})
+    groups = sorted({g for s in sources for g in s.groups})
+    if ANY_AUTHENTICATED in users or ANY_AUTHENTICATED in groups:
+        return f'{USERNAME_EXPRESSION} != ""'
+    clauses = []
+    if users:
+        clauses.append(f"{USERNAME_EXPRESSION} in {cel_string_list(users)}")
+    if groups:
+        clauses.append(f"{GROUPS_EXPRESSION}.exists(g, g in {cel_string_list(groups)})")
+    return " || ".join(clauses) if clauses else "false"
+
+
+def _objective_map(objectives: tuple[ObjectiveBinding, ...]) -> str:
+    entries = sorted((b.subscription.key, b.objective_name) for b in objectives)
+    if len({k for k, _ in entries}) != len(entries):
+        raise InvalidInputError("two objectives for the same subscription")
+    for _, name in entries:
+        check_dns_subdomain(name, "InferenceObjective name")
+    return "{" + ", ".join(f"{cel_string(k)}: {cel_string(v)}" for k, v in entries) + "}"
+
+
+def _http(url: str, body: str) -> dict[str, Any]:
+    return {"url": url, "method": "POST", "contentType": "application/json", "body": {"expression": body}}
+
+
+def _cache(key_expression: str, ttl: int) -> dict[str, Any]:
+    if ttl < 0:
+        raise InvalidInputError(f"cache TTL {ttl} is negative")
+    return {"cache": {"key": {"expression": key_expression}, "ttl": ttl}} if ttl else {}
+
+
+def _callback_url(base: str, path: str) -> str:
+    if not base.startswith(("http://", "https://")) or any(c in base for c in " \r\n\t{}"):
+        raise InvalidInputError(f"maas-api URL {base!r} is not an http(s) URL")
+    return base.rstrip("/") + path
+
+
+def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
+    model_ref = inp.model.key
+    ttl = settings.cache_ttl_seconds
+    token_review: dict[str, Any] = {}
+    if settings.token_audiences:
+        token_review["audiences"] = list(settings.token_audiences)
+    select_body = (
+        f'{{"username": {USERNAME_EXPRESSION}, "groups": {GROUPS_EXPRESSION},'
+        f' "requestedSubscription": {_REQUESTED_SUBSCRIPTION}, "requestedModel": {cel_string(model_ref)}}}'
+    )
+    select_cache_key = (
+        f'{USERNAME_EXPRESSION} + "|" + {GROUPS_EXPRESSION}.join(",") + "|" + {_REQUESTED_SUBSCRIPTION}'
+    )
+    selected_key = f'{_SELECTED_REF} + {cel_string("@" + model_ref)}'
+    headers: dict[str, Any] = {
+        SUBSCRIPTION_HEADER: {"plain": {"expression": f"{_SUB}.name"}, "when": [{"predicate": _SELECTED}]},
+    }
+    if inp.objectives:
+        objective_map = _objective_map(inp.objectives)
+        headers[OBJECTIVE_HEADER] = {
+            "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
+            "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
+        }
+    return {
+        "authentication": {
+            "api-keys": {
+                "plain": {"expression": "request.headers.authorization"},
+                "when": [{"predicate": IS_API_KEY}],
+                "priority": 0,
+            },
+            "kubernetes-tokens": {
+                "kubernetesTokenReview": token_review,
+                "credentials": {"authorizationHeader": {"prefix": "Bearer"}},
+                "when": [{"predicate": f"!({IS_API_KEY})"}],
+                "priority": 1,
+            },
+        },
+        "metadata": {
+            "apiKeyValidation": {
+                "http": _http(
+                    _callback_url(settings.maas_api_url, VALIDATE_PATH),
+                    '{"key": request.headers.authorization.substring(7)}',
+                ),
+                "when": [{"predicate": IS_API_KEY}],
+                **_cache("request.headers.authorization", ttl),
+                "priority": 0,
+            },
+            "subscriptionInfo": {
+                "http": _http(_callback_url(settings.maas_api_url, SELECT_PATH), select_body),
+                "when": [{"predicate": f"!({IS_API_KEY}) || ({_API_KEY_VALID})"}],
+                **_cache(select_cache_key, ttl),
+                "priority": 1,
+            },
+        },
+        "authorization": {
+            "no-client-identity-headers": {
+                "patternMatching": {"patterns": [{"predicate": _NO_CLIENT_IDENTITY_HEADERS}]},
+                "priority": 0,
+            },
+            "api-key-valid": {
+                "patternMatching": {"patterns": [{"predicate": _API_KEY_VALID}]},
+                "when": [{"predicate": IS_API_KEY}],
+                "priority": 0,
+            },
+            "allowed-subjects": {
+                "patternMatching": {"patterns": [{"predicate": _subjects_predicate(inp.sources)}]},
+                "priority": 1,
+            },
+            "subscription-selected": {
+                "patternMatching": {"patterns": [{"predicate": _SELECTED}]},
+                "priority": 1,
+            },
+        },
+        "response": {
+            "unauthenticated": {"code": 401, "message": {"value": "Authentication required"}},
+            "unauthorized": {"code": 403, "message": {"value": "Access to this model is not allowed"}},
+            "success": {
+                "headers": headers,
+                "filters": {
+                    "identity": {
+                        "json": {
+                            "properties": {
+                                "userid": {"expression": USERNAME_EXPRESSION},
+                                "groups": {"expression": GROUPS_EXPRESSION},
+                                "groups_str": {"expression": f'{GROUPS_EXPRESSION}.join(",")'},
+                                "keyId": {
+                                    "expression": f'(({IS_API_KEY}) && has({_KEY}.keyId)) ? {_KEY}.keyId : ""'
+                                },
+                                "selected_subscription": {"expression": f"{_SUB}.name"},
+                                "selected_subscription_namespace": {"expression": f"{_SUB}.namespace"},
+                                "selected_subscription_key": {"expression": selected_key},
+                            }
+                        },
+                        "metrics": True,
+                    }
+                },
+            },
+        },
+    }
+
+
+def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any] | None:
+    """The desired AuthPolicy of `inp.model`, or None when no MaaSAuthPolicy names it (delete the policy).
+
+    Raises:
+        InvalidInputError: an invalid route/model/objective name or maas-api URL.
+    """
+    check_dns_subdomain(inp.model.name, "MaaSModelRef name")
+    check_dns_subdomain(inp.route.name, "HTTPRoute name")
+    check_dns_label(inp.route.namespace, "HTTPRoute namespace")
+    if not inp.sources:
+        return None
+    labels = names.model_labels(inp.model, PART_OF, COMPONENT)
+    sources = sorted({s.policy.key for s in inp.sources})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": names.authpolicy_name(inp.model.name),
+            "namespace": inp.route.namespace,
+            "labels": labels,
+            "annotations": {names.AUTH_POLICIES_ANNOTATION: ",".join(sources)},
+        },
+        "spec": {
+            "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},
+            "rules": _rules(inp, settings),
+        },
+    }

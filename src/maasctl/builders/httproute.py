@@ -1,0 +1,201 @@
+"""HTTPRoute (`gateway.networking.k8s.io/v1`) and backend Service for a MaaSModelRef of kind ExternalModel.
+
+A provider outside the cluster is reached through an ExternalName Service (the backend kind every Gateway API
+implementation we target resolves, and the one upstream MaaS uses). The route:
+
+- attaches to the configured Gateway (`parentRefs` name/namespace);
+- matches `PathPrefix <prefix>/v1`, where `<prefix>` defaults to `/<model namespace>/<model name>`, and
+  rewrites that prefix to the provider's base path (`/v1` for `https://host/v1`, `/openai/v1`, or `/`), so
+  `/<ns>/<model>/v1/chat/completions` reaches `https://host/v1/chat/completions`;
+- rewrites `Host` to the provider host (`urlRewrite.hostname`; needed for TLS SNI and virtual hosting);
+- bounds the request with `timeouts.request` (default 300s).
+
+The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
+`maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
+(`upstream_key_secret_patch`), so the gateway component that injects keys can find it. No key value is ever
+part of a generated object.
+
+TLS: the Service port is named `https` with `appProtocol: https` when the provider is reached over TLS; data
+planes that originate TLS by port/app protocol (and the local gateway) use it.
+
+Both objects live in the MaaSModelRef's namespace, so they may carry a controller ownerReference to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from maasctl.builders import names
+from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
+from maasctl.builders.validation import (
+    InvalidInputError,
+    check_dns_label,
+    check_dns_subdomain,
+    check_hostname,
+    check_path,
+)
+from maasctl.policy.windows import is_valid_duration
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "ExternalRouteInput",
+    "build_external_model_objects",
+    "build_external_route",
+    "build_external_service",
+    "public_path_prefix",
+    "upstream_key_secret_patch",
+]
+
+API_VERSION: Final = "gateway.networking.k8s.io/v1"
+KIND: Final = "HTTPRoute"
+PART_OF: Final = "maas-model"
+COMPONENT_ROUTE: Final = "external-model-route"
+COMPONENT_SERVICE: Final = "external-model-backend"
+
+
+@dataclass(frozen=True)
+class ExternalRouteInput:
+    """A MaaSModelRef of kind ExternalModel, resolved against its ExternalModel.
+
+    `host` is the provider FQDN, `base_path` the provider's OpenAI-compatible base path (what `/v1` maps to),
+    `credential_secret` the name of the Secret with the provider key (same namespace; None = no key).
+    `path_prefix` overrides `/<model ns>/<model name>`. `owner` is the MaaSModelRef, for ownerReferences.
+    """
+
+    model: ObjectRef
+    external_model: str
+    host: str
+    gateway: GatewayRef
+    port: int = 443
+    tls: bool = True
+    base_path: str = "/v1"
+    path_prefix: str | None = None
+    timeout: str = "300s"
+    hostnames: tuple[str, ...] = ()
+    credential_secret: str | None = None
+    owner: OwnerRef | None = None
+
+
+def public_path_prefix(inp: ExternalRouteInput) -> str:
+    """The path clients call, up to and including `/v1`."""
+    prefix = inp.path_prefix if inp.path_prefix is not None else f"/{inp.model.namespace}/{inp.model.name}"
+    return check_path(prefix.rstrip("/") + "/v1", "path prefix")
+
+
+def _base_path(inp: ExternalRouteInput) -> str:
+    path = inp.base_path.strip() or "/"
+    if not path.startswith("/"):
+        path = "/" + path
+    path = path.rstrip("/") or "/"
+    return check_path(path, "provider base path")
+
+
+def _metadata(inp: ExternalRouteInput, name: str, component: str) -> dict[str, Any]:
+    labels = names.model_labels(inp.model, PART_OF, component)
+    labels[names.EXTERNAL_MODEL_LABEL] = names.label_value(inp.external_model)
+    meta: dict[str, Any] = {"name": name, "namespace": inp.model.namespace, "labels": labels}
+    if inp.owner is not None:
+        meta["ownerReferences"] = [inp.owner.to_dict()]
+    return meta
+
+
+def _validate(inp: ExternalRouteInput) -> None:
+    check_dns_subdomain(inp.model.name, "MaaSModelRef name")
+    check_dns_label(inp.model.namespace, "MaaSModelRef namespace")
+    check_hostname(inp.host, "provider host")
+    check_dns_subdomain(inp.gateway.name, "Gateway name")
+    check_dns_label(inp.gateway.namespace, "Gateway namespace")
+    for hostname in inp.hostnames:
+        check_hostname(hostname.removeprefix("*."), "route hostname")
+    if inp.credential_secret is not None:
+        check_dns_subdomain(inp.credential_secret, "credential Secret name")
+    if isinstance(inp.port, bool) or not 1 <= inp.port <= 65535:
+        raise InvalidInputError(f"port {inp.port!r} is not 1-65535")
+    if not is_valid_duration(inp.timeout):
+        raise InvalidInputError(f"timeout {inp.timeout!r} is not a Gateway API duration")
+
+
+def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
+    """The ExternalName Service the route's backendRef points at."""
+    _validate(inp)
+    scheme = "https" if inp.tls else "http"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(inp, names.external_service_name(inp.model.name), COMPONENT_SERVICE),
+        "spec": {
+            "type": "ExternalName",
+            "externalName": inp.host,
+            "ports": [{"name": scheme, "port": inp.port, "protocol": "TCP", "appProtocol": scheme}],
+        },
+    }
+
+
+def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
+    """The HTTPRoute publishing the external model on the gateway."""
+    _validate(inp)
+    meta = _metadata(inp, names.external_route_name(inp.model.name), COMPONENT_ROUTE)
+    if inp.credential_secret is not None:
+        meta["annotations"] = {names.UPSTREAM_KEY_SECRET_ANNOTATION: inp.credential_secret}
+    spec: dict[str, Any] = {
+        "parentRefs": [
+            {
+                "group": "gateway.networking.k8s.io",
+                "kind": "Gateway",
+                "name": inp.gateway.name,
+                "namespace": inp.gateway.namespace,
+            }
+        ],
+        "rules": [
+            {
+                "matches": [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
+                "filters": [
+                    {
+                        "type": "URLRewrite",
+                        "urlRewrite": {
+                            "hostname": inp.host,
+                            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)},
+                        },
+                    }
+                ],
+                "backendRefs": [
+                    {
+                        "group": "",
+                        "kind": "Service",
+                        "name": names.external_service_name(inp.model.name),
+                        "port": inp.port,
+                        "weight": 1,
+                    }
+                ],
+                "timeouts": {"request": inp.timeout},
+            }
+        ],
+    }
+    if inp.hostnames:
+        spec["hostnames"] = sorted(set(inp.hostnames))
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+
+
+def build_external_model_objects(inp: ExternalRouteInput) -> list[dict[str, Any]]:
+    """Service first, then the route (apply in this order)."""
+    return [build_external_service(inp), build_external_route(inp)]
+
+
+def upstream_key_secret_patch(inp: ExternalRouteInput) -> dict[str, Any] | None:
+    """A server-side-apply patch that only labels the credential Secret (its data is never touched or read)."""
+    if inp.credential_secret is None:
+        return None
+    check_dns_subdomain(inp.credential_secret, "credential Secret name")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": inp.credential_secret,
+            "namespace": inp.model.namespace,
+            # Only the shared label: one Secret may serve several models, and per-model labels would make
+            # their applies overwrite each other forever.
+            "labels": {names.UPSTREAM_KEY_LABEL: "true"},
+        },
+    }

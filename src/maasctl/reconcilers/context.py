@@ -1,0 +1,96 @@
+"""What every reconciler gets: the cache, the client, the applier, an event recorder and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import structlog
+
+from maasctl.builders.names import is_managed, is_opted_out
+from maasctl.runtime import (
+    Applier,
+    Cache,
+    Client,
+    EventRecorder,
+    GroupVersionKind,
+    NotFound,
+    add_finalizer,
+    has_finalizer,
+)
+from maasctl.settings import ControllerSettings
+
+log = structlog.get_logger("maasctl.reconcilers")
+
+FINALIZER = "maas.opendatahub.io/finalizer"
+
+
+@dataclass(frozen=True)
+class Context:
+    cache: Cache
+    client: Client
+    applier: Applier
+    events: EventRecorder
+    settings: ControllerSettings
+
+    async def ensure_finalizer(self, obj: Mapping[str, Any]) -> bool:
+        """Add our finalizer; True when it was added now."""
+        if has_finalizer(obj, FINALIZER):
+            return False
+        await add_finalizer(self.client, obj, FINALIZER)
+        return True
+
+    async def event(
+        self,
+        regarding: Mapping[str, Any],
+        type_: Literal["Normal", "Warning"],
+        reason: str,
+        note: str,
+        action: str = "",
+    ) -> None:
+        await self.events.record(regarding, type_=type_, reason=reason, action=action or reason, note=note)
+
+    async def apply_generated(self, parent: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+        """Server-side apply a generated object unless the live one opted out; True when it wrote."""
+        meta = desired["metadata"]
+        live = self.cache.peek(GroupVersionKind.of(desired), meta["name"], meta.get("namespace"))
+        if live is not None and is_opted_out(live):
+            return False
+        before = self.applier.writes
+        await self.applier.apply(desired)
+        wrote = self.applier.writes > before
+        if wrote:
+            verb = "Updated" if live is not None else "Created"
+            await self.event(parent, "Normal", verb, f"{verb} {desired['kind']} {meta.get('namespace')}/{meta['name']}")
+        return wrote
+
+    async def delete_generated(
+        self, parent: Mapping[str, Any], gvk: GroupVersionKind, name: str, namespace: str
+    ) -> bool:
+        """Delete a generated object when it is ours and not opted out; True when it deleted."""
+        live = self.cache.peek(gvk, name, namespace)
+        if live is None or not is_managed(live) or is_opted_out(live):
+            return False
+        try:
+            await self.client.delete(gvk, name, namespace)
+        except NotFound:
+            return False
+        await self.event(parent, "Normal", "Deleted", f"Deleted {gvk.kind} {namespace}/{name}")
+        return True
+
+
+def status_patch(obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The object SSA needs to apply `status` through the /status subresource."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "status": dict(status),
+    }
+
+
+def model_keys(refs: Iterable[Mapping[str, Any]] | None) -> list[str]:
+    """`<namespace>/<name>` of each model reference in a spec list (`modelRefs`)."""
+    return [f"{r['namespace']}/{r['name']}" for r in refs or () if "namespace" in r and "name" in r]

@@ -1,0 +1,25 @@
+"""The kinds the reconcilers read and write, in the versions the target CRDs store."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from maasctl.runtime import GroupVersionKind
+
+MAAS_GROUP: Final = "maas.opendatahub.io"
+MAAS_VERSION: Final = "v1alpha1"
+
+MAAS_MODEL_REF: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSModelRef")
+EXTERNAL_MODEL: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "ExternalModel")
+MAAS_AUTH_POLICY: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSAuthPolicy")
+MAAS_SUBSCRIPTION: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSSubscription")
+
+HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")
+GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")
+AUTH_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "AuthPolicy")
+TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
+LLM_INFERENCE_SERVICE: Final = GroupVersionKind("serving.kserve.io", "v1alpha2", "LLMInferenceService")
+INFERENCE_OBJECTIVE: Final = GroupVersionKind("llm-d.ai", "v1alpha2", "InferenceObjective")
+INFERENCE_POOL: Final = GroupVersionKind("inference.networking.k8s.io", "v1", "InferencePool")
+SERVICE: Final = GroupVersionKind("", "v1", "Service")
+SECRET: Final = GroupVersionKind("", "v1", "Secret")

@@ -1,0 +1,140 @@
+"""Resolve the HTTPRoute that serves a MaaSModelRef, from the cache only.
+
+The MaaSModelRef, MaaSAuthPolicy and MaaSSubscription reconcilers all need the same answer, so it lives in
+one place: for an LLMInferenceService the route KServe created (found by its labels), for an ExternalModel the
+route this controller generates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from maasctl.builders import names
+from maasctl.builders.refs import GatewayRef, ObjectRef
+from maasctl.reconcilers.kinds import EXTERNAL_MODEL, GATEWAY, HTTP_ROUTE, LLM_INFERENCE_SERVICE, MAAS_MODEL_REF
+from maasctl.runtime import Cache, is_deleting
+
+KSERVE_ROUTE_LABELS = {
+    "app.kubernetes.io/component": "llminferenceservice-router",
+    "app.kubernetes.io/part-of": "llminferenceservice",
+}
+
+
+@dataclass(frozen=True)
+class RouteResolution:
+    """Where a model is served, or why that is not known yet.
+
+    reason: Resolved | ModelNotFound | BackendNotFound | RouteNotFound | NotOnGateway | UnknownKind
+    """
+
+    model: ObjectRef
+    reason: str
+    message: str
+    route: ObjectRef | None = None
+    backend_ready: bool = False
+    endpoint: str | None = None
+    gateways: tuple[GatewayRef, ...] = ()
+    external: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        return self.route is not None
+
+
+def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == type_:
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _parent_gateways(route: Mapping[str, Any]) -> tuple[GatewayRef, ...]:
+    ns = route["metadata"]["namespace"]
+    refs = []
+    for parent in (route.get("spec") or {}).get("parentRefs") or ():
+        if parent.get("kind", "Gateway") == "Gateway":
+            refs.append(GatewayRef(parent.get("namespace") or ns, parent["name"]))
+    return tuple(refs)
+
+
+def gateway_base_url(cache: Cache, gateway: GatewayRef) -> str | None:
+    """`scheme://host` clients use to reach the gateway, from its listeners or addresses."""
+    gw = cache.peek(GATEWAY, gateway.name, gateway.namespace)
+    if gw is None:
+        return None
+    for listener in (gw.get("spec") or {}).get("listeners") or ():
+        host = listener.get("hostname")
+        if host and "*" not in host:
+            scheme = "https" if listener.get("protocol") == "HTTPS" else "http"
+            return f"{scheme}://{host}"
+    for address in (gw.get("status") or {}).get("addresses") or ():
+        if address.get("value"):
+            return f"http://{address['value']}"
+    return None
+
+
+def _llm_endpoint(llm: Mapping[str, Any]) -> str | None:
+    status = llm.get("status") or {}
+    for address in status.get("addresses") or ():
+        if address.get("url"):
+            return str(address["url"])
+    url = status.get("url")
+    return str(url) if url else None
+
+
+def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolution:
+    """The route of `model` and whether its backend is ready, from cached objects only."""
+    mr = cache.peek(MAAS_MODEL_REF, model.name, model.namespace)
+    if mr is None or is_deleting(mr):
+        return RouteResolution(model, "ModelNotFound", f"MaaSModelRef {model.key} not found")
+    target = (mr.get("spec") or {}).get("modelRef") or {}
+    kind, name = target.get("kind"), target.get("name", "")
+    if kind == "ExternalModel":
+        em = cache.peek(EXTERNAL_MODEL, name, model.namespace)
+        if em is None:
+            return RouteResolution(model, "BackendNotFound", f"ExternalModel {model.namespace}/{name} not found",
+                                   external=True)
+        route_name = names.external_route_name(model.name)
+        route = cache.peek(HTTP_ROUTE, route_name, model.namespace)
+        if route is None:
+            return RouteResolution(model, "RouteNotFound", f"HTTPRoute {route_name} not generated yet",
+                                   external=True)
+        base = gateway_base_url(cache, gateway)
+        prefix = f"/{model.namespace}/{model.name}/v1"
+        return RouteResolution(
+            model, "Resolved", "route generated", ObjectRef(model.namespace, route_name), backend_ready=True,
+            endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True,
+        )
+    if kind == "LLMInferenceService":
+        llm = cache.peek(LLM_INFERENCE_SERVICE, name, model.namespace)
+        if llm is None:
+            return RouteResolution(model, "BackendNotFound",
+                                   f"LLMInferenceService {model.namespace}/{name} not found")
+        routes = cache.list(HTTP_ROUTE, model.namespace, labels={**KSERVE_ROUTE_LABELS, "app.kubernetes.io/name": name})
+        if not routes:
+            return RouteResolution(model, "RouteNotFound", f"waiting for the HTTPRoute of LLMInferenceService {name}")
+        route = sorted(routes, key=lambda r: str(r["metadata"]["name"]))[0]
+        gateways = _parent_gateways(route)
+        route_ref = ObjectRef(model.namespace, str(route["metadata"]["name"]))
+        if gateway not in gateways:
+            return RouteResolution(
+                model, "NotOnGateway",
+                f"HTTPRoute {route_ref.key} is not attached to Gateway {gateway.namespace}/{gateway.name}",
+                gateways=gateways,
+            )
+        return RouteResolution(
+            model, "Resolved", "route found", route_ref, backend_ready=_condition_true(llm, "Ready"),
+            endpoint=_llm_endpoint(llm), gateways=gateways,
+        )
+    return RouteResolution(model, "UnknownKind", f"unsupported modelRef kind {kind!r}")
+
+
+def split_endpoint(url: str) -> tuple[str, int, bool, str]:
+    """(host, port, tls, base path) of a provider base URL such as `https://api.example.com/v1`."""
+    parts = urlsplit(url)
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    return parts.hostname or "", port, tls, parts.path or "/"

@@ -1,0 +1,137 @@
+"""Server-side apply with a no-op guard: an unchanged desired object causes no request at all.
+
+The guard compares the canonical desired object with the cached live object: the set of leaf fields our
+field manager owns (from the cached ``managedFields`` entry, which the cache keeps for our managers) must
+equal the desired object's leaf fields, and every desired value must be present in the live object.
+When both hold, applying would change nothing, so the PATCH is skipped.
+
+Caveats: lists and atomic maps are compared as whole leaves; a mismatch there only costs a (server-side
+no-op) PATCH, never a missed write. The cached object may lag our own writes, so the guard trusts it only
+when its resourceVersion is the one our last write (object or status) returned, or we have not written it
+in this process. After someone else writes the object, one (server-side no-op) apply re-synchronises that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from maasctl.runtime.client import Client
+from maasctl.runtime.gvk import GroupVersionKind
+from maasctl.runtime.objects import FrozenObject, canonical, key_of
+
+if TYPE_CHECKING:
+    from maasctl.runtime.cache import Cache
+
+__all__ = ["Applier", "is_unchanged", "leaf_paths", "owned_paths"]
+
+Path = tuple[str, ...]
+_IDENTITY: frozenset[Path] = frozenset({("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")})
+
+
+def leaf_paths(value: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
+    """Paths to every non-map value (scalars and lists are leaves)."""
+    out: set[Path] = set()
+    for k, v in value.items():
+        path = (*prefix, k)
+        if isinstance(v, Mapping) and v:
+            out |= leaf_paths(v, path)
+        else:
+            out.add(path)
+    return out
+
+
+def owned_paths(fields_v1: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
+    """Leaf paths of a managedFields ``fieldsV1`` set.
+
+    A node with list members (``k:``/``v:``/``i:``) is a leaf: lists are compared whole.
+    """
+    out: set[Path] = set()
+    for k, v in fields_v1.items():
+        if not k.startswith("f:"):
+            continue
+        path = (*prefix, k[2:])
+        children = [c for c in (v or {}) if c != "."]
+        if not children or any(not c.startswith("f:") for c in children):
+            out.add(path)
+        else:
+            out |= owned_paths(v, path)
+    return out
+
+
+def _contains(live: Any, desired: Any) -> bool:
+    """True when ``desired`` is present in ``live`` (maps by subset; lists elementwise, same length)."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(k in live and _contains(live[k], v) for k, v in desired.items())
+    if isinstance(desired, list | tuple):
+        return (
+            isinstance(live, list | tuple)
+            and len(live) == len(desired)
+            and all(_contains(a, b) for a, b in zip(live, desired, strict=True))
+        )
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return live is desired
+    return bool(live == desired)
+
+
+def is_unchanged(
+    desired: Mapping[str, Any], live: Mapping[str, Any], field_manager: str, subresource: str | None = None
+) -> bool:
+    """True when applying ``desired`` as ``field_manager`` to ``live`` would change nothing."""
+    want = canonical(desired)
+    entry = None
+    for e in (live.get("metadata") or {}).get("managedFields") or ():
+        if (
+            e.get("manager") == field_manager
+            and e.get("operation") == "Apply"
+            and (e.get("subresource") or None) == subresource
+            and e.get("apiVersion") == want.get("apiVersion")
+        ):
+            entry = e
+            break
+    if entry is None:
+        return False
+    if leaf_paths(want) - _IDENTITY != owned_paths(entry.get("fieldsV1") or {}) - _IDENTITY:
+        return False
+    return _contains(live, want)
+
+
+class Applier:
+    """Applies desired objects with fixed field managers, skipping writes the cache shows are no-ops.
+
+    ``writes`` and ``skipped`` count what happened (useful in tests and logs).
+    """
+
+    def __init__(self, client: Client, cache: Cache, *, field_manager: str, status_field_manager: str) -> None:
+        self._client = client
+        self._cache = cache
+        self.field_manager = field_manager
+        self.status_field_manager = status_field_manager
+        self._written: dict[tuple[GroupVersionKind, str], str] = {}
+        self.writes = 0
+        self.skipped = 0
+
+    async def apply(self, desired: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Apply the object (not its status); returns the live object (cached when skipped)."""
+        return await self._apply(desired, self.field_manager, None)
+
+    async def apply_status(self, desired: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Apply ``desired["status"]`` through the /status subresource with the status field manager."""
+        return await self._apply(desired, self.status_field_manager, "status")
+
+    async def _apply(self, desired: Mapping[str, Any], manager: str, sub: str | None) -> Mapping[str, Any]:
+        want = canonical(desired)
+        gvk = GroupVersionKind.of(want)
+        meta = want["metadata"]
+        written_key = (gvk, key_of(want))
+        live: FrozenObject | None = self._cache.peek(gvk, meta["name"], meta.get("namespace"))
+        if live is not None:
+            last = self._written.get(written_key)
+            fresh = last is None or live["metadata"].get("resourceVersion") == last
+            if fresh and is_unchanged(want, live, manager, sub):
+                self.skipped += 1
+                return live
+        result = await self._client.apply(want, field_manager=manager, subresource=sub)
+        self.writes += 1
+        self._written[written_key] = str(result["metadata"].get("resourceVersion", ""))
+        return result

@@ -1,0 +1,66 @@
+"""Finalizer add/remove that cannot clobber another controller's finalizer.
+
+Expected flow: add the finalizer before creating any child or external state (that write re-enqueues the
+object); on deletion, clean up, then remove it. Guarantees: both use a JSON patch whose ``test`` op pins the
+list (add) or the exact entry (remove), so a concurrent change by another controller fails the patch
+instead of being overwritten; ``add`` never adds to an object that is being deleted (the server would reject
+it, and re-adding in the deletion path would block deletion forever).
+Raises: ``ApiError`` subclasses from the server (a failed ``test`` is retried by the controller's backoff).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from maasctl.runtime.client import JSON_PATCH, Client
+from maasctl.runtime.errors import NotFound
+from maasctl.runtime.gvk import GroupVersionKind
+from maasctl.runtime.objects import is_deleting, thaw
+
+__all__ = ["add_finalizer", "has_finalizer", "remove_finalizer"]
+
+
+def has_finalizer(obj: Mapping[str, Any], name: str) -> bool:
+    return name in ((obj.get("metadata") or {}).get("finalizers") or ())
+
+
+async def add_finalizer(client: Client, obj: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """Add ``name``; returns the patched object, or None when nothing was written (present or deleting)."""
+    if has_finalizer(obj, name) or is_deleting(obj):
+        return None
+    meta = obj["metadata"]
+    current = thaw(meta.get("finalizers") or [])
+    if current:
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": name},
+        ]
+    else:
+        # No list yet: pin the whole object version so a concurrently added list is not replaced.
+        ops = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {"op": "add", "path": "/metadata/finalizers", "value": [name]},
+        ]
+    return await client.patch(
+        GroupVersionKind.of(obj), meta["name"], meta.get("namespace"), ops, content_type=JSON_PATCH
+    )
+
+
+async def remove_finalizer(client: Client, obj: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """Remove ``name``; returns the patched object, or None if it was absent or the object is gone."""
+    meta = obj["metadata"]
+    current = list(meta.get("finalizers") or ())
+    if name not in current:
+        return None
+    i = current.index(name)
+    ops = [
+        {"op": "test", "path": f"/metadata/finalizers/{i}", "value": name},
+        {"op": "remove", "path": f"/metadata/finalizers/{i}"},
+    ]
+    try:
+        return await client.patch(
+            GroupVersionKind.of(obj), meta["name"], meta.get("namespace"), ops, content_type=JSON_PATCH
+        )
+    except NotFound:
+        return None

@@ -1,0 +1,78 @@
+"""Helpers for objects as plain JSON data: read-only freezing, thawing, keys and canonical form.
+
+Objects in the shared cache are frozen (``MappingProxyType`` for maps, tuples for lists) so a reconciler
+cannot mutate state that other controllers see; ``thaw`` returns a private, mutable deep copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "FrozenObject",
+    "canonical",
+    "freeze",
+    "is_deleting",
+    "key_of",
+    "labels_match",
+    "thaw",
+]
+
+FrozenObject = Mapping[str, Any]
+
+
+def freeze(value: Any) -> Any:
+    """A deep read-only view: dicts become ``MappingProxyType``, lists become tuples."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A deep mutable copy of a (possibly frozen) JSON value: mappings become dicts, sequences lists."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for cluster-scoped objects), the cache and queue key."""
+    meta = obj["metadata"]
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """True once the server set ``deletionTimestamp`` (finalizers are running)."""
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def labels_match(obj: Mapping[str, Any], selector: Mapping[str, str]) -> bool:
+    """Equality-based label selection: every selector label is present with the same value."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def canonical(value: Any) -> Any:
+    """Drop nulls and empty maps/lists recursively, as the server does, so comparisons are stable.
+
+    Sending ``creationTimestamp: null`` or ``items: []`` turns a no-op apply into a write (upstream issues
+    kubernetes/kubernetes#131175, controller-runtime#1356); canonical objects avoid that.
+    """
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            c = canonical(v)
+            if c is None or (isinstance(c, dict | list) and not c):
+                continue
+            out[k] = c
+        return out
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value if v is not None]
+    return value

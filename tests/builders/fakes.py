@@ -1,0 +1,40 @@
+"""Fake maas-api and TokenReview callbacks for the AuthPolicy interpreter (tests only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from maasctl.builders.authpolicy import SELECT_PATH, VALIDATE_PATH
+from maasctl.policy.selection import Candidate, select_subscription
+
+
+@dataclass
+class FakeMaasApi:
+    """`keys`: raw key -> validate response; `subscriptions`: selection candidates."""
+
+    subscriptions: Sequence[Candidate] = ()
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    default_namespace: str = "maas"
+
+    def http(self, url: str, body: Any) -> dict[str, Any]:
+        if url.endswith(VALIDATE_PATH):
+            return self.keys.get(body["key"], {"valid": False, "reason": "unknown key"})
+        assert url.endswith(SELECT_PATH), url
+        result = select_subscription(
+            self.subscriptions,
+            body["username"],
+            body["groups"],
+            model=body["requestedModel"],
+            requested=body["requestedSubscription"] or None,
+            default_namespace=self.default_namespace,
+        )
+        if result.subscription is None:
+            return {"error": str(result.code), "message": result.message}
+        return {"name": result.subscription.name, "namespace": result.subscription.namespace}
+
+    def token_review(self, token: str) -> dict[str, Any] | None:
+        user = self.tokens.get(token)
+        return None if user is None else {"authenticated": True, "user": user}

@@ -1,0 +1,300 @@
+"""AuthPolicy builder: shape, aggregation, and behaviour through a small Authorino interpreter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maasctl.builders.authpolicy import (
+    OBJECTIVE_HEADER,
+    AuthPolicyInput,
+    AuthPolicySource,
+    AuthSettings,
+    ObjectiveBinding,
+    build_auth_policy,
+)
+from maasctl.builders.celcheck import cel_texts, check_cel
+from maasctl.builders.refs import ObjectRef
+from maasctl.builders.validation import InvalidInputError
+from maasctl.policy.cel import compile_expression
+from maasctl.policy.selection import Candidate
+
+from . import authorino
+from .fakes import FakeMaasApi
+
+MODEL = ObjectRef("llm", "granite")
+ROUTE = ObjectRef("llm", "granite-kserve-route")
+SETTINGS = AuthSettings("https://maas-api.opendatahub.svc:8443", token_audiences=("https://kubernetes.default.svc",))
+PREMIUM_POLICY = AuthPolicySource(ObjectRef("maas", "premium-access"), groups=("premium-users",))
+ALICE_POLICY = AuthPolicySource(ObjectRef("maas", "alice-access"), users=("alice",))
+FREE_SUB = Candidate("maas", "free", 0, groups=frozenset({"free-users", "premium-users"}),
+                     models=frozenset({"llm/granite"}))
+PREMIUM_SUB = Candidate("maas", "premium", 10, groups=frozenset({"premium-users"}),
+                        models=frozenset({"llm/granite"}))
+
+
+def policy(*sources: AuthPolicySource, objectives: tuple[ObjectiveBinding, ...] = ()) -> dict[str, Any]:
+    built = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, sources, objectives), SETTINGS)
+    assert built is not None
+    return built
+
+
+def api() -> FakeMaasApi:
+    return FakeMaasApi(
+        subscriptions=[FREE_SUB, PREMIUM_SUB],
+        keys={
+            "sk-oai-alice": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
+                             "subscription": "maas/free"},
+            "sk-oai-bob": {"valid": True, "username": "bob", "groups": ["free-users"], "keyId": "k2",
+                           "subscription": "maas/free"},
+            "sk-oai-revoked": {"valid": False, "reason": "revoked"},
+        },
+        tokens={
+            "t-alice": {"username": "alice", "groups": ["premium-users", "system:authenticated"]},
+            "t-carol": {"username": "carol", "groups": ["system:authenticated"]},
+            "t-nogroups": {"username": "dave"},
+        },
+    )
+
+
+def run(pol: dict[str, Any], headers: dict[str, str], fake: FakeMaasApi | None = None) -> authorino.Outcome:
+    fake = fake or api()
+    return authorino.run(pol, headers, token_review=fake.token_review, http=fake.http)
+
+
+def test_shape() -> None:
+    pol = policy(PREMIUM_POLICY, ALICE_POLICY)
+    assert pol["apiVersion"] == "kuadrant.io/v1"
+    assert pol["kind"] == "AuthPolicy"
+    assert pol["metadata"] == {
+        "name": "maas-auth-granite",
+        "namespace": "llm",
+        "labels": {
+            "app.kubernetes.io/managed-by": "maas-controller",
+            "app.kubernetes.io/part-of": "maas-auth-policy",
+            "app.kubernetes.io/component": "auth-policy",
+            "maas.opendatahub.io/model": "granite",
+            "maas.opendatahub.io/model-namespace": "llm",
+        },
+        "annotations": {"maas.opendatahub.io/auth-policies": "maas/alice-access,maas/premium-access"},
+    }
+    spec = pol["spec"]
+    assert spec["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                 "name": "granite-kserve-route"}
+    rules = spec["rules"]
+    assert set(rules) == {"authentication", "metadata", "authorization", "response"}
+    assert rules["authentication"]["kubernetes-tokens"]["kubernetesTokenReview"] == {
+        "audiences": ["https://kubernetes.default.svc"]
+    }
+    assert rules["metadata"]["apiKeyValidation"]["http"]["url"] == (
+        "https://maas-api.opendatahub.svc:8443/internal/v1/api-keys/validate"
+    )
+    assert rules["metadata"]["subscriptionInfo"]["http"]["url"] == (
+        "https://maas-api.opendatahub.svc:8443/internal/v1/subscriptions/select"
+    )
+    assert list(rules["response"]["success"]["headers"]) == ["x-maas-subscription"]
+    assert set(rules["response"]["success"]["filters"]["identity"]["json"]["properties"]) == {
+        "userid", "groups", "groups_str", "keyId", "selected_subscription", "selected_subscription_namespace",
+        "selected_subscription_key",
+    }
+
+
+def test_no_sources_means_no_policy() -> None:
+    assert build_auth_policy(AuthPolicyInput(MODEL, ROUTE, ()), SETTINGS) is None
+
+
+def test_no_audiences_leaves_token_review_default() -> None:
+    built = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), AuthSettings("http://maas-api"))
+    assert built is not None
+    assert built["spec"]["rules"]["authentication"]["kubernetes-tokens"]["kubernetesTokenReview"] == {}
+
+
+@pytest.mark.parametrize(
+    ("ttl", "cached"), [pytest.param(60, True, id="cached"), pytest.param(0, False, id="no-cache")]
+)
+def test_cache_ttl(ttl: int, cached: bool) -> None:
+    built = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), AuthSettings("http://m", (), ttl))
+    assert built is not None
+    for entry in built["spec"]["rules"]["metadata"].values():
+        assert ("cache" in entry) is cached
+        if cached:
+            assert entry["cache"]["ttl"] == ttl
+    if not cached:
+        assert run(built, {"Authorization": "Bearer sk-oai-alice"}).status == 200
+
+
+def test_negative_cache_ttl_is_rejected() -> None:
+    with pytest.raises(InvalidInputError):
+        build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), AuthSettings("http://m", (), -1))
+
+
+def test_aggregation_is_order_independent_and_deduplicated() -> None:
+    dup = AuthPolicySource(ObjectRef("maas", "dup"), users=("alice",), groups=("premium-users",))
+    assert policy(PREMIUM_POLICY, ALICE_POLICY, dup) == policy(dup, ALICE_POLICY, PREMIUM_POLICY)
+
+
+def test_every_expression_compiles() -> None:
+    pol = policy(PREMIUM_POLICY, ALICE_POLICY, objectives=(ObjectiveBinding(ObjectRef("maas", "free"), "obj-a"),))
+    expressions = cel_texts(pol)
+    assert len(expressions) > 15
+    for text in expressions:
+        compile_expression(text)
+    check_cel(pol)
+
+
+GRANITE_PATH = "/llm/granite/v1/chat/completions"
+
+
+@pytest.mark.parametrize(
+    ("sources", "headers", "status", "denied_by", "subscription"),
+    [
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer sk-oai-alice"}, 200, "", "free",
+                     id="api-key-uses-bound-subscription"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer sk-oai-revoked"}, 403, "api-key-valid", None,
+                     id="api-key-invalid"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer sk-oai-unknown"}, 403, "api-key-valid", None,
+                     id="api-key-unknown"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer sk-oai-bob"}, 403, "allowed-subjects", None,
+                     id="api-key-user-not-allowed"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer t-alice"}, 200, "", "premium",
+                     id="token-highest-priority"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer t-alice", "X-MaaS-Subscription": "free"}, 200, "",
+                     "free", id="token-explicit-subscription"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer t-alice", "X-MaaS-Subscription": "maas/nope"},
+                     403, "subscription-selected", None, id="token-explicit-unknown-subscription"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer t-carol"}, 403, "allowed-subjects", None,
+                     id="token-user-not-allowed"),
+        pytest.param((ALICE_POLICY,), {"Authorization": "Bearer t-alice"}, 200, "", "premium",
+                     id="allowed-by-user-name"),
+        pytest.param((AuthPolicySource(ObjectRef("maas", "all"), users=("*",)),), {"Authorization": "Bearer t-carol"},
+                     403, "subscription-selected", None, id="star-allows-anyone-but-needs-subscription"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer bogus"}, 401, "", None, id="token-invalid"),
+        pytest.param((PREMIUM_POLICY,), {}, 401, "", None, id="no-credentials"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer t-alice", "X-MaaS-Username": "root"}, 403,
+                     "no-client-identity-headers", None, id="client-identity-header-rejected"),
+        pytest.param((PREMIUM_POLICY,), {"Authorization": "Bearer sk-oai-alice", "x-maas-group": "admins"}, 403,
+                     "no-client-identity-headers", None, id="client-group-header-rejected"),
+        pytest.param((AuthPolicySource(ObjectRef("maas", "all"), groups=("*",)),),
+                     {"Authorization": "Bearer t-nogroups"}, 403, "subscription-selected", None,
+                     id="token-without-groups"),
+    ],
+)
+def test_behaviour(
+    sources: tuple[AuthPolicySource, ...], headers: dict[str, str], status: int, denied_by: str,
+    subscription: str | None,
+) -> None:
+    outcome = run(policy(*sources), headers)
+    assert (outcome.status, outcome.denied_by) == (status, denied_by)
+    if subscription is not None:
+        assert outcome.headers == {"x-maas-subscription": subscription}
+        assert outcome.identity["selected_subscription"] == subscription
+        assert outcome.identity["selected_subscription_key"] == f"maas/{subscription}@llm/granite"
+
+
+def test_identity_export_for_api_key() -> None:
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice"})
+    assert outcome.identity == {
+        "userid": "alice",
+        "groups": ["premium-users"],
+        "groups_str": "premium-users",
+        "keyId": "k1",
+        "selected_subscription": "free",
+        "selected_subscription_namespace": "maas",
+        "selected_subscription_key": "maas/free@llm/granite",
+    }
+    # The validate call gets the raw key, the select call the key's identity and bound subscription.
+    (_, validate_body), (_, select_body) = outcome.calls
+    assert validate_body == {"key": "sk-oai-alice"}
+    assert select_body == {"username": "alice", "groups": ["premium-users"], "requestedSubscription": "maas/free",
+                           "requestedModel": "llm/granite"}
+
+
+def test_identity_export_for_token() -> None:
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice"})
+    assert outcome.identity["userid"] == "alice"
+    assert outcome.identity["groups_str"] == "premium-users,system:authenticated"
+    assert outcome.identity["keyId"] == ""
+    assert [url.rsplit("/", 1)[-1] for url, _ in outcome.calls] == ["select"]
+
+
+def test_api_key_ignores_client_subscription_header() -> None:
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "premium"})
+    assert outcome.headers["x-maas-subscription"] == "free"
+
+
+def test_objective_header_follows_selected_subscription() -> None:
+    bindings = (ObjectiveBinding(ObjectRef("maas", "premium"), "maas-premium-0123456789"),)
+    pol = policy(PREMIUM_POLICY, objectives=bindings)
+    premium = run(pol, {"Authorization": "Bearer t-alice"})
+    assert premium.headers == {"x-maas-subscription": "premium", OBJECTIVE_HEADER: "maas-premium-0123456789"}
+    free = run(pol, {"Authorization": "Bearer sk-oai-alice"})
+    assert free.headers == {"x-maas-subscription": "free"}
+
+
+@pytest.mark.parametrize(
+    ("inp", "settings_"),
+    [
+        pytest.param(AuthPolicyInput(MODEL, ObjectRef("llm", "Bad_Route"), (PREMIUM_POLICY,)), SETTINGS,
+                     id="bad-route-name"),
+        pytest.param(AuthPolicyInput(ObjectRef("llm", 'x"y'), ROUTE, (PREMIUM_POLICY,)), SETTINGS,
+                     id="hostile-model-name"),
+        pytest.param(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), AuthSettings("maas-api:8443"),
+                     id="url-without-scheme"),
+        pytest.param(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), AuthSettings("https://x/{path}"),
+                     id="url-with-placeholder"),
+        pytest.param(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,),
+                                     (ObjectiveBinding(ObjectRef("maas", "a"), 'bad"name'),)), SETTINGS,
+                     id="bad-objective-name"),
+        pytest.param(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,),
+                                     (ObjectiveBinding(ObjectRef("maas", "a"), "o1"),
+                                      ObjectiveBinding(ObjectRef("maas", "a"), "o2"))), SETTINGS,
+                     id="two-objectives-for-one-subscription"),
+    ],
+)
+def test_invalid_inputs(inp: AuthPolicyInput, settings_: AuthSettings) -> None:
+    with pytest.raises(InvalidInputError):
+        build_auth_policy(inp, settings_)
+
+
+hostile = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    users=st.lists(hostile, max_size=3),
+    groups=st.lists(hostile, max_size=3),
+    caller=hostile,
+    caller_groups=st.lists(hostile, max_size=3),
+)
+def test_subjects_admit_exactly_the_allowed_callers(
+    users: list[str], groups: list[str], caller: str, caller_groups: list[str]
+) -> None:
+    source = AuthPolicySource(ObjectRef("maas", "p"), users=tuple(users), groups=tuple(groups))
+    pol = policy(source)
+    sub = Candidate("maas", "s", users=frozenset({"*"}), models=frozenset({"llm/granite"}))
+    fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": caller, "groups": caller_groups}})
+    outcome = run(pol, {"Authorization": "Bearer t"}, fake)
+    allowed = "*" in users or "*" in groups or caller in users or any(g in groups for g in caller_groups)
+    assert (outcome.status == 200) is allowed
+    if allowed:
+        assert outcome.identity["groups_str"] == ",".join(caller_groups)
+        assert outcome.identity["userid"] == caller
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(hostile, hostile), min_size=1, max_size=4, unique=True), st.data())
+def test_objective_header_with_hostile_subscription_names(refs: list[tuple[str, str]], data: st.DataObject) -> None:
+    bindings = tuple(ObjectiveBinding(ObjectRef(ns, name), f"obj-{i}") for i, (ns, name) in enumerate(refs))
+    pol = policy(AuthPolicySource(ObjectRef("maas", "all"), users=("*",)), objectives=bindings)
+    check_cel(pol)
+    chosen = data.draw(st.integers(0, len(refs) - 1))
+    ns, name = refs[chosen]
+    sub = Candidate(ns, name, users=frozenset({"*"}), models=frozenset({"llm/granite"}))
+    fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": "u", "groups": []}})
+    outcome = run(pol, {"Authorization": "Bearer t"}, fake)
+    assert outcome.status == 200
+    assert outcome.headers[OBJECTIVE_HEADER] == f"obj-{chosen}"
+    assert outcome.identity["selected_subscription_key"] == f"{ns}/{name}@llm/granite"

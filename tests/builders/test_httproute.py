@@ -1,0 +1,171 @@
+"""ExternalModel route and backend Service."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from maasctl.builders.httproute import (
+    ExternalRouteInput,
+    build_external_model_objects,
+    build_external_route,
+    build_external_service,
+    public_path_prefix,
+    upstream_key_secret_patch,
+)
+from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
+from maasctl.builders.validation import InvalidInputError
+
+BASE = ExternalRouteInput(
+    model=ObjectRef("llm", "gpt-4o"),
+    external_model="openai",
+    host="api.openai.com",
+    gateway=GatewayRef("openshift-ingress", "maas-default-gateway"),
+    credential_secret="openai-key",
+)
+LABELS = {
+    "app.kubernetes.io/managed-by": "maas-controller",
+    "app.kubernetes.io/part-of": "maas-model",
+    "maas.opendatahub.io/model": "gpt-4o",
+    "maas.opendatahub.io/model-namespace": "llm",
+    "maas.opendatahub.io/external-model": "openai",
+}
+
+
+def test_exact_route() -> None:
+    assert build_external_route(BASE) == {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": "maas-gpt-4o",
+            "namespace": "llm",
+            "labels": LABELS | {"app.kubernetes.io/component": "external-model-route"},
+            "annotations": {"maas.opendatahub.io/upstream-key-secret": "openai-key"},
+        },
+        "spec": {
+            "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                            "name": "maas-default-gateway", "namespace": "openshift-ingress"}],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/llm/gpt-4o/v1"}}],
+                    "filters": [{"type": "URLRewrite", "urlRewrite": {
+                        "hostname": "api.openai.com",
+                        "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"},
+                    }}],
+                    "backendRefs": [{"group": "", "kind": "Service", "name": "maas-gpt-4o", "port": 443,
+                                     "weight": 1}],
+                    "timeouts": {"request": "300s"},
+                }
+            ],
+        },
+    }
+
+
+def test_exact_service() -> None:
+    assert build_external_service(BASE) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "maas-gpt-4o",
+            "namespace": "llm",
+            "labels": LABELS | {"app.kubernetes.io/component": "external-model-backend"},
+        },
+        "spec": {
+            "type": "ExternalName",
+            "externalName": "api.openai.com",
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "appProtocol": "https"}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("base_path", "rewritten"),
+    [
+        pytest.param("/v1", "/v1", id="v1"),
+        pytest.param("/openai/v1/", "/openai/v1", id="trailing-slash"),
+        pytest.param("api/paas/v4", "/api/paas/v4", id="no-leading-slash"),
+        pytest.param("", "/", id="empty-is-root"),
+        pytest.param("/", "/", id="root"),
+    ],
+)
+def test_base_path_rewrite(base_path: str, rewritten: str) -> None:
+    route = build_external_route(replace(BASE, base_path=base_path))
+    assert route["spec"]["rules"][0]["filters"][0]["urlRewrite"]["path"]["replacePrefixMatch"] == rewritten
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        pytest.param(None, "/llm/gpt-4o/v1", id="default"),
+        pytest.param("/models/gpt", "/models/gpt/v1", id="custom"),
+        pytest.param("/models/gpt/", "/models/gpt/v1", id="custom-trailing-slash"),
+    ],
+)
+def test_public_path_prefix(prefix: str | None, expected: str) -> None:
+    assert public_path_prefix(replace(BASE, path_prefix=prefix)) == expected
+
+
+def test_plain_http_port_timeout_hostnames_and_owner() -> None:
+    owner = OwnerRef("maas.opendatahub.io/v1alpha1", "MaaSModelRef", "gpt-4o", "uid-1")
+    inp = replace(BASE, tls=False, port=8080, timeout="1h30m", hostnames=("b.example.com", "a.example.com"),
+                  owner=owner, credential_secret=None)
+    service, route = build_external_model_objects(inp)
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP", "appProtocol": "http"}]
+    assert route["spec"]["rules"][0]["backendRefs"][0]["port"] == 8080
+    assert route["spec"]["rules"][0]["timeouts"] == {"request": "1h30m"}
+    assert route["spec"]["hostnames"] == ["a.example.com", "b.example.com"]
+    assert "annotations" not in route["metadata"]
+    for obj in (service, route):
+        assert obj["metadata"]["ownerReferences"] == [{
+            "apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSModelRef", "name": "gpt-4o",
+            "uid": "uid-1", "controller": True, "blockOwnerDeletion": True,
+        }]
+
+
+def test_long_model_name_gives_short_service_name() -> None:
+    inp = replace(BASE, model=ObjectRef("llm", "a." * 100 + "model"))
+    service, route = build_external_model_objects(inp)
+    assert len(service["metadata"]["name"]) <= 63
+    assert route["spec"]["rules"][0]["backendRefs"][0]["name"] == service["metadata"]["name"]
+    assert len(route["metadata"]["name"]) <= 253
+
+
+def test_secret_patch_only_labels() -> None:
+    assert upstream_key_secret_patch(BASE) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "openai-key", "namespace": "llm", "labels": {"maas.opendatahub.io/upstream-key": "true"}},
+    }
+    assert upstream_key_secret_patch(replace(BASE, credential_secret=None)) is None
+
+
+@pytest.mark.parametrize(
+    "inp",
+    [
+        pytest.param(replace(BASE, host="https://api.openai.com"), id="url-as-host"),
+        pytest.param(replace(BASE, host="api.openai.com\r\nX-Evil: 1"), id="header-injection-host"),
+        pytest.param(replace(BASE, host="-bad.example.com"), id="bad-host-label"),
+        pytest.param(replace(BASE, host="a" * 64 + ".com"), id="host-label-too-long"),
+        pytest.param(replace(BASE, port=0), id="port-zero"),
+        pytest.param(replace(BASE, port=70000), id="port-too-large"),
+        pytest.param(replace(BASE, timeout="5min"), id="bad-timeout"),
+        pytest.param(replace(BASE, base_path="/v1/../admin"), id="path-traversal"),
+        pytest.param(replace(BASE, base_path="/v1#frag"), id="fragment"),
+        pytest.param(replace(BASE, base_path="/v 1"), id="space-in-path"),
+        pytest.param(replace(BASE, path_prefix="//double"), id="double-slash-prefix"),
+        pytest.param(replace(BASE, model=ObjectRef("llm", "Bad_Name")), id="bad-model-name"),
+        pytest.param(replace(BASE, model=ObjectRef("Bad NS", "m")), id="bad-model-namespace"),
+        pytest.param(replace(BASE, gateway=GatewayRef("ns", "")), id="empty-gateway"),
+        pytest.param(replace(BASE, hostnames=("exa mple.com",)), id="bad-hostname"),
+        pytest.param(replace(BASE, credential_secret="Bad/Secret"), id="bad-secret-name"),
+    ],
+)
+def test_invalid_inputs(inp: ExternalRouteInput) -> None:
+    with pytest.raises(InvalidInputError):
+        build_external_model_objects(inp)
+
+
+def test_wildcard_hostname_accepted() -> None:
+    route = build_external_route(replace(BASE, hostnames=("*.example.com",)))
+    assert route["spec"]["hostnames"] == ["*.example.com"]
