@@ -149,7 +149,8 @@ async def test_finalizers_never_clobber_and_never_readd_during_deletion(client: 
 
 async def test_event_recorder_deduplicates(client: Client, namespace: str) -> None:
     obj = await client.create(config_map("a", namespace))
-    recorder = EventRecorder(client, controller="example.io/ctl", instance="test")
+    now = [0.0]
+    recorder = EventRecorder(client, controller="example.io/ctl", instance="test", clock=lambda: now[0])
     for _ in range(50):
         await recorder.record(obj, type_="Warning", reason="Broken", action="Reconcile", note="same")
     await recorder.record(obj, type_="Normal", reason="Fixed", action="Reconcile")
@@ -157,6 +158,13 @@ async def test_event_recorder_deduplicates(client: Client, namespace: str) -> No
     assert sorted(e["reason"] for e in events) == ["Broken", "Fixed"]
     assert recorder.writes == 2
     assert events[0]["regarding"]["uid"] == obj["metadata"]["uid"]
+
+    now[0] = 31.0  # a still-hot loop is summarised at most once per series interval
+    for _ in range(10):
+        await recorder.record(obj, type_="Warning", reason="Broken", action="Reconcile", note="same")
+    assert recorder.writes == 3
+    broken = [e for e in (await client.list(EVENT, namespace)).items if e["reason"] == "Broken"]
+    assert len(broken) == 1 and broken[0]["series"]["count"] == 51
 
 
 async def test_status_is_applied_with_its_own_field_manager(

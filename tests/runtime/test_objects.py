@@ -198,3 +198,22 @@ def test_runtime_knows_nothing_about_maas() -> None:
         text = path.read_text()
         for banned in ("maasctl.api", "maasctl.builders", "maasctl.reconcilers", "maasctl.maasapi", "maasctl.gateway"):
             assert banned not in text, f"{path.name} imports {banned}"
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("0", None), ("", None)],
+    ids=["port-only", "host-port", "zero-disables", "empty-disables"],
+)
+def test_bind_address(address: str, expected: tuple[str, int] | None) -> None:
+    from maasctl.runtime.probes import parse_bind_address
+
+    assert parse_bind_address(address) == expected
+
+
+def test_leader_election_timings_are_validated() -> None:
+    rt.LeaderElectionOptions()  # controller-runtime defaults are valid
+    with pytest.raises(ValueError):
+        rt.LeaderElectionOptions(lease_duration=10, renew_deadline=10)
+    with pytest.raises(ValueError):
+        rt.LeaderElectionOptions(renew_deadline=2, retry_period=2)

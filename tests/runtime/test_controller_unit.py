@@ -1,0 +1,133 @@
+"""Controller result handling and event mapping, without a cluster (no I/O happens before run())."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from maasctl.runtime import (
+    Cache,
+    Client,
+    Event,
+    EventType,
+    GroupVersionKind,
+    Metrics,
+    OwnerLabels,
+    Request,
+    Result,
+    TerminalError,
+    freeze,
+)
+from maasctl.runtime.controller import Controller, ControllerBuilder
+from maasctl.runtime.workqueue import FakeClock, Priority, WorkQueue
+
+PARENT = GroupVersionKind("example.io", "v1", "Parent")
+CHILD = GroupVersionKind("", "v1", "ConfigMap")
+
+
+@pytest.fixture
+async def cache() -> AsyncIterator[Cache]:
+    api = k8s.ApiClient(k8s.Configuration(host="https://127.0.0.1:1"))
+    try:
+        yield Cache(Client(api))
+    finally:
+        await api.close()
+
+
+def _build(cache: Cache, reconcile: object, metrics: Metrics) -> Controller:
+    built: list[Controller] = []
+    builder = ControllerBuilder("c", cache=cache, metrics=metrics, register=built.append)
+    builder.for_(PARENT).owns(CHILD).owns(CHILD, owner_labels=OwnerLabels(name="owner", namespace="owner-ns"))
+    builder.complete(reconcile)  # type: ignore[arg-type]
+    return built[0]
+
+
+async def _run_one(ctl: Controller, req: Request) -> None:
+    ctl.queue.add(req)
+    got = ctl.queue.get_nowait()
+    assert got == req
+    try:
+        await ctl._process(got)
+    finally:
+        ctl.queue.done(got)
+
+
+async def test_error_is_retried_with_backoff_and_terminal_error_is_not(cache: Cache) -> None:
+    metrics = Metrics()
+    failures = {"boom": RuntimeError("transient"), "fatal": TerminalError("bad spec")}
+
+    async def reconcile(req: Request) -> Result:
+        raise failures[req.name]
+
+    ctl = _build(cache, reconcile, metrics)
+    await _run_one(ctl, Request("ns", "boom"))
+    assert ctl.queue.num_requeues(Request("ns", "boom")) == 1 and ctl.queue.waiting_count() == 1
+    await _run_one(ctl, Request("ns", "fatal"))
+    assert ctl.queue.num_requeues(Request("ns", "fatal")) == 0 and ctl.queue.waiting_count() == 1
+    reg = metrics.registry
+    assert reg.get_sample_value("controller_runtime_reconcile_errors_total", {"controller": "c"}) == 2
+    assert reg.get_sample_value("controller_runtime_terminal_reconcile_errors_total", {"controller": "c"}) == 1
+    assert reg.get_sample_value("controller_runtime_reconcile_total", {"controller": "c", "result": "error"}) == 2
+
+
+async def test_requeue_after_forgets_failures_and_delays(cache: Cache) -> None:
+    metrics = Metrics()
+
+    async def reconcile(req: Request) -> Result:
+        return Result.requeue_after(30)
+
+    ctl = _build(cache, reconcile, metrics)
+    clock = FakeClock()
+    ctl.queue = WorkQueue("c", clock=clock)
+    req = Request("ns", "p")
+    ctl.queue.add_rate_limited(req)
+    clock.advance(1)
+    await _run_one(ctl, req)
+    assert ctl.queue.num_requeues(req) == 0
+    clock.advance(29)
+    assert ctl.queue.get_nowait() is None
+    clock.advance(1)
+    assert ctl.queue.get_nowait() == req
+    assert (
+        metrics.registry.get_sample_value(
+            "controller_runtime_reconcile_total", {"controller": "c", "result": "requeue_after"}
+        )
+        == 1
+    )
+
+
+async def test_events_map_to_owners_old_and_new(cache: Cache) -> None:
+    async def reconcile(req: Request) -> Result:
+        return Result.done()
+
+    ctl = _build(cache, reconcile, Metrics())
+    child_inf = cache.informer(CHILD)
+    ref = {"apiVersion": "example.io/v1", "kind": "Parent", "name": "p1", "uid": "u", "controller": True}
+    old = freeze({"metadata": {"name": "c", "namespace": "ns", "ownerReferences": [ref]}})
+    new = freeze({"metadata": {"name": "c", "namespace": "ns", "labels": {"owner": "p2", "owner-ns": "other"}}})
+    child_inf._emit(Event(EventType.UPDATED, new, old))
+    got = {ctl.queue.get_nowait(), ctl.queue.get_nowait()}
+    assert got == {Request("ns", "p1"), Request("other", "p2")}
+
+    not_controller = freeze(
+        {"metadata": {"name": "d", "namespace": "ns", "ownerReferences": [{**ref, "controller": False}]}}
+    )
+    child_inf._emit(Event(EventType.ADDED, not_controller))
+    assert ctl.queue.get_nowait() is None
+
+    parent = freeze({"metadata": {"name": "p", "namespace": "ns"}})
+    cache.informer(PARENT)._emit(Event(EventType.ADDED, parent, low_priority=True))
+    cache.informer(PARENT)._emit(Event(EventType.ADDED, freeze({"metadata": {"name": "q", "namespace": "ns"}})))
+    assert ctl.queue.get_nowait() == Request("ns", "q")  # the initial-list event waits behind real changes
+    assert ctl.queue.get_nowait() == Request("ns", "p")
+    assert Priority.LOW < Priority.NORMAL
+
+
+def test_builder_rejects_incomplete_wiring() -> None:
+    b = ControllerBuilder("x", cache=None, metrics=Metrics(), register=lambda c: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        b.owns(CHILD)
+    with pytest.raises(ValueError):
+        b.complete(lambda req: None)  # type: ignore[arg-type,return-value]
