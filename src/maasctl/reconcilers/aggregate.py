@@ -18,8 +18,8 @@ from typing import Any
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.policy.cel import CelError
-from maasctl.reconcilers.context import FINALIZER, Context, model_keys, status_patch
-from maasctl.reconcilers.kinds import MAAS_MODEL_REF
+from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context, model_keys, status_patch
+from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_MODEL_REF
 from maasctl.reconcilers.routes import RouteResolution, resolve
 from maasctl.runtime import (
     GroupVersionKind,
@@ -28,6 +28,7 @@ from maasctl.runtime import (
     has_finalizer,
     is_deleting,
     remove_finalizer,
+    set_condition,
 )
 from maasctl.runtime.objects import FrozenObject
 
@@ -112,6 +113,17 @@ class AggregatingReconciler(abc.ABC):
     async def after_sync(self, obj: FrozenObject, outcomes: Sequence[ModelOutcome]) -> Result:
         return Result.done()
 
+    def dependency_status(self, obj: FrozenObject, missing: list[str]) -> dict[str, Any]:
+        generation = int(obj["metadata"].get("generation", 0))
+        message = f"required API not installed: {', '.join(missing)}; waiting for it"
+        return {
+            "phase": "Pending",
+            "observedGeneration": generation,
+            "conditions": set_condition((obj.get("status") or {}).get("conditions"), type_="Ready", status="False",
+                                        reason="DependencyMissing", message=message,
+                                        observed_generation=generation),
+        }
+
     # -- the shared flow --------------------------------------------------------------------------------
     def in_scope(self, obj: Mapping[str, Any]) -> bool:
         return bool(obj["metadata"]["namespace"] == self.ctx.settings.subscription_namespace)
@@ -126,6 +138,10 @@ class AggregatingReconciler(abc.ABC):
             return Result.done()
         if not deleting:
             await ctx.ensure_finalizer(obj)
+        missing = [] if deleting else ctx.missing_apis(self.generated, HTTP_ROUTE)
+        if missing:
+            await ctx.applier.apply_status(status_patch(obj, self.dependency_status(obj, missing)))
+            return Result.requeue_after(DEPENDENCY_RECHECK)
         key = source_key(obj)
         wanted = set() if deleting or not self.in_scope(obj) else set(model_index(obj))
         listed = {m.key for m in await self._models_of_generated(obj, key)}

@@ -19,11 +19,14 @@ from maasctl.runtime import (
     add_finalizer,
     has_finalizer,
 )
+from maasctl.runtime.informer import InformerState
 from maasctl.settings import ControllerSettings
 
 log = structlog.get_logger("maasctl.reconcilers")
 
 FINALIZER = "maas.opendatahub.io/finalizer"
+DEPENDENCY_RECHECK = 15.0
+"""Seconds between checks while a dependency's CRD (Kuadrant, KServe, Gateway API) is missing."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,12 @@ class Context:
             return False
         await add_finalizer(self.client, obj, FINALIZER)
         return True
+
+    def missing_apis(self, *gvks: GroupVersionKind) -> list[str]:
+        """Kinds among `gvks` whose CRD is not installed (their informers wait for it to appear)."""
+        states = self.cache.status()
+        waiting = InformerState.WAITING_FOR_CRD
+        return [f"{g.kind} ({g.group}/{g.version})" for g in gvks if states.get(str(g)) is waiting]
 
     async def event(
         self,

@@ -14,11 +14,12 @@ from maasctl.builders import names
 from maasctl.builders.httproute import ExternalRouteInput, build_external_model_objects
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
-from maasctl.reconcilers.context import FINALIZER, Context, status_patch
+from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context, status_patch
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     EXTERNAL_MODEL,
     HTTP_ROUTE,
+    LLM_INFERENCE_SERVICE,
     MAAS_MODEL_REF,
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
@@ -46,6 +47,16 @@ class ModelRefReconciler:
         await ctx.ensure_finalizer(obj)  # before any child exists; predicates do not re-enqueue on it
 
         mr = parse(MaaSModelRef, thaw(obj))
+        needed = [HTTP_ROUTE]
+        if mr.spec.model_ref.kind == ModelKind.LLM_INFERENCE_SERVICE:
+            needed.append(LLM_INFERENCE_SERVICE)
+        missing = ctx.missing_apis(*needed)
+        if missing:
+            note = f"required API not installed: {', '.join(missing)}; waiting for it"
+            status = self._status(obj, RouteResolution(model, "DependencyMissing", note), None)
+            status["phase"] = str(ModelPhase.PENDING)
+            await ctx.applier.apply_status(status_patch(obj, status))
+            return Result.requeue_after(DEPENDENCY_RECHECK)
         problem: str | None = None
         if mr.spec.model_ref.kind == ModelKind.EXTERNAL_MODEL:
             problem = await self._sync_external(obj, mr, model)

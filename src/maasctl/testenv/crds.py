@@ -98,7 +98,7 @@ def wait_established(http: httpx.Client, names: Iterable[str], timeout: float = 
     for name in names:
         while True:
             obj = http.get(f"{_CLUSTER_SCOPED_PATHS['CustomResourceDefinition']}/{name}").json()
-            conditions = obj.get("status", {}).get("conditions", [])
+            conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 break
             if time.monotonic() > deadline:
