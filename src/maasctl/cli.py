@@ -1,15 +1,25 @@
-"""The `maasctl` command line: argument parsing only; the work lives in the modules it calls."""
+"""The `maasctl` command line: argument parsing only; the work lives in the modules it calls.
+
+Every flag has a `MAASCTL_<FLAG>` environment fallback (see `settings.env_default`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from maasctl import __version__
 from maasctl.settings import ControllerSettings, env_default
+
+
+def _add_logging_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
+    p.add_argument("--log-level", default=env_default("log_level", "info"))
 
 
 def _add_controller_flags(p: argparse.ArgumentParser) -> None:
@@ -27,16 +37,24 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
                    default=env_default("leader_elect", "false") == "true",
                    help="elect a leader with a coordination.k8s.io Lease before reconciling")
     p.add_argument("--leader-election-namespace",
-                   default=env_default("leader_election_namespace", d.leader_election_namespace))
+                   default=env_default("leader_election_namespace", d.leader_election_namespace),
+                   help="namespace of the leader Lease; also where the key cleanup Jobs run")
     p.add_argument("--max-concurrent-reconciles", type=int,
                    default=int(env_default("max_concurrent_reconciles", str(d.max_concurrent_reconciles))))
-    p.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
-    p.add_argument("--log-level", default=env_default("log_level", d.log_level))
+    _add_logging_flags(p)
     p.add_argument("--gateway-name", default=env_default("gateway_name", d.gateway_name))
     p.add_argument("--gateway-namespace", default=env_default("gateway_namespace", d.gateway_namespace))
     p.add_argument("--subscription-namespace",
                    default=env_default("subscription_namespace", d.subscription_namespace))
-    p.add_argument("--maas-api-url", default=env_default("maas_api_url", d.maas_api_url))
+    p.add_argument("--maas-api-url", default=env_default("maas_api_url", d.maas_api_url),
+                   help="maas-api base URL used by generated AuthPolicies and cleanup Jobs")
+    p.add_argument("--cleanup-job-image", default=env_default("cleanup_job_image", d.cleanup_job_image),
+                   help="image of the subscription key cleanup Job (runs `maasctl keys revoke-subscription`)")
+    p.add_argument("--cleanup-job-service-account",
+                   default=env_default("cleanup_job_service_account", d.cleanup_job_service_account))
+    p.add_argument("--cleanup-job-managed-by", default=env_default("cleanup_job_managed_by", ""),
+                   help="spec.managedBy of cleanup Jobs; only for clusters without a kubelet (the local "
+                        "control plane's Job runner); empty in production")
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -54,7 +72,48 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         gateway_namespace=args.gateway_namespace,
         subscription_namespace=args.subscription_namespace,
         maas_api_url=args.maas_api_url,
+        cleanup_job_image=args.cleanup_job_image,
+        cleanup_job_service_account=args.cleanup_job_service_account,
+        cleanup_job_managed_by=args.cleanup_job_managed_by,
     )
+
+
+def _add_api_parser(sub: Any) -> None:
+    api = sub.add_parser("api", help="run maas-api (API keys, model catalogue, gateway callbacks, usage)")
+    api.add_argument("--host", default=env_default("api_host", "127.0.0.1"))
+    api.add_argument("--port", type=int, default=int(env_default("api_port", "8080")))
+    api.add_argument("--database-url", default=env_default("database_url", "sqlite+aiosqlite:///maas-api.db"),
+                     help="SQLAlchemy async URL: sqlite+aiosqlite:///file.db or postgresql+asyncpg://...")
+    api.add_argument("--subscription-namespace",
+                     default=env_default("subscription_namespace", ControllerSettings().subscription_namespace))
+    api.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
+    _add_logging_flags(api)
+
+
+def _add_gateway_parsers(sub: Any) -> None:
+    gw = sub.add_parser("gateway", help="run the local data plane enforcing the generated Gateway/Kuadrant objects")
+    gw.add_argument("--host", default=env_default("gateway_host", "127.0.0.1"))
+    gw.add_argument("--port", type=int, default=int(env_default("gateway_port", "8000")))
+    gw.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
+    gw.add_argument("--gateway-name", default=env_default("gateway_name", ControllerSettings().gateway_name))
+    gw.add_argument("--gateway-namespace",
+                    default=env_default("gateway_namespace", ControllerSettings().gateway_namespace))
+    gw.add_argument("--maas-api-url", default=env_default("gateway_maas_api_url", "") or None,
+                    help="replace the origin of the policies' maas-api callback URLs (local maas-api)")
+    gw.add_argument("--usage-url", default=env_default("usage_url", "") or None,
+                    help="maas-api base URL receiving usage records (default: log them)")
+    _add_logging_flags(gw)
+
+    sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
+    sim.add_argument("--gateway-url", default=env_default("gateway_url", "http://127.0.0.1:8000"))
+    sim.add_argument("--model", required=True, help="<namespace>/<name> of the MaaSModelRef")
+    who = sim.add_mutually_exclusive_group(required=True)
+    who.add_argument("--key", help="an API key (sk-oai-...)")
+    who.add_argument("--token", help="a Kubernetes bearer token")
+    who.add_argument("--user", help="a user name (with --group)")
+    sim.add_argument("--group", dest="groups", action="append", default=[])
+    sim.add_argument("--subscription", help="X-MaaS-Subscription value")
+    sim.add_argument("--json", action="store_true", help="print JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,10 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the controller against a cluster")
     _add_controller_flags(run)
 
-    dev = sub.add_parser("dev", help="start a local control plane with all CRDs and run the controller on it")
+    dev = sub.add_parser("dev", help="the whole product on a local control plane, with sample resources")
     _add_controller_flags(dev)
     dev.add_argument("--dir", type=Path, default=Path(".local/dev"),
                      help="where the local control plane keeps its data and kubeconfig")
+    dev.add_argument("--gateway-port", type=int, default=8000)
+    dev.add_argument("--api-port", type=int, default=8090)
+    dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
+
+    _add_api_parser(sub)
+    _add_gateway_parsers(sub)
 
     model = sub.add_parser("testmodel", help="serve the OpenAI-compatible test model (tests and samples)")
     model.add_argument("--host", default="127.0.0.1")
@@ -76,53 +141,151 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--model", dest="models", action="append", default=[], help="model id (repeatable)")
     model.add_argument("--prompt-tokens", type=int, default=10)
     model.add_argument("--completion-tokens", type=int, default=5)
-    model.add_argument("--require-bearer", default=None, help="upstream key the model demands (env ok)")
+    model.add_argument("--require-bearer", default=env_default("testmodel_require_bearer", "") or None,
+                       help="upstream key the model demands")
+
+    gen = sub.add_parser("gen-crds", help="regenerate the CRDs and admission policy from the pydantic models")
+    gen.add_argument("--manifests", type=Path, default=Path("manifests"))
+    gen.add_argument("--check", action="store_true", help="only list out-of-date files (exit 1 if any)")
 
     testenv = sub.add_parser("testenv", help="local control plane tooling")
     tsub = testenv.add_subparsers(dest="testenv_command", required=True)
     tsub.add_parser("build", help="build (or find in the cache) the control-plane binary and print its path")
+
+    keys = sub.add_parser("keys", help="API key maintenance (run by the controller's Jobs)")
+    ksub = keys.add_subparsers(dest="keys_command", required=True)
+    revoke = ksub.add_parser("revoke-subscription",
+                             help="revoke every API key bound to one subscription (the deletion cleanup Job)")
+    revoke.add_argument("--subscription", required=True, help="<namespace>/<name> of the MaaSSubscription")
+    revoke.add_argument("--maas-api-url", default=env_default("maas_api_url", ControllerSettings().maas_api_url))
+    revoke.add_argument("--token-file", default=env_default("maas_api_token_file",
+                                                            "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+                        help="file holding the bearer token for maas-api (default: the pod's service account)")
+    revoke.add_argument("--ca-file", default=env_default("maas_api_ca_file", "") or None,
+                        help="CA bundle for an https maas-api URL")
+
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "testenv":
-        from maasctl.testenv.binary import ensure_binary
+    handler = _HANDLERS.get(args.command)
+    if handler is None:
+        raise AssertionError(args.command)
+    return handler(args)
 
-        print(ensure_binary())
-        return 0
 
-    if args.command == "testmodel":
-        import uvicorn
-
-        from maasctl.testmodel import ModelServerConfig, create_app
-
-        cfg = ModelServerConfig(
-            models=tuple(args.models) or ("test-model",),
-            prompt_tokens=args.prompt_tokens,
-            completion_tokens=args.completion_tokens,
-            require_bearer=args.require_bearer,
-        )
-        uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
-        return 0
-
+def _configure_logging(args: argparse.Namespace) -> None:
     from maasctl.logging import configure_logging
 
-    configure_logging(fmt=args.log_format, level=args.log_level)
-    if args.command == "run":
-        from maasctl.app import run_controller
-
-        return _run_async(run_controller(settings_from_args(args)))
-    if args.command == "dev":
-        from maasctl.dev import run_dev
-
-        return _run_async(run_dev(settings_from_args(args), args.dir))
-    raise AssertionError(args.command)
+    configure_logging(fmt=getattr(args, "log_format", "auto"), level=getattr(args, "log_level", "info"))
 
 
-def _run_async(coro: object) -> int:
+def _run(args: argparse.Namespace) -> int:
+    from maasctl.app import run_controller
+
+    _configure_logging(args)
+    return _run_async(run_controller(settings_from_args(args)))
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from maasctl.dev import DevOptions, run_dev
+
+    _configure_logging(args)
+    return _run_async(run_dev(settings_from_args(args), DevOptions(
+        directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, samples=not args.no_samples)))
+
+
+def _api(args: argparse.Namespace) -> int:
+    from pydantic import SecretStr
+
+    from maasctl.maasapi.server import serve
+    from maasctl.maasapi.settings import MaasApiSettings
+
+    _configure_logging(args)
+    pepper = env_default("key_pepper", "")
+    serve(MaasApiSettings(
+        host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
+        subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
+    ))
+    return 0
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from maasctl.gateway.config import GatewaySettings
+    from maasctl.gateway.server import run_gateway
+
+    _configure_logging(args)
+    settings = GatewaySettings(
+        host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
+        gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
+    )
+    return _run_async(run_gateway(settings))
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from maasctl.gateway.simulate import SimulateRequest, format_report, simulate_remote
+
+    request = SimulateRequest(model=args.model, key=args.key, token=args.token, user=args.user,
+                              groups=tuple(args.groups), subscription=args.subscription)
+    report = asyncio.run(simulate_remote(args.gateway_url, request))
+    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
+    return 0
+
+
+def _testmodel(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from maasctl.testmodel import ModelServerConfig, create_app
+
+    cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
+                            completion_tokens=args.completion_tokens, require_bearer=args.require_bearer)
+    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _gen_crds(args: argparse.Namespace) -> int:
+    from maasctl.api import crdgen
+
+    if args.check:
+        stale = crdgen.stale_files(args.manifests)
+        for rel in stale:
+            print(f"out of date: {args.manifests / rel}", file=sys.stderr)
+        return 1 if stale else 0
+    for path in crdgen.write_all(args.manifests):
+        print(f"wrote {path}")
+    return 0
+
+
+def _testenv(args: argparse.Namespace) -> int:
+    from maasctl.testenv.binary import ensure_binary
+
+    print(ensure_binary())
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from maasctl.reconcilers.cleanup import RevocationError, revoke_subscription_keys
+
     try:
-        return int(asyncio.run(coro))  # type: ignore[arg-type]
+        token = Path(args.token_file).read_text().strip()
+        count = revoke_subscription_keys(args.maas_api_url, args.subscription, token, ca_file=args.ca_file)
+    except (OSError, RevocationError) as exc:
+        print(f"revoking the API keys of {args.subscription} failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"revoked {count} API key(s) of subscription {args.subscription}")
+    return 0
+
+
+_HANDLERS = {
+    "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
+    "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys,
+}
+
+
+def _run_async(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        return int(asyncio.run(coro))
     except KeyboardInterrupt:
         return 130
 

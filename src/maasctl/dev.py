@@ -1,40 +1,99 @@
-"""`maasctl dev`: the whole product on a laptop: a local control plane, all CRDs, the controller."""
+"""`maasctl dev`: the README's main command. Starts the local stack (control plane, test model, maas-api,
+local gateway), runs the controller in the foreground, creates the sample resources and prints where to look.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
+from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
+from maasctl.localstack import LocalStack, StackOptions
+from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
+from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
-from maasctl.testenv import ControlPlane
-from maasctl.testenv.crds import install_third_party_crds
 
 log = structlog.get_logger("maasctl.dev")
+FIELD_MANAGER = "maasctl-dev"
 
 
-async def run_dev(settings: ControllerSettings, directory: Path) -> int:
-    """Start the local control plane in `directory`, install CRDs, run the controller until Ctrl-C."""
+@dataclass(frozen=True, kw_only=True)
+class DevOptions:
+    directory: Path
+    gateway_port: int = 8000
+    api_port: int = 8090
+    samples: bool = True
+
+
+async def apply_samples(stack: LocalStack) -> None:
+    """Create the sample models, auth policy and subscriptions (server-side apply: idempotent)."""
+    client = Client(stack.api)
+    objs = [samples.gateway(stack.settings, int(stack.gateway_url.rsplit(":", 1)[1])),
+            *samples.models(stack.settings, stack.model_url, stack.incluster_model_url), *samples.access(stack.settings)]
+    for obj in objs:
+        await client.apply(obj, field_manager=FIELD_MANAGER)
+    gw = stack.settings
+    await client.patch(GATEWAY, gw.gateway_name, gw.gateway_namespace, samples.gateway_status(),
+                       subresource="status")
+    await client.patch(LLM_INFERENCE_SERVICE, samples.IN_CLUSTER_MODEL, samples.MODEL_NAMESPACE,
+                       samples.llm_ready_status(stack.gateway_url), subresource="status")
+
+
+def write_tokens(stack: LocalStack, path: Path) -> None:
+    """Tokens of the local test users, in a file (never printed or logged)."""
+    lines = [f"export {u.name.upper()}_TOKEN={u.token}" for u in stack.control_plane.users.values()]
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
+
+
+def banner(stack: LocalStack, directory: Path) -> str:
+    kubeconfig, tokens = directory / "kubeconfig", directory / "tokens.env"
+    ns = samples.MODEL_NAMESPACE
+    return f"""
+maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {directory}/*.log
+
+  export KUBECONFIG={kubeconfig}     # kubectl get maasmodelrefs,maassubscriptions -A
+  source {tokens}                     # ALICE_TOKEN (premium-users), BOB_TOKEN (free-users), CAROL_TOKEN
+
+  maas-api   {stack.api_url}
+  gateway    {stack.gateway_url}
+
+  # mint an API key bound to alice's best subscription, then call a model through the gateway:
+  KEY=$(curl -s -X POST {stack.api_url}/v1/api-keys -H "Authorization: Bearer $ALICE_TOKEN" \\
+        -H 'Content-Type: application/json' -d '{{"name": "demo"}}' \\
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+  curl -s {stack.gateway_url}/{ns}/{samples.EXTERNAL_MODEL}/v1/chat/completions \\
+        -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \\
+        -d '{{"model": "{samples.EXTERNAL_MODEL}", "messages": [{{"role": "user", "content": "hi"}}]}}'
+  curl -s {stack.api_url}/v1/models -H "Authorization: Bearer $KEY"
+  .venv/bin/maasctl simulate --gateway-url {stack.gateway_url} --model {ns}/{samples.EXTERNAL_MODEL} --key "$KEY"
+"""
+
+
+async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
-    data = directory.resolve() / "controlplane"
-    shutil.rmtree(data, ignore_errors=True)
-    cp = ControlPlane(directory=data)
-    log.info("starting local control plane", directory=str(data))
-    await asyncio.to_thread(cp.start)
+    directory = options.directory.resolve()
+    shutil.rmtree(directory / "controlplane", ignore_errors=True)
+    (directory / "maas-api.db").unlink(missing_ok=True)
+    stack = LocalStack(StackOptions(directory=directory, settings=settings, gateway_port=options.gateway_port,
+                                    api_port=options.api_port, controller_process=False))
+    log.info("starting the local stack", directory=str(directory))
+    await stack.start()
     try:
-        with cp.http_client() as http:
-            crds = await asyncio.to_thread(install_third_party_crds, http)
-        kubeconfig = directory.resolve() / "kubeconfig"
-        shutil.copyfile(cp.kubeconfig, kubeconfig)
-        kubeconfig.chmod(0o600)
-        log.info("local control plane ready", server=cp.server, kubeconfig=str(kubeconfig), crds=len(crds))
-        print(f"\n  export KUBECONFIG={kubeconfig}\n  kubectl get crds   # while this runs; Ctrl-C stops\n",
-              flush=True)
-        return await run_controller(dataclasses.replace(settings, kubeconfig=str(kubeconfig)), stop)
+        shutil.copyfile(stack.kubeconfig, directory / "kubeconfig")
+        (directory / "kubeconfig").chmod(0o600)
+        write_tokens(stack, directory / "tokens.env")
+        controller = asyncio.create_task(run_controller(dataclasses.replace(stack.settings), stop))
+        if options.samples:
+            await apply_samples(stack)
+        print(banner(stack, directory), flush=True)
+        return await controller
     finally:
-        await asyncio.to_thread(cp.stop)
+        await stack.stop()

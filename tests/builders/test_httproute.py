@@ -41,7 +41,10 @@ def test_exact_route() -> None:
             "name": "maas-gpt-4o",
             "namespace": "llm",
             "labels": LABELS | {"app.kubernetes.io/component": "external-model-route"},
-            "annotations": {"maas.opendatahub.io/upstream-key-secret": "openai-key"},
+            "annotations": {
+                "maas.opendatahub.io/upstream-key-secret": "openai-key",
+                "maas.opendatahub.io/upstream-key-secret-key": "api-key",
+            },
         },
         "spec": {
             "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",

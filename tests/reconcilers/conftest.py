@@ -16,6 +16,8 @@ from maasctl.app import build_manager, connect
 from maasctl.runtime import Manager
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
+from maasctl.testenv.crds import install_third_party_crds
+from tests.install.manifests import controller_api
 
 SUB_NS = "models-as-a-service"
 GATEWAY_NS = "maas-gateway"
@@ -43,6 +45,26 @@ async def ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
 @pytest.fixture(scope="session")
 async def maas_cluster(control_plane: ControlPlane) -> AsyncIterator[ControlPlane]:
     """The session control plane with MaaS CRDs, admission policy, namespaces and a Gateway installed."""
+    await install_maas(control_plane)
+    yield control_plane
+
+
+@pytest.fixture
+async def fresh_maas_cluster() -> AsyncIterator[ControlPlane]:
+    """A control plane of its own (no leftovers of other tests), set up like `maas_cluster`."""
+    cp = ControlPlane(with_controller_manager=False)
+    await asyncio.to_thread(cp.start)
+    try:
+        with cp.http_client() as http:
+            await asyncio.to_thread(install_third_party_crds, http)
+        await install_maas(cp)
+        yield cp
+    finally:
+        await asyncio.to_thread(cp.stop)
+
+
+async def install_maas(control_plane: ControlPlane) -> None:
+    """MaaS CRDs, the admission policy, the subscription and gateway namespaces and the Gateway."""
     api = await connect(str(control_plane.kubeconfig))
     try:
         await install_crds(api, subscription_namespace=SUB_NS)
@@ -64,7 +86,6 @@ async def maas_cluster(control_plane: ControlPlane) -> AsyncIterator[ControlPlan
                 "gateway.networking.k8s.io", "v1", GATEWAY_NS, "gateways", gateway)
     finally:
         await api.close()
-    yield control_plane
 
 
 @dataclass
@@ -80,7 +101,9 @@ class RunningController:
 
 
 async def start_controller(cp: ControlPlane, settings: ControllerSettings = SETTINGS) -> RunningController:
-    api = await connect(str(cp.kubeconfig))
+    """Run the controller as its ServiceAccount with the RBAC of manifests/ (applied first), never as admin:
+    a permission the install lacks fails the test that needs it."""
+    api = await controller_api(cp, settings.leader_election_namespace, settings.subscription_namespace)
     manager = build_manager(api, settings)
     task = asyncio.create_task(manager.run())
     return RunningController(manager, task, api)

@@ -9,12 +9,15 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from maasctl.app import connect
+from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import (
     GATEWAY_NAME,
     GATEWAY_NS,
     SUB_NS,
     Objects,
     RunningController,
+    ensure_namespace,
     eventually,
     start_controller,
 )
@@ -223,10 +226,13 @@ async def test_model_published_after_its_subscription_is_picked_up(
     await objs.delete("MaaSSubscription", SUB_NS, sub)
 
 
-async def test_restart_after_convergence_writes_nothing(
-    maas_cluster: Any, objs: Objects, kube: k8s.ApiClient, namespace: str
-) -> None:
-    first = await start_controller(maas_cluster)
+async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: ControlPlane) -> None:
+    """On a cluster of its own: leftovers of other tests (e.g. terminating namespaces) would be real work."""
+    kube = await connect(str(fresh_maas_cluster.kubeconfig))
+    objs = Objects(kube)
+    namespace = "steady-models"
+    await ensure_namespace(k8s.CoreV1Api(kube), namespace)
+    first = await start_controller(fresh_maas_cluster)
     sub, pol = f"r-{uid()}", f"rp-{uid()}"
     try:
         await publish_external(objs, kube, namespace, "steady")
@@ -256,7 +262,7 @@ async def test_restart_after_convergence_writes_nothing(
         return out
 
     before = await versions()
-    second = await start_controller(maas_cluster)
+    second = await start_controller(fresh_maas_cluster)
     try:
         await asyncio.sleep(1)
         assert await second.manager.cache.wait_for_sync(deadline=30)
@@ -265,5 +271,4 @@ async def test_restart_after_convergence_writes_nothing(
         assert await versions() == before
     finally:
         await second.stop()
-        await objs.delete("MaaSSubscription", SUB_NS, sub)
-        await objs.delete("MaaSAuthPolicy", SUB_NS, pol)
+        await kube.close()

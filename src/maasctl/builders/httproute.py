@@ -75,6 +75,7 @@ class ExternalRouteInput:
     timeout: str = "300s"
     hostnames: tuple[str, ...] = ()
     credential_secret: str | None = None
+    credential_key: str = "api-key"
     owner: OwnerRef | None = None
 
 
@@ -138,7 +139,10 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
     _validate(inp)
     meta = _metadata(inp, names.external_route_name(inp.model.name), COMPONENT_ROUTE)
     if inp.credential_secret is not None:
-        meta["annotations"] = {names.UPSTREAM_KEY_SECRET_ANNOTATION: inp.credential_secret}
+        meta["annotations"] = {
+            names.UPSTREAM_KEY_SECRET_ANNOTATION: inp.credential_secret,
+            names.UPSTREAM_KEY_FIELD_ANNOTATION: inp.credential_key,
+        }
     spec: dict[str, Any] = {
         "parentRefs": [
             {

@@ -39,6 +39,7 @@ __all__ = [
     "SUBSCRIPTIONS_ANNOTATION",
     "SUBSCRIPTION_LABEL",
     "SUBSCRIPTION_NAMESPACE_LABEL",
+    "UPSTREAM_KEY_FIELD_ANNOTATION",
     "UPSTREAM_KEY_LABEL",
     "UPSTREAM_KEY_SECRET_ANNOTATION",
     "authpolicy_name",
@@ -74,6 +75,8 @@ SUBSCRIPTIONS_ANNOTATION: Final = "maas.opendatahub.io/subscriptions"
 AUTH_POLICIES_ANNOTATION: Final = "maas.opendatahub.io/auth-policies"
 UPSTREAM_KEY_SECRET_ANNOTATION: Final = "maas.opendatahub.io/upstream-key-secret"
 """On an ExternalModel's HTTPRoute: the name (never the value) of the Secret holding the provider key."""
+UPSTREAM_KEY_FIELD_ANNOTATION: Final = "maas.opendatahub.io/upstream-key-secret-key"
+"""On an ExternalModel's HTTPRoute: which key of that Secret holds the provider key."""
 
 OPT_OUT_ANNOTATION: Final = "opendatahub.io/managed"
 OPT_OUT_VALUE: Final = "false"

@@ -87,6 +87,7 @@ class ModelRefReconciler:
             base_path=base_path,
             gateway=self.gateway,
             credential_secret=em.spec.credential_ref.name if em.spec.credential_ref else None,
+            credential_key=em.spec.credential_ref.key if em.spec.credential_ref else "api-key",
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
         )
         try:

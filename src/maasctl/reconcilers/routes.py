@@ -70,9 +70,12 @@ def gateway_base_url(cache: Cache, gateway: GatewayRef) -> str | None:
         if host and "*" not in host:
             scheme = "https" if listener.get("protocol") == "HTTPS" else "http"
             return f"{scheme}://{host}"
+    listeners = (gw.get("spec") or {}).get("listeners") or ()
+    port = listeners[0].get("port") if listeners else None
+    suffix = f":{port}" if port and port not in (80, 443) else ""
     for address in (gw.get("status") or {}).get("addresses") or ():
         if address.get("value"):
-            return f"http://{address['value']}"
+            return f"http://{address['value']}{suffix}"
     return None
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from maasctl.builders import names
 from maasctl.reconcilers.aggregate import MODEL_INDEX, SOURCE_INDEX, annotation_index, model_index
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
+from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.externalmodel import ExternalModelReconciler
 from maasctl.reconcilers.kinds import (
@@ -14,6 +15,8 @@ from maasctl.reconcilers.kinds import (
     EXTERNAL_MODEL,
     GATEWAY,
     HTTP_ROUTE,
+    INFERENCE_OBJECTIVE,
+    INFERENCE_POOL,
     LLM_INFERENCE_SERVICE,
     MAAS_AUTH_POLICY,
     MAAS_MODEL_REF,
@@ -24,7 +27,7 @@ from maasctl.reconcilers.kinds import (
 from maasctl.reconcilers.modelref import ModelRefReconciler
 from maasctl.reconcilers.subscription import SubscriptionReconciler
 from maasctl.runtime import Cache, GroupVersionKind, Manager, Request
-from maasctl.runtime.controller import MapFunc
+from maasctl.runtime.controller import ControllerBuilder, MapFunc
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
 from maasctl.settings import ControllerSettings
@@ -91,6 +94,21 @@ def _sources_of_generated(annotation: str) -> MapFunc:
     return map_to
 
 
+def _subscription_watches(builder: ControllerBuilder, cache: Cache) -> ControllerBuilder:
+    """Request priority and key cleanup inputs of the MaaSSubscription controller.
+
+    InferenceObjectives (ours and foreign ones holding our names), InferencePools and LLMInferenceServices
+    (status.router) map to every subscription naming a model in their namespace; cleanup Jobs map back through
+    their source annotation. No predicates: status changes matter for all of them.
+    """
+    by_namespace = _sources_of_route(cache, MAAS_SUBSCRIPTION)
+    return (builder
+            .watches(INFERENCE_OBJECTIVE, map_to=by_namespace)
+            .watches(INFERENCE_POOL, map_to=by_namespace)
+            .watches(LLM_INFERENCE_SERVICE, map_to=by_namespace)
+            .watches(JOB, map_to=_sources_of_generated(names.SUBSCRIPTIONS_ANNOTATION)))
+
+
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
     """Wire the MaaSModelRef, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
@@ -122,10 +140,12 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         ("maassubscription", MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY, names.SUBSCRIPTIONS_ANNOTATION,
          SubscriptionReconciler(ctx)),
     ):
-        (manager.controller(name)
+        builder = (manager.controller(name)
             .for_(source, predicates=[SPEC_OR_META])
             .watches(generated, map_to=_sources_of_generated(annotation))
             .watches(MAAS_MODEL_REF, map_to=_sources_of_model(cache, source))
-            .watches(HTTP_ROUTE, map_to=_sources_of_route(cache, source))
-            .complete(reconciler))
+            .watches(HTTP_ROUTE, map_to=_sources_of_route(cache, source)))
+        if source == MAAS_SUBSCRIPTION:
+            builder = _subscription_watches(builder, cache)
+        builder.complete(reconciler)
     return ctx

@@ -62,7 +62,9 @@ def owned_paths(fields_v1: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
 def _contains(live: Any, desired: Any) -> bool:
     """True when ``desired`` is present in ``live`` (maps by subset; lists elementwise, same length)."""
     if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(k in live and _contains(live[k], v) for k, v in desired.items())
+        return isinstance(live, Mapping) and all(
+            _contains(live[k], v) if k in live else _is_empty(v) for k, v in desired.items()
+        )
     if isinstance(desired, list | tuple):
         return (
             isinstance(live, list | tuple)
@@ -74,11 +76,19 @@ def _contains(live: Any, desired: Any) -> bool:
     return bool(live == desired)
 
 
+def _is_empty(value: Any) -> bool:
+    """An empty map or list: the server may omit it, so a missing field satisfies it."""
+    return isinstance(value, Mapping | list | tuple) and not value
+
+
 def is_unchanged(
     desired: Mapping[str, Any], live: Mapping[str, Any], field_manager: str, subresource: str | None = None
 ) -> bool:
-    """True when applying ``desired`` as ``field_manager`` to ``live`` would change nothing."""
-    want = canonical(desired)
+    """True when applying ``desired`` as ``field_manager`` to ``live`` would change nothing.
+
+    Empty maps and lists in ``desired`` count as fields (they are sent, and some APIs give them meaning).
+    """
+    want = without_nulls(desired)
     entry = None
     for e in (live.get("metadata") or {}).get("managedFields") or ():
         if (
@@ -94,6 +104,15 @@ def is_unchanged(
     if leaf_paths(want) - _IDENTITY != owned_paths(entry.get("fieldsV1") or {}) - _IDENTITY:
         return False
     return _contains(live, want)
+
+
+def without_nulls(value: Any) -> Any:
+    """A plain copy of `value` without null members (empty maps and lists are kept)."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [without_nulls(v) for v in value if v is not None]
+    return value
 
 
 class Applier:
@@ -128,10 +147,12 @@ class Applier:
         if live is not None:
             last = self._written.get(written_key)
             fresh = last is None or live["metadata"].get("resourceVersion") == last
-            if fresh and is_unchanged(want, live, manager, sub):
+            if fresh and is_unchanged(desired, live, manager, sub):
                 self.skipped += 1
                 return live
-        result = await self._client.apply(want, field_manager=manager, subresource=sub)
+        # Send empty maps and lists as written: some APIs give `{}` a meaning (e.g. an AuthPolicy's
+        # `kubernetesTokenReview: {}` selects the method); only nulls are dropped.
+        result = await self._client.apply(without_nulls(desired), field_manager=manager, subresource=sub)
         self.writes += 1
         self._written[written_key] = str(result["metadata"].get("resourceVersion", ""))
         return result

@@ -85,7 +85,9 @@ def _die_with_parent() -> None:
 
 
 @dataclass
-class _Process:
+class ManagedProcess:
+    """A child process with its output in a log file; it dies with its parent."""
+
     name: str
     argv: list[str]
     log_path: Path
@@ -141,7 +143,7 @@ class ControlPlane:
     startup_timeout: float = 120.0
 
     _owns_directory: bool = field(default=False, init=False)
-    _procs: dict[str, _Process] = field(default_factory=dict, init=False)
+    _procs: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
     _pki: Pki | None = field(default=None, init=False)
     apiserver_port: int = field(default=0, init=False)
 
@@ -239,9 +241,9 @@ class ControlPlane:
         self.stop()
 
     # ----- processes ----------------------------------------------------------------------
-    def _spawn(self, name: str, args: list[str]) -> _Process:
+    def _spawn(self, name: str, args: list[str]) -> ManagedProcess:
         assert self.binary is not None
-        proc = _Process(name, [str(self.binary), name, *args], self.root / f"{name}.log")
+        proc = ManagedProcess(name, [str(self.binary), name, *args], self.root / f"{name}.log")
         proc.start()
         self._procs[name] = proc
         return proc
@@ -314,7 +316,7 @@ class ControlPlane:
         except httpx.HTTPError:
             return False
 
-    def _wait(self, proc: _Process, ready: object) -> None:
+    def _wait(self, proc: ManagedProcess, ready: object) -> None:
         assert callable(ready)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

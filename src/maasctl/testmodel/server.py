@@ -58,7 +58,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
 
     @app.middleware("http")
     async def remember(request: Request, call_next: Any) -> Any:
-        if not request.url.path.startswith("/debug"):
+        if not request.url.path.startswith(("/debug", "/health")):
             state.seen.append({"path": request.url.path, "headers": dict(request.headers)})
             if cfg.require_bearer and request.headers.get("authorization") != f"Bearer {cfg.require_bearer}":
                 return _error(401, "missing or wrong upstream credentials", "invalid_api_key")

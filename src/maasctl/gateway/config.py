@@ -1,0 +1,65 @@
+"""Settings of the local data plane (`maasctl gateway`): one frozen object, built by the CLI and passed down.
+
+Nothing in `maasctl.gateway` reads the environment; the CLI maps flags (with `MAASCTL_*` fallbacks) onto
+these fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["LOCAL_URL_ANNOTATION", "GatewaySettings"]
+
+LOCAL_URL_ANNOTATION: Final = "maasctl.opendatahub.io/local-url"
+"""On a Service (any type): the base URL (`http://127.0.0.1:8000`) the local gateway uses for it.
+
+In a cluster a ClusterIP Service is reached through the cluster network; on a laptop it is not, so an
+in-cluster model (e.g. the route KServe made for an LLMInferenceService) is pointed at a local process by
+annotating its Service. The annotation wins over `externalName` as well.
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewaySettings:
+    """Everything the local gateway needs; defaults suit a laptop next to `maasctl run`.
+
+    gateway_name / gateway_namespace: the Gateway whose HTTPRoutes are served (routes attached elsewhere
+        are ignored, as another Gateway would serve them).
+    maas_api_url: when set, replaces the scheme and authority of every AuthPolicy metadata callback URL
+        (the controller writes the in-cluster URL; locally maas-api listens elsewhere). None: call the URLs
+        as written.
+    usage_url: base URL of maas-api for usage records (`POST <usage_url>/internal/v1/usage`); None: log them.
+    max_request_bytes: larger request bodies get 413 before anything else happens.
+    upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
+    callback_timeout: seconds per maas-api callback or TokenReview.
+    token_review_ttl / token_review_negative_ttl: how long a TokenReview answer is reused (seconds).
+    token_review_audiences_from_host: Authorino checks the request host as audience when an AuthPolicy
+        sets none. API servers with static tokens reject that, so locally the default is the API server's
+        own audiences (False); set True to mimic Authorino exactly.
+    upstream_verify: TLS verification for https backends: True (system CAs), False, or a CA bundle path.
+    admin_from_loopback_only: `/_gateway/simulate` answers only loopback clients.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    kubeconfig: str | None = None
+    gateway_name: str = "maas-default-gateway"
+    gateway_namespace: str = "openshift-ingress"
+    maas_api_url: str | None = None
+    usage_url: str | None = None
+    usage_batch_size: int = 100
+    usage_flush_seconds: float = 2.0
+    usage_max_buffer: int = 10_000
+    max_request_bytes: int = 10 * 1024 * 1024
+    max_response_scan_bytes: int = 16 * 1024 * 1024
+    upstream_timeout: float = 300.0
+    connect_timeout: float = 10.0
+    callback_timeout: float = 5.0
+    token_review_ttl: float = 10.0
+    token_review_negative_ttl: float = 2.0
+    token_review_audiences_from_host: bool = False
+    upstream_verify: bool | str = True
+    upstream_max_connections: int = 200
+    admin_from_loopback_only: bool = True
+    log_level: str = "info"

@@ -1,0 +1,492 @@
+"""The local data plane as an ASGI app on uvicorn: `Gateway`, `serve(settings)`, `run_gateway(settings)`.
+
+Per request, in the order Envoy + Authorino + Limitador apply them: match a route (404 when none), run the
+route's AuthPolicy (401/403 with `X-Ext-Auth-Reason`), check the TokenRateLimitPolicy counters (429 with
+`Retry-After` when already over), read the body (413 above `max_request_bytes`), proxy upstream with
+streaming passthrough (503 when unreachable, 504 on timeout), then charge `usage.total_tokens` and emit a
+usage record once the answer is complete (also when the client went away mid-stream).
+
+Reserved paths (never routed): `/_gateway/healthz`, `/_gateway/readyz` (informers synced) and
+`POST /_gateway/simulate` (see `maasctl.gateway.simulate`; loopback clients only by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import signal
+import ssl
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import httpx
+import uvicorn
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from multidict import CIMultiDict
+from starlette.types import Receive, Scope, Send
+
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, RequestInfo, TokenReviewer
+from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.proxy import (
+    JsonUsageScanner,
+    SseUsageFilter,
+    prepare_body,
+    response_headers,
+    upstream_headers,
+)
+from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
+from maasctl.gateway.routes import RouteMatch
+from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
+from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageRecord, UsageSink, usage_numbers
+from maasctl.runtime import ApiError, Cache, CacheOptions, Client
+
+__all__ = ["Gateway", "HttpServer", "run_gateway", "serve", "start_http"]
+
+log = logging.getLogger("maasctl.gateway")
+RESERVED = "/_gateway/"
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _error_body(status: int, message: str, code: str) -> bytes:
+    kind = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}.get(status, "api_error")
+    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionResetError("client disconnected")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge
+        parts.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def _token_review(client: Client) -> Callable[[str, tuple[str, ...]], Awaitable[Mapping[str, Any] | None]]:
+    async def review(token: str, audiences: tuple[str, ...]) -> Mapping[str, Any] | None:
+        spec: dict[str, Any] = {"token": token}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        try:
+            result = await client.create(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {}, "spec": spec}
+            )
+        except ApiError as exc:
+            log.warning("TokenReview failed: %s", exc)
+            return None
+        status = result.get("status") or {}
+        return status if status.get("authenticated") else None
+
+    return review
+
+
+@dataclass
+class _Exchange:
+    """Per-request facts for the usage record."""
+
+    request_id: str
+    started: float
+    match: RouteMatch
+    outcome: AuthOutcome
+    applied: list[AppliedLimit]
+    model: str | None = None
+    streamed: bool = False
+
+
+class Gateway:
+    """The local data plane. Call `start()` (informers), serve `gateway` as ASGI, then `stop()`."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        client: Client,
+        *,
+        sink: UsageSink | None = None,
+        limiter: TokenRateLimiter | None = None,
+        callbacks: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.cache = Cache(client, CacheOptions(label_selectors={SECRET: UPSTREAM_KEY_SELECTOR}))
+        self.state = GatewayState(self.cache, settings)
+        self.limiter = limiter or TokenRateLimiter()
+        self._owned: list[httpx.AsyncClient] = []
+        self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop
+        self.callbacks = callbacks or self._own(httpx.AsyncClient(timeout=settings.callback_timeout))
+        self.auth = AuthPolicyRuntime(
+            self.callbacks,
+            TokenReviewer(
+                _token_review(client),
+                ttl=settings.token_review_ttl,
+                negative_ttl=settings.token_review_negative_ttl,
+            ),
+            callback_base=settings.maas_api_url,
+            callback_timeout=settings.callback_timeout,
+            audiences_from_host=settings.token_review_audiences_from_host,
+            token_review_ttl=settings.token_review_ttl,
+        )
+        if sink is None:
+            sink = (
+                HttpBatchSink(settings.usage_url, self.callbacks, batch_size=settings.usage_batch_size,
+                              flush_interval=settings.usage_flush_seconds, max_buffer=settings.usage_max_buffer)
+                if settings.usage_url
+                else LogSink()
+            )
+        self.sink = sink
+        self._cache_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _own(self, http: httpx.AsyncClient) -> httpx.AsyncClient:
+        self._owned.append(http)
+        return http
+
+    @property
+    def upstream(self) -> aiohttp.ClientSession:
+        """The upstream client (aiohttp: its connection pool costs far less per request than httpx's)."""
+        if self._upstream is None:
+            verify = self.settings.upstream_verify
+            tls: ssl.SSLContext | bool = (
+                ssl.create_default_context(cafile=verify) if isinstance(verify, str) else
+                ssl.create_default_context() if verify else False
+            )
+            self._upstream = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.settings.upstream_max_connections, ssl=tls),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+            )
+        return self._upstream
+
+    async def start(self, sync_timeout: float = 60) -> None:
+        """Start the informers and wait until they listed once."""
+        self._cache_task = asyncio.create_task(self.cache.run(), name="gateway cache")
+        if not await self.cache.wait_for_sync(WATCHED, deadline=sync_timeout):
+            raise TimeoutError("gateway informers did not sync")
+
+    async def stop(self) -> None:
+        if self._cache_task is not None:
+            self._cache_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cache_task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self.sink.aclose()
+        if self._upstream is not None:
+            await self._upstream.close()
+        for http in self._owned:
+            await http.aclose()
+
+    # -- ASGI --------------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            message = await receive()
+            while message["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+                message = await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path.startswith(RESERVED):
+            await self._admin(scope, receive, send)
+            return
+        await self._proxy(scope, receive, send)
+
+    async def _admin(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        if path == "/_gateway/healthz":
+            await _respond(send, 200, b'{"status":"ok"}')
+        elif path == "/_gateway/readyz":
+            synced = all(self.cache.informer(g).has_synced for g in WATCHED)
+            await _respond(send, 200 if synced else 503, json.dumps({"synced": synced}).encode())
+        elif path == "/_gateway/simulate" and scope["method"] == "POST":
+            if self.settings.admin_from_loopback_only and not _is_loopback(scope):
+                await _respond(send, 403, _error_body(403, "simulate is only served to loopback clients", "forbidden"))
+                return
+            from maasctl.gateway.simulate import SimulateRequest, simulate
+
+            try:
+                raw = json.loads(await _read_body(receive, 64 * 1024))
+                request = SimulateRequest.from_json(raw)
+            except (ValueError, TypeError, KeyError, _BodyTooLarge, ConnectionResetError) as exc:
+                await _respond(send, 400, _error_body(400, f"bad simulate request: {exc}", "invalid_request"))
+                return
+            report = await simulate(self, request)
+            await _respond(send, 200, json.dumps(report.to_json()).encode())
+        else:
+            await _respond(send, 404, _error_body(404, "not found", "not_found"))
+
+    async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        raw_headers: list[tuple[str, str]] = [
+            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]
+        ]
+        headers: dict[str, str] = {}
+        for name, value in raw_headers:
+            headers[name] = f"{headers[name]},{value}" if name in headers else value
+        query = scope.get("query_string", b"").decode("latin-1")
+        path: str = scope["path"]
+        host = headers.get("host", "")
+        snap = self.state.snapshot()
+        match = snap.table.match(host, path, scope["method"], headers)
+        if match is None:
+            await _respond(send, 404, _error_body(404, f"no route for {path}", "route_not_found"))
+            return
+        route = match.rule.route_key
+        request = RequestInfo(scope["method"], path + (f"?{query}" if query else ""), host, headers,
+                              scope.get("scheme", "http"))
+        policy = snap.auth.get(route)
+        if isinstance(policy, PolicyError):
+            await _respond(send, 500, _error_body(500, "the route's AuthPolicy cannot be enforced", "policy_error"))
+            return
+        if policy is None:
+            outcome = AuthOutcome(True, reason="no AuthPolicy")
+        else:
+            outcome = await self.auth.check(policy, request)
+        if not outcome.allowed:
+            extra = {"x-ext-auth-reason": outcome.message, **outcome.deny_headers}
+            if outcome.status == 401:
+                extra.setdefault("www-authenticate", 'Bearer realm="maas"')
+            deny = outcome.deny_body.encode() if outcome.deny_body is not None else _error_body(
+                outcome.status, outcome.message, "unauthenticated" if outcome.status == 401 else "forbidden")
+            log.info("denied %s %s: %d %s", scope["method"], path, outcome.status, outcome.reason)
+            await _respond(send, outcome.status, deny, extra)
+            return
+        trlp = snap.limits.get(route)
+        if isinstance(trlp, PolicyError):
+            await _respond(send, 500, _error_body(500, "the route's rate limit cannot be enforced", "policy_error"))
+            return
+        applied: list[AppliedLimit] = []
+        if trlp is not None:
+            activation = {"request": request.attributes(), "auth": outcome.filters}
+            applied = self.limiter.applicable(trlp, route, activation)
+            denial = self.limiter.check(applied)
+            if denial is not None:
+                await _respond(send, 429, _error_body(
+                    429, f"token limit {denial.limit} per {denial.window} exceeded", "rate_limited"),
+                    {"retry-after": str(denial.retry_after)})
+                return
+        backend = match.rule.pick_backend()
+        if backend is None:
+            await _respond(send, 500, _error_body(500, match.rule.backend_error or "no backend", "backend_error"))
+            return
+        key = None
+        if match.rule.upstream_key_secret:
+            key = self.state.upstream_key(
+                match.rule.namespace, match.rule.upstream_key_secret, match.rule.upstream_key_field
+            )
+            if key is None:
+                await _respond(send, 503, _error_body(503, "upstream credentials are not available", "no_upstream_key"))
+                return
+        try:
+            raw = await _read_body(receive, self.settings.max_request_bytes)
+        except _BodyTooLarge:
+            await _respond(send, 413, _error_body(413, "request body too large", "body_too_large"))
+            return
+        except ConnectionResetError:
+            return
+        body = prepare_body(raw, headers.get("content-type", ""))
+        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body.model, body.streaming)
+        out_headers = upstream_headers(raw_headers, outcome.headers, match.rule, key)
+        if match.rule.rewrite_hostname:
+            out_headers.append(("host", match.rule.rewrite_hostname))
+        url = backend.base_url + match.upstream_path + (f"?{query}" if query else "")
+        timeout = match.rule.timeout if match.rule.timeout is not None else self.settings.upstream_timeout
+        await self._forward(send, exchange, scope["method"], url, out_headers, body.content, timeout or None,
+                            body.injected_usage)
+
+    async def _forward(self, send: Send, ex: _Exchange, method: str, url: str, headers: list[tuple[str, str]],
+                       content: bytes, timeout: float | None, injected: bool) -> None:
+        status = 502
+        sent_start = False
+        client_timeout = aiohttp.ClientTimeout(total=timeout, connect=self.settings.connect_timeout)
+        try:
+            response = await self.upstream.request(
+                method, url, headers=CIMultiDict(headers), data=content or None, timeout=client_timeout,
+                allow_redirects=False)
+        except TimeoutError:
+            await _respond(send, 504, _error_body(504, "upstream request timeout", "upstream_timeout"))
+            self._finish(ex, 504, None)
+            return
+        except aiohttp.ClientError as exc:
+            log.warning("upstream %s unreachable: %s", url.split("?", 1)[0], type(exc).__name__)
+            await _respond(send, 503, _error_body(503, "upstream connect error", "upstream_unavailable"))
+            self._finish(ex, 503, None)
+            return
+        status = response.status
+        sse = "text/event-stream" in response.headers.get("content-type", "")
+        filt = SseUsageFilter(drop_usage_chunk=injected) if sse else None
+        scanner = None if sse else JsonUsageScanner(self.settings.max_response_scan_bytes)
+        raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+        try:
+            await send({"type": "http.response.start", "status": status,
+                        "headers": response_headers(raw_headers, body_changed=sse)})
+            sent_start = True
+            async for chunk in response.content.iter_any():
+                if filt is not None:
+                    chunk = filt.feed(chunk)
+                elif scanner is not None:
+                    scanner.feed(chunk)
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            tail = filt.close() if filt is not None else b""
+            await send({"type": "http.response.body", "body": tail})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream stream broke: %s", type(exc).__name__)
+            if not sent_start:
+                status = 504 if isinstance(exc, TimeoutError) else 502
+                await _respond(send, status, _error_body(status, "upstream error", "upstream_error"))
+            else:
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b""})
+        except OSError:
+            pass  # client went away; still charge what was produced
+        finally:
+            response.release()
+            usage = filt.usage if filt is not None else (scanner.usage if scanner is not None else None)
+            self._finish(ex, status, usage)
+
+    def _finish(self, ex: _Exchange, status: int, usage: Any) -> None:
+        """Charge the counters and emit the usage record."""
+        numbers = usage_numbers(usage)
+        total = numbers.get("total_tokens", 0)
+        if not numbers and 200 <= status < 300:
+            total = 1  # Kuadrant counts an answer whose usage cannot be read as 1
+        self.limiter.report(ex.applied, total)
+        identity = ex.outcome.filters.get("identity") or {}
+        if not isinstance(identity, Mapping):
+            identity = {}
+        sub_info = (ex.outcome.auth.get("metadata") or {}).get("subscriptionInfo") or {}
+        org = ""
+        if isinstance(sub_info, Mapping):
+            org = sub_info.get("organizationId") or sub_info.get("organization_id") or ""
+        sub = ""
+        if identity.get("selected_subscription"):
+            sub = f"{identity.get('selected_subscription_namespace', '')}/{identity['selected_subscription']}"
+        record = UsageRecord(
+            timestamp=time.time(),
+            request_id=ex.request_id,
+            user=str(identity.get("userid", "")),
+            key_id=str(identity.get("keyId", "")),
+            subscription=sub,
+            organization=str(org),
+            model=ex.match.rule.model or ex.model or "",
+            route=ex.match.rule.route_key,
+            status=status,
+            latency_ms=round((time.monotonic() - ex.started) * 1000, 3),
+            streamed=ex.streamed,
+            charged_tokens=total if ex.applied else 0,
+            **numbers,
+        )
+        task = asyncio.create_task(self.sink.emit(record))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _is_loopback(scope: Scope) -> bool:
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        return ipaddress.ip_address(client[0]).is_loopback
+    except ValueError:
+        return False
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpServer:
+    """A uvicorn server started in this event loop."""
+
+    server: uvicorn.Server
+    task: asyncio.Task[None]
+    url: str
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 15)
+
+
+async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> HttpServer:
+    """Serve an ASGI app on `host:port` (0: a free port) in the running loop; returns its base URL."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task
+            raise RuntimeError("server did not start")
+        await asyncio.sleep(0.01)
+    sock = server.servers[0].sockets[0].getsockname()
+    return HttpServer(server, task, f"http://{sock[0]}:{sock[1]}")
+
+
+async def _connect(kubeconfig: str | None) -> k8s.ApiClient:
+    configuration = k8s.Configuration()
+    if kubeconfig:
+        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except k8s_config.ConfigException:
+            await k8s_config.load_kube_config(client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+    """Run the gateway on `settings.host:port` until `stop` is set."""
+    stop = stop or asyncio.Event()
+    api = await _connect(settings.kubeconfig)
+    gateway = Gateway(settings, Client(api))
+    try:
+        await gateway.start()
+        http = await start_http(gateway, settings.host, settings.port, settings.log_level)
+        log.info("gateway %s/%s serving on %s", settings.gateway_namespace, settings.gateway_name, http.url)
+        try:
+            await stop.wait()
+        finally:
+            await http.stop()
+    finally:
+        await gateway.stop()
+        await api.close()
+
+
+async def run_gateway(settings: GatewaySettings, stop: asyncio.Event | None = None) -> int:
+    """`maasctl gateway`: serve until SIGINT/SIGTERM (or `stop`); exit code 0."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await serve(settings, stop)
+    return 0
+

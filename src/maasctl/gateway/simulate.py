@@ -1,0 +1,208 @@
+"""`simulate`: what the gateway would do with a request, without sending it or spending quota.
+
+For a caller (an API key, a bearer token, or a user name plus groups) and a model (`namespace/name` of the
+MaaSModelRef, or a request path), it runs the very route match, AuthPolicy and TokenRateLimitPolicy the
+gateway enforces, with the live counters, and reports: the route and upstream path, the decision and the
+rule behind it, the selected subscription, the identity exported to rate limiting, every applicable limit
+with used/remaining quota and reset time per window, and the verdict (allowed, or 401/403/429 and why).
+
+User+groups callers skip authentication (the identity is taken as a TokenReview would return it); the
+maas-api callbacks are still made (they only read). Operators reach it with `maasctl simulate`, which posts
+to a running gateway's `/_gateway/simulate` (`simulate_remote`), so the numbers are the live ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from maasctl.gateway.auth import AuthOutcome, RequestInfo
+from maasctl.gateway.expressions import PolicyError
+
+if TYPE_CHECKING:
+    from maasctl.gateway.server import Gateway
+
+__all__ = ["SimulateRequest", "SimulationReport", "format_report", "simulate", "simulate_remote"]
+
+
+@dataclass(frozen=True)
+class SimulateRequest:
+    """Who calls which model. Exactly one of key, token or user."""
+
+    model: str  # namespace/name of the MaaSModelRef, or a path starting with "/"
+    key: str | None = None
+    token: str | None = None
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    subscription: str | None = None  # X-MaaS-Subscription
+    endpoint: str = "/chat/completions"  # appended to the route's path prefix
+    host: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SimulateRequest:
+        allowed = {"model", "key", "token", "user", "groups", "subscription", "endpoint", "host"}
+        unknown = set(data) - allowed
+        if unknown:
+            raise ValueError(f"unknown fields {sorted(unknown)}")
+        if not isinstance(data.get("model"), str):
+            raise ValueError("model is required")
+        groups = data.get("groups") or ()
+        if not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
+            raise ValueError("groups must be a list of strings")
+        req = cls(
+            model=data["model"],
+            key=data.get("key"),
+            token=data.get("token"),
+            user=data.get("user"),
+            groups=tuple(groups),
+            subscription=data.get("subscription"),
+            endpoint=str(data.get("endpoint") or "/chat/completions"),
+            host=data.get("host"),
+        )
+        if sum(x is not None for x in (req.key, req.token, req.user)) != 1:
+            raise ValueError("give exactly one of key, token or user")
+        return req
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class SimulationReport:
+    """The answer; `status` is what the request would get (200 when it would reach the model)."""
+
+    status: int
+    verdict: str
+    route: str | None = None
+    path: str | None = None
+    upstream_path: str | None = None
+    auth_policy: str | None = None
+    auth_reason: str = ""
+    subscription: str | None = None
+    subscription_error: str | None = None
+    identity: dict[str, Any] = field(default_factory=dict)
+    rate_limit_policy: str | None = None
+    limits: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _path_for(gateway: Gateway, request: SimulateRequest) -> tuple[str, str]:
+    """(host, path) of a request to the model."""
+    if request.model.startswith("/"):
+        return request.host or "", request.model
+    table = gateway.state.snapshot().table
+    for rule in table.rules:
+        if rule.model == request.model or rule.route_key == request.model:
+            host = request.host or (rule.hostnames[0] if rule.hostnames and "*" not in rule.hostnames[0] else "")
+            path = rule.path if rule.path_type == "Exact" else rule.path.rstrip("/") + request.endpoint
+            return host, path
+    raise LookupError(f"no route on the gateway serves model {request.model}")
+
+
+async def simulate(gateway: Gateway, request: SimulateRequest) -> SimulationReport:
+    """Evaluate `request` against the gateway's current routes, policies and counters (nothing is charged)."""
+    try:
+        host, path = _path_for(gateway, request)
+    except LookupError as exc:
+        return SimulationReport(404, str(exc))
+    headers = {"host": host, "content-type": "application/json"}
+    if request.key or request.token:
+        headers["authorization"] = f"Bearer {request.key or request.token}"
+    if request.subscription:
+        headers["x-maas-subscription"] = request.subscription
+    snap = gateway.state.snapshot()
+    match = snap.table.match(host, path, "POST", headers)
+    if match is None:
+        return SimulationReport(404, f"no route matches {path}", path=path)
+    route = match.rule.route_key
+    report = SimulationReport(200, "allowed", route=route, path=path, upstream_path=match.upstream_path)
+    policy = snap.auth.get(route)
+    info = RequestInfo("POST", path, host, headers)
+    if isinstance(policy, PolicyError):
+        report.status, report.verdict = 500, f"AuthPolicy cannot be enforced: {policy}"
+        return report
+    if policy is None:
+        outcome = AuthOutcome(True, reason="no AuthPolicy: anonymous access")
+    else:
+        report.auth_policy = policy.key
+        override = None
+        if request.user is not None:
+            override = {"authenticated": True, "user": {"username": request.user, "groups": list(request.groups)}}
+        outcome = await gateway.auth.check(policy, info, identity_override=override)
+    report.auth_reason = outcome.reason
+    sub_info = (outcome.auth.get("metadata") or {}).get("subscriptionInfo")
+    if isinstance(sub_info, Mapping):
+        if sub_info.get("name"):
+            report.subscription = f"{sub_info.get('namespace', '')}/{sub_info['name']}"
+        if sub_info.get("error"):
+            report.subscription_error = f"{sub_info.get('error')}: {sub_info.get('message', '')}"
+    identity = outcome.filters.get("identity")
+    report.identity = dict(identity) if isinstance(identity, Mapping) else {}
+    if not outcome.allowed:
+        report.status = outcome.status
+        report.verdict = f"denied by AuthPolicy ({outcome.message}): {outcome.reason}"
+        return report
+    trlp = snap.limits.get(route)
+    if isinstance(trlp, PolicyError):
+        report.status, report.verdict = 500, f"TokenRateLimitPolicy cannot be enforced: {trlp}"
+        return report
+    if trlp is None:
+        report.verdict = "allowed (no token rate limit on this route)"
+        return report
+    report.rate_limit_policy = trlp.key
+    applied = gateway.limiter.applicable(trlp, route, {"request": info.attributes(), "auth": outcome.filters})
+    report.limits = [asdict(s) for s in gateway.limiter.states(applied)]
+    for item in applied:
+        if not item.limit.rates:
+            report.limits.append({"limit_name": item.limit.name, "unlimited": True})
+    denial = gateway.limiter.check(applied)
+    if denial is not None:
+        report.status = 429
+        report.verdict = (
+            f"rate limited: {denial.used} tokens used of {denial.limit} per {denial.window} "
+            f"in limit {denial.limit_name}; retry in {denial.retry_after}s"
+        )
+    elif not applied:
+        report.verdict = "allowed (no limit of the policy applies to this caller)"
+    return report
+
+
+async def simulate_remote(gateway_url: str, request: SimulateRequest, timeout: float = 10.0) -> SimulationReport:
+    """Ask a running gateway (`POST <gateway_url>/_gateway/simulate`)."""
+    async with httpx.AsyncClient(timeout=timeout) as http:
+        response = await http.post(gateway_url.rstrip("/") + "/_gateway/simulate", json=request.to_json())
+    if response.status_code != 200:
+        raise RuntimeError(f"simulate failed: HTTP {response.status_code} {response.text[:200]}")
+    return SimulationReport(**response.json())
+
+
+def format_report(report: SimulationReport) -> str:
+    """Human-readable lines for `maasctl simulate`."""
+    lines = [f"verdict:      {report.status} {report.verdict}"]
+    for label, value in (
+        ("route", report.route),
+        ("path", report.path),
+        ("upstream", report.upstream_path),
+        ("auth policy", report.auth_policy),
+        ("auth", report.auth_reason),
+        ("subscription", report.subscription or report.subscription_error),
+        ("rate limits", report.rate_limit_policy),
+    ):
+        if value:
+            lines.append(f"{label + ':':<13} {value}")
+    for limit in report.limits:
+        if limit.get("unlimited"):
+            lines.append(f"  {limit['limit_name']}: unlimited (metered only)")
+            continue
+        reset = "window not started" if limit["resets_in"] is None else f"resets in {limit['resets_in']:.0f}s"
+        flag = "  OVER" if limit["over"] else ""
+        lines.append(
+            f"  {limit['limit_name']} {limit['limit']}/{limit['window']}: used {limit['used']}, "
+            f"remaining {limit['remaining']}, {reset}{flag}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""What the gateway enforces right now: a snapshot built from the informer cache.
+
+Informers watch HTTPRoutes, AuthPolicies, TokenRateLimitPolicies, Services and the Secrets labelled
+`maas.opendatahub.io/upstream-key=true` (label-selected, so no other Secret is ever read). Every event bumps
+a version; the next request rebuilds the snapshot (route table + the policy of each route) if the version
+moved. Policies are compiled once per (uid, generation) and reused across rebuilds.
+
+Policy attachment, as Kuadrant resolves it for what maasctl emits: a policy targeting the HTTPRoute (same
+namespace; the oldest wins when several do) applies to all its rules; a policy targeting the served Gateway
+applies to routes without one (`defaults`) or to every route (`overrides`). No AuthPolicy means anonymous
+access, no TokenRateLimitPolicy means no limit, as on a real gateway.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from maasctl.builders.names import UPSTREAM_KEY_LABEL
+from maasctl.gateway.auth import CompiledAuthPolicy, compile_auth_policy
+from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.ratelimit import CompiledTokenRateLimitPolicy, compile_token_rate_limit_policy
+from maasctl.gateway.routes import RouteTable, build_route_table
+from maasctl.runtime import Cache, Event, GroupVersionKind
+
+__all__ = [
+    "AUTH_POLICY",
+    "HTTP_ROUTE",
+    "SECRET",
+    "SERVICE",
+    "TOKEN_RATE_LIMIT_POLICY",
+    "UPSTREAM_KEY_SELECTOR",
+    "GatewayState",
+    "Snapshot",
+    "upstream_key_of",
+]
+
+log = logging.getLogger(__name__)
+
+HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")
+AUTH_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "AuthPolicy")
+TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
+SERVICE: Final = GroupVersionKind("", "v1", "Service")
+SECRET: Final = GroupVersionKind("", "v1", "Secret")
+WATCHED: Final = (HTTP_ROUTE, AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY, SERVICE, SECRET)
+UPSTREAM_KEY_SELECTOR: Final = f"{UPSTREAM_KEY_LABEL}=true"
+UPSTREAM_KEY_FIELD: Final = "api-key"
+
+P = TypeVar("P")
+
+
+@dataclass
+class Snapshot:
+    """Routes and per-route policies at one cache version. A PolicyError value means "answer 500"."""
+
+    version: int
+    table: RouteTable
+    auth: dict[str, CompiledAuthPolicy | PolicyError] = field(default_factory=dict)
+    limits: dict[str, CompiledTokenRateLimitPolicy | PolicyError] = field(default_factory=dict)
+
+
+def upstream_key_of(secret: Mapping[str, Any] | None, field: str = UPSTREAM_KEY_FIELD) -> str | None:
+    """The provider key in a credential Secret: data `field`, else its only entry; None if absent."""
+    if secret is None:
+        return None
+    data = secret.get("data") or {}
+    raw = data.get(field)
+    if raw is None and len(data) == 1:
+        raw = next(iter(data.values()))
+    if not raw:
+        return None
+    try:
+        return base64.b64decode(str(raw), validate=True).decode().strip() or None
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+class _Compiled(Generic[P]):
+    """Compile cache keyed by (uid, generation)."""
+
+    def __init__(self, compile_fn: Callable[[Mapping[str, Any]], P]) -> None:
+        self._fn = compile_fn
+        self._cache: dict[tuple[str, int], P | PolicyError] = {}
+
+    def get(self, obj: Mapping[str, Any]) -> P | PolicyError:
+        meta = obj["metadata"]
+        key = (str(meta.get("uid", "")), int(meta.get("generation", 0)))
+        hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = self._fn(obj)
+            except PolicyError as exc:
+                log.error("policy %s/%s cannot be enforced: %s", meta.get("namespace"), meta.get("name"), exc)
+                hit = exc
+            except (KeyError, TypeError, ValueError) as exc:
+                hit = PolicyError(f"malformed policy: {exc}")
+            self._cache[key] = hit
+        return hit
+
+    def retain(self, live: set[tuple[str, int]]) -> None:
+        for key in [k for k in self._cache if k not in live]:
+            del self._cache[key]
+
+
+def _targets(obj: Mapping[str, Any]) -> tuple[str, str]:
+    ref = (obj.get("spec") or {}).get("targetRef") or {}
+    return str(ref.get("kind", "")), str(ref.get("name", ""))
+
+
+def _live_key(obj: Mapping[str, Any]) -> tuple[str, int]:
+    return str(obj["metadata"].get("uid", "")), int(obj["metadata"].get("generation", 0))
+
+
+class GatewayState:
+    """Watches the cluster through `cache` and hands out snapshots."""
+
+    def __init__(self, cache: Cache, settings: GatewaySettings) -> None:
+        self.cache = cache
+        self.settings = settings
+        self.version = 0
+        self._snapshot: Snapshot | None = None
+        self._auth = _Compiled(compile_auth_policy)
+        self._limits = _Compiled(compile_token_rate_limit_policy)
+        self._keys: dict[tuple[str, str, str], tuple[str, str | None]] = {}
+        for gvk in WATCHED:
+            cache.informer(gvk).add_handler(self._changed)
+
+    def _changed(self, _: Event) -> None:
+        self.version += 1
+
+    @property
+    def gateway(self) -> tuple[str, str]:
+        return self.settings.gateway_name, self.settings.gateway_namespace
+
+    def snapshot(self) -> Snapshot:
+        """The current snapshot (rebuilt when something changed since the last one)."""
+        snap = self._snapshot
+        if snap is None or snap.version != self.version:
+            snap = self._build(self.version)
+            self._snapshot = snap
+        return snap
+
+    def _build(self, version: int) -> Snapshot:
+        table = build_route_table(
+            self.cache.list(HTTP_ROUTE),
+            lambda ns, name: self.cache.get(SERVICE, name, ns),
+            self.gateway,
+        )
+        snap = Snapshot(version, table)
+        for route in table.routes():
+            ns, name = route.split("/", 1)
+            auth = self._attached(AUTH_POLICY, ns, name)
+            if auth is not None:
+                snap.auth[route] = self._auth.get(auth)
+            trlp = self._attached(TOKEN_RATE_LIMIT_POLICY, ns, name)
+            if trlp is not None:
+                snap.limits[route] = self._limits.get(trlp)
+        self._auth.retain({_live_key(o) for o in self.cache.list(AUTH_POLICY)})
+        self._limits.retain({_live_key(o) for o in self.cache.list(TOKEN_RATE_LIMIT_POLICY)})
+        return snap
+
+    def _attached(self, gvk: GroupVersionKind, namespace: str, route: str) -> Mapping[str, Any] | None:
+        def oldest(items: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+            live = [o for o in items if not o["metadata"].get("deletionTimestamp")]
+            live.sort(key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), o["metadata"]["name"]))
+            return live[0] if live else None
+
+        gw_name, gw_ns = self.gateway
+        on_gateway = oldest([o for o in self.cache.list(gvk, gw_ns) if _targets(o) == ("Gateway", gw_name)])
+        if on_gateway is not None and (on_gateway.get("spec") or {}).get("overrides"):
+            return on_gateway
+        on_route = oldest([o for o in self.cache.list(gvk, namespace) if _targets(o) == ("HTTPRoute", route)])
+        return on_route if on_route is not None else on_gateway
+
+    def upstream_key(self, namespace: str, name: str, field: str = UPSTREAM_KEY_FIELD) -> str | None:
+        """The provider key of a labelled credential Secret (decoded once per resourceVersion)."""
+        secret = self.cache.get(SECRET, name, namespace)
+        if secret is None:
+            return None
+        version = str(secret["metadata"].get("resourceVersion", ""))
+        hit = self._keys.get((namespace, name, field))
+        if hit is None or hit[0] != version:
+            hit = (version, upstream_key_of(secret, field))
+            self._keys[(namespace, name, field)] = hit
+        return hit[1]

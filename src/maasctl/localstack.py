@@ -1,0 +1,214 @@
+"""The whole product on one machine: a real local control plane, the test model, maas-api, the local data
+plane and the controller, each a separate process talking HTTP (the controller may run in-process).
+
+Used by `maasctl dev` (the README's main command) and by the e2e suite. There is no kubelet, so the
+subscription key cleanup Jobs are run by the test-only JobRunner in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+from kubernetes_asyncio import client as k8s
+
+from maasctl.api.install import install_crds
+from maasctl.app import connect
+from maasctl.runtime import Client
+from maasctl.settings import ControllerSettings
+from maasctl.testenv import ControlPlane
+from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.testenv.crds import install_third_party_crds
+from maasctl.testenv.jobrunner import DEFAULT_MANAGED_BY, JobRunner
+
+log = structlog.get_logger("maasctl.localstack")
+
+CONTROLLER_SA = "maas-controller"
+ADMIN_ROLE_RULES = [{"apiGroups": ["maas.opendatahub.io"], "resources": ["maasauthpolicies"], "verbs": ["create"]}]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackOptions:
+    """Ports 0 pick free ones. `controller_process` False runs the controller in the caller's loop."""
+
+    directory: Path
+    settings: ControllerSettings = field(default_factory=ControllerSettings)
+    gateway_port: int = 0
+    api_port: int = 0
+    model_port: int = 0
+    controller_process: bool = True
+    database_url: str | None = None
+    model_names: tuple[str, ...] = ("gpt-x", "granite")
+    upstream_key: str = "dev-upstream-key"
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+def maasctl_argv(*args: str) -> list[str]:
+    return [str(Path(sys.executable).with_name("maasctl")), *args]
+
+
+class LocalStack:
+    """`await start()`, use `gateway_url` / `api_url` / `model_url` / `control_plane`, then `await stop()`."""
+
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.directory = options.directory.resolve()
+        self.control_plane = ControlPlane(directory=self.directory / "controlplane")
+        self.processes: dict[str, ManagedProcess] = {}
+        self.gateway_url = self.api_url = self.model_url = self.incluster_model_url = ""
+        self.health_url = ""
+        self.settings = options.settings
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._api: k8s.ApiClient | None = None
+
+    @property
+    def api(self) -> k8s.ApiClient:
+        assert self._api is not None, "stack not started"
+        return self._api
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.kubeconfig
+
+    async def start(self) -> LocalStack:
+        opts = self.options
+        self.directory.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.control_plane.start)
+        try:
+            await self._start(opts)
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start(self, opts: StackOptions) -> None:
+        with self.control_plane.http_client() as http:
+            await asyncio.to_thread(install_third_party_crds, http)
+        self._api = await connect(str(self.kubeconfig))
+        await install_crds(self.api, subscription_namespace=self.settings.subscription_namespace)
+        core = k8s.CoreV1Api(self.api)
+        for ns in {self.settings.subscription_namespace, self.settings.gateway_namespace,
+                   self.settings.leader_election_namespace, "llm"}:
+            with contextlib.suppress(k8s.ApiException):
+                await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+        cleanup_token = await self._cleanup_identity()
+
+        ports = {name: port or free_port() for name, port in
+                 (("model", opts.model_port), ("api", opts.api_port), ("gateway", opts.gateway_port),
+                  ("incluster", 0))}
+        self.model_url = f"http://127.0.0.1:{ports['model']}"
+        self.incluster_model_url = f"http://127.0.0.1:{ports['incluster']}"
+        self.api_url = f"http://127.0.0.1:{ports['api']}"
+        self.gateway_url = f"http://127.0.0.1:{ports['gateway']}"
+        self.settings = dataclasses.replace(
+            self.settings, kubeconfig=str(self.kubeconfig), maas_api_url=self.api_url,
+            cleanup_job_managed_by=DEFAULT_MANAGED_BY, metrics_bind_address="0",
+            health_probe_bind_address="0",
+        )
+        model_args = [f"--model={m}" for m in opts.model_names]
+        usage_args = [f"--prompt-tokens={opts.prompt_tokens}", f"--completion-tokens={opts.completion_tokens}"]
+        # An external provider demanding the upstream key the gateway injects, and an in-cluster model.
+        self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
+                    f"--require-bearer={opts.upstream_key}")
+        self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
+        database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
+        self._spawn("maas-api", "api", f"--port={ports['api']}", f"--database-url={database}",
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--subscription-namespace={self.settings.subscription_namespace}", "--log-format=json")
+        self._spawn("gateway", "gateway", f"--port={ports['gateway']}", f"--kubeconfig={self.kubeconfig}",
+                    f"--gateway-name={self.settings.gateway_name}",
+                    f"--gateway-namespace={self.settings.gateway_namespace}",
+                    f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}", "--log-format=json")
+        if opts.controller_process:
+            health = free_port()
+            self.health_url = f"http://127.0.0.1:{health}"
+            self._spawn("controller", "run", *controller_flags(self.settings),
+                        f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json")
+        await self._wait_http(f"{self.model_url}/health", "testmodel")
+        await self._wait_http(f"{self.incluster_model_url}/health", "incluster-model")
+        await self._wait_http(f"{self.api_url}/health", "maas-api")
+        await self._wait_http(f"{self.gateway_url}/_gateway/readyz", "gateway")
+        if self.health_url:
+            await self._wait_http(f"{self.health_url}/readyz", "controller")
+        runner = JobRunner(Client(self.api), namespace=self.settings.leader_election_namespace,
+                           env={"MAASCTL_MAAS_API_TOKEN_FILE": str(cleanup_token)})
+        self._tasks.append(asyncio.create_task(runner.run(), name="job-runner"))
+
+    async def _cleanup_identity(self) -> Path:
+        """The controller's ServiceAccount, allowed to revoke keys (maas-api's admin check), and a token file
+        standing in for the service-account mount of the cleanup Job's pod."""
+        ns, sub_ns = self.settings.leader_election_namespace, self.settings.subscription_namespace
+        client = Client(self.api)
+        binding = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "maas-key-cleanup"}
+        for obj in (
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CONTROLLER_SA, "namespace": ns}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": "maas-key-cleanup", "namespace": sub_ns}, "rules": ADMIN_ROLE_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "maas-key-cleanup", "namespace": sub_ns}, "roleRef": binding,
+             "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_SA, "namespace": ns}]},
+        ):
+            await client.apply(obj, field_manager="maasctl-localstack")
+        request = await k8s.CoreV1Api(self.api).create_namespaced_service_account_token(
+            CONTROLLER_SA, ns, k8s.AuthenticationV1TokenRequest(
+                spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=86400)))
+        path = self.directory / "cleanup-job.token"
+        path.write_text(request.status.token)
+        path.chmod(0o600)
+        return path
+
+    def _spawn(self, name: str, *args: str) -> None:
+        proc = ManagedProcess(name, maasctl_argv(*args), self.directory / f"{name}.log")
+        proc.start()
+        self.processes[name] = proc
+
+    async def _wait_http(self, url: str, name: str, timeout: float = 60.0) -> None:
+        proc = self.processes.get(name)
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                if proc is not None and not proc.alive():
+                    raise RuntimeError(f"{name} exited during start-up:\n{proc.log_tail()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(url)).status_code == 200:
+                        return
+                if asyncio.get_running_loop().time() > deadline:
+                    tail = proc.log_tail() if proc else ""
+                    raise RuntimeError(f"{name} not ready at {url} after {timeout}s\n{tail}")
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for proc in reversed(list(self.processes.values())):
+            await asyncio.to_thread(proc.stop)
+        if self._api is not None:
+            await self._api.close()
+        await asyncio.to_thread(self.control_plane.stop)
+
+
+def controller_flags(settings: ControllerSettings) -> list[str]:
+    """`maasctl run` flags that reproduce `settings` in a child process."""
+    flags = [
+        f"--kubeconfig={settings.kubeconfig}",
+        f"--maas-api-url={settings.maas_api_url}",
+        f"--gateway-name={settings.gateway_name}",
+        f"--gateway-namespace={settings.gateway_namespace}",
+        f"--subscription-namespace={settings.subscription_namespace}",
+        f"--leader-election-namespace={settings.leader_election_namespace}",
+        f"--max-concurrent-reconciles={settings.max_concurrent_reconciles}",
+        f"--metrics-bind-address={settings.metrics_bind_address}",
+        f"--cleanup-job-managed-by={settings.cleanup_job_managed_by}",
+    ]
+    return flags

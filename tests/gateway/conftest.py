@@ -1,0 +1,153 @@
+"""Fixtures for the gateway integration tests: the session control plane with MaaS CRDs, the real controller,
+a local test model, a running gateway, and a stand-in for the two maas-api gateway callbacks.
+
+Why a stand-in: the real maas-api's `/internal/v1/subscriptions/select` does not (yet) speak the contract the
+generated AuthPolicy uses (`requestedModel` is rejected as an unknown field, and the answer nests the
+subscription under `subscription` instead of top-level `name`/`namespace`/`error`). The stand-in implements
+exactly the `builders.authpolicy` contract, selecting with the shared `policy.selection` rules over the
+MaaSSubscriptions the API server holds; API keys are registered by the tests. TokenReview is always real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from maasctl.app import build_manager, connect
+from maasctl.gateway import Gateway, GatewaySettings, start_http
+from maasctl.gateway.server import HttpServer
+from maasctl.gateway.usage import MemorySink
+from maasctl.policy.selection import Candidate, select_subscription
+from maasctl.runtime import Client
+from maasctl.testenv import ControlPlane
+from maasctl.testmodel import ModelServerConfig, create_app
+from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported for this package)
+    GATEWAY_NAME,
+    GATEWAY_NS,
+    SETTINGS,
+    SUB_NS,
+    RunningController,
+    maas_cluster,
+    objs,
+)
+
+UPSTREAM_KEY = "sk-upstream-secret"
+
+
+@pytest.fixture
+async def controller(maas_cluster: ControlPlane) -> AsyncIterator[RunningController]:  # noqa: F811
+    """The real controller, as admin: these tests are about the data plane, not the install's RBAC
+    (tests/reconcilers run it as its ServiceAccount)."""
+    api = await connect(str(maas_cluster.kubeconfig))
+    manager = build_manager(api, SETTINGS)
+    running = RunningController(manager, asyncio.create_task(manager.run()), api)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def _names(items: Any) -> frozenset[str]:
+    return frozenset(x["name"] if isinstance(x, dict) else x for x in items or ())
+
+
+@dataclass
+class MaasApiStandIn:
+    """The two callbacks of the AuthPolicy contract plus a usage sink endpoint."""
+
+    api: k8s.ApiClient
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    calls: int = 0
+
+    async def _candidates(self) -> list[Candidate]:
+        subs = await k8s.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            "maas.opendatahub.io", "v1alpha1", SUB_NS, "maassubscriptions")
+        out = []
+        for item in subs["items"]:
+            if item["metadata"].get("deletionTimestamp"):
+                continue
+            spec = item["spec"]
+            owner = spec.get("owner") or {}
+            out.append(Candidate(
+                item["metadata"]["namespace"], item["metadata"]["name"], int(spec.get("priority", 0)),
+                _names(owner.get("users")), _names(owner.get("groups")),
+                frozenset(f"{m['namespace']}/{m['name']}" for m in spec.get("modelRefs") or ())))
+        return out
+
+    async def validate(self, request: Request) -> JSONResponse:
+        self.calls += 1
+        body = await request.json()
+        return JSONResponse(self.keys.get(body["key"], {"valid": False}))
+
+    async def select(self, request: Request) -> JSONResponse:
+        self.calls += 1
+        body = await request.json()
+        selection = select_subscription(
+            await self._candidates(), body["username"], body["groups"], model=body.get("requestedModel"),
+            requested=body.get("requestedSubscription") or None, default_namespace=SUB_NS)
+        if selection.subscription is None:
+            return JSONResponse({"error": str(selection.code), "message": selection.message})
+        return JSONResponse({"name": selection.subscription.name, "namespace": selection.subscription.namespace})
+
+    async def record_usage(self, request: Request) -> JSONResponse:
+        self.usage.extend((await request.json())["records"])
+        return JSONResponse({"accepted": True}, 202)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/internal/v1/api-keys/validate", self.validate, methods=["POST"]),
+            Route("/internal/v1/subscriptions/select", self.select, methods=["POST"]),
+            Route("/internal/v1/usage", self.record_usage, methods=["POST"]),
+        ])
+
+
+@dataclass
+class Stack:
+    gateway: Gateway
+    url: str
+    model_url: str
+    maas_api: MaasApiStandIn
+    sink: MemorySink
+
+
+@pytest.fixture
+async def stack(maas_cluster: ControlPlane) -> AsyncIterator[Stack]:  # noqa: F811
+    """Test model + maas-api stand-in + gateway (HTTP on loopback), all in this event loop."""
+    async with _stack(maas_cluster) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def _stack(cp: ControlPlane) -> AsyncIterator[Stack]:
+    api = await connect(str(cp.kubeconfig))
+    servers: list[HttpServer] = []
+    gateway: Gateway | None = None
+    try:
+        stand_in = MaasApiStandIn(api)
+        servers.append(await start_http(stand_in.app()))
+        model = create_app(ModelServerConfig(models=("gpt-x",), require_bearer=UPSTREAM_KEY))
+        servers.append(await start_http(model))
+        settings = GatewaySettings(gateway_name=GATEWAY_NAME, gateway_namespace=GATEWAY_NS,
+                                   maas_api_url=servers[0].url, token_review_ttl=5)
+        sink = MemorySink()
+        gateway = Gateway(settings, Client(api), sink=sink)
+        await gateway.start()
+        servers.append(await start_http(gateway))
+        yield Stack(gateway, servers[2].url, servers[1].url, stand_in, sink)
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+        if gateway is not None:
+            await gateway.stop()
+        await api.close()

@@ -1,0 +1,119 @@
+"""The generated AuthPolicy interpreted by the gateway (callbacks answered in-process, TokenReview stubbed).
+
+Integration tests (test_gateway_e2e.py) run the same policy against the real API server; these pin the
+decision table: who gets 401/403, what goes upstream, what rate limiting sees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
+from maasctl.builders.refs import ObjectRef
+from maasctl.gateway.auth import AuthPolicyRuntime, RequestInfo, compile_auth_policy
+
+KEYS = {"sk-oai-good": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
+                        "subscription": "models-as-a-service/premium"}}
+TOKENS = {"tok-bob": {"authenticated": True, "user": {"username": "bob", "groups": ["free-users"]}}}
+
+
+def policy() -> Any:
+    obj = build_auth_policy(
+        AuthPolicyInput(ObjectRef("team", "m"), ObjectRef("team", "route"),
+                        (AuthPolicySource(ObjectRef("models-as-a-service", "p"),
+                                          groups=("premium-users", "free-users")),)),
+        AuthSettings("http://maas-api.test:8080", cache_ttl_seconds=30))
+    assert obj is not None
+    obj["metadata"] |= {"uid": "u", "generation": 1}
+    return compile_auth_policy(obj)
+
+
+class Callbacks:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.calls.append((request.url.path, body))
+        if request.url.path.endswith("/validate"):
+            return httpx.Response(200, json=KEYS.get(body["key"], {"valid": False}))
+        requested = body["requestedSubscription"]
+        if body["username"] == "carol" or requested == "nope":
+            return httpx.Response(200, json={"error": "not_found", "message": "no subscription"})
+        name = requested.split("/")[-1] or "free"
+        return httpx.Response(200, json={"name": name, "namespace": "models-as-a-service"})
+
+
+async def review(token: str, audiences: tuple[str, ...]) -> Mapping[str, Any] | None:
+    return TOKENS.get(token)
+
+
+def req(auth: str | None = None, **headers: str) -> RequestInfo:
+    h = {k.replace("_", "-"): v for k, v in headers.items()}
+    if auth:
+        h["authorization"] = auth
+    return RequestInfo("POST", "/team/m/v1/chat/completions", "gw", h)
+
+
+async def test_decisions_of_the_generated_policy() -> None:
+    cb = Callbacks()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
+        rt = AuthPolicyRuntime(http, review, callback_base="http://127.0.0.1:1")
+        p = policy()
+
+        ok = await rt.check(p, req("Bearer sk-oai-good"))
+        assert ok.allowed, ok.reason
+        assert ok.headers == {"x-maas-subscription": "premium"}
+        ident = ok.filters["identity"]
+        assert ident["userid"] == "alice" and ident["keyId"] == "k1" and ident["groups_str"] == "premium-users"
+        assert ident["selected_subscription_key"] == "models-as-a-service/premium@team/m"
+        assert cb.calls[0] == ("/internal/v1/api-keys/validate", {"key": "sk-oai-good"})
+        assert cb.calls[1][1]["requestedSubscription"] == "models-as-a-service/premium"
+
+        again = await rt.check(p, req("Bearer sk-oai-good"))
+        assert again.allowed and len(cb.calls) == 2  # both callbacks cached
+
+        bad_key = await rt.check(p, req("Bearer sk-oai-revoked"))
+        assert (bad_key.allowed, bad_key.status) == (False, 403)
+
+        token = await rt.check(p, req("Bearer tok-bob", x_maas_subscription="free"))
+        assert token.allowed and token.filters["identity"]["userid"] == "bob"
+        assert cb.calls[-1][1]["requestedSubscription"] == "free"
+
+        assert (await rt.check(p, req("Bearer unknown-token"))).status == 401
+        assert (await rt.check(p, req())).status == 401
+
+        spoof = await rt.check(p, req("Bearer tok-bob", x_maas_username="admin"))
+        assert (spoof.allowed, spoof.status) == (False, 403) and "no-client-identity-headers" in spoof.reason
+
+        nosub = await rt.check(p, req("Bearer tok-bob", x_maas_subscription="nope"))
+        assert (nosub.allowed, nosub.status) == (False, 403) and "subscription-selected" in nosub.reason
+
+
+async def test_caller_outside_the_allowed_groups_is_forbidden() -> None:
+    TOKENS["tok-carol"] = {"authenticated": True, "user": {"username": "carol", "groups": ["system:authenticated"]}}
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
+        out = await AuthPolicyRuntime(http, review).check(policy(), req("Bearer tok-carol"))
+    assert (out.allowed, out.status) == (False, 403) and "allowed-subjects" in out.reason
+
+
+async def test_decisions_are_reused_only_for_the_same_relevant_request_attributes() -> None:
+    cb = Callbacks()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
+        rt = AuthPolicyRuntime(http, review)
+        p = policy()
+        assert p.deps.header_values == {"authorization", "x-maas-subscription"} and p.deps.header_names
+        assert not p.deps.all_headers
+        first = await rt.check(p, req("Bearer sk-oai-good", content_length="10"))
+        again = await rt.check(p, req("Bearer sk-oai-good", content_length="99"))
+        assert first.allowed and again is first and rt.decision_hits == 1
+        # a new header name (the client-identity rule reads all names) is a new decision: denied
+        spoof = await rt.check(p, req("Bearer sk-oai-good", x_maas_username="admin"))
+        assert spoof.status == 403
+        other = await rt.check(p, req("Bearer tok-bob"))
+        assert other.allowed and other.filters["identity"]["userid"] == "bob"
+        assert rt.decision_hits == 1

@@ -1,0 +1,183 @@
+"""The local data plane on the real control plane, enforcing what the real controller generated.
+
+Every request goes over loopback HTTP: client -> gateway -> test model; TokenReview goes to the real
+API server; the AuthPolicy and TokenRateLimitPolicy are the controller's output, read through informers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from kubernetes_asyncio import client as k8s
+
+from maasctl.builders.names import external_service_name
+from maasctl.gateway import SimulateRequest, format_report, simulate, simulate_remote
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
+from maasctl.testenv import ControlPlane
+from tests.gateway.conftest import UPSTREAM_KEY, Stack
+from tests.reconcilers.conftest import SUB_NS, Objects, RunningController, eventually
+from tests.reconcilers.test_core_flow import auth_policy, publish_external, subscription, uid
+
+PER_CALL = 15  # the test model's usage: 10 prompt + 5 completion tokens
+
+
+async def publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, limit: int) -> tuple[str, str]:
+    """An external model served by the local test model, an auth policy for premium+free users, a premium
+    subscription limited to `limit` tokens/min and a free one with a large limit. Returns (premium, free)."""
+    await publish_external(objs, kube, ns, "gpt")
+    svc = external_service_name("gpt")
+
+    async def service() -> bool:
+        try:
+            await k8s.CoreV1Api(kube).read_namespaced_service(svc, ns)
+            return True
+        except k8s.ApiException:
+            return False
+
+    await eventually(service)
+    await k8s.CoreV1Api(kube).patch_namespaced_service(
+        svc, ns, {"metadata": {"annotations": {LOCAL_URL_ANNOTATION: stack.model_url}}})
+    premium, free, ap = f"premium-{uid()}", f"free-{uid()}", f"ap-{uid()}"
+    await objs.create(auth_policy(ap, [(ns, "gpt")], ["premium-users", "free-users"]))
+    await objs.create(subscription(premium, [(ns, "gpt")], "premium-users", limit, ("1m", "1h")))
+    await objs.create(subscription(free, [(ns, "gpt")], "free-users", 100000))
+
+    async def enforced() -> bool:
+        snap = stack.gateway.state.snapshot()
+        route = next((r for r in snap.table.rules if r.model == f"{ns}/gpt"), None)
+        limits = snap.limits.get(route.route_key) if route else None
+        return bool(route and route.backends and route.route_key in snap.auth and limits is not None
+                    and len(getattr(limits, "limits", ())) == 2)
+
+    await assert_token_review_stored(objs, ns)
+    await eventually(enforced, timeout=60)
+    return premium, free
+
+
+async def assert_token_review_stored(objs: Objects, ns: str) -> None:
+    """The generated policy's `kubernetesTokenReview: {}` must reach the server: an empty map selects the
+    method, so the controller must not drop it before applying."""
+
+    async def policy() -> dict[str, Any] | None:
+        return await objs.get("AuthPolicy", ns, "maas-auth-gpt")
+
+    ap = await eventually(policy)
+    assert "kubernetesTokenReview" in ap["spec"]["rules"]["authentication"]["kubernetes-tokens"]
+
+
+def chat(text: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"model": "gpt-x", "messages": [{"role": "user", "content": text}], **extra}
+
+
+async def test_key_journey_limits_headers_and_simulate(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str,
+    stack: Stack, maas_cluster: ControlPlane,
+) -> None:
+    premium, free = await publish(objs, kube, stack, namespace, limit=2 * PER_CALL)
+    stack.maas_api.keys["sk-oai-alice-1"] = {"valid": True, "username": "alice", "keyId": "key-a",
+                                             "groups": ["premium-users", "system:authenticated"],
+                                             "subscription": f"{SUB_NS}/{premium}"}
+    stack.maas_api.keys["sk-oai-dave-1"] = {"valid": True, "username": "dave", "keyId": "key-d",
+                                            "groups": ["premium-users"], "subscription": f"{SUB_NS}/{premium}"}
+    url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
+    alice = {"Authorization": "Bearer sk-oai-alice-1"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        first = await http.post(url, json=chat("hello"), headers=alice)
+        assert first.status_code == 200, first.text
+        assert first.json()["choices"][0]["message"]["content"] == "echo: hello"
+
+        # The backend saw the provider key and only the server-resolved subscription header.
+        seen = (await http.get(f"{stack.model_url}/debug/requests")).json()[-1]["headers"]
+        assert seen["authorization"] == f"Bearer {UPSTREAM_KEY}"
+        assert {k for k in seen if k.startswith("x-maas-")} == {"x-maas-subscription"}
+        assert seen["x-maas-subscription"] == premium
+        assert "sk-oai-alice-1" not in json.dumps(seen)
+
+        # A client-sent identity header is refused before anything reaches the model.
+        spoof = await http.post(url, json=chat(), headers={**alice, "X-MaaS-Username": "admin"})
+        assert spoof.status_code == 403
+        unknown = await http.post(url, json=chat(), headers={"Authorization": "Bearer sk-oai-unknown"})
+        assert unknown.status_code == 403
+        assert (await http.post(url, json=chat())).status_code == 401
+
+        # 2 x 15 = 30 tokens: not over yet (the crossing request is served), then 45 > 30 -> 429.
+        assert (await http.post(url, json=chat(), headers=alice)).status_code == 200
+        assert (await http.post(url, json=chat(), headers=alice)).status_code == 200
+        calls_before = len((await http.get(f"{stack.model_url}/debug/requests")).json())
+        limited = await http.post(url, json=chat(), headers=alice)
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert len((await http.get(f"{stack.model_url}/debug/requests")).json()) == calls_before  # never reached
+
+        # Another user of the same subscription has an independent counter.
+        dave = await http.post(url, json=chat(), headers={"Authorization": "Bearer sk-oai-dave-1"})
+        assert dave.status_code == 200
+
+        # A Kubernetes token (real TokenReview): bob is a free user with his own subscription.
+        bob = {"Authorization": f"Bearer {maas_cluster.users['bob'].token}"}
+        assert (await http.post(url, json=chat(), headers=bob)).status_code == 200
+        seen = (await http.get(f"{stack.model_url}/debug/requests")).json()[-1]["headers"]
+        assert seen["x-maas-subscription"] == free
+        assert maas_cluster.users["bob"].token not in json.dumps(seen)
+        # carol is in no allowed group.
+        carol = {"Authorization": f"Bearer {maas_cluster.users['carol'].token}"}
+        assert (await http.post(url, json=chat(), headers=carol)).status_code == 403
+
+    report = await simulate(stack.gateway, SimulateRequest(model=f"{namespace}/gpt", key="sk-oai-alice-1"))
+    assert report.status == 429 and report.subscription == f"{SUB_NS}/{premium}"
+    minute = next(item for item in report.limits if item["window"] == "1m")
+    assert (minute["used"], minute["remaining"], minute["over"]) == (45, 0, True)
+    remote = await simulate_remote(stack.url, SimulateRequest(model=f"{namespace}/gpt", key="sk-oai-alice-1"))
+    assert remote.status == 429 and "rate limited" in remote.verdict and "1m" in format_report(remote)
+    carol_report = await simulate(stack.gateway, SimulateRequest(model=f"{namespace}/gpt", user="carol",
+                                                                 groups=("system:authenticated",)))
+    assert carol_report.status == 403 and "allowed-subjects" in carol_report.verdict
+
+    await eventually(lambda: _records(stack, 5))  # alice x3, dave, bob: denials are not records
+    records = [r for r in stack.sink.records if r.user == "alice"]
+    assert {(r.key_id, r.subscription, r.model, r.total_tokens, r.input_tokens, r.status) for r in records} == {
+        ("key-a", f"{SUB_NS}/{premium}", f"{namespace}/gpt", 15, 10, 200)}
+    assert len(records) == 3
+
+
+async def _records(stack: Stack, n: int) -> bool:
+    return len(stack.sink.records) >= n
+
+
+async def test_streaming_is_charged_with_and_without_include_usage(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str,
+    stack: Stack, maas_cluster: ControlPlane,
+) -> None:
+    premium, _ = await publish(objs, kube, stack, namespace, limit=10 * PER_CALL)
+    alice = {"Authorization": f"Bearer {maas_cluster.users['alice'].token}"}
+    url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
+
+    async def used() -> int:
+        report = await simulate(stack.gateway, SimulateRequest(model=f"{namespace}/gpt", user="alice",
+                                                               groups=("premium-users",)))
+        assert report.subscription == f"{SUB_NS}/{premium}", report
+        return int(next(item for item in report.limits if item["window"] == "1m")["used"])
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        async with http.stream("POST", url, json=chat("a b c", stream=True), headers=alice) as response:
+            assert response.status_code == 200
+            body = b"".join([chunk async for chunk in response.aiter_bytes()])
+        assert b"echo:" in body and b'"usage"' not in body and body.rstrip().endswith(b"data: [DONE]")
+        upstream = (await http.get(f"{stack.model_url}/debug/requests")).json()[-1]
+        assert upstream["path"] == "/v1/chat/completions"
+        await eventually(lambda: _equals(used, PER_CALL))
+
+        asked = chat("x", stream=True, stream_options={"include_usage": True})
+        async with http.stream("POST", url, json=asked, headers=alice) as response:
+            body = b"".join([chunk async for chunk in response.aiter_bytes()])
+        assert b'"total_tokens": 15' in body or b'"total_tokens":15' in body
+        await eventually(lambda: _equals(used, 2 * PER_CALL))
+    streamed = [r for r in stack.sink.records if r.streamed]
+    assert [r.total_tokens for r in streamed] == [15, 15]
+
+
+async def _equals(fn: Any, expected: int) -> bool:
+    value = await fn()
+    assert value == expected, value
+    return True

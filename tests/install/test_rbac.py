@@ -1,0 +1,182 @@
+"""Least privilege: the rendered roles grant exactly the documented table (no wildcard, no extra verb), and the
+ServiceAccounts, as the API server sees them, can do what they need and nothing they must not."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from maasctl.testenv import ControlPlane
+from tests.install.manifests import (
+    DEFAULT_CONTROLLER_NS,
+    DEFAULT_SUBSCRIPTION_NS,
+    MANIFESTS,
+    OVERLAYS,
+    apply_docs,
+    kubectl,
+    render,
+    service_account_api,
+)
+
+MAAS = "maas.opendatahub.io"
+MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
+READ = frozenset({"get", "list", "watch"})
+GENERATED = READ | {"create", "patch", "delete"}
+
+# The documented allow-list (docs/install.md, "Permissions"): (role kind, role name) -> {(group, resource): verbs}.
+EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
+    ("ClusterRole", "maas-controller"): {
+        **{(MAAS, r): READ | {"patch"} for r in MAAS_KINDS},
+        **{(MAAS, f"{r}/status"): frozenset({"patch"}) for r in MAAS_KINDS},
+        (MAAS, "maasmodelrefs/finalizers"): frozenset({"update"}),
+        ("gateway.networking.k8s.io", "httproutes"): GENERATED,
+        ("", "services"): GENERATED,
+        ("kuadrant.io", "authpolicies"): GENERATED,
+        ("kuadrant.io", "tokenratelimitpolicies"): GENERATED,
+        ("llm-d.ai", "inferenceobjectives"): GENERATED,
+        ("gateway.networking.k8s.io", "gateways"): READ,
+        ("serving.kserve.io", "llminferenceservices"): READ,
+        ("inference.networking.k8s.io", "inferencepools"): READ,
+        ("batch", "jobs"): READ,
+        ("", "secrets"): frozenset({"get", "patch"}),
+        ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+    },
+    ("Role", "maas-controller"): {
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("batch", "jobs"): frozenset({"create", "delete"}),
+    },
+    ("Role", "maas-key-cleanup"): {(MAAS, "maasauthpolicies"): frozenset({"create"})},
+    ("ClusterRole", "maas-api"): {
+        ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
+        ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
+        **{(MAAS, r): READ for r in MAAS_KINDS},
+    },
+}
+ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
+
+
+def grants(role: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
+    out: dict[tuple[str, str], frozenset[str]] = {}
+    for rule in role["rules"]:
+        assert not rule.get("resourceNames") and not rule.get("nonResourceURLs")
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                key = (group, resource)
+                out[key] = out.get(key, frozenset()) | frozenset(rule["verbs"])
+    return out
+
+
+def roles(overlay: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in render(overlay) if d["kind"] in ("ClusterRole", "Role")}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) -> None:
+    found = roles(overlay)
+    assert set(found) == set(EXPECTED)
+    for key, role in found.items():
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{key}: wildcard in {field}"
+            assert set(rule["verbs"]) <= ALLOWED_VERBS, key
+        assert grants(role) == EXPECTED[key], key
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
+    docs = render(overlay)
+    expected = {"maas-controller": "maas-controller", "maas-key-cleanup": "maas-controller", "maas-api": "maas-api"}
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert len(bindings) == 4
+    for b in bindings:
+        assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
+        assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
+        assert b["roleRef"]["kind"] == ("ClusterRole" if b["kind"] == "ClusterRoleBinding" else "Role")
+
+
+def test_only_generated_kinds_are_writable_by_the_controller() -> None:
+    table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-controller")])
+    writable = {res for (_, res), verbs in table.items() if verbs & {"create", "delete", "update"}}
+    assert writable == {"httproutes", "services", "authpolicies", "tokenratelimitpolicies", "inferenceobjectives",
+                        "events", "maasmodelrefs/finalizers"}
+
+
+# -- as the API server sees it ------------------------------------------------------------------------------
+
+
+def can_i(cp: ControlPlane, sa: str, *question: str) -> bool:
+    out = kubectl("auth", "can-i", *question, f"--as=system:serviceaccount:{DEFAULT_CONTROLLER_NS}:{sa}",
+                  kubeconfig=cp.kubeconfig, check=False)
+    return out.stdout.strip() == "yes"
+
+
+@pytest.fixture
+async def installed_rbac(control_plane: ControlPlane) -> AsyncIterator[ControlPlane]:
+    docs = [d for d in render(MANIFESTS / "overlays" / "default")
+            if d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                             "RoleBinding")]
+    await apply_docs(control_plane, docs)
+    yield control_plane
+
+
+async def test_maas_api_reviews_tokens_and_reads_maas_resources_but_writes_nothing(
+    installed_rbac: ControlPlane,
+) -> None:
+    cp = installed_rbac
+    api = await service_account_api(cp, DEFAULT_CONTROLLER_NS, "maas-api",
+                                    ready_checks=[("create", "tokenreviews.authentication.k8s.io")])
+    try:
+        alice = cp.users["alice"]
+        review = await k8s.AuthenticationV1Api(api).create_token_review(
+            k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=alice.token)))
+        assert review.status.authenticated and review.status.user.username == "alice"
+        sar = await k8s.AuthorizationV1Api(api).create_subject_access_review(k8s.V1SubjectAccessReview(
+            spec=k8s.V1SubjectAccessReviewSpec(user="alice", groups=list(alice.groups), resource_attributes=
+                                               k8s.V1ResourceAttributes(group=MAAS, resource="maasauthpolicies",
+                                                                        verb="create",
+                                                                        namespace=DEFAULT_SUBSCRIPTION_NS))))
+        assert sar.status.allowed is False
+        custom = k8s.CustomObjectsApi(api)
+        for plural in MAAS_KINDS:
+            await custom.list_cluster_custom_object(MAAS, "v1alpha1", plural)
+        with pytest.raises(k8s.ApiException) as denied:
+            await custom.create_namespaced_custom_object(
+                MAAS, "v1alpha1", DEFAULT_SUBSCRIPTION_NS, "maassubscriptions",
+                {"apiVersion": f"{MAAS}/v1alpha1", "kind": "MaaSSubscription", "metadata": {"name": "x"},
+                 "spec": {"owner": {"groups": [{"name": "g"}]}, "modelRefs": []}})
+        assert denied.value.status == 403
+        with pytest.raises(k8s.ApiException) as no_secrets:
+            await k8s.CoreV1Api(api).list_namespaced_secret(DEFAULT_CONTROLLER_NS)
+        assert no_secrets.value.status == 403
+    finally:
+        await api.close()
+    for verb in ("create", "update", "patch", "delete", "deletecollection"):
+        for plural in MAAS_KINDS:
+            assert not can_i(cp, "maas-api", verb, f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), (verb, plural)
+    assert not can_i(cp, "maas-api", "get", "secrets", "-A")
+
+
+async def test_controller_service_account_is_bounded(installed_rbac: ControlPlane) -> None:
+    cp = installed_rbac
+
+    def ctrl(*question: str) -> bool:
+        return can_i(cp, "maas-controller", *question)
+
+    assert ctrl("patch", "httproutes.gateway.networking.k8s.io", "-n", "some-model-ns")
+    assert ctrl("create", "jobs.batch", "-n", DEFAULT_CONTROLLER_NS)
+    assert not ctrl("create", "jobs.batch", "-n", "some-model-ns")
+    assert not ctrl("create", "leases.coordination.k8s.io", "-n", "some-model-ns")
+    assert ctrl("get", "secrets", "-n", "some-model-ns") and ctrl("patch", "secrets", "-n", "some-model-ns")
+    for verb in ("list", "watch", "create", "update", "delete"):
+        assert not ctrl(verb, "secrets", "-n", "some-model-ns"), verb
+    for plural in MAAS_KINDS:
+        assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+        assert not ctrl("update", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+    assert ctrl("create", f"maasauthpolicies.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)  # maas-api's admin check
+    assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", "some-model-ns")
+    assert not ctrl("create", f"maassubscriptions.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)
+    assert not ctrl("create", "pods", "-n", DEFAULT_CONTROLLER_NS)
+    assert not ctrl("create", "clusterroles.rbac.authorization.k8s.io")

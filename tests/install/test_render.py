@@ -1,0 +1,122 @@
+"""Every overlay renders with `kubectl kustomize`, moves every name it configures and keeps the hardening."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.install.manifests import MANIFESTS, OVERLAYS, find, render
+
+
+def overlay_config(overlay: Any) -> dict[str, str]:
+    doc = yaml.safe_load((overlay / "install-config.yaml").read_text())
+    return dict(doc["data"])
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_there_are_default_and_dev_overlays() -> None:
+    assert {p.name for p in OVERLAYS} >= {"default", "dev"}
+
+
+def test_api_bundle_lists_every_generated_file() -> None:
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    generated = {f"{d}/{p.name}" for d in ("crds", "admission") for p in (MANIFESTS / d).glob("*.yaml")}
+    assert set(kustomization["resources"]) == generated
+    kinds = [d["kind"] for d in render(MANIFESTS)]
+    assert kinds.count("CustomResourceDefinition") == len(list((MANIFESTS / "crds").glob("*.yaml")))
+    assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_overlay_moves_every_configured_name(overlay: Any) -> None:
+    cfg = overlay_config(overlay)
+    ctrl_ns, sub_ns = cfg["controllerNamespace"], cfg["subscriptionNamespace"]
+    docs = render(overlay)
+    namespaces = {d["metadata"]["labels"]["maas.opendatahub.io/namespace-role"]: d["metadata"]["name"]
+                  for d in docs if d["kind"] == "Namespace"}
+    assert namespaces == {"controller": ctrl_ns, "subscriptions": sub_ns}
+    assert not any(d["kind"] == "ConfigMap" and d["metadata"]["name"] == "maas-install-config" for d in docs)
+    for d in docs:
+        ns = d["metadata"].get("namespace")
+        assert ns in (None, ctrl_ns, sub_ns), f"{d['kind']} {d['metadata']['name']} left in {ns}"
+        for subject in d.get("subjects") or ():
+            assert subject["namespace"] == ctrl_ns
+        assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "maasctl"
+    assert find(docs, "Role", "maas-key-cleanup")["metadata"]["namespace"] == sub_ns
+    manager = find(docs, "Deployment", "maas-controller")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(manager)
+    assert env["MAASCTL_SUBSCRIPTION_NAMESPACE"] == sub_ns
+    assert env["MAASCTL_GATEWAY_NAME"] == cfg["gatewayName"]
+    assert env["MAASCTL_GATEWAY_NAMESPACE"] == cfg["gatewayNamespace"]
+    assert env["MAASCTL_MAAS_API_URL"] == f"http://maas-api.{ctrl_ns}.svc.cluster.local:8080"
+    assert env["MAASCTL_LEADER_ELECTION_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    api = find(docs, "Deployment", "maas-api")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(api)["MAASCTL_SUBSCRIPTION_NAMESPACE"] == sub_ns
+    assert env_of(api)["MAASCTL_DATABASE_URL"] == {"secretKeyRef": {"name": "maas-api-db", "key": "database-url"}}
+    parent = find(docs, "HTTPRoute", "maas-api")["spec"]["parentRefs"][0]
+    assert (parent["name"], parent["namespace"]) == (cfg["gatewayName"], cfg["gatewayNamespace"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_deployments_are_hardened(overlay: Any) -> None:
+    docs = render(overlay)
+    for name in ("maas-controller", "maas-api"):
+        pod = find(docs, "Deployment", name)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["serviceAccountName"] == name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["runAsNonRoot"] is True
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert set(c["resources"]["requests"]) == {"cpu", "memory"}
+            assert "memory" in c["resources"]["limits"]
+            assert c["livenessProbe"] and c["readinessProbe"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_controller_runs_with_leader_election_probes_and_metrics(overlay: Any) -> None:
+    docs = render(overlay)
+    manager = find(docs, "Deployment", "maas-controller")["spec"]["template"]["spec"]["containers"][0]
+    assert manager["command"] == ["maasctl"] and manager["args"][0] == "run"
+    assert "--leader-elect" in manager["args"]
+    ports = {p["name"]: p["containerPort"] for p in manager["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert manager["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert manager["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    env = env_of(manager)
+    assert (env["MAASCTL_METRICS_BIND_ADDRESS"], env["MAASCTL_HEALTH_PROBE_BIND_ADDRESS"]) == (":8080", ":8081")
+    svc = find(docs, "Service", "maas-controller-metrics")["spec"]
+    assert svc["ports"][0]["targetPort"] == "metrics"
+    assert svc["selector"] == {"app.kubernetes.io/name": "maas-controller"}
+    api = find(docs, "Deployment", "maas-api")["spec"]["template"]["spec"]["containers"][0]
+    assert api["args"][0] == "api"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_gateway_exposes_only_the_public_maas_api(overlay: Any) -> None:
+    docs = render(overlay)
+    route = find(docs, "HTTPRoute", "maas-api")
+    prefixes = [m["path"]["value"] for r in route["spec"]["rules"] for m in r["matches"]]
+    assert prefixes == ["/maas-api/v1", "/maas-api/health"]
+    assert all(b["name"] == "maas-api" for r in route["spec"]["rules"] for b in r["backendRefs"])
+    policy = find(docs, "AuthPolicy", "maas-api")
+    assert policy["spec"]["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                           "name": "maas-api"}
+    assert "kubernetesTokenReview" in policy["spec"]["rules"]["authentication"]["kubernetes-token"]
+    assert "response" not in policy["spec"]["rules"], "maas-api trusts no identity header: inject none"
+
+
+def test_examples_render_the_documented_samples() -> None:
+    docs = render(MANIFESTS / "examples")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == ["ExternalModel", "MaaSAuthPolicy", "MaaSModelRef", "MaaSSubscription", "MaaSSubscription",
+                     "Namespace", "Secret"]
