@@ -34,8 +34,9 @@ class DevOptions:
 async def apply_samples(stack: LocalStack) -> None:
     """Create the sample models, auth policy and subscriptions (server-side apply: idempotent)."""
     client = Client(stack.api)
-    objs = [samples.gateway(stack.settings, int(stack.gateway_url.rsplit(":", 1)[1])),
-            *samples.models(stack.settings, stack.model_url, stack.incluster_model_url), *samples.access(stack.settings)]
+    port = int(stack.gateway_url.rsplit(":", 1)[1])
+    objs = [samples.gateway(stack.settings, port), *samples.access(stack.settings),
+            *samples.models(stack.settings, stack.model_url, stack.incluster_model_url)]
     for obj in objs:
         await client.apply(obj, field_manager=FIELD_MANAGER)
     gw = stack.settings
