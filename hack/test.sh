@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, strict typing, unit + integration tests (real control plane, real
-# PostgreSQL) and the end-to-end journeys. Same command locally and in CI.
+# PostgreSQL) and the end-to-end journeys (e2e/). Same command locally and in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./hack/setup.sh --postgres
 .venv/bin/ruff check .
 .venv/bin/mypy src
-exec .venv/bin/pytest tests "$@"
+exec .venv/bin/pytest tests e2e "$@"

@@ -1,0 +1,91 @@
+"""SQLAlchemy schema of maas-api (the Alembic migrations are the source of truth for the DDL; this module
+mirrors them for queries). Timestamps are always timezone-aware UTC, also on SQLite."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores aware datetimes as UTC; SQLite returns naive values, which are read back as UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to UTCDateTime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("key_hash", String(128), nullable=False),
+    Column("hash_algorithm", String(32), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("owner", String(253), nullable=False),
+    Column("groups", JSON, nullable=False),
+    Column("subscription_namespace", String(63), nullable=False),
+    Column("subscription_name", String(253), nullable=False),
+    Column("ephemeral", Boolean, nullable=False, default=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime, nullable=True),
+    Column("revoked_by", String(253), nullable=True),
+    Column("revoke_reason", Text, nullable=True),
+)
+Index("ix_api_keys_owner_created", api_keys.c.owner, api_keys.c.created_at)
+Index("ix_api_keys_subscription", api_keys.c.subscription_namespace, api_keys.c.subscription_name)
+
+api_key_labels = Table(
+    "api_key_labels",
+    metadata,
+    Column("key_id", String(32), ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(63), primary_key=True),
+    Column("value", String(253), nullable=False),
+)
+Index("ix_api_key_labels_name_value", api_key_labels.c.name, api_key_labels.c.value)
+
+api_key_events = Table(
+    "api_key_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key_id", String(32), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("actor", String(253), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("details", JSON, nullable=True),
+)
+Index("ix_api_key_events_key", api_key_events.c.key_id)
+Index("ix_api_key_events_at", api_key_events.c.at)

@@ -1,0 +1,81 @@
+"""`serve(settings)`: run maas-api on uvicorn with the real identity and subscription sources."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import structlog
+import uvicorn
+
+from maasctl.maasapi.app import create_app
+from maasctl.maasapi.auth import KubeAuthenticator
+from maasctl.maasapi.cache_sources import CachedSources
+from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.runtime import Client
+
+log = structlog.get_logger("maasctl.maasapi")
+
+
+def tune_gc() -> None:
+    """Move start-up objects out of the collector's view and collect the young generation less often:
+    fewer and shorter collector pauses on the validation hot path (they show up directly in p99)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
+async def kube_api_client(kubeconfig: str | None) -> Any:
+    """An ApiClient from a kubeconfig file, or the in-cluster service account when none is given."""
+    from kubernetes_asyncio import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return client.ApiClient(configuration)
+
+
+async def serve_async(settings: MaasApiSettings) -> None:
+    api = await kube_api_client(settings.kubeconfig)
+    try:
+        sources = CachedSources(Client(api), settings.subscription_namespace)
+        sources.start()
+        app = create_app(
+            settings,
+            sources,
+            KubeAuthenticator(api, cache_seconds=settings.token_cache_seconds),
+            model_source=sources,
+        )
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            access_log=False,
+            log_config=None,
+            lifespan="on",
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        if settings.key_pepper is None:
+            log.warning("maasapi_default_pepper", hint="set a key pepper for production deployments")
+        log.info(
+            "maasapi_starting",
+            host=settings.host,
+            port=settings.port,
+            database=settings.database_url.split("://", 1)[0],
+        )
+        tune_gc()
+        try:
+            await server.serve()
+        finally:
+            await sources.stop()
+    finally:
+        await api.close()
+
+
+def serve(settings: MaasApiSettings) -> None:
+    """Blocking entry point for `maasctl api`."""
+    asyncio.run(serve_async(settings))

@@ -1,0 +1,55 @@
+"""Settings of maas-api: one object passed down; nothing here reads the environment by itself."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+# Used only when no pepper is configured (embedded/dev mode). Secrets carry 256 random bits, so the stored
+# HMAC stays infeasible to invert even with a known pepper; production sets `key_pepper`.
+DEFAULT_PEPPER = "maasctl-maasapi-default-pepper-v1"
+
+
+class MaasApiSettings(BaseModel):
+    """Configuration for one maas-api process (all replicas of a deployment share the database and pepper)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    database_url: str = "sqlite+aiosqlite:///maas-api.db"
+    key_pepper: SecretStr | None = None
+    subscription_namespace: str = "models-as-a-service"
+    max_expiration: timedelta = timedelta(days=90)
+    default_expiration: timedelta | None = None  # None -> max_expiration
+    ephemeral_max_expiration: timedelta = timedelta(hours=1)
+    ephemeral_default_expiration: timedelta = timedelta(hours=1)
+    revoked_retention: timedelta = timedelta(days=30)
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_labels: int = 50
+    host: str = "127.0.0.1"
+    port: int = 8080
+    kubeconfig: str | None = None
+    metrics_enabled: bool = True
+    run_migrations: bool = True
+    db_pool_size: int = Field(default=10, ge=1)
+    token_cache_seconds: float = Field(default=5.0, ge=0.0)
+    model_probe_timeout: float = Field(default=2.0, gt=0.0)
+    models_deadline: float = Field(default=5.0, gt=0.0)
+    model_probe_ca_file: str | None = None  # CA bundle for probing https model endpoints (None: system CAs)
+    # Usage metering (maasctl.maasapi.usage). The gateway authenticates with one of these shared bearer tokens
+    # (several allow rotation); none configured: ingestion is refused (403 usage_ingest_disabled).
+    usage_ingest_tokens: tuple[SecretStr, ...] = ()
+    usage_max_batch_records: int = Field(default=1000, ge=1)  # the body is also bounded by max_body_bytes
+    usage_raw_retention: timedelta = timedelta(days=90)  # raw records; rollups are what reports read
+    usage_hourly_retention: timedelta | None = timedelta(days=400)  # None: keep; daily rollups are kept
+    usage_metrics_per_user: bool = False  # per-user Prometheus labels (unbounded cardinality: opt in)
+    usage_metrics_max_series: int = Field(default=1000, ge=1)
+    usage_report_max_rows: int = Field(default=10_000, ge=1)
+
+    def pepper_bytes(self) -> bytes:
+        value = self.key_pepper.get_secret_value() if self.key_pepper else DEFAULT_PEPPER
+        return value.encode()
+
+    @property
+    def effective_default_expiration(self) -> timedelta:
+        return self.default_expiration or self.max_expiration

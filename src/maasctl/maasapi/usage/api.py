@@ -1,0 +1,347 @@
+"""HTTP surface of usage metering: ingestion from the gateway, admin report and CSV export, the
+per-subscription view for subscription owners, and the retention purge.
+
+Routes are built by `install()` from the app's own dependencies (caller identity, admin check, subscription
+source), so authentication behaves exactly as on every other maas-api route. (No `from __future__ import
+annotations` here: FastAPI reads the endpoints' annotations, which refer to closure-local dependencies.)
+"""
+
+import csv
+import hmac
+import io
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import SQLAlchemyError
+
+from maasctl.maasapi.auth import Identity
+from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.schemas import SubscriptionName
+from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.subscriptions import Subscription, find
+from maasctl.maasapi.usage import ranges
+from maasctl.maasapi.usage.metrics import UsageMetrics, for_registry
+from maasctl.maasapi.usage.schemas import (
+    IngestResponse,
+    LimitView,
+    ModelUsage,
+    PurgeResponse,
+    ReportRow,
+    SubscriptionUsage,
+    TokenCounts,
+    UsageBatchIn,
+    UsageReport,
+)
+from maasctl.maasapi.usage.store import GROUP_COLUMNS, GroupBy, Period, Totals, UsageFilter, UsageStore
+
+INGEST_PATH = "/internal/v1/usage"
+FUTURE_SKEW = timedelta(hours=1)
+CSV_COUNTERS = ("total_tokens", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens",
+                "requests", "failed_requests")
+_COUNTER_INDEX = {name: i for i, name in enumerate(
+    ("requests", "failed_requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens",
+     "total_tokens"))}
+_FLUSH_ROWS = 500
+
+
+@dataclass(frozen=True)
+class UsageDeps:
+    """What the usage routes borrow from the app (see `maasctl.maasapi.app`)."""
+
+    caller: Callable[..., Awaitable[Identity]]
+    is_admin: Callable[[Any, Identity], Awaitable[bool]]
+    subscriptions: Callable[[Any], Awaitable[Sequence[Subscription]]]
+
+
+@dataclass
+class UsageContext:
+    """Per-app usage state; the store is bound to the app's database engine once the lifespan opened it."""
+
+    app_state: Any  # maasctl.maasapi.app.AppState
+    metrics: UsageMetrics
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    _store: UsageStore | None = None
+
+    @property
+    def settings(self) -> MaasApiSettings:
+        settings: MaasApiSettings = self.app_state.settings
+        return settings
+
+    def store(self) -> UsageStore:
+        key_store = self.app_state.store
+        if key_store is None:
+            raise ApiError(503, "not_ready", "maas-api is starting")
+        if self._store is None or self._store.engine is not key_store.engine:
+            self._store = UsageStore(key_store.engine)
+        return self._store
+
+
+async def _context(request: Request) -> UsageContext:
+    ctx: UsageContext = request.app.state.maasapi_usage
+    return ctx
+
+
+Ctx = Annotated[UsageContext, Depends(_context)]
+
+
+async def _gateway(ctx: Ctx, authorization: Annotated[str | None, Header()] = None) -> None:
+    """The gateway authenticates with a shared bearer token (`usage_ingest_tokens`)."""
+    tokens = ctx.settings.usage_ingest_tokens
+    if not tokens:
+        raise ApiError(403, "usage_ingest_disabled", "usage ingestion is not configured (no ingest token set)")
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise ApiError(401, "unauthenticated", "missing bearer token")
+    presented = authorization[7:].strip().encode()
+    # Compare with every token (constant time each) so timing does not reveal which one matched.
+    matched = [hmac.compare_digest(presented, t.get_secret_value().encode()) for t in tokens]
+    if not any(matched):
+        raise ApiError(401, "unauthenticated", "invalid usage ingest token")
+
+
+GatewayAuth = Annotated[None, Depends(_gateway)]
+
+
+def _range(ctx: UsageContext, name: str | None, start: datetime | None, end: datetime | None,
+           whole_days: bool = False) -> ranges.TimeRange:
+    try:
+        return ranges.resolve(ctx.clock(), name, start, end, whole_days=whole_days)
+    except ranges.RangeError as exc:
+        raise ApiError(422, exc.code, str(exc)) from exc
+
+
+def _counts(t: Totals) -> dict[str, int]:
+    return t.as_dict()
+
+
+def _sub_ref(value: str | None, default_ns: str) -> str | None:
+    if not value:
+        return None
+    ns, _, name = value.rpartition("/")
+    return f"{ns or default_ns}/{name}"
+
+
+def _csv_line(values: Sequence[Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\r\n").writerow(values)
+    return buf.getvalue()
+
+
+def _period_bounds(period: Period, value: Any) -> tuple[str, str]:
+    if period == "day":
+        day = value if isinstance(value, date) else date.fromisoformat(str(value))
+        first, after = day, day + timedelta(days=1)
+    else:
+        year, month = str(value).split("-")
+        first = date(int(year), int(month), 1)
+        after = ranges.next_month(first)
+    return f"{first.isoformat()}T00:00:00Z", f"{after.isoformat()}T00:00:00Z"
+
+
+async def _csv_stream(first: tuple[Any, ...] | None, rows: AsyncGenerator[tuple[Any, ...], None], header: list[str],
+                      group_by: GroupBy, period: Period) -> AsyncIterator[str]:
+    width = len(GROUP_COLUMNS[group_by])
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(header)
+
+    def write(row: tuple[Any, ...]) -> None:
+        counters = row[1 + width:]
+        writer.writerow([*_period_bounds(period, row[0]), *row[1:1 + width],
+                         *(int(counters[_COUNTER_INDEX[c]] or 0) for c in CSV_COUNTERS)])
+
+    try:
+        if first is not None:
+            write(first)
+            n = 1
+            async for row in rows:
+                write(row)
+                n += 1
+                if n % _FLUSH_ROWS == 0:
+                    yield buf.getvalue()
+                    buf.seek(0)
+                    buf.truncate()
+        yield buf.getvalue()
+    finally:
+        await rows.aclose()  # also when the client went away: releases the cursor and connection
+
+
+def install(app: FastAPI, deps: UsageDeps) -> None:
+    """Add the usage routes to `app` (whose `state.maasapi` is the AppState)."""
+    state = app.state.maasapi
+    settings: MaasApiSettings = state.settings
+    app.state.maasapi_usage = UsageContext(
+        state,
+        for_registry(state.metrics.registry, per_user=settings.usage_metrics_per_user,
+                     max_series=settings.usage_metrics_max_series),
+    )
+    Caller = Annotated[Identity, Depends(deps.caller)]
+    RangeQ = Annotated[ranges.RangeName | None, Query(alias="range", description="last 1d, 7d, 30d, 90d or 1y")]
+    FromQ = Annotated[datetime | None, Query(alias="from", description="start (UTC when no offset is given)")]
+    ToQ = Annotated[datetime | None, Query(alias="to", description="end, exclusive (default: now)")]
+    SubQ = Annotated[SubscriptionName | None, Query(description="namespace/name (or a name in the default "
+                                                                "subscription namespace)")]
+    UserQ = Annotated[str | None, Query(max_length=253, description="case-insensitive username search")]
+    errors: dict[int | str, dict[str, Any]] = {
+        s: {"description": d} for s, d in ((401, "Unauthenticated"), (403, "Forbidden"), (404, "Not found"),
+                                            (413, "Too large"), (422, "Invalid"), (503, "Unavailable"))
+    }
+
+    async def require_admin(ctx: UsageContext, caller: Identity, what: str) -> None:
+        if not await deps.is_admin(ctx.app_state, caller):
+            raise ApiError(403, "forbidden", f"only admins can {what}")
+
+    @app.post(INGEST_PATH, response_model=IngestResponse, tags=["gateway"], responses=errors)
+    async def ingest_usage(body: UsageBatchIn, ctx: Ctx, _: GatewayAuth) -> IngestResponse:
+        """Append a batch of usage records from the gateway, atomically and idempotently (by record id)."""
+        s = ctx.settings
+        if len(body.records) > s.usage_max_batch_records:
+            ctx.metrics.rejected.labels("batch_too_large").inc()
+            raise ApiError(413, "batch_too_large", f"a batch holds at most {s.usage_max_batch_records} records")
+        now = ctx.clock()
+        entries = [r.entry() for r in body.records]
+        future = [i for i, e in enumerate(entries) if e.ts > now + FUTURE_SKEW]
+        if future:
+            ctx.metrics.rejected.labels("timestamp_in_future").inc()
+            raise ApiError(422, "timestamp_in_future", "records are timestamped in the future",
+                           [{"field": f"records.{i}.timestamp"} for i in future[:20]])
+        try:
+            result = await ctx.store().ingest(entries, now)
+        except (SQLAlchemyError, OSError) as exc:
+            ctx.metrics.rejected.labels("usage_store_unavailable").inc()
+            raise ApiError(503, "usage_store_unavailable", "usage records cannot be stored now; retry") from exc
+        ctx.metrics.observe(result.inserted, result.duplicates)
+        return IngestResponse(accepted=len(result.inserted), duplicates=result.duplicates)
+
+    @app.get("/v1/usage/report", response_model=UsageReport, tags=["usage"], responses=errors)
+    async def usage_report(
+        ctx: Ctx,
+        caller: Caller,
+        range_: RangeQ = None,
+        start: FromQ = None,
+        end: ToQ = None,
+        subscription: SubQ = None,
+        user: UserQ = None,
+        limit: Annotated[int | None, Query(ge=1, description="at most this many rows (largest first)")] = None,
+    ) -> UsageReport:
+        """Usage per user and subscription over a time range (admins only; hour resolution)."""
+        await require_admin(ctx, caller, "read usage reports")
+        rng = _range(ctx, range_, start, end)
+        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user)
+        grouped = await ctx.store().report(rng, ("username", "subscription"), f)
+        totals = Totals()
+        for t in grouped.values():
+            totals.add(t.as_dict()[c] for c in _COUNTER_INDEX)
+        rows = sorted(grouped.items(), key=lambda kv: (-kv[1].total_tokens, kv[0]))
+        cap = min(limit or ctx.settings.usage_report_max_rows, ctx.settings.usage_report_max_rows)
+        return UsageReport(
+            start=rng.start,
+            end=rng.end,
+            data=[ReportRow(username=k[0], subscription=k[1], **_counts(t)) for k, t in rows[:cap]],
+            totals=TokenCounts(**_counts(totals)),
+            has_more=len(rows) > cap,
+        )
+
+    @app.get("/v1/usage/export", tags=["usage"], responses={
+        **errors, 200: {"description": "CSV", "content": {"text/csv": {}}}})
+    async def usage_export(
+        ctx: Ctx,
+        caller: Caller,
+        group_by: Annotated[GroupBy, Query(alias="groupBy")] = "user",
+        by: Annotated[Period, Query(description="time grouping")] = "day",
+        range_: RangeQ = None,
+        start: FromQ = None,
+        end: ToQ = None,
+        subscription: SubQ = None,
+        user: UserQ = None,
+    ) -> StreamingResponse:
+        """CSV of usage grouped by subscription, user, API key or model and by UTC day or month (admins only).
+        Whole UTC days; streamed from the daily rollup. Columns: period_start, period_end, the group
+        columns, total/input/cached/output/reasoning tokens, requests, failed_requests."""
+        await require_admin(ctx, caller, "export usage")
+        rng = _range(ctx, range_, start, end, whole_days=True)
+        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user)
+        rows = ctx.store().export(ranges.as_date(rng.start), ranges.as_date(rng.end), group_by, by, f)
+        try:
+            first: tuple[Any, ...] | None = await rows.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except (SQLAlchemyError, OSError) as exc:
+            raise ApiError(503, "usage_store_unavailable", "usage cannot be read now") from exc
+        header = ["period_start", "period_end", *GROUP_COLUMNS[group_by], *CSV_COUNTERS]
+        name = f"usage-{group_by}-{by}-{rng.start.date().isoformat()}-{rng.end.date().isoformat()}.csv"
+        return StreamingResponse(
+            _csv_stream(first, rows, header, group_by, by),
+            media_type="text/csv; charset=utf-8",
+            headers={
+                "Content-Disposition": f'attachment; filename="{name}"',
+                "X-Usage-From": rng.start.isoformat(),
+                "X-Usage-To": rng.end.isoformat(),
+                "Cache-Control": "no-store",
+            },
+        )
+
+    @app.get("/v1/usage/subscriptions/{namespace}/{name}", response_model=SubscriptionUsage,
+             tags=["usage"], responses=errors)
+    async def subscription_usage(
+        ctx: Ctx,
+        caller: Caller,
+        namespace: Annotated[str, Path(max_length=63)],
+        name: Annotated[str, Path(max_length=253)],
+        range_: RangeQ = None,
+        start: FromQ = None,
+        end: ToQ = None,
+        user: Annotated[str | None, Query(max_length=253, description="exact username (admins only)")] = None,
+    ) -> SubscriptionUsage:
+        """Usage of one subscription by model, with its configured limits beside it. Subscription owners see
+        their own usage; admins see everyone's (or one user's)."""
+        ref = f"{namespace}/{name}"
+        subs = await deps.subscriptions(ctx.app_state)
+        sub = find(subs, ref, ctx.settings.subscription_namespace)
+        admin = caller.via == "token" and await deps.is_admin(ctx.app_state, caller)
+        if admin:
+            username = user
+        else:
+            allowed = (caller.key_subscription == ref) if caller.via == "api_key" else (
+                sub is not None and sub.owned_by(caller.username, caller.groups))
+            if sub is None or not allowed:
+                raise ApiError(404, "subscription_not_found", "subscription not found or not accessible")
+            if user is not None and user != caller.username:
+                raise ApiError(403, "forbidden", "only admins can read other users' usage")
+            username = caller.username
+        rng = _range(ctx, range_, start, end)
+        grouped = await ctx.store().report(rng, ("model",), UsageFilter(subscription=ref, username=username))
+        models: list[ModelUsage] = []
+        seen: set[str] = set()
+        totals = Totals()
+        for m in sub.model_refs if sub is not None else ():
+            t = grouped.get((m.ref,), Totals())
+            seen.add(m.ref)
+            models.append(ModelUsage(
+                model=m.ref, unlimited=m.unlimited, in_subscription=True,
+                token_rate_limits=[LimitView(limit=x.limit, window=x.window) for x in m.token_rate_limits],
+                **_counts(t)))
+        for (model,), t in sorted(grouped.items()):
+            if model not in seen:
+                models.append(ModelUsage(model=model, in_subscription=False, token_rate_limits=[], **_counts(t)))
+        for t in grouped.values():
+            totals.add(t.as_dict()[c] for c in _COUNTER_INDEX)
+        return SubscriptionUsage(subscription=ref, username=username, start=rng.start, end=rng.end, models=models,
+                                 totals=TokenCounts(**_counts(totals)))
+
+    @app.post("/internal/v1/usage/purge", response_model=PurgeResponse, tags=["gateway"], responses=errors)
+    async def purge_usage(ctx: Ctx, caller: Caller) -> PurgeResponse:
+        """Retention: deletes raw usage records (and hourly rollups) older than the configured retention."""
+        if caller.via != "token":
+            raise ApiError(403, "api_key_not_allowed", "use your user token")
+        await require_admin(ctx, caller, "purge usage records")
+        now = ctx.clock()
+        s = ctx.settings
+        raw_cutoff = now - s.usage_raw_retention
+        hourly_cutoff = now - s.usage_hourly_retention if s.usage_hourly_retention is not None else None
+        raw, hourly = await ctx.store().purge(raw_cutoff, hourly_cutoff)
+        return PurgeResponse(raw_purged=raw, hourly_purged=hourly, raw_cutoff=raw_cutoff,
+                             hourly_cutoff=hourly_cutoff)

@@ -1,0 +1,93 @@
+"""SQLAlchemy tables of usage metering (mirrors migration 0002_usage, which is the source of truth).
+
+`usage_records` holds one immutable row per gateway request (an UPDATE is refused by a trigger; only the
+retention purge deletes). `usage_hourly`, `usage_daily` and `usage_monthly` are rollups keyed by time bucket,
+subscription, user, API key, model and organization id; reports and exports read only these (a 1-year report
+reads whole months from `usage_monthly`, the partial months at its edges from the finer tables).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Column, Date, Float, Index, Integer, String, Table
+
+from maasctl.maasapi.db import UTCDateTime, metadata
+
+ID_LEN = 64
+USER_LEN = 253
+REF_LEN = 317  # namespace/name
+
+usage_records = Table(
+    "usage_records",
+    metadata,
+    Column("id", String(ID_LEN), primary_key=True),  # the gateway's request id: the idempotency key
+    Column("ts", UTCDateTime, nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("username", String(USER_LEN), nullable=False),
+    Column("key_id", String(ID_LEN), nullable=False),
+    Column("subscription", String(REF_LEN), nullable=False),
+    Column("organization_id", String(USER_LEN), nullable=False),
+    Column("model", String(REF_LEN), nullable=False),
+    Column("route", String(REF_LEN), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("latency_ms", Float, nullable=False),
+    Column("streamed", Boolean, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("reasoning_tokens", BigInteger, nullable=False),
+    Column("total_tokens", BigInteger, nullable=False),
+    Column("charged_tokens", BigInteger, nullable=False),
+)
+Index("ix_usage_records_ts", usage_records.c.ts)
+
+ROLLUP_KEYS = ("subscription", "username", "key_id", "model", "organization_id")
+COUNTERS = (
+    "requests",
+    "failed_requests",
+    "input_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "total_tokens",
+)
+
+
+def _key_columns() -> list[Column[str]]:
+    return [
+        Column("subscription", String(REF_LEN), primary_key=True),
+        Column("username", String(USER_LEN), primary_key=True),
+        Column("key_id", String(ID_LEN), primary_key=True),
+        Column("model", String(REF_LEN), primary_key=True),
+        Column("organization_id", String(USER_LEN), primary_key=True),
+    ]
+
+
+def _counter_columns() -> list[Column[int]]:
+    return [Column(name, BigInteger, nullable=False) for name in COUNTERS]
+
+
+usage_hourly = Table(
+    "usage_hourly",
+    metadata,
+    Column("bucket", UTCDateTime, primary_key=True),  # start of the UTC hour
+    *_key_columns(),
+    *_counter_columns(),
+)
+
+usage_daily = Table(
+    "usage_daily",
+    metadata,
+    Column("day", Date, primary_key=True),  # the UTC day
+    *_key_columns(),
+    Column("month", String(7), nullable=False),  # "YYYY-MM" of `day`: portable month grouping
+    *_counter_columns(),
+)
+Index("ix_usage_daily_subscription_day", usage_daily.c.subscription, usage_daily.c.day)
+
+usage_monthly = Table(
+    "usage_monthly",
+    metadata,
+    Column("month_start", Date, primary_key=True),  # first day of the UTC month
+    *_key_columns(),
+    *_counter_columns(),
+)

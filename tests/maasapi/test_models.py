@@ -1,0 +1,153 @@
+"""GET /v1/models: real loopback HTTP model endpoints probed with the caller's Authorization header."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from maasctl.maasapi.app import create_app
+from maasctl.maasapi.auth import StaticAuthenticator
+from maasctl.maasapi.models import ModelInfo, StaticModelSource, model_from_object, probe_url
+from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.store import KeyStore
+from maasctl.maasapi.subscriptions import ModelRef, StaticSubscriptionSource, Subscription, TokenRateLimit
+
+from .conftest import NS, USERS, auth
+
+LIM = (TokenRateLimit(10, "1m"),)
+
+
+class ModelServers:
+    """One aiohttp server; each path prefix behaves like one model: ok / denied / 405 / slow / keyed."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None, str | None]] = []
+        self.runner: web.AppRunner | None = None
+        self.base = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        model = request.match_info["model"]
+        self.seen.append((model, request.headers.get("Authorization"), request.headers.get("X-MaaS-Subscription")))
+        if model == "ok":
+            return web.json_response({"object": "list", "data": [{"id": "ok"}]})
+        if model == "denied":
+            return web.json_response({"error": "no"}, status=401)
+        if model == "noget":
+            return web.Response(status=405)
+        if model == "slow":
+            await asyncio.sleep(5)
+            return web.json_response({})
+        if model == "alice-only":
+            ok = request.headers.get("Authorization") == "Bearer alice-token"
+            return web.json_response({}, status=200 if ok else 403)
+        return web.Response(status=500)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/llm/{model}/v1/models", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def model_servers() -> AsyncIterator[ModelServers]:
+    servers = ModelServers()
+    await servers.start()
+    try:
+        yield servers
+    finally:
+        await servers.stop()
+
+
+def catalogue(base: str) -> list[ModelInfo]:
+    def m(name: str, phase: str = "Ready", endpoint: str | None = "default") -> ModelInfo:
+        url = f"{base}/llm/{name}" if endpoint == "default" else endpoint
+        return ModelInfo("llm", name, "LLMInferenceService", f"{name}-alias", url, phase, 1700000000)
+
+    return [m("ok"), m("denied"), m("noget"), m("slow"), m("alice-only"), m("broken"),
+            m("pending", phase="Pending"), m("other")]
+
+
+def subscriptions() -> list[Subscription]:
+    refs = tuple(ModelRef("llm", n, LIM) for n in ("ok", "denied", "noget", "slow", "alice-only", "broken",
+                                                   "pending"))
+    return [
+        Subscription(NS, "premium", owner_groups=("premium-users",), priority=5, phase="Active", model_refs=refs),
+        Subscription(NS, "free", owner_groups=("free-users", "premium-users"), phase="Active",
+                     model_refs=(ModelRef("llm", "ok", LIM), ModelRef("llm", "alice-only", LIM))),
+    ]
+
+
+@pytest.fixture
+async def models_client(store: KeyStore, model_servers: ModelServers) -> AsyncIterator[httpx.AsyncClient]:
+    settings = MaasApiSettings(model_probe_timeout=0.5, models_deadline=1.0)
+    app = create_app(settings, StaticSubscriptionSource(subscriptions()), StaticAuthenticator(USERS),
+                     store=store, model_source=StaticModelSource(catalogue(model_servers.base)))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://maas-api") as c:
+        yield c
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_models_filtered_by_probe_with_callers_header(models_client: httpx.AsyncClient,
+                                                            model_servers: ModelServers) -> None:
+    start = time.monotonic()
+    r = await models_client.get("/v1/models", headers=auth("alice"))
+    elapsed = time.monotonic() - start
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    body: dict[str, Any] = r.json()
+    by_id = {m["id"]: m for m in body["data"]}
+    # 2xx and 405 are included; 401/500/slow/Pending/not-in-subscription are not
+    assert sorted(by_id) == ["alice-only-alias", "noget-alias", "ok-alias"]
+    assert by_id["ok-alias"]["owned_by"] == "llm/ok" and by_id["ok-alias"]["object"] == "model"
+    assert by_id["ok-alias"]["subscriptions"] == [f"{NS}/premium", f"{NS}/free"]
+    assert elapsed < 2.0, "a slow model must not hold the list beyond the probe timeout / deadline"
+    assert all(auth_header == "Bearer alice-token" for _, auth_header, _ in model_servers.seen)
+    assert "pending" not in {m for m, _, _ in model_servers.seen}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_models_subscription_header_and_api_key(models_client: httpx.AsyncClient,
+                                                      model_servers: ModelServers) -> None:
+    r = await models_client.get("/v1/models", headers={**auth("alice"), "X-MaaS-Subscription": "free"})
+    assert sorted(m["id"] for m in r.json()["data"]) == ["alice-only-alias", "ok-alias"]
+    assert {sub for _, _, sub in model_servers.seen} == {"free"}
+    r = await models_client.get("/v1/models", headers={**auth("carol"), "X-MaaS-Subscription": "free"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "subscription_not_found"
+    r = await models_client.get("/v1/models", headers=auth("carol"))
+    assert r.json()["data"] == []
+    key = (await models_client.post("/v1/api-keys", json={"name": "k", "subscription": "free"},
+                                    headers=auth("alice"))).json()["key"]
+    r = await models_client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+    # the key is sent as-is; "alice-only" refuses anything but alice's token
+    assert [m["id"] for m in r.json()["data"]] == ["ok-alias"]
+    r = await models_client.get("/v1/models", headers={"Authorization": f"Bearer {key}",
+                                                       "X-MaaS-Subscription": "premium"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "access_denied"
+
+
+def test_model_from_object_and_probe_url() -> None:
+    m = model_from_object({
+        "metadata": {"name": "g", "namespace": "llm", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"modelRef": {"kind": "LLMInferenceService", "name": "g"}},
+        "status": {"phase": "Ready", "endpoint": "https://gw/llm/g", "resolvedModelAlias": "granite"},
+    })
+    assert (m.ref, m.model_id, m.kind, m.ready, m.created) == ("llm/g", "granite", "LLMInferenceService", True,
+                                                               1767225600)
+    assert not model_from_object({"metadata": {"name": "x", "namespace": "n"}}).ready
+    assert probe_url("https://gw/llm/g/") == "https://gw/llm/g/v1/models"
+    assert probe_url("https://api.example.com/v1") == "https://api.example.com/v1/models"
