@@ -13,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from maasctl import __version__
+from maasctl import __version__, usage_cli
 from maasctl.settings import ControllerSettings, env_default
 
 
@@ -87,6 +87,8 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--subscription-namespace",
                      default=env_default("subscription_namespace", ControllerSettings().subscription_namespace))
     api.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
+    api.add_argument("--usage-ingest-token-file", default=env_default("usage_ingest_token_file", "") or None,
+                     help="file with the bearer token the gateway sends usage records with (none: ingestion off)")
     _add_logging_flags(api)
 
 
@@ -102,6 +104,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="replace the origin of the policies' maas-api callback URLs (local maas-api)")
     gw.add_argument("--usage-url", default=env_default("usage_url", "") or None,
                     help="maas-api base URL receiving usage records (default: log them)")
+    gw.add_argument("--usage-token-file", default=env_default("usage_token_file", "") or None,
+                    help="file with the bearer token for maas-api's usage ingestion")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -134,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_api_parser(sub)
     _add_gateway_parsers(sub)
+    usage_cli.register(sub)
 
     model = sub.add_parser("testmodel", help="serve the OpenAI-compatible test model (tests and samples)")
     model.add_argument("--host", default="127.0.0.1")
@@ -204,9 +209,11 @@ def _api(args: argparse.Namespace) -> int:
 
     _configure_logging(args)
     pepper = env_default("key_pepper", "")
+    ingest = _read_secret(args.usage_ingest_token_file)
     serve(MaasApiSettings(
         host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
+        usage_ingest_tokens=(SecretStr(ingest),) if ingest else (),
     ))
     return 0
 
@@ -219,6 +226,7 @@ def _gateway(args: argparse.Namespace) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
+        usage_token=_read_secret(args.usage_token_file),
     )
     return _run_async(run_gateway(settings))
 
@@ -231,6 +239,15 @@ def _simulate(args: argparse.Namespace) -> int:
     report = asyncio.run(simulate_remote(args.gateway_url, request))
     print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
     return 0
+
+
+def _read_secret(path: str | None) -> str | None:
+    """A token from a file (tokens never travel on the command line, where `ps` shows them)."""
+    return Path(path).read_text().strip() or None if path else None
+
+
+def _usage(args: argparse.Namespace) -> int:
+    return _run_async(usage_cli.dispatch(args))
 
 
 def _testmodel(args: argparse.Namespace) -> int:
@@ -279,7 +296,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 _HANDLERS = {
     "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
-    "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys,
+    "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import secrets
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ class LocalStack:
         self.settings = options.settings
         self._tasks: list[asyncio.Task[Any]] = []
         self._api: k8s.ApiClient | None = None
+        self.admin_token_file: Path | None = None
 
     @property
     def api(self) -> k8s.ApiClient:
@@ -100,6 +102,7 @@ class LocalStack:
             with contextlib.suppress(k8s.ApiException):
                 await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         cleanup_token = await self._cleanup_identity()
+        self.admin_token_file = cleanup_token  # the controller's ServiceAccount is a maas-api admin
 
         ports = {name: port or free_port() for name, port in
                  (("model", opts.model_port), ("api", opts.api_port), ("gateway", opts.gateway_port),
@@ -120,13 +123,18 @@ class LocalStack:
                     f"--require-bearer={opts.upstream_key}")
         self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
+        usage_token = self.directory / "usage-ingest.token"
+        usage_token.write_text(secrets.token_urlsafe(32))
+        usage_token.chmod(0o600)
         self._spawn("maas-api", "api", f"--port={ports['api']}", f"--database-url={database}",
                     f"--kubeconfig={self.kubeconfig}",
-                    f"--subscription-namespace={self.settings.subscription_namespace}", "--log-format=json")
+                    f"--subscription-namespace={self.settings.subscription_namespace}",
+                    f"--usage-ingest-token-file={usage_token}", "--log-format=json")
         self._spawn("gateway", "gateway", f"--port={ports['gateway']}", f"--kubeconfig={self.kubeconfig}",
                     f"--gateway-name={self.settings.gateway_name}",
                     f"--gateway-namespace={self.settings.gateway_namespace}",
-                    f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}", "--log-format=json")
+                    f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
+                    f"--usage-token-file={usage_token}", "--log-format=json")
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"

@@ -48,6 +48,7 @@ class GatewaySettings:
     gateway_namespace: str = "openshift-ingress"
     maas_api_url: str | None = None
     usage_url: str | None = None
+    usage_token: str | None = None  # bearer token maas-api accepts for usage ingestion (never logged)
     usage_batch_size: int = 100
     usage_flush_seconds: float = 2.0
     usage_max_buffer: int = 10_000

@@ -153,6 +153,7 @@ class Gateway:
         if sink is None:
             sink = (
                 HttpBatchSink(settings.usage_url, self.callbacks, batch_size=settings.usage_batch_size,
+                              token=settings.usage_token,
                               flush_interval=settings.usage_flush_seconds, max_buffer=settings.usage_max_buffer)
                 if settings.usage_url
                 else LogSink()

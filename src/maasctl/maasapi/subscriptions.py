@@ -148,7 +148,8 @@ def subscription_from_object(obj: dict[str, Any]) -> Subscription:
         deleting=bool(meta.get("deletionTimestamp")),
         display_name=annotations.get("openshift.io/display-name"),
         description=annotations.get("openshift.io/description"),
-        organization_id=token_meta.get("organizationId") or (spec.get("organization") or {}).get("id"),
+        # Seed 000: organization.id is authoritative; tokenMetadata.organizationId is the legacy fallback.
+        organization_id=(spec.get("organization") or {}).get("id") or token_meta.get("organizationId"),
         cost_center=token_meta.get("costCenter"),
         labels=dict(token_meta.get("labels") or {}),
     )
