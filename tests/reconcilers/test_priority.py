@@ -458,3 +458,31 @@ async def test_cleanup_job_has_no_owner_and_runs_the_revoke_command(
         "--maas-api-url", SETTINGS.maas_api_url]
 
 
+
+
+async def test_auth_policy_carries_the_objective_name_even_without_priority(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """Seed 000: the objective name is published whenever the pool is known, so requests can always carry it;
+    the generated AuthPolicy injects it for the selected subscription."""
+    from tests.reconcilers.test_core_flow import auth_policy
+
+    await publish_llm(objs, namespace, "hdr")
+    sub, pol = f"hdr-{uid()}", f"hdr-ap-{uid()}"
+    await objs.create(priority_subscription(sub, [(namespace, "hdr")], None))
+    await objs.create(auth_policy(pol, [(namespace, "hdr")], ["free-users"]))
+    pool = await serve_through_pool(kube, objs, namespace, "hdr")
+    name = objective_name(ObjectRef(SUB_NS, sub), ObjectRef(namespace, pool))
+
+    async def header_in_policy() -> dict[str, Any] | None:
+        ap = await objs.get("AuthPolicy", namespace, "maas-auth-hdr")
+        headers = (((ap or {}).get("spec") or {}).get("rules") or {}).get("response", {}).get("success", {}) \
+            .get("headers", {})
+        entry = headers.get("x-llm-d-inference-objective")
+        return entry if entry and name in str(entry) else None
+
+    entry = await eventually(header_in_policy)
+    assert f"{SUB_NS}/{sub}" in str(entry)
+    assert await get(kube, OBJECTIVES, namespace, name) is None  # no priority: no objective object
+    await delete_subscription(objs, sub)
+    await objs.delete("MaaSAuthPolicy", SUB_NS, pol)

@@ -109,6 +109,21 @@ def _subscription_watches(builder: ControllerBuilder, cache: Cache) -> Controlle
             .watches(JOB, map_to=_sources_of_generated(names.SUBSCRIPTIONS_ANNOTATION)))
 
 
+def _objective_header_watches(builder: ControllerBuilder, cache: Cache) -> ControllerBuilder:
+    """The AuthPolicy carries each subscription's InferenceObjective name: it changes with the subscriptions of
+    a model (spec changes only) and with the pools KServe reports."""
+    by_namespace = _sources_of_route(cache, MAAS_AUTH_POLICY)
+
+    def subscription_models(sub: FrozenObject) -> list[Request]:
+        keys = model_index(sub)
+        return [r for key in keys for r in _requests(cache.list(MAAS_AUTH_POLICY, index=(MODEL_INDEX, key)))]
+
+    return (builder
+            .watches(MAAS_SUBSCRIPTION, map_to=subscription_models, predicates=[SPEC_OR_META])
+            .watches(INFERENCE_POOL, map_to=by_namespace)
+            .watches(LLM_INFERENCE_SERVICE, map_to=by_namespace))
+
+
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
     """Wire the MaaSModelRef, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
@@ -147,5 +162,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
             .watches(HTTP_ROUTE, map_to=_sources_of_route(cache, source)))
         if source == MAAS_SUBSCRIPTION:
             builder = _subscription_watches(builder, cache)
+        else:
+            builder = _objective_header_watches(builder, cache)
         builder.complete(reconciler)
     return ctx
