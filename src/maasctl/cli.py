@@ -242,8 +242,11 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _read_secret(path: str | None) -> str | None:
-    """A token from a file (tokens never travel on the command line, where `ps` shows them)."""
-    return Path(path).read_text().strip() or None if path else None
+    """A token from a file (tokens never travel on the command line, where `ps` shows them); a missing file
+    (an optional Secret that is not there) means no token."""
+    if not path or not Path(path).is_file():
+        return None
+    return Path(path).read_text().strip() or None
 
 
 def _usage(args: argparse.Namespace) -> int:
