@@ -246,6 +246,12 @@ async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: Cont
             return all((o or {}).get("status", {}).get("phase") in ("Active", "Ready") for o in (s, p, m))
 
         await eventually(converged)
+        # Converged means idle too: no write for 3 s (status updates may trail the phases checked above).
+        quiet_since, writes = asyncio.get_running_loop().time(), first.manager.applier.writes
+        while asyncio.get_running_loop().time() - quiet_since < 3:
+            await asyncio.sleep(0.2)
+            if first.manager.applier.writes != writes:
+                quiet_since, writes = asyncio.get_running_loop().time(), first.manager.applier.writes
     finally:
         await first.stop()
 
