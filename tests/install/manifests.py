@@ -66,6 +66,11 @@ def find(docs: Iterable[Mapping[str, Any]], kind: str, name: str) -> dict[str, A
 
 def controller_identity_docs(controller_ns: str, subscription_ns: str) -> list[dict[str, Any]]:
     """The default overlay's controller ServiceAccount, RBAC and namespaces, moved to these namespaces."""
+    return identity_docs(_CONTROLLER_IDENTITY, controller_ns, subscription_ns)
+
+
+def identity_docs(names: set[str], controller_ns: str, subscription_ns: str) -> list[dict[str, Any]]:
+    """The default overlay's ServiceAccounts/RBAC called `names`, and the namespaces, moved to these ones."""
     out = []
     for doc in render(MANIFESTS / "overlays" / "default"):
         meta = doc["metadata"]
@@ -74,7 +79,7 @@ def controller_identity_docs(controller_ns: str, subscription_ns: str) -> list[d
             d = copy.deepcopy(doc)
             d["metadata"]["name"] = controller_ns if role == "controller" else subscription_ns
             out.append(d)
-        elif doc["kind"] in _IDENTITY_KINDS and meta["name"] in _CONTROLLER_IDENTITY:
+        elif doc["kind"] in _IDENTITY_KINDS and meta["name"] in names:
             d = copy.deepcopy(doc)
             ns = d["metadata"].get("namespace")
             if ns is not None:
@@ -82,7 +87,7 @@ def controller_identity_docs(controller_ns: str, subscription_ns: str) -> list[d
             for subject in d.get("subjects") or ():
                 subject["namespace"] = controller_ns
             out.append(d)
-    assert any(d["kind"] == "ClusterRole" for d in out), "maas-controller ClusterRole missing from the overlay"
+    assert any(d["kind"] == "ClusterRole" for d in out), f"ClusterRole of {names} missing from the overlay"
     return out
 
 
@@ -143,3 +148,12 @@ async def controller_api(cp: ControlPlane, controller_ns: str = DEFAULT_CONTROLL
     return await service_account_api(cp, controller_ns, "maas-controller",
                                      ready_checks=[("create", "leases.coordination.k8s.io", "-n", controller_ns),
                                                    ("list", "maasmodelrefs.maas.opendatahub.io", "-A")])
+
+
+async def maas_api_api(cp: ControlPlane, controller_ns: str = DEFAULT_CONTROLLER_NS,
+                       subscription_ns: str = DEFAULT_SUBSCRIPTION_NS) -> k8s.ApiClient:
+    """Apply maas-api's RBAC from the default overlay and return a client acting as its ServiceAccount."""
+    await apply_docs(cp, identity_docs({"maas-api"}, controller_ns, subscription_ns))
+    return await service_account_api(cp, controller_ns, "maas-api",
+                                     ready_checks=[("create", "tokenreviews.authentication.k8s.io"),
+                                                   ("create", "subjectaccessreviews.authorization.k8s.io")])

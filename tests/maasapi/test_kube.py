@@ -22,6 +22,7 @@ from maasctl.maasapi.subscriptions import KubeSubscriptionSource
 from maasctl.runtime import Client
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents
+from tests.install.manifests import maas_api_api
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +82,19 @@ async def eventually_admin(authn: KubeAuthenticator, who: Identity, namespace: s
     return False
 
 
-async def test_token_review(kube: k8s.ApiClient, control_plane: ControlPlane) -> None:
-    authn = KubeAuthenticator(kube, cache_seconds=0)
+@pytest.fixture
+async def maas_api_kube(control_plane: ControlPlane) -> AsyncIterator[k8s.ApiClient]:
+    """maas-api's own identity: its ServiceAccount with the RBAC of manifests/ (never cluster-admin), so a
+    permission the install lacks fails these tests."""
+    api = await maas_api_api(control_plane)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+async def test_token_review(maas_api_kube: k8s.ApiClient, control_plane: ControlPlane) -> None:
+    authn = KubeAuthenticator(maas_api_kube, cache_seconds=0)
     alice = await authn.authenticate_token(control_plane.users["alice"].token)
     assert alice is not None and alice.username == "alice" and alice.via == "token"
     assert {"premium-users", "system:authenticated"} <= set(alice.groups)
@@ -93,9 +105,9 @@ async def test_token_review(kube: k8s.ApiClient, control_plane: ControlPlane) ->
 
 
 async def test_subject_access_review_decides_admin(
-    kube: k8s.ApiClient, control_plane: ControlPlane, namespace: str,
+    kube: k8s.ApiClient, maas_api_kube: k8s.ApiClient, control_plane: ControlPlane, namespace: str,
 ) -> None:
-    authn = KubeAuthenticator(kube, cache_seconds=0)
+    authn = KubeAuthenticator(maas_api_kube, cache_seconds=0)
     alice = await authn.authenticate_token(control_plane.users["alice"].token)
     bob = await authn.authenticate_token(control_plane.users["bob"].token)
     assert alice is not None and bob is not None
@@ -140,8 +152,8 @@ async def subscriptions(kube: k8s.ApiClient, sub_namespace: str, subscription_cr
                                                       "maassubscriptions", body["metadata"]["name"])
 
 
-async def test_kube_subscription_source(kube: k8s.ApiClient, subscriptions: str) -> None:
-    subs = {s.name: s for s in await KubeSubscriptionSource(kube).list_subscriptions()}
+async def test_kube_subscription_source(maas_api_kube: k8s.ApiClient, subscriptions: str) -> None:
+    subs = {s.name: s for s in await KubeSubscriptionSource(maas_api_kube).list_subscriptions()}
     gold = subs[f"{subscriptions}-gold"]
     assert (gold.namespace, gold.priority, gold.phase, gold.owner_groups) == (SUB_NS, 5, "Active", ("premium-users",))
     assert gold.model_refs[0].ref == "llm/granite" and gold.model_refs[0].token_rate_limits[0].limit == 100
@@ -149,13 +161,16 @@ async def test_kube_subscription_source(kube: k8s.ApiClient, subscriptions: str)
 
 
 async def test_full_api_with_real_identity(
-    kube: k8s.ApiClient, control_plane: ControlPlane, subscriptions: str, sub_namespace: str, tmp_path: Path,
+    kube: k8s.ApiClient, maas_api_kube: k8s.ApiClient, control_plane: ControlPlane, subscriptions: str,
+    sub_namespace: str, tmp_path: Path,
 ) -> None:
-    """Mint/list/revoke with real user tokens; admin decided by a real SubjectAccessReview."""
+    """Mint/list/revoke with real user tokens; admin decided by a real SubjectAccessReview; subscriptions from
+    the informer cache (the production source); maas-api acting as its ServiceAccount."""
     settings = MaasApiSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
                                subscription_namespace=sub_namespace)
-    authn = KubeAuthenticator(kube, cache_seconds=0)
-    app = create_app(settings, KubeSubscriptionSource(kube, sub_namespace), authn)
+    authn = KubeAuthenticator(maas_api_kube, cache_seconds=0)
+    sources = CachedSources(Client(maas_api_kube), sub_namespace)
+    app = create_app(settings, sources, authn)
     tok = {u: {"Authorization": f"Bearer {control_plane.users[u].token}"} for u in ("alice", "bob", "carol")}
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://maas-api") as c:
@@ -180,10 +195,13 @@ async def test_full_api_with_real_identity(
             await drop_admin(kube, sub_namespace, grant)
         v = (await c.post("/internal/v1/api-keys/validate", json={"key": key["key"]})).json()
         assert v["valid"] is False and v["reason"] == "revoked"
+    await sources.stop()
 
 
-async def test_cached_sources_see_creates_and_deletes(kube: k8s.ApiClient, subscriptions: str) -> None:
-    sources = CachedSources(Client(kube), SUB_NS)
+async def test_cached_sources_see_creates_and_deletes(
+    kube: k8s.ApiClient, maas_api_kube: k8s.ApiClient, subscriptions: str
+) -> None:
+    sources = CachedSources(Client(maas_api_kube), SUB_NS)
     try:
         subs = {s.name: s for s in await sources.list_subscriptions()}
         gold = subs[f"{subscriptions}-gold"]
