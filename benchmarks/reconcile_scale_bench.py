@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -24,9 +25,10 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
 
 SUB_NS = "models-as-a-service"
+WORKERS = 5
 SETTINGS = ControllerSettings(subscription_namespace=SUB_NS, gateway_name="gw", gateway_namespace="gw",
                               metrics_bind_address="0", health_probe_bind_address="0",
-                              max_concurrent_reconciles=5, maas_api_url="http://127.0.0.1:1")
+                              max_concurrent_reconciles=WORKERS, maas_api_url="http://127.0.0.1:1")
 GROUP, VERSION = "maas.opendatahub.io", "v1alpha1"
 
 
@@ -112,7 +114,10 @@ async def run_scale(n_subs: int, n_models: int) -> dict[str, Any]:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scales", default="1,2,4")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="max concurrent reconciles per controller")
     args = parser.parse_args()
+    global SETTINGS
+    SETTINGS = dataclasses.replace(SETTINGS, max_concurrent_reconciles=args.workers)
     print("| scale | subscriptions | models | all created (s) | all Active (s) | SSA writes | writes on restart |")
     print("|---|---|---|---|---|---|---|")
     for scale in (int(s) for s in args.scales.split(",")):
