@@ -29,9 +29,10 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api.install import install_crds
-from maasctl.app import build_manager, connect
+from maasctl.app import build_manager
 from maasctl.gateway import start_http
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
+from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds

@@ -19,7 +19,8 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api.install import install_crds
-from maasctl.app import build_manager, connect
+from maasctl.app import build_manager
+from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.app import connect
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
 

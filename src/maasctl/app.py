@@ -8,27 +8,14 @@ import signal
 
 import structlog
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
 
 from maasctl.builders.names import FIELD_MANAGER, STATUS_FIELD_MANAGER
 from maasctl.reconcilers.setup import setup_controllers
 from maasctl.runtime import LeaderElectionOptions, Manager, ManagerOptions
+from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 
 log = structlog.get_logger("maasctl")
-
-
-async def connect(kubeconfig: str | None) -> k8s.ApiClient:
-    """An ApiClient from the kubeconfig, else the in-cluster config, else ~/.kube/config."""
-    configuration = k8s.Configuration()
-    if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            await k8s_config.load_kube_config(client_configuration=configuration)
-    return k8s.ApiClient(configuration)
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:

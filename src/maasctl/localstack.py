@@ -21,8 +21,8 @@ import structlog
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api.install import install_crds
-from maasctl.app import connect
 from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.controlplane import ManagedProcess, free_port

@@ -23,12 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from maasctl.app import build_manager, connect
+from maasctl.app import build_manager
 from maasctl.gateway import Gateway, GatewaySettings, start_http
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
 from maasctl.policy.selection import Candidate, select_subscription
 from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testmodel import ModelServerConfig, create_app
 from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported for this package)

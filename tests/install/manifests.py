@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client as k8s
 
-from maasctl.app import connect
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane, ensure_binary
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import yaml
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api.install import install_crds
-from maasctl.app import connect
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, REPO, kubectl, kubectl_argv
 

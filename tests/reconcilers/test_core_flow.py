@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from maasctl.app import connect
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import (
     GATEWAY_NAME,

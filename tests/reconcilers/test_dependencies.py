@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api.install import install_crds
-from maasctl.app import connect
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents, third_party_crd_files, wait_established
 from tests.reconcilers.conftest import GATEWAY_NS, SUB_NS, Objects, ensure_namespace, eventually, start_controller

@@ -19,11 +19,11 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.app import connect
 from maasctl.builders.inferenceobjective import objective_name
 from maasctl.builders.refs import ObjectRef
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents, third_party_crd_files, wait_established

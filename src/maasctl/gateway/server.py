@@ -28,8 +28,6 @@ from typing import Any
 import aiohttp
 import httpx
 import uvicorn
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
 from multidict import CIMultiDict
 from starlette.types import Receive, Scope, Send
 
@@ -48,6 +46,7 @@ from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageRecord, UsageSink, usage_numbers
 from maasctl.runtime import ApiError, Cache, CacheOptions, Client
+from maasctl.runtime.connect import connect
 
 __all__ = ["Gateway", "HttpServer", "run_gateway", "serve", "start_http"]
 
@@ -451,22 +450,10 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     return HttpServer(server, task, f"http://{sock[0]}:{sock[1]}")
 
 
-async def _connect(kubeconfig: str | None) -> k8s.ApiClient:
-    configuration = k8s.Configuration()
-    if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            await k8s_config.load_kube_config(client_configuration=configuration)
-    return k8s.ApiClient(configuration)
-
-
 async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
     """Run the gateway on `settings.host:port` until `stop` is set."""
     stop = stop or asyncio.Event()
-    api = await _connect(settings.kubeconfig)
+    api = await connect(settings.kubeconfig)
     gateway = Gateway(settings, Client(api))
     try:
         await gateway.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any
 
 import structlog
 import uvicorn
@@ -14,6 +13,7 @@ from maasctl.maasapi.auth import KubeAuthenticator
 from maasctl.maasapi.cache_sources import CachedSources
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
 
 log = structlog.get_logger("maasctl.maasapi")
 
@@ -26,20 +26,8 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
-async def kube_api_client(kubeconfig: str | None) -> Any:
-    """An ApiClient from a kubeconfig file, or the in-cluster service account when none is given."""
-    from kubernetes_asyncio import client, config
-
-    configuration = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration)
-
-
 async def serve_async(settings: MaasApiSettings) -> None:
-    api = await kube_api_client(settings.kubeconfig)
+    api = await connect(settings.kubeconfig)
     try:
         sources = CachedSources(Client(api), settings.subscription_namespace)
         sources.start()
