@@ -10,7 +10,6 @@ MaaSSubscriptions the API server holds; API keys are registered by the tests. To
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from maasctl.app import build_manager
 from maasctl.gateway import Gateway, GatewaySettings, start_http
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
@@ -40,6 +38,7 @@ from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported fo
     RunningController,
     maas_cluster,
     objs,
+    start_controller,
 )
 
 UPSTREAM_KEY = "sk-upstream-secret"
@@ -47,11 +46,8 @@ UPSTREAM_KEY = "sk-upstream-secret"
 
 @pytest.fixture
 async def controller(maas_cluster: ControlPlane) -> AsyncIterator[RunningController]:  # noqa: F811
-    """The real controller, as admin: these tests are about the data plane, not the install's RBAC
-    (tests/reconcilers run it as its ServiceAccount)."""
-    api = await connect(str(maas_cluster.kubeconfig))
-    manager = build_manager(api, SETTINGS)
-    running = RunningController(manager, asyncio.create_task(manager.run()), api)
+    """The real controller, as its ServiceAccount with the install's RBAC (like tests/reconcilers)."""
+    running = await start_controller(maas_cluster)
     try:
         yield running
     finally:
