@@ -11,7 +11,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.builders.names import FIELD_MANAGER, STATUS_FIELD_MANAGER
 from maasctl.reconcilers.setup import setup_controllers
-from maasctl.runtime import LeaderElectionOptions, Manager, ManagerOptions
+from maasctl.runtime import LeaderElectionLost, LeaderElectionOptions, Manager, ManagerOptions
 from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 
@@ -64,7 +64,11 @@ async def run_controller(settings: ControllerSettings, stop: asyncio.Event | Non
             manager.stop()
         else:
             stopper.cancel()
-        await runner
+        try:
+            await runner
+        except LeaderElectionLost:
+            log.error("leader election lost; exiting so a fresh process can compete again")
+            return 1
     finally:
         await api.close()
     return 0
