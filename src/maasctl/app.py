@@ -9,7 +9,9 @@ import signal
 import structlog
 from kubernetes_asyncio import client as k8s
 
-from maasctl.builders.names import FIELD_MANAGER, STATUS_FIELD_MANAGER
+from maasctl.builders.names import FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, STATUS_FIELD_MANAGER
+from maasctl.reconcilers.cleanup import JOB
+from maasctl.reconcilers.kinds import SERVICE
 from maasctl.reconcilers.setup import setup_controllers
 from maasctl.runtime import LeaderElectionLost, LeaderElectionOptions, Manager, ManagerOptions
 from maasctl.runtime.connect import connect
@@ -38,6 +40,8 @@ def manager_options(settings: ControllerSettings) -> ManagerOptions:
         max_concurrent_reconciles=settings.max_concurrent_reconciles,
         field_manager=FIELD_MANAGER,
         status_field_manager=STATUS_FIELD_MANAGER,
+        # Services and Jobs are watched only for the ones we generate: never the whole cluster's.
+        cache_label_selectors={kind: f"{MANAGED_BY_LABEL}={MANAGED_BY}" for kind in (SERVICE, JOB)},
     )
 
 

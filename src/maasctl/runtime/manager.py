@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from maasctl.runtime.client import Client
 from maasctl.runtime.controller import Controller, ControllerBuilder
 from maasctl.runtime.errors import LeaderElectionLost
 from maasctl.runtime.events import EventRecorder
+from maasctl.runtime.gvk import GroupVersionKind
 from maasctl.runtime.informer import InformerState
 from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
 from maasctl.runtime.metrics import Metrics
@@ -48,6 +49,7 @@ class ManagerOptions:
     field_manager / status_field_manager: SSA field managers for objects and for /status.
     graceful_shutdown_timeout: seconds in-flight reconciles get to finish on shutdown.
     cache_sync_timeout: seconds to wait for the first LIST of every informer before giving up.
+    cache_label_selectors: per kind, cache only objects matching a label selector (see ``CacheOptions``).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -60,6 +62,7 @@ class ManagerOptions:
     graceful_shutdown_timeout: float = 30.0
     cache_sync_timeout: float = 120.0
     resync_period: float | None = None
+    cache_label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
 
 
 class Manager:
@@ -82,6 +85,7 @@ class Manager:
                 namespaces=opts.namespaces,
                 keep_managed_fields_for=frozenset({opts.field_manager, opts.status_field_manager}),
                 resync_period=opts.resync_period,
+                label_selectors=opts.cache_label_selectors,
             ),
         )
         self.applier = Applier(
