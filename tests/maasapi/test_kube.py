@@ -18,7 +18,6 @@ from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import ADMIN_GROUP, ADMIN_RESOURCE, Identity, KubeAuthenticator
 from maasctl.maasapi.cache_sources import CachedSources
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.subscriptions import KubeSubscriptionSource
 from maasctl.runtime import Client
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents
@@ -152,14 +151,6 @@ async def subscriptions(kube: k8s.ApiClient, sub_namespace: str, subscription_cr
                                                       "maassubscriptions", body["metadata"]["name"])
 
 
-async def test_kube_subscription_source(maas_api_kube: k8s.ApiClient, subscriptions: str) -> None:
-    subs = {s.name: s for s in await KubeSubscriptionSource(maas_api_kube).list_subscriptions()}
-    gold = subs[f"{subscriptions}-gold"]
-    assert (gold.namespace, gold.priority, gold.phase, gold.owner_groups) == (SUB_NS, 5, "Active", ("premium-users",))
-    assert gold.model_refs[0].ref == "llm/granite" and gold.model_refs[0].token_rate_limits[0].limit == 100
-    assert subs[f"{subscriptions}-bob"].owner_users == ("bob",)
-
-
 async def test_full_api_with_real_identity(
     kube: k8s.ApiClient, maas_api_kube: k8s.ApiClient, control_plane: ControlPlane, subscriptions: str,
     sub_namespace: str, tmp_path: Path,
@@ -205,8 +196,10 @@ async def test_cached_sources_see_creates_and_deletes(
     try:
         subs = {s.name: s for s in await sources.list_subscriptions()}
         gold = subs[f"{subscriptions}-gold"]
-        assert (gold.priority, gold.phase, gold.owner_groups) == (5, "Active", ("premium-users",))
-        assert gold.model_refs[0].ref == "llm/granite"
+        assert (gold.namespace, gold.priority, gold.phase, gold.owner_groups) == (
+            SUB_NS, 5, "Active", ("premium-users",))
+        assert gold.model_refs[0].ref == "llm/granite" and gold.model_refs[0].token_rate_limits[0].limit == 100
+        assert subs[f"{subscriptions}-bob"].owner_users == ("bob",)
 
         api = k8s.CustomObjectsApi(kube)
         extra = subscription_body(f"{subscriptions}-late", users=["carol"])

@@ -77,19 +77,6 @@ def model_from_object(obj: Mapping[str, Any]) -> ModelInfo:
     )
 
 
-class KubeModelSource:
-    """Lists MaaSModelRefs in all namespaces through the API server (until the informer cache is wired in)."""
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes_asyncio import client
-
-        self._api = client.CustomObjectsApi(api_client)
-
-    async def list_models(self) -> Sequence[ModelInfo]:
-        result = await self._api.list_cluster_custom_object("maas.opendatahub.io", "v1alpha1", "maasmodelrefs")
-        return [model_from_object(item) for item in result.get("items", [])]
-
-
 def probe_url(endpoint: str) -> str:
     base = endpoint.rstrip("/")
     return f"{base}/models" if base.endswith("/v1") else f"{base}/v1/models"

@@ -241,26 +241,3 @@ def select_for_request(
             f"several subscriptions match ({names}); send the X-MaaS-Subscription header to choose one",
         )
     return candidates[0]
-
-
-class KubeSubscriptionSource:
-    """Lists MaaSSubscription objects through the API server (until the informer cache is wired in)."""
-
-    GROUP = "maas.opendatahub.io"
-    VERSION = "v1alpha1"
-    PLURAL = "maassubscriptions"
-
-    def __init__(self, api_client: Any, namespace: str | None = None) -> None:
-        from kubernetes_asyncio import client
-
-        self._api = client.CustomObjectsApi(api_client)
-        self._namespace = namespace
-
-    async def list_subscriptions(self) -> Sequence[Subscription]:
-        if self._namespace:
-            result = await self._api.list_namespaced_custom_object(
-                self.GROUP, self.VERSION, self._namespace, self.PLURAL
-            )
-        else:
-            result = await self._api.list_cluster_custom_object(self.GROUP, self.VERSION, self.PLURAL)
-        return [subscription_from_object(item) for item in result.get("items", [])]
