@@ -68,4 +68,24 @@ def configure_logging(*, fmt: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # The runtime, gateway and libraries log through stdlib logging: route those records through the same
+    # redaction and renderer, so no log line of the process can carry a key or token.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.ExtraAdder(),
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            redact_processor,
+            renderer,
+        ],
+    ))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(numeric, logging.WARNING))  # third-party libraries: warnings and up
+    logging.getLogger("maasctl").setLevel(numeric)
