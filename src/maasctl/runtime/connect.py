@@ -8,11 +8,13 @@ from kubernetes_asyncio import config as k8s_config
 __all__ = ["connect"]
 
 
-async def connect(kubeconfig: str | None = None) -> k8s.ApiClient:
-    """An ApiClient for `kubeconfig`; without one, the in-cluster config, falling back to ~/.kube/config."""
+async def connect(kubeconfig: str | None = None, context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient for `kubeconfig` (and `context`); without one, the in-cluster config, falling back to
+    ~/.kube/config."""
     configuration = k8s.Configuration()
     if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        await k8s_config.load_kube_config(config_file=kubeconfig, context=context,
+                                          client_configuration=configuration)
     else:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -278,20 +278,15 @@ async def run_manager(
     """Entry point for ``maasctl run``: load config, build the manager, let ``setup`` register controllers,
     and run until SIGTERM/SIGINT.
 
-    ``kubeconfig`` None means in-cluster configuration (service account). Raises ``LeaderElectionLost``
+    ``kubeconfig`` None means in-cluster configuration (service account), else ~/.kube/config (see
+    ``runtime.connect``). Raises ``LeaderElectionLost``
     when the lease is lost (the CLI should exit non-zero so the pod restarts).
     """
     import signal
 
-    from kubernetes_asyncio import config as k8s_config
-    from kubernetes_asyncio.client import Configuration
+    from maasctl.runtime.connect import connect
 
-    configuration = Configuration()
-    if kubeconfig:
-        await k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    async with ApiClient(configuration) as api:
+    async with await connect(kubeconfig, context) as api:
         manager = Manager(api, options)
         setup(manager)
         loop = asyncio.get_running_loop()
