@@ -120,7 +120,7 @@ class LocalStack:
         usage_args = [f"--prompt-tokens={opts.prompt_tokens}", f"--completion-tokens={opts.completion_tokens}"]
         # An external provider demanding the upstream key the gateway injects, and an in-cluster model.
         self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
-                    f"--require-bearer={opts.upstream_key}")
+                    env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})
         self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
         usage_token = self.directory / "usage-ingest.token"
@@ -173,8 +173,8 @@ class LocalStack:
         path.chmod(0o600)
         return path
 
-    def _spawn(self, name: str, *args: str) -> None:
-        proc = ManagedProcess(name, maasctl_argv(*args), self.directory / f"{name}.log")
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        proc = ManagedProcess(name, maasctl_argv(*args), self.directory / f"{name}.log", env=env)
         proc.start()
         self.processes[name] = proc
 

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import os
 import secrets
 import shutil
 import signal
@@ -21,7 +22,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -91,6 +92,7 @@ class ManagedProcess:
     name: str
     argv: list[str]
     log_path: Path
+    env: Mapping[str, str] | None = None  # added to this process's environment (e.g. secrets: not in argv)
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -101,6 +103,7 @@ class ManagedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env} if self.env else None,
                 preexec_fn=_die_with_parent,
             )
         finally:
