@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from maasctl.maasapi.models import ModelInfo, model_from_object
 from maasctl.maasapi.subscriptions import Subscription, subscription_from_object
 from maasctl.runtime import Cache, CacheOptions, Client, GroupVersionKind
-from maasctl.runtime.objects import thaw
+from maasctl.runtime.objects import FrozenObject, thaw
 
 MAAS_SUBSCRIPTION = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSSubscription")
 MAAS_MODEL_REF = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSModelRef")
 SYNC_DEADLINE = 30.0
+V = TypeVar("V")
 
 
 class CachedSources:
@@ -33,6 +35,10 @@ class CachedSources:
         self.cache.informer(MAAS_SUBSCRIPTION)
         self.cache.informer(MAAS_MODEL_REF)
         self._task: asyncio.Task[None] | None = None
+        # Parsed views by uid, reused while the object's resourceVersion is unchanged: the select callback
+        # lists subscriptions on every request, and parsing is the costly part.
+        self._subscriptions: dict[str, tuple[str, Subscription]] = {}
+        self._models: dict[str, tuple[str, ModelInfo]] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -52,9 +58,23 @@ class CachedSources:
 
     async def list_subscriptions(self) -> Sequence[Subscription]:
         await self._synced(MAAS_SUBSCRIPTION)
-        return [subscription_from_object(thaw(o)) for o in self.cache.list(MAAS_SUBSCRIPTION,
-                                                                            self._subscription_namespace)]
+        objs = self.cache.list(MAAS_SUBSCRIPTION, self._subscription_namespace)
+        self._subscriptions = _reuse(self._subscriptions, objs, subscription_from_object)
+        return [view for _, view in self._subscriptions.values()]
 
     async def list_models(self) -> Sequence[ModelInfo]:
         await self._synced(MAAS_MODEL_REF)
-        return [model_from_object(thaw(o)) for o in self.cache.list(MAAS_MODEL_REF)]
+        self._models = _reuse(self._models, self.cache.list(MAAS_MODEL_REF), model_from_object)
+        return [view for _, view in self._models.values()]
+
+
+def _reuse(previous: dict[str, tuple[str, V]], objs: Sequence[FrozenObject],
+           parse: Callable[[dict[str, Any]], V]) -> dict[str, tuple[str, V]]:
+    """Views of `objs` by uid, parsing only objects that are new or changed since `previous`."""
+    out: dict[str, tuple[str, V]] = {}
+    for obj in objs:
+        meta = obj["metadata"]
+        uid, version = str(meta.get("uid", meta["name"])), str(meta.get("resourceVersion", ""))
+        hit = previous.get(uid)
+        out[uid] = hit if hit is not None and hit[0] == version else (version, parse(thaw(obj)))
+    return out
