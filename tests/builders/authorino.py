@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from maasctl.policy.cel import compile_expression
+from maasctl.contract.cel import compile_expression
 
 
 @dataclass

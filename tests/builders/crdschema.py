@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from maasctl.policy.cel import CelCompileError, CelEvaluationError, compile_expression
+from maasctl.contract.cel import CelCompileError, CelEvaluationError, compile_expression
 
 CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maasctl.builders.authpolicy import SELECT_PATH, VALIDATE_PATH
-from maasctl.policy.selection import Candidate, select_subscription
+from maasctl.contract.selection import Candidate, select_subscription
 
 
 @dataclass

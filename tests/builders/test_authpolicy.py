@@ -19,8 +19,8 @@ from maasctl.builders.authpolicy import (
 from maasctl.builders.celcheck import cel_texts, check_cel
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.validation import InvalidInputError
-from maasctl.policy.cel import compile_expression
-from maasctl.policy.selection import Candidate
+from maasctl.contract.cel import compile_expression
+from maasctl.contract.selection import Candidate
 
 from . import authorino
 from .fakes import FakeMaasApi

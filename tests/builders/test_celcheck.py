@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from maasctl.builders.celcheck import cel_texts, check_cel
-from maasctl.policy.cel import CelCompileError
+from maasctl.contract.cel import CelCompileError
 
 OBJ = {
     "kind": "TokenRateLimitPolicy",

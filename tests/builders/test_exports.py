@@ -10,7 +10,7 @@ MODULES = [
     "maasctl.builders.authpolicy", "maasctl.builders.celcheck", "maasctl.builders.httproute",
     "maasctl.builders.inferenceobjective", "maasctl.builders.names", "maasctl.builders.refs",
     "maasctl.builders.status", "maasctl.builders.trlp", "maasctl.builders.validation",
-    "maasctl.policy.cel", "maasctl.policy.selection", "maasctl.policy.windows",
+    "maasctl.contract.cel", "maasctl.contract.selection", "maasctl.contract.windows",
 ]
 
 
@@ -21,7 +21,7 @@ def test_all_names_exist(module_name: str) -> None:
         assert hasattr(module, name), f"{module_name}.{name}"
 
 
-@pytest.mark.parametrize("package", ["maasctl.builders", "maasctl.policy"])
+@pytest.mark.parametrize("package", ["maasctl.builders", "maasctl.contract"])
 def test_packages_list_every_module(package: str) -> None:
     pkg = importlib.import_module(package)
     for name in pkg.__all__:

@@ -18,8 +18,8 @@ from maasctl.builders.trlp import (
     subscription_problems,
 )
 from maasctl.builders.validation import InvalidInputError
-from maasctl.policy.cel import compile_expression
-from maasctl.policy.selection import Candidate, select_subscription
+from maasctl.contract.cel import compile_expression
+from maasctl.contract.selection import Candidate, select_subscription
 
 from . import authorino
 from .fakes import FakeMaasApi

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from maasctl.contract.selection import Candidate, select_subscription
 from maasctl.gateway import Gateway, GatewaySettings, start_http
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
-from maasctl.policy.selection import Candidate, select_subscription
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane

@@ -35,8 +35,8 @@ from typing import Any, Final
 from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
-from maasctl.policy.cel import cel_string, cel_string_list
-from maasctl.policy.selection import ANY_AUTHENTICATED
+from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.selection import ANY_AUTHENTICATED
 
 __all__ = [
     "API_KEY_PREFIX",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from maasctl.policy.cel import CelCompileError, compile_expression
+from maasctl.contract.cel import CelCompileError, compile_expression
 
 __all__ = ["cel_texts", "check_cel"]
 

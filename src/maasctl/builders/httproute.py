@@ -35,7 +35,7 @@ from maasctl.builders.validation import (
     check_hostname,
     check_path,
 )
-from maasctl.policy.windows import is_valid_duration
+from maasctl.contract.windows import is_valid_duration
 
 __all__ = [
     "API_VERSION",

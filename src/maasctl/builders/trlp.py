@@ -26,9 +26,9 @@ from typing import Any, Final
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
-from maasctl.policy.cel import cel_string
-from maasctl.policy.selection import subscription_key
-from maasctl.policy.windows import is_valid_window, parse_window
+from maasctl.contract.cel import cel_string
+from maasctl.contract.selection import subscription_key
+from maasctl.contract.windows import is_valid_window, parse_window
 
 __all__ = [
     "API_VERSION",

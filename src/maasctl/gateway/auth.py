@@ -41,8 +41,8 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
 
+from maasctl.contract.cel import CelError
 from maasctl.gateway.expressions import PolicyError, Predicates, ValueSource, lookup, predicates, value_source
-from maasctl.policy.cel import CelError
 
 __all__ = [
     "AuthOutcome",

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from maasctl.policy.cel import CelError, Program, compile_expression
+from maasctl.contract.cel import CelError, Program, compile_expression
 
 __all__ = ["PolicyError", "Predicates", "ValueSource", "lookup", "predicates", "value_source"]
 

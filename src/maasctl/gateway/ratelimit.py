@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from maasctl.contract.cel import CelError, Program, compile_expression
+from maasctl.contract.windows import InvalidWindowError, duration_seconds
 from maasctl.gateway.expressions import PolicyError, Predicates, predicates
-from maasctl.policy.cel import CelError, Program, compile_expression
-from maasctl.policy.windows import InvalidWindowError, duration_seconds
 
 __all__ = [
     "AppliedLimit",

@@ -31,8 +31,8 @@ from maasctl.builders.names import (
     UPSTREAM_KEY_FIELD_ANNOTATION,
     UPSTREAM_KEY_SECRET_ANNOTATION,
 )
+from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
-from maasctl.policy.windows import InvalidWindowError, duration_milliseconds
 
 __all__ = [
     "Backend",

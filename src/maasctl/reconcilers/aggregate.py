@@ -17,7 +17,7 @@ from typing import Any
 
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError
-from maasctl.policy.cel import CelError
+from maasctl.contract.cel import CelError
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context, model_keys, status_patch
 from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_MODEL_REF
 from maasctl.reconcilers.routes import RouteResolution, resolve

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maasctl.policy.selection import (
+from maasctl.contract.selection import (
     Candidate,
     SelectionCode,
     is_entitled,

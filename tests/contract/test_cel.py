@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maasctl.policy.cel import (
+from maasctl.contract.cel import (
     CelCompileError,
     CelEvaluationError,
     cel_string,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maasctl.policy.windows import (
+from maasctl.contract.windows import (
     KUADRANT_DURATION_PATTERN,
     SUBSCRIPTION_WINDOW_PATTERN,
     InvalidWindowError,
