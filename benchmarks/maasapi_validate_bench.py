@@ -35,11 +35,12 @@ def serve_child(database_url: str, port: int) -> None:
     import structlog
     import uvicorn
 
+    from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
     from maasctl.maasapi.app import create_app
     from maasctl.maasapi.auth import Identity, StaticAuthenticator
     from maasctl.maasapi.server import tune_gc
     from maasctl.maasapi.settings import MaasApiSettings
-    from maasctl.maasapi.subscriptions import ModelRef, StaticSubscriptionSource, Subscription, TokenRateLimit
+    from maasctl.maasapi.sources import StaticSources
 
     # Access logs stay on (as in production) but go to a file, not the terminal.
     log_file = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
@@ -50,15 +51,15 @@ def serve_child(database_url: str, port: int) -> None:
     )
     logging.basicConfig(level=logging.WARNING)
     settings = MaasApiSettings(database_url=database_url, port=port, db_pool_size=10)
-    subs = StaticSubscriptionSource(
+    subs = StaticSources(
         [
-            Subscription(
+            SubscriptionView(
                 "models-as-a-service",
                 "bench",
-                owner_groups=("bench-users",),
+                groups=frozenset(("bench-users",)),
                 priority=1,
                 phase="Active",
-                model_refs=(ModelRef("llm", "m", (TokenRateLimit(1000, "1m"),)),),
+                models=(SubscribedModel("llm", "m", (Tier(1000, "1m"),)),),
             )
         ]
     )

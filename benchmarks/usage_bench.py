@@ -46,7 +46,7 @@ def serve_child(database_url: str, port: int) -> None:
     from maasctl.maasapi.auth import Identity, StaticAuthenticator
     from maasctl.maasapi.server import tune_gc
     from maasctl.maasapi.settings import MaasApiSettings
-    from maasctl.maasapi.subscriptions import StaticSubscriptionSource
+    from maasctl.maasapi.sources import StaticSources
 
     log_file = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     structlog.configure(processors=[structlog.processors.JSONRenderer()],
@@ -55,7 +55,7 @@ def serve_child(database_url: str, port: int) -> None:
     settings = MaasApiSettings(database_url=database_url, port=port, max_body_bytes=1024 * 1024,
                                usage_ingest_tokens=(SecretStr(TOKEN),), usage_max_batch_records=1000)
     authn = StaticAuthenticator({ADMIN: Identity("admin", ("system:authenticated",))}, admins=["admin"])
-    app = create_app(settings, StaticSubscriptionSource(), authn)
+    app = create_app(settings, StaticSources(), authn)
     tune_gc()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
 

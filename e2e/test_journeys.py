@@ -152,7 +152,9 @@ async def test_outsiders_and_forged_identity_headers_are_rejected(world: World) 
     assert (await world.chat("gpt", world.token("carol"))).status_code == 403
     forged = await world.chat("gpt", key, headers={"X-MaaS-Username": "admin"})
     assert forged.status_code == 403
-    ok = await world.chat("gpt", key, headers={"X-MaaS-Subscription": "someone-else"})
+    switched = await world.chat("gpt", key, headers={"X-MaaS-Subscription": "someone-else"})
+    assert switched.status_code == 403  # a key never switches subscription (one rule with maas-api)
+    ok = await world.chat("gpt", key, headers={"X-MaaS-Subscription": sub})
     assert ok.status_code == 200
     async with httpx.AsyncClient(base_url=world.stack.model_url) as http:
         seen = (await http.get("/debug/requests")).json()
@@ -191,8 +193,17 @@ async def test_key_binds_to_highest_priority_and_header_selects_for_tokens(world
     minted = await world.mint("alice")
     assert minted["subscription"].endswith(f"/{high}")
     token = world.token("alice")
-    ambiguous = await world.chat("gpt", token)
-    assert ambiguous.status_code == 403  # two subscriptions match a token caller: choose one
+
+    async def charged_to() -> str:
+        async with httpx.AsyncClient(base_url=world.stack.model_url) as http:
+            seen = (await http.get("/debug/requests")).json()
+        last = next(r for r in reversed(seen) if r["path"] == "/v1/chat/completions")
+        return str(last["headers"]["x-maas-subscription"])
+
+    by_priority = await world.chat("gpt", token)
+    assert by_priority.status_code == 200  # a token caller without the header is served by priority
+    assert (await charged_to()).endswith(high)
     chosen = await world.chat("gpt", token, headers={"X-MaaS-Subscription": low})
     assert chosen.status_code == 200
+    assert (await charged_to()).endswith(low)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -70,3 +71,54 @@ async def namespace(kube: k8s.ApiClient) -> AsyncIterator[str]:
         except k8s.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+# --- nothing outlives its test ----------------------------------------------------------------------------
+
+
+def _descendants() -> dict[int, str]:
+    """Live (non-zombie) descendant processes of this one: pid -> command name, read from /proc."""
+    parents: dict[int, tuple[int, str, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1: stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[int(entry)] = (int(fields[1]), fields[0], name)
+    me = os.getpid()
+    out: dict[int, str] = {}
+    for pid, (_, state, name) in parents.items():
+        seen, cur = set(), pid
+        while cur in parents and cur not in seen and cur != me:
+            seen.add(cur)
+            cur = parents[cur][0]
+        if cur == me and pid != me and state != "Z":
+            out[pid] = name
+    return out
+
+
+@pytest.fixture(autouse=True)
+async def no_leaks() -> AsyncIterator[None]:
+    """Fails the test that leaves an asyncio task or a child process running after its own fixtures are torn
+    down. Higher-scoped fixtures are set up before this one, so what they start is not counted."""
+    tasks = asyncio.all_tasks()
+    procs = set(_descendants())
+    yield
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        await asyncio.sleep(0)
+        me = asyncio.current_task()
+        leaked_tasks = [t for t in asyncio.all_tasks() - tasks if t is not me and not t.done()]
+        leaked_procs = {pid: name for pid, name in _descendants().items() if pid not in procs}
+        if not (leaked_tasks or leaked_procs) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    for task in leaked_tasks:
+        task.cancel()
+    assert not leaked_tasks, f"the test left asyncio tasks running: {[t.get_name() for t in leaked_tasks]}"
+    assert not leaked_procs, f"the test left child processes running: {leaked_procs}"

@@ -7,14 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maasctl.builders.authpolicy import SELECT_PATH, VALIDATE_PATH
-from maasctl.contract.selection import Candidate, select_subscription
+from maasctl.contract.selection import select_subscription
+from maasctl.contract.views import SubscriptionView
 
 
 @dataclass
 class FakeMaasApi:
     """`keys`: raw key -> validate response; `subscriptions`: selection candidates."""
 
-    subscriptions: Sequence[Candidate] = ()
+    subscriptions: Sequence[SubscriptionView] = ()
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
     default_namespace: str = "maas"
@@ -28,12 +29,14 @@ class FakeMaasApi:
             body["username"],
             body["groups"],
             model=body["requestedModel"],
-            requested=body["requestedSubscription"] or None,
+            requested=body["requestedSubscription"],
+            bound=body["keySubscription"],
             default_namespace=self.default_namespace,
         )
         if result.subscription is None:
             return {"error": str(result.code), "message": result.message}
-        return {"name": result.subscription.name, "namespace": result.subscription.namespace}
+        sub = result.subscription
+        return {"name": sub.name, "namespace": sub.namespace, "organizationId": sub.organization_id}
 
     def token_review(self, token: str) -> dict[str, Any] | None:
         user = self.tokens.get(token)

@@ -20,20 +20,21 @@ from maasctl.builders.celcheck import cel_texts, check_cel
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import compile_expression
-from maasctl.contract.selection import Candidate
+from maasctl.contract.views import SubscribedModel, SubscriptionView
 
 from . import authorino
 from .fakes import FakeMaasApi
 
+GRANITE = (SubscribedModel("llm", "granite"),)
 MODEL = ObjectRef("llm", "granite")
 ROUTE = ObjectRef("llm", "granite-kserve-route")
 SETTINGS = AuthSettings("https://maas-api.opendatahub.svc:8443", token_audiences=("https://kubernetes.default.svc",))
 PREMIUM_POLICY = AuthPolicySource(ObjectRef("maas", "premium-access"), groups=("premium-users",))
 ALICE_POLICY = AuthPolicySource(ObjectRef("maas", "alice-access"), users=("alice",))
-FREE_SUB = Candidate("maas", "free", 0, groups=frozenset({"free-users", "premium-users"}),
-                     models=frozenset({"llm/granite"}))
-PREMIUM_SUB = Candidate("maas", "premium", 10, groups=frozenset({"premium-users"}),
-                        models=frozenset({"llm/granite"}))
+FREE_SUB = SubscriptionView("maas", "free", priority=0, groups=frozenset({"free-users", "premium-users"}),
+                     models=GRANITE)
+PREMIUM_SUB = SubscriptionView("maas", "premium", priority=10, groups=frozenset({"premium-users"}),
+                        models=GRANITE)
 
 
 def policy(*sources: AuthPolicySource, objectives: tuple[ObjectiveBinding, ...] = ()) -> dict[str, Any]:
@@ -79,7 +80,6 @@ def test_shape() -> None:
             "maas.opendatahub.io/model": "granite",
             "maas.opendatahub.io/model-namespace": "llm",
         },
-        "annotations": {"maas.opendatahub.io/auth-policies": "maas/alice-access,maas/premium-access"},
     }
     spec = pol["spec"]
     assert spec["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
@@ -98,6 +98,7 @@ def test_shape() -> None:
     assert list(rules["response"]["success"]["headers"]) == ["x-maas-subscription"]
     assert set(rules["response"]["success"]["filters"]["identity"]["json"]["properties"]) == {
         "userid", "groups", "groups_str", "keyId", "selected_subscription", "selected_subscription_namespace",
+        "organization_id",
         "selected_subscription_key",
     }
 
@@ -204,12 +205,13 @@ def test_identity_export_for_api_key() -> None:
         "selected_subscription": "free",
         "selected_subscription_namespace": "maas",
         "selected_subscription_key": "maas/free@llm/granite",
+        "organization_id": "",
     }
     # The validate call gets the raw key, the select call the key's identity and bound subscription.
     (_, validate_body), (_, select_body) = outcome.calls
     assert validate_body == {"key": "sk-oai-alice"}
-    assert select_body == {"username": "alice", "groups": ["premium-users"], "requestedSubscription": "maas/free",
-                           "requestedModel": "llm/granite"}
+    assert select_body == {"username": "alice", "groups": ["premium-users"], "requestedSubscription": "",
+                           "keySubscription": "maas/free", "requestedModel": "llm/granite"}
 
 
 def test_identity_export_for_token() -> None:
@@ -220,9 +222,11 @@ def test_identity_export_for_token() -> None:
     assert [url.rsplit("/", 1)[-1] for url, _ in outcome.calls] == ["select"]
 
 
-def test_api_key_ignores_client_subscription_header() -> None:
-    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "premium"})
-    assert outcome.headers["x-maas-subscription"] == "free"
+def test_api_key_cannot_switch_subscription_with_the_header() -> None:
+    other = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "premium"})
+    assert other.status == 403  # one rule with maas-api: a key never switches subscription
+    own = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "free"})
+    assert own.status == 200 and own.headers["x-maas-subscription"] == "free"
 
 
 def test_objective_header_follows_selected_subscription() -> None:
@@ -274,7 +278,7 @@ def test_subjects_admit_exactly_the_allowed_callers(
 ) -> None:
     source = AuthPolicySource(ObjectRef("maas", "p"), users=tuple(users), groups=tuple(groups))
     pol = policy(source)
-    sub = Candidate("maas", "s", users=frozenset({"*"}), models=frozenset({"llm/granite"}))
+    sub = SubscriptionView("maas", "s", users=frozenset({"*"}), models=GRANITE)
     fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": caller, "groups": caller_groups}})
     outcome = run(pol, {"Authorization": "Bearer t"}, fake)
     allowed = "*" in users or "*" in groups or caller in users or any(g in groups for g in caller_groups)
@@ -292,7 +296,7 @@ def test_objective_header_with_hostile_subscription_names(refs: list[tuple[str, 
     check_cel(pol)
     chosen = data.draw(st.integers(0, len(refs) - 1))
     ns, name = refs[chosen]
-    sub = Candidate(ns, name, users=frozenset({"*"}), models=frozenset({"llm/granite"}))
+    sub = SubscriptionView(ns, name, users=frozenset({"*"}), models=GRANITE)
     fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": "u", "groups": []}})
     outcome = run(pol, {"Authorization": "Bearer t"}, fake)
     assert outcome.status == 200

@@ -10,7 +10,8 @@ MODULES = [
     "maasctl.builders.authpolicy", "maasctl.builders.celcheck", "maasctl.builders.httproute",
     "maasctl.builders.inferenceobjective", "maasctl.builders.names", "maasctl.builders.refs",
     "maasctl.builders.status", "maasctl.builders.trlp", "maasctl.builders.validation",
-    "maasctl.contract.cel", "maasctl.contract.selection", "maasctl.contract.windows",
+    "maasctl.contract.cel", "maasctl.contract.health", "maasctl.contract.labels", "maasctl.contract.quantities",
+    "maasctl.contract.selection", "maasctl.contract.views", "maasctl.contract.windows",
 ]
 
 

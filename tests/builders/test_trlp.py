@@ -19,11 +19,13 @@ from maasctl.builders.trlp import (
 )
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import compile_expression
-from maasctl.contract.selection import Candidate, select_subscription
+from maasctl.contract.selection import select_subscription
+from maasctl.contract.views import SubscribedModel, SubscriptionView
 
 from . import authorino
 from .fakes import FakeMaasApi
 
+GRANITE = (SubscribedModel("llm", "granite"),)
 MODEL = ObjectRef("llm", "granite")
 ROUTE = ObjectRef("llm", "granite-kserve-route")
 FREE = SubscriptionLimits(ObjectRef("maas", "free"), (RateTier(100, "1m"),))
@@ -53,7 +55,6 @@ def test_exact_object() -> None:
                 "maas.opendatahub.io/gateway-namespace": "tenant-a",
                 "maas.opendatahub.io/gateway-name": "tenant-gw",
             },
-            "annotations": {"maas.opendatahub.io/subscriptions": "maas/free,maas/premium"},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "granite-kserve-route"},
@@ -63,7 +64,7 @@ def test_exact_object() -> None:
                     "counters": [{"expression": "auth.identity.userid"}],
                     "when": [
                         {"predicate": 'auth.identity.selected_subscription_key == "maas/free@llm/granite"'},
-                        {"predicate": '!request.path.endsWith("/v1/models")'},
+                        {"predicate": '!request.url_path.endsWith("/v1/models")'},
                     ],
                 },
                 "maas/premium": {
@@ -71,7 +72,7 @@ def test_exact_object() -> None:
                     "counters": [{"expression": "auth.identity.userid"}],
                     "when": [
                         {"predicate": 'auth.identity.selected_subscription_key == "maas/premium@llm/granite"'},
-                        {"predicate": '!request.path.endsWith("/v1/models")'},
+                        {"predicate": '!request.url_path.endsWith("/v1/models")'},
                     ],
                 },
             },
@@ -97,7 +98,7 @@ def test_unlimited_is_metered_but_not_limited() -> None:
             "counters": [{"expression": "auth.identity.userid"}],
             "when": [
                 {"predicate": 'auth.identity.selected_subscription_key == "maas/vip@llm/granite"'},
-                {"predicate": '!request.path.endsWith("/v1/models")'},
+                {"predicate": '!request.url_path.endsWith("/v1/models")'},
             ],
         }
     }
@@ -119,7 +120,7 @@ def test_long_model_name_is_truncated() -> None:
                      "mutually exclusive", id="unlimited-and-tiers"),
         pytest.param(SubscriptionLimits(ObjectRef("n", "s"), (RateTier(0, "1m"),)), "outside", id="zero-limit"),
         pytest.param(SubscriptionLimits(ObjectRef("n", "s"), (RateTier(-5, "1m"),)), "outside", id="negative"),
-        pytest.param(SubscriptionLimits(ObjectRef("n", "s"), (RateTier(1_000_000_001, "1m"),)), "outside",
+        pytest.param(SubscriptionLimits(ObjectRef("n", "s"), (RateTier(10**12 + 1, "1m"),)), "outside",
                      id="too-large"),
         pytest.param(SubscriptionLimits(ObjectRef("n", "s"), (RateTier(True, "1m"),)), "not an integer",
                      id="bool-limit"),
@@ -159,7 +160,8 @@ def test_invalid_inputs(inp: TokenRateLimitInput) -> None:
 
 
 def matching_limits(policy: dict[str, Any], identity: dict[str, Any], path: str) -> list[str]:
-    ctx = {"auth": {"identity": identity}, "request": {"path": path, "headers": {}}}
+    url_path = path.split("?", 1)[0]
+    ctx = {"auth": {"identity": identity}, "request": {"path": path, "url_path": url_path, "headers": {}}}
     return [
         name for name, limit in policy["spec"]["limits"].items()
         if all(compile_expression(w["predicate"]).evaluate_bool(ctx) for w in limit["when"])
@@ -171,6 +173,18 @@ def test_models_listing_is_never_counted() -> None:
     policy = build(FREE, PREMIUM)
     assert matching_limits(policy, identity, "/llm/granite/v1/chat/completions") == ["maas/free"]
     assert matching_limits(policy, identity, "/llm/granite/v1/models") == []
+    # text in the query string never makes a completion look like a listing (it would go uncounted)
+    for path in ("/llm/granite/v1/chat/completions?x=/v1/models", "/llm/granite/v1/completions?/v1/models",
+                 "/llm/granite/v1/chat/completions?a=1&b=/llm/granite/v1/models"):
+        assert matching_limits(policy, identity, path) == ["maas/free"], path
+
+
+def test_limits_of_several_billion_tokens_render() -> None:
+    """One bound with the API types: a daily limit of billions (admitted by the CRD) is a valid policy."""
+    big = SubscriptionLimits(ObjectRef("maas", "big"), (RateTier(5_000_000_000, "24h"),))
+    assert subscription_problems(big) == ()
+    policy = build(big)
+    assert policy["spec"]["limits"]["maas/big"]["rates"] == [{"limit": 5_000_000_000, "window": "24h"}]
 
 
 def test_counter_is_per_user() -> None:
@@ -223,13 +237,13 @@ group_names = st.sampled_from(["free", "premium", "eng", "*", "a,b", 'q"uote'])
 user_names = st.sampled_from(["alice", "bob", "carol", "x\\y"])
 candidates = st.lists(
     st.builds(
-        Candidate,
+        SubscriptionView,
         namespace=st.sampled_from(["maas", "tenant-a"]),
         name=st.sampled_from(["free", "premium", "gold", "s-1"]),
         priority=st.integers(-2, 2),
         users=st.frozensets(user_names, max_size=2),
         groups=st.frozensets(group_names, max_size=2),
-        models=st.just(frozenset({"llm/granite"})),
+        models=st.just(GRANITE),
     ),
     min_size=1, max_size=5, unique_by=lambda c: (c.namespace, c.name),
 )
@@ -238,7 +252,7 @@ candidates = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(candidates, user_names, st.lists(group_names, max_size=3))
 def test_end_to_end_exactly_the_selected_subscription_is_charged(
-    subs: list[Candidate], user: str, groups: list[str]
+    subs: list[SubscriptionView], user: str, groups: list[str]
 ) -> None:
     """AuthPolicy + maas-api selection + TRLP predicates agree with policy.selection for any user."""
     auth = build_auth_policy(
@@ -255,5 +269,5 @@ def test_end_to_end_exactly_the_selected_subscription_is_charged(
         return
     assert outcome.status == 200
     assert matching_limits(trlp, outcome.identity, "/llm/granite/v1/chat/completions") == [
-        expected.subscription.ref
+        expected.subscription.key
     ]

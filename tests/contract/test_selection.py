@@ -1,73 +1,103 @@
-"""Subscription selection: entitlement, explicit choice, priority, tie-break, determinism."""
+"""Subscription selection, the one rule set: entitlement, bound keys, explicit choice, priority, ties."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.contract.selection import (
-    Candidate,
     SelectionCode,
-    is_entitled,
     parse_ref,
-    rank,
     select_subscription,
     subscription_key,
 )
+from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 
 M = "llm/m1"
-FREE = Candidate("maas", "free", 0, groups=frozenset({"free-users"}), models=frozenset({M}))
-PREMIUM = Candidate("maas", "premium", 10, groups=frozenset({"premium-users"}), models=frozenset({M, "llm/m2"}))
-ALICE_ONLY = Candidate("maas", "alice", 5, users=frozenset({"alice"}), models=frozenset({"llm/m2"}))
-EVERYONE = Candidate("maas", "everyone", -1, users=frozenset({"*"}), models=frozenset({M}))
-TIE_B = Candidate("maas", "b", 3, groups=frozenset({"g"}), models=frozenset({M}))
-TIE_A = Candidate("maas", "a", 3, groups=frozenset({"g"}), models=frozenset({M}))
-ALL = (FREE, PREMIUM, ALICE_ONLY, EVERYONE, TIE_A, TIE_B)
+LIM = (Tier(100, "1m"),)
+
+
+def sub(name: str, priority: int = 0, *, users: tuple[str, ...] = (), groups: tuple[str, ...] = (),
+        models: tuple[str, ...] = (M,), ns: str = "maas", **kw: object) -> SubscriptionView:
+    refs = tuple(SubscribedModel(*m.split("/", 1), LIM) for m in models)
+    return SubscriptionView(ns, name, priority=priority, users=frozenset(users), groups=frozenset(groups),
+                            models=refs, phase=str(kw.pop("phase", "Active")), **kw)  # type: ignore[arg-type]
+
+
+FREE = sub("free", 0, groups=("free-users",))
+PREMIUM = sub("premium", 10, groups=("premium-users",), models=(M, "llm/m2"))
+ALICE_ONLY = sub("alice", 5, users=("alice",), models=("llm/m2",))
+EVERYONE = sub("everyone", -1, users=("*",))
+TIE_A = sub("a", 3, groups=("g",))
+TIE_B = sub("b", 3, groups=("g",))
+BROKEN = sub("broken", 100, users=("bob",), phase="Failed")
+GONE = sub("gone", 100, users=("bob",), deleting=True)
+INVALID = SubscriptionView("maas", "invalid", priority=100, users=frozenset({"bob"}), problem="invalid object")
+ALL = (FREE, PREMIUM, ALICE_ONLY, EVERYONE, TIE_A, TIE_B, BROKEN, GONE, INVALID)
 
 
 @pytest.mark.parametrize(
-    ("user", "groups", "model", "requested", "code", "chosen"),
+    ("user", "groups", "model", "requested", "bound", "code", "chosen"),
     [
-        pytest.param("alice", ["premium-users"], M, None, SelectionCode.SELECTED, PREMIUM, id="highest-priority"),
-        pytest.param("bob", ["free-users"], M, None, SelectionCode.SELECTED, FREE, id="group-member"),
-        pytest.param("carol", [], M, None, SelectionCode.SELECTED, EVERYONE, id="star-any-authenticated"),
-        pytest.param("", [], M, None, SelectionCode.NOT_FOUND, None, id="star-needs-a-user"),
-        pytest.param("carol", [], "llm/m2", None, SelectionCode.NOT_FOUND, None, id="no-subscription-for-model"),
-        pytest.param("alice", [], "llm/m2", None, SelectionCode.SELECTED, ALICE_ONLY, id="user-owner"),
-        pytest.param("x", ["g"], M, None, SelectionCode.SELECTED, TIE_A, id="tie-broken-by-name"),
-        pytest.param("alice", ["premium-users"], M, "maas/free", SelectionCode.NOT_FOUND, None,
+        pytest.param("alice", ["premium-users"], M, None, None, SelectionCode.SELECTED, PREMIUM, id="highest"),
+        pytest.param("bob", ["free-users"], M, None, None, SelectionCode.SELECTED, FREE,
+                     id="failed-deleting-invalid-are-not-candidates"),
+        pytest.param("carol", [], M, None, None, SelectionCode.SELECTED, EVERYONE, id="star-any-authenticated"),
+        pytest.param("", [], M, None, None, SelectionCode.NOT_FOUND, None, id="star-needs-a-user"),
+        pytest.param("carol", [], "llm/m2", None, None, SelectionCode.NOT_FOUND, None, id="no-sub-for-model"),
+        pytest.param("alice", [], "llm/m2", None, None, SelectionCode.SELECTED, ALICE_ONLY, id="user-owner"),
+        pytest.param("x", ["g"], M, None, None, SelectionCode.MULTIPLE, None, id="tie-at-the-top"),
+        pytest.param("x", ["g"], M, "maas/b", None, SelectionCode.SELECTED, TIE_B, id="header-breaks-the-tie"),
+        pytest.param("alice", ["premium-users"], M, "maas/free", None, SelectionCode.NOT_FOUND, None,
                      id="explicit-not-entitled"),
-        pytest.param("bob", ["free-users"], M, "maas/free", SelectionCode.SELECTED, FREE, id="explicit-ref"),
-        pytest.param("bob", ["free-users"], M, "free", SelectionCode.SELECTED, FREE, id="explicit-bare-name"),
-        pytest.param("bob", ["free-users"], M, "other/free", SelectionCode.NOT_FOUND, None,
+        pytest.param("bob", ["free-users"], M, "maas/free", None, SelectionCode.SELECTED, FREE, id="explicit-ref"),
+        pytest.param("bob", ["free-users"], M, "free", None, SelectionCode.SELECTED, FREE, id="explicit-bare"),
+        pytest.param("bob", ["free-users"], M, "other/free", None, SelectionCode.NOT_FOUND, None,
                      id="explicit-wrong-namespace"),
-        pytest.param("bob", ["free-users"], M, "maas/nope", SelectionCode.NOT_FOUND, None, id="explicit-missing"),
-        pytest.param("bob", ["free-users"], "llm/m2", "maas/free", SelectionCode.MODEL_NOT_IN_SUBSCRIPTION, None,
-                     id="explicit-without-model"),
-        pytest.param("alice", ["premium-users"], None, None, SelectionCode.SELECTED, PREMIUM, id="any-model"),
-        pytest.param("Alice", ["Premium-Users"], "llm/m2", None, SelectionCode.NOT_FOUND, None,
+        pytest.param("bob", ["free-users"], M, "maas/nope", None, SelectionCode.NOT_FOUND, None, id="missing"),
+        pytest.param("bob", ["free-users"], "llm/m2", "maas/free", None, SelectionCode.MODEL_NOT_IN_SUBSCRIPTION,
+                     None, id="explicit-without-model"),
+        pytest.param("bob", [], M, "broken", None, SelectionCode.NOT_READY, None, id="explicit-failed"),
+        pytest.param("bob", [], M, "gone", None, SelectionCode.NOT_READY, None, id="explicit-deleting"),
+        pytest.param("bob", [], M, "invalid", None, SelectionCode.NOT_READY, None, id="explicit-invalid"),
+        pytest.param("alice", ["premium-users"], None, None, None, SelectionCode.SELECTED, PREMIUM, id="any-model"),
+        pytest.param("Alice", ["Premium-Users"], "llm/m2", None, None, SelectionCode.NOT_FOUND, None,
                      id="case-sensitive"),
+        pytest.param("alice", ["premium-users", "free-users"], M, None, "maas/free", SelectionCode.SELECTED, FREE,
+                     id="key-uses-its-bound-subscription-not-the-highest"),
+        pytest.param("alice", ["premium-users"], M, "maas/premium", "maas/free", SelectionCode.ACCESS_DENIED, None,
+                     id="key-with-another-header"),
+        pytest.param("alice", ["free-users"], M, "free", "maas/free", SelectionCode.SELECTED, FREE,
+                     id="key-with-its-own-header"),
+        pytest.param("alice", [], M, None, "maas/free", SelectionCode.NOT_FOUND, None,
+                     id="key-owner-no-longer-entitled"),
+        pytest.param("x", ["g"], M, "", "", SelectionCode.MULTIPLE, None, id="empty-strings-are-not-a-choice"),
     ],
 )
 def test_select(
-    user: str, groups: list[str], model: str | None, requested: str | None, code: SelectionCode,
-    chosen: Candidate | None,
+    user: str, groups: list[str], model: str | None, requested: str | None, bound: str | None,
+    code: SelectionCode, chosen: SubscriptionView | None,
 ) -> None:
-    result = select_subscription(ALL, user, groups, model=model, requested=requested, default_namespace="maas")
-    assert result.code is code
+    result = select_subscription(ALL, user, groups, model=model, requested=requested, bound=bound,
+                                 default_namespace="maas")
+    assert result.code is code, result.message
     assert result.subscription == chosen
     assert result.ok is (chosen is not None)
     assert result.message or result.ok
 
 
+def test_tie_names_the_candidates() -> None:
+    result = select_subscription(ALL, "x", ["g"], model=M)
+    assert result.candidates == ("maas/a", "maas/b")
+    assert "maas/a" in result.message and "maas/b" in result.message and "X-MaaS-Subscription" in result.message
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [
-        pytest.param("ns/name", ("ns", "name"), id="ref"),
-        pytest.param("name", ("default", "name"), id="bare"),
-        pytest.param(" ns/name ", ("ns", "name"), id="blanks"),
-    ],
+    [("ns/name", ("ns", "name")), ("name", ("default", "name")), (" ns/name ", ("ns", "name"))],
 )
 def test_parse_ref(text: str, expected: tuple[str, str]) -> None:
     assert parse_ref(text, "default") == expected
@@ -77,41 +107,40 @@ def test_subscription_key() -> None:
     assert subscription_key("maas", "premium", "llm", "m1") == "maas/premium@llm/m1"
 
 
-def test_star_in_groups_entitles_everyone() -> None:
-    assert is_entitled(Candidate("n", "s", groups=frozenset({"*"})), "anyone", [])
-
-
 names = st.text(alphabet="abc*", min_size=1, max_size=3)
-candidates = st.lists(
+views = st.lists(
     st.builds(
-        Candidate,
-        namespace=st.sampled_from(["maas", "other"]),
-        name=st.text(alphabet="xyz", min_size=1, max_size=2),
-        priority=st.integers(-3, 3),
-        users=st.frozensets(names, max_size=2),
-        groups=st.frozensets(names, max_size=2),
-        models=st.frozensets(st.sampled_from(["llm/a", "llm/b"]), max_size=2),
+        lambda ns, name, prio, users, groups, models, phase: sub(
+            name, prio, users=tuple(users), groups=tuple(groups), models=tuple(models), ns=ns, phase=phase),
+        st.sampled_from(["maas", "other"]),
+        st.text(alphabet="xyz", min_size=1, max_size=2),
+        st.integers(-3, 3),
+        st.frozensets(names, max_size=2),
+        st.frozensets(names, max_size=2),
+        st.frozensets(st.sampled_from(["llm/a", "llm/b"]), max_size=2),
+        st.sampled_from(["Active", "Degraded", "Failed", ""]),
     ),
     max_size=6,
-    unique_by=lambda c: (c.namespace, c.name),
+    unique_by=lambda s: (s.namespace, s.name),
 )
 
 
-@given(candidates, names, st.lists(names, max_size=3), st.sampled_from(["llm/a", "llm/b", None]), st.randoms())
-def test_selection_is_the_best_entitled_candidate_in_any_order(
-    subs: list[Candidate], user: str, groups: list[str], model: str | None, rnd: object
+@given(views, names, st.lists(names, max_size=3), st.sampled_from(["llm/a", "llm/b", None]), st.randoms())
+def test_implicit_selection_is_the_unique_best_candidate_in_any_order(
+    subs: list[SubscriptionView], user: str, groups: list[str], model: str | None, rnd: random.Random
 ) -> None:
     result = select_subscription(subs, user, groups, model=model)
     shuffled = list(subs)
-    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    rnd.shuffle(shuffled)
     assert select_subscription(shuffled, user, groups, model=model) == result
-    usable = [c for c in subs if is_entitled(c, user, groups) and (model is None or model in c.models)]
+    usable = [s for s in subs if s.usable and s.entitles(user, groups) and (model is None or s.includes(model))]
     if not usable:
         assert result.code is SelectionCode.NOT_FOUND
         return
-    chosen = result.subscription
-    assert chosen is not None and chosen in usable
-    assert chosen.priority == max(c.priority for c in usable)
-    assert chosen == rank(usable)[0]
-    assert all((chosen.namespace, chosen.name) <= (c.namespace, c.name) for c in usable
-               if c.priority == chosen.priority)
+    best = max(s.priority for s in usable)
+    top = [s for s in usable if s.priority == best]
+    if len(top) > 1:
+        assert result.code is SelectionCode.MULTIPLE
+        assert set(result.candidates) == {s.key for s in top}
+    else:
+        assert result.subscription == top[0]

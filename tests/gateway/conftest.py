@@ -1,11 +1,9 @@
 """Fixtures for the gateway integration tests: the session control plane with MaaS CRDs, the real controller,
 a local test model, a running gateway, and a stand-in for the two maas-api gateway callbacks.
 
-Why a stand-in: the real maas-api's `/internal/v1/subscriptions/select` does not (yet) speak the contract the
-generated AuthPolicy uses (`requestedModel` is rejected as an unknown field, and the answer nests the
-subscription under `subscription` instead of top-level `name`/`namespace`/`error`). The stand-in implements
-exactly the `builders.authpolicy` contract, selecting with the shared `policy.selection` rules over the
-MaaSSubscriptions the API server holds; API keys are registered by the tests. TokenReview is always real.
+The stand-in lets tests register API keys directly (no database); it selects with the one rule set
+(`contract.selection` over `contract.views` of the MaaSSubscriptions the API server holds), exactly as
+maas-api does. TokenReview is always real.
 """
 
 from __future__ import annotations
@@ -22,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from maasctl.contract.selection import Candidate, select_subscription
+from maasctl.contract.selection import select_subscription
+from maasctl.contract.views import SubscriptionView, subscription_view
 from maasctl.gateway import Gateway, GatewaySettings, start_http
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
@@ -54,10 +53,6 @@ async def controller(maas_cluster: ControlPlane) -> AsyncIterator[RunningControl
         await running.stop()
 
 
-def _names(items: Any) -> frozenset[str]:
-    return frozenset(x["name"] if isinstance(x, dict) else x for x in items or ())
-
-
 @dataclass
 class MaasApiStandIn:
     """The two callbacks of the AuthPolicy contract plus a usage sink endpoint."""
@@ -67,20 +62,10 @@ class MaasApiStandIn:
     usage: list[dict[str, Any]] = field(default_factory=list)
     calls: int = 0
 
-    async def _candidates(self) -> list[Candidate]:
+    async def _subscriptions(self) -> list[SubscriptionView]:
         subs = await k8s.CustomObjectsApi(self.api).list_namespaced_custom_object(
             "maas.opendatahub.io", "v1alpha1", SUB_NS, "maassubscriptions")
-        out = []
-        for item in subs["items"]:
-            if item["metadata"].get("deletionTimestamp"):
-                continue
-            spec = item["spec"]
-            owner = spec.get("owner") or {}
-            out.append(Candidate(
-                item["metadata"]["namespace"], item["metadata"]["name"], int(spec.get("priority", 0)),
-                _names(owner.get("users")), _names(owner.get("groups")),
-                frozenset(f"{m['namespace']}/{m['name']}" for m in spec.get("modelRefs") or ())))
-        return out
+        return [subscription_view(item) for item in subs["items"]]
 
     async def validate(self, request: Request) -> JSONResponse:
         self.calls += 1
@@ -91,11 +76,13 @@ class MaasApiStandIn:
         self.calls += 1
         body = await request.json()
         selection = select_subscription(
-            await self._candidates(), body["username"], body["groups"], model=body.get("requestedModel"),
-            requested=body.get("requestedSubscription") or None, default_namespace=SUB_NS)
-        if selection.subscription is None:
+            await self._subscriptions(), body["username"], body["groups"], model=body.get("requestedModel"),
+            requested=body.get("requestedSubscription"), bound=body.get("keySubscription"),
+            default_namespace=SUB_NS)
+        sub = selection.subscription
+        if sub is None:
             return JSONResponse({"error": str(selection.code), "message": selection.message})
-        return JSONResponse({"name": selection.subscription.name, "namespace": selection.subscription.namespace})
+        return JSONResponse({"name": sub.name, "namespace": sub.namespace, "organizationId": sub.organization_id})
 
     async def record_usage(self, request: Request) -> JSONResponse:
         self.usage.extend((await request.json())["records"])

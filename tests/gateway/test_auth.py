@@ -14,7 +14,8 @@ import httpx
 
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
-from maasctl.gateway.auth import AuthPolicyRuntime, RequestInfo, compile_auth_policy
+from maasctl.gateway.auth import AuthPolicyRuntime
+from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
 
 KEYS = {"sk-oai-good": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
                         "subscription": "models-as-a-service/premium"}}
@@ -41,7 +42,7 @@ class Callbacks:
         self.calls.append((request.url.path, body))
         if request.url.path.endswith("/validate"):
             return httpx.Response(200, json=KEYS.get(body["key"], {"valid": False}))
-        requested = body["requestedSubscription"]
+        requested = body["keySubscription"] or body["requestedSubscription"]
         if body["username"] == "carol" or requested == "nope":
             return httpx.Response(200, json={"error": "not_found", "message": "no subscription"})
         name = requested.split("/")[-1] or "free"
@@ -72,7 +73,7 @@ async def test_decisions_of_the_generated_policy() -> None:
         assert ident["userid"] == "alice" and ident["keyId"] == "k1" and ident["groups_str"] == "premium-users"
         assert ident["selected_subscription_key"] == "models-as-a-service/premium@team/m"
         assert cb.calls[0] == ("/internal/v1/api-keys/validate", {"key": "sk-oai-good"})
-        assert cb.calls[1][1]["requestedSubscription"] == "models-as-a-service/premium"
+        assert cb.calls[1][1]["keySubscription"] == "models-as-a-service/premium"
 
         again = await rt.check(p, req("Bearer sk-oai-good"))
         assert again.allowed and len(cb.calls) == 2  # both callbacks cached

@@ -30,7 +30,8 @@ def policy(tiers: tuple[RateTier, ...] = (RateTier(100, "1m"), RateTier(250, "1h
 
 
 def activation(user: str, key: str = KEY, path: str = "/team/m/v1/chat/completions") -> dict[str, Any]:
-    return {"request": {"path": path}, "auth": {"identity": {"userid": user, "selected_subscription_key": key}}}
+    request = {"path": path, "url_path": path.split("?", 1)[0]}
+    return {"request": request, "auth": {"identity": {"userid": user, "selected_subscription_key": key}}}
 
 
 def test_request_over_the_limit_is_refused_and_the_window_resets() -> None:

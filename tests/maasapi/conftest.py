@@ -11,12 +11,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 from maasctl.maasapi import migrate
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import Identity, StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore, make_engine
-from maasctl.maasapi.subscriptions import ModelRef, StaticSubscriptionSource, Subscription, TokenRateLimit
 from maasctl.testenv.postgres import PostgresServer, start_postgres
 
 NS = "models-as-a-service"
@@ -76,20 +77,24 @@ def auth(user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {user}-token"}
 
 
-def sample_subscriptions() -> list[Subscription]:
-    lim = (TokenRateLimit(1000, "1m"),)
+def sample_subscriptions() -> list[SubscriptionView]:
+    lim = (Tier(1000, "1m"),)
     return [
-        Subscription(NS, "premium", owner_groups=("premium-users",), priority=10, phase="Active",
-                     model_refs=(ModelRef("llm", "granite", (TokenRateLimit(50000, "1m"),)),
-                                 ModelRef("llm", "llama", lim))),
-        Subscription(NS, "free", owner_groups=("free-users", "premium-users"), priority=0, phase="Active",
-                     model_refs=(ModelRef("llm", "granite", lim),)),
-        Subscription(NS, "everyone", owner_groups=("*",), priority=-5, phase="Active",
-                     model_refs=(ModelRef("llm", "tiny", lim),)),
-        Subscription(NS, "broken", owner_users=("bob",), priority=100, phase="Failed",
-                     model_refs=(ModelRef("llm", "granite", lim),)),
-        Subscription("other-ns", "bobs", owner_users=("bob",), priority=1, phase="Active",
-                     model_refs=(ModelRef("llm", "llama", lim),)),
+        SubscriptionView(NS, "premium", groups=frozenset(("premium-users",)), priority=10, phase="Active",
+                     models=(SubscribedModel("llm", "granite", (Tier(50000, "1m"),)),
+                                 SubscribedModel("llm", "llama", lim))),
+        SubscriptionView(NS, "free", groups=frozenset(("free-users", "premium-users")), priority=0, phase="Active",
+                     models=(SubscribedModel("llm", "granite", lim),)),
+        SubscriptionView(NS, "everyone", groups=frozenset(("*",)), priority=-5, phase="Active",
+                     models=(SubscribedModel("llm", "tiny", lim),)),
+        SubscriptionView(NS, "broken", users=frozenset(("bob",)), priority=100, phase="Failed",
+                     models=(SubscribedModel("llm", "granite", lim),)),
+        SubscriptionView(NS, "tie-a", groups=frozenset(("tie-a",)), priority=7, phase="Active",
+                         models=(SubscribedModel("llm", "granite", lim),)),
+        SubscriptionView(NS, "tie-b", groups=frozenset(("tie-b",)), priority=7, phase="Active",
+                         models=(SubscribedModel("llm", "granite", lim),)),
+        SubscriptionView("other-ns", "bobs", users=frozenset(("bob",)), priority=1, phase="Active",
+                     models=(SubscribedModel("llm", "llama", lim),)),
     ]
 
 
@@ -104,8 +109,8 @@ def settings() -> MaasApiSettings:
 
 
 @pytest.fixture
-def subscription_source() -> StaticSubscriptionSource:
-    return StaticSubscriptionSource(sample_subscriptions())
+def subscription_source() -> StaticSources:
+    return StaticSources(sample_subscriptions())
 
 
 AppFactory = Callable[..., FastAPI]
@@ -113,7 +118,7 @@ AppFactory = Callable[..., FastAPI]
 
 @pytest.fixture
 async def client(
-    store: KeyStore, settings: MaasApiSettings, subscription_source: StaticSubscriptionSource, clock: Clock,
+    store: KeyStore, settings: MaasApiSettings, subscription_source: StaticSources, clock: Clock,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An in-process client for an app on the parametrized database with the static authenticator."""
     app = create_app(settings, subscription_source, StaticAuthenticator(USERS, admins=["admin"]), store=store)

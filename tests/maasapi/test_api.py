@@ -264,13 +264,19 @@ async def test_select_callback(client: httpx.AsyncClient) -> None:
         return data
 
     alice = {"username": "alice", "groups": ["premium-users"]}
-    r = await select_(**alice, model="llm/granite")
-    assert not r["selected"] and r["error"] == "multiple_subscriptions" and "name" not in r
+    # premium (priority 10) beats free (0): a token caller without the header is served by priority
+    r = await select_(**alice, requestedModel="llm/granite", requestedSubscription="", keySubscription="")
+    assert r["selected"] and (r["name"], r["namespace"]) == ("premium", NS) and "error" not in r
+    tie = await select_(username="dave", groups=["tie-a", "tie-b"], requestedModel="llm/granite")
+    assert not tie["selected"] and tie["error"] == "multiple_subscriptions" and "name" not in tie
+    assert tie["candidates"] == [f"{NS}/tie-a", f"{NS}/tie-b"] and f"{NS}/tie-a" in tie["message"]
     r = await select_(**alice, requestedModel="llm/granite", requestedSubscription="free")
     assert r["selected"] and r["subscription"]["id"] == f"{NS}/free"
     assert (r["name"], r["namespace"]) == ("free", NS) and "error" not in r
-    r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/premium")
-    assert r["subscription"]["id"] == f"{NS}/premium"
+    r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/free")
+    assert r["subscription"]["id"] == f"{NS}/free"  # a key is served by its bound subscription
+    r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/free", requestedSubscription="premium")
+    assert r["error"] == "access_denied"  # ... and a header cannot switch it
     r = await select_(**alice, model="llm/llama")
     assert r["subscription"]["id"] == f"{NS}/premium"
     r = await select_(username="carol", groups=[], model="llm/granite")

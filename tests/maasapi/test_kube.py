@@ -16,8 +16,8 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import ADMIN_GROUP, ADMIN_RESOURCE, Identity, KubeAuthenticator
-from maasctl.maasapi.cache_sources import CachedSources
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import CachedSources
 from maasctl.runtime import Client
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents
@@ -196,10 +196,10 @@ async def test_cached_sources_see_creates_and_deletes(
     try:
         subs = {s.name: s for s in await sources.list_subscriptions()}
         gold = subs[f"{subscriptions}-gold"]
-        assert (gold.namespace, gold.priority, gold.phase, gold.owner_groups) == (
-            SUB_NS, 5, "Active", ("premium-users",))
-        assert gold.model_refs[0].ref == "llm/granite" and gold.model_refs[0].token_rate_limits[0].limit == 100
-        assert subs[f"{subscriptions}-bob"].owner_users == ("bob",)
+        assert (gold.namespace, gold.priority, gold.phase, gold.groups) == (
+            SUB_NS, 5, "Active", {"premium-users"})
+        assert gold.models[0].key == "llm/granite" and gold.models[0].tiers[0].limit == 100
+        assert subs[f"{subscriptions}-bob"].users == {"bob"}
 
         api = k8s.CustomObjectsApi(kube)
         extra = subscription_body(f"{subscriptions}-late", users=["carol"])

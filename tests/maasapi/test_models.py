@@ -11,16 +11,17 @@ import httpx
 import pytest
 from aiohttp import web
 
+from maasctl.contract.views import ModelRefView, SubscribedModel, SubscriptionView, Tier, model_ref_view
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
-from maasctl.maasapi.models import ModelInfo, StaticModelSource, model_from_object, probe_url
+from maasctl.maasapi.models import probe_url
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore
-from maasctl.maasapi.subscriptions import ModelRef, StaticSubscriptionSource, Subscription, TokenRateLimit
 
 from .conftest import NS, USERS, auth
 
-LIM = (TokenRateLimit(10, "1m"),)
+LIM = (Tier(10, "1m"),)
 
 
 class ModelServers:
@@ -73,30 +74,31 @@ async def model_servers() -> AsyncIterator[ModelServers]:
         await servers.stop()
 
 
-def catalogue(base: str) -> list[ModelInfo]:
-    def m(name: str, phase: str = "Ready", endpoint: str | None = "default") -> ModelInfo:
+def catalogue(base: str) -> list[ModelRefView]:
+    def m(name: str, phase: str = "Ready", endpoint: str | None = "default") -> ModelRefView:
         url = f"{base}/llm/{name}" if endpoint == "default" else endpoint
-        return ModelInfo("llm", name, "LLMInferenceService", f"{name}-alias", url, phase, 1700000000)
+        return ModelRefView("llm", name, kind="LLMInferenceService", model_id=f"{name}-alias", endpoint=url,
+                            phase=phase, created=1700000000)
 
     return [m("ok"), m("denied"), m("noget"), m("slow"), m("alice-only"), m("broken"),
             m("pending", phase="Pending"), m("other")]
 
 
-def subscriptions() -> list[Subscription]:
-    refs = tuple(ModelRef("llm", n, LIM) for n in ("ok", "denied", "noget", "slow", "alice-only", "broken",
+def subscriptions() -> list[SubscriptionView]:
+    refs = tuple(SubscribedModel("llm", n, LIM) for n in ("ok", "denied", "noget", "slow", "alice-only", "broken",
                                                    "pending"))
     return [
-        Subscription(NS, "premium", owner_groups=("premium-users",), priority=5, phase="Active", model_refs=refs),
-        Subscription(NS, "free", owner_groups=("free-users", "premium-users"), phase="Active",
-                     model_refs=(ModelRef("llm", "ok", LIM), ModelRef("llm", "alice-only", LIM))),
+        SubscriptionView(NS, "premium", groups=frozenset(("premium-users",)), priority=5, phase="Active", models=refs),
+        SubscriptionView(NS, "free", groups=frozenset(("free-users", "premium-users")), phase="Active",
+                     models=(SubscribedModel("llm", "ok", LIM), SubscribedModel("llm", "alice-only", LIM))),
     ]
 
 
 @pytest.fixture
 async def models_client(store: KeyStore, model_servers: ModelServers) -> AsyncIterator[httpx.AsyncClient]:
     settings = MaasApiSettings(model_probe_timeout=0.5, models_deadline=1.0)
-    app = create_app(settings, StaticSubscriptionSource(subscriptions()), StaticAuthenticator(USERS),
-                     store=store, model_source=StaticModelSource(catalogue(model_servers.base)))
+    sources = StaticSources(subscriptions(), catalogue(model_servers.base))
+    app = create_app(settings, sources, StaticAuthenticator(USERS), store=store, model_source=sources)
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://maas-api") as c:
         yield c
@@ -141,13 +143,13 @@ async def test_models_subscription_header_and_api_key(models_client: httpx.Async
 
 
 def test_model_from_object_and_probe_url() -> None:
-    m = model_from_object({
+    m = model_ref_view({
         "metadata": {"name": "g", "namespace": "llm", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"modelRef": {"kind": "LLMInferenceService", "name": "g"}},
         "status": {"phase": "Ready", "endpoint": "https://gw/llm/g", "resolvedModelAlias": "granite"},
     })
-    assert (m.ref, m.model_id, m.kind, m.ready, m.created) == ("llm/g", "granite", "LLMInferenceService", True,
+    assert (m.key, m.model_id, m.kind, m.ready, m.created) == ("llm/g", "granite", "LLMInferenceService", True,
                                                                1767225600)
-    assert not model_from_object({"metadata": {"name": "x", "namespace": "n"}}).ready
+    assert not model_ref_view({"metadata": {"name": "x", "namespace": "n"}}).ready
     assert probe_url("https://gw/llm/g/") == "https://gw/llm/g/v1/models"
     assert probe_url("https://api.example.com/v1") == "https://api.example.com/v1/models"

@@ -14,8 +14,8 @@ from maasctl.maasapi import migrate
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import make_engine
-from maasctl.maasapi.subscriptions import StaticSubscriptionSource
 from maasctl.testenv.postgres import PostgresServer
 
 from .conftest import USERS, auth, sample_subscriptions
@@ -25,7 +25,7 @@ from .conftest import USERS, auth, sample_subscriptions
 async def replicas(pg_server: PostgresServer) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     url = await pg_server.acreate_database(f"r_{uuid.uuid4().hex[:12]}")
     settings = MaasApiSettings(database_url=url)
-    apps = [create_app(settings, StaticSubscriptionSource(sample_subscriptions()),
+    apps = [create_app(settings, StaticSources(sample_subscriptions()),
                        StaticAuthenticator(USERS, admins=["admin"])) for _ in range(2)]
     async with apps[0].router.lifespan_context(apps[0]), apps[1].router.lifespan_context(apps[1]):
         # both ran migrations at startup against the same database; the advisory lock serialised them
@@ -40,7 +40,7 @@ async def replicas(pg_server: PostgresServer) -> AsyncIterator[tuple[httpx.Async
 async def test_concurrent_startup_migrates_once(pg_server: PostgresServer) -> None:
     url = await pg_server.acreate_database(f"m_{uuid.uuid4().hex[:12]}")
     settings = MaasApiSettings(database_url=url)
-    apps = [create_app(settings, StaticSubscriptionSource(), StaticAuthenticator({})) for _ in range(3)]
+    apps = [create_app(settings, StaticSources(), StaticAuthenticator({})) for _ in range(3)]
 
     async def start(app: object) -> None:
         async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
@@ -82,8 +82,9 @@ import sys, uvicorn
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import Identity, StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.subscriptions import StaticSubscriptionSource, Subscription
-subs = StaticSubscriptionSource([Subscription("models-as-a-service", "s", owner_users=("alice",), phase="Active")])
+from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
+from maasctl.maasapi.sources import StaticSources
+subs = StaticSources([SubscriptionView("models-as-a-service", "s", users=frozenset(("alice",)), phase="Active")])
 authn = StaticAuthenticator({"alice-token": Identity("alice", ())})
 app = create_app(MaasApiSettings(database_url=sys.argv[1]), subs, authn)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")

@@ -19,8 +19,8 @@ from sqlalchemy import func, select, text, update
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore
-from maasctl.maasapi.subscriptions import StaticSubscriptionSource
 from maasctl.maasapi.usage.tables import usage_daily, usage_hourly, usage_records
 
 from .conftest import USERS as TOKENS_BY_USER
@@ -50,7 +50,7 @@ class Env:
 
 @pytest.fixture
 async def env(store: KeyStore) -> AsyncIterator[Env]:
-    app = create_app(usage_settings(), StaticSubscriptionSource(sample_subscriptions()),
+    app = create_app(usage_settings(), StaticSources(sample_subscriptions()),
                      StaticAuthenticator(TOKENS_BY_USER, admins=["admin"]), store=store)
     async with app.router.lifespan_context(app):
         app.state.maasapi_usage.clock = lambda: NOW
@@ -183,7 +183,7 @@ async def test_oversized_unauthenticated_and_odd_batches_are_rejected(env: Env) 
 
 
 async def test_ingestion_is_refused_when_no_token_is_configured(store: KeyStore) -> None:
-    app = create_app(usage_settings(usage_ingest_tokens=()), StaticSubscriptionSource(),
+    app = create_app(usage_settings(usage_ingest_tokens=()), StaticSources(),
                      StaticAuthenticator({}), store=store)
     async with (app.router.lifespan_context(app),
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c):
@@ -366,7 +366,7 @@ async def test_prometheus_metrics_by_subscription_and_model_without_users(env: E
 
 async def test_metrics_cardinality_is_capped_and_user_labels_are_opt_in(store: KeyStore) -> None:
     app = create_app(usage_settings(usage_metrics_per_user=True, usage_metrics_max_series=2),
-                     StaticSubscriptionSource(), StaticAuthenticator({}), store=store)
+                     StaticSources(), StaticAuthenticator({}), store=store)
     async with app.router.lifespan_context(app):
         app.state.maasapi_usage.clock = lambda: NOW
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c:

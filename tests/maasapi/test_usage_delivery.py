@@ -15,8 +15,8 @@ from maasctl.maasapi import migrate
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore, make_engine
-from maasctl.maasapi.subscriptions import StaticSubscriptionSource
 from maasctl.maasapi.usage.store import UsageStore
 from maasctl.testenv.postgres import PostgresServer
 
@@ -47,7 +47,7 @@ async def test_sink_buffers_through_a_database_outage_and_nothing_is_lost_or_dou
     store = KeyStore(make_engine(await pg_server.acreate_database(db)))
     await migrate.upgrade(store.engine)
     settings = MaasApiSettings(usage_ingest_tokens=(SecretStr("gw"),))
-    app = create_app(settings, StaticSubscriptionSource(), StaticAuthenticator({}), store=store)
+    app = create_app(settings, StaticSources(), StaticAuthenticator({}), store=store)
     usage = UsageStore(store.engine)
     try:
         async with app.router.lifespan_context(app):

@@ -143,12 +143,15 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
     assert premium["counters"] == [{"expression": "auth.identity.userid"}]
     assert trlp["spec"]["targetRef"]["kind"] == "HTTPRoute"
 
-    async def ap_has(sources: set[str]) -> dict[str, Any] | None:
+    async def ap_has(groups: set[str]) -> dict[str, Any] | None:
         ap = await objs.get("AuthPolicy", namespace, "maas-auth-m1")
-        annotation = (ap or {}).get("metadata", {}).get("annotations", {}).get("maas.opendatahub.io/auth-policies")
-        return ap if ap and set(annotation.split(",")) == sources else None
+        if ap is None:
+            return None
+        rule = ap["spec"]["rules"]["authorization"]["allowed-subjects"]["patternMatching"]["patterns"][0]
+        named = {g for g in ("premium-users", "free-users") if f'"{g}"' in rule["predicate"]}
+        return ap if named == groups else None
 
-    await eventually(lambda: ap_has({f"{SUB_NS}/{ap1}", f"{SUB_NS}/{ap2}"}))
+    await eventually(lambda: ap_has({"premium-users", "free-users"}))
 
     async def active(kind: str, name: str) -> bool:
         obj = await objs.get(kind, SUB_NS, name)
@@ -161,7 +164,7 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
     await objs.delete("MaaSSubscription", SUB_NS, s2)
     await eventually(lambda: trlp_has({f"{SUB_NS}/{s1}"}))
     await objs.delete("MaaSAuthPolicy", SUB_NS, ap2)
-    await eventually(lambda: ap_has({f"{SUB_NS}/{ap1}"}))
+    await eventually(lambda: ap_has({"premium-users"}))
     await objs.delete("MaaSSubscription", SUB_NS, s1)
 
     async def trlp_gone() -> bool:

@@ -21,10 +21,11 @@ import uvicorn
 from kubernetes_asyncio import client as k8s
 
 from maasctl.builders.refs import ObjectRef
+from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import Identity, StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.subscriptions import ModelRef, StaticSubscriptionSource, Subscription, TokenRateLimit
+from maasctl.maasapi.sources import StaticSources
 from maasctl.reconcilers.cleanup import JOB, JobState, build_cleanup_job, job_name, job_state, retry_delay
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import SETTINGS, SUB_NS, Objects, eventually
@@ -47,9 +48,9 @@ def free_port() -> int:
 @contextlib.asynccontextmanager
 async def maas_api(port: int, tmp_path: Path, subscriptions: list[str]) -> AsyncIterator[httpx.AsyncClient]:
     """maas-api on 127.0.0.1:`port` knowing `subscriptions` (owned by free-users), plus a client for it."""
-    subs = StaticSubscriptionSource([
-        Subscription(SUB_NS, name, owner_groups=("free-users",), phase="Active",
-                     model_refs=(ModelRef("llm", "m", (TokenRateLimit(100, "1m"),)),))
+    subs = StaticSources([
+        SubscriptionView(SUB_NS, name, groups=frozenset(("free-users",)), phase="Active",
+                     models=(SubscribedModel("llm", "m", (Tier(100, "1m"),)),))
         for name in subscriptions])
     settings = MaasApiSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / f'maas-api-{port}.db'}",
                                max_expiration=timedelta(days=30), metrics_enabled=False)

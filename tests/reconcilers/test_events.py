@@ -20,14 +20,15 @@ async def test_created_policy_is_announced_and_missing_secret_warned(
     sub = f"ev-{uid()}"
     await objs.create(subscription(sub, [(namespace, "ev")], "free-users", 100))
 
-    async def created_event() -> bool:
+    async def created_event() -> bool:  # the model's reconcile is the one writer of its policies
         return any(e.type == "Normal" and e.reason == "Created" and "TokenRateLimitPolicy" in (e.note or "")
-                   for e in await events_for(kube, SUB_NS, sub))
+                   for e in await events_for(kube, namespace, "ev"))
 
     await eventually(created_event)
-    event = next(e for e in await events_for(kube, SUB_NS, sub) if e.reason == "Created")
+    event = next(e for e in await events_for(kube, namespace, "ev")
+                 if e.reason == "Created" and "TokenRateLimitPolicy" in (e.note or ""))
     assert event.reporting_controller == "maas-controller"
-    assert event.regarding.kind == "MaaSSubscription"
+    assert event.regarding.kind == "MaaSModelRef"
 
     await objs.create(external_model(namespace, "broken", secret="does-not-exist"))
 

@@ -190,16 +190,6 @@ def test_result_constructors() -> None:
         rt.Result.done().after = 3  # type: ignore[misc]
 
 
-def test_runtime_knows_nothing_about_maas() -> None:
-    import pathlib
-
-    root = pathlib.Path(rt.__file__).parent
-    for path in root.glob("*.py"):
-        text = path.read_text()
-        for banned in ("maasctl.api", "maasctl.builders", "maasctl.reconcilers", "maasctl.maasapi", "maasctl.gateway"):
-            assert banned not in text, f"{path.name} imports {banned}"
-
-
 @pytest.mark.parametrize(
     ("address", "expected"),
     [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("0", None), ("", None)],

@@ -10,9 +10,11 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    - `apiKeyValidation` (API keys only): `POST <maas-api>/internal/v1/api-keys/validate` with `{"key": ...}`;
      read fields: `valid` (bool), `username`, `groups` (list), `keyId`, `subscription` (the bound one).
    - `subscriptionInfo`: `POST <maas-api>/internal/v1/subscriptions/select` with `{"username", "groups",
-     "requestedSubscription", "requestedModel": "<model ns>/<model>"}`; read fields: `name`, `namespace` and,
-     on failure only, `error` (code) and `message`. The requested subscription is the key's bound one for API
-     keys, else the client's `X-MaaS-Subscription` header, else "" (maas-api then picks by priority).
+     "requestedSubscription", "keySubscription", "requestedModel": "<model ns>/<model>"}`; read fields: `name`,
+     `namespace`, `organizationId` and, on failure only, `error` (code) and `message`. `requestedSubscription`
+     is the client's `X-MaaS-Subscription` header ("" when absent), `keySubscription` the API key's bound one
+     ("" for tokens): maas-api applies `contract.selection` (a key never switches subscription; a token
+     caller without the header is served by priority).
 3. Authorization: client-sent `X-MaaS-*` headers other than `X-MaaS-Subscription` are rejected; API keys must
    be valid; the caller must be one of the allowed users or in one of the allowed groups (union over all
    MaaSAuthPolicies of the model; `*` = any authenticated caller); a subscription must have been selected.
@@ -20,8 +22,9 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    the model is served through an inference scheduler, the InferenceObjective header of the selected
    subscription. Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity`
    (`auth.identity.*` in TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
-   `keyId`, `selected_subscription`, `selected_subscription_namespace` and `selected_subscription_key`
-   (`<sub ns>/<sub>@<model ns>/<model>`).
+   `keyId`, `selected_subscription`, `selected_subscription_namespace`, `selected_subscription_key`
+   (`<sub ns>/<sub>@<model ns>/<model>`) and `organization_id` (the subscription's `organization.id`, else
+   its legacy `tokenMetadata.organizationId`, else "").
 
 Header names in `request.headers` are lowercase (Envoy lowercases them; the local gateway must too).
 Every value interpolated into CEL goes through `cel_string`, so no user, group or name can break a predicate.
@@ -36,7 +39,7 @@ from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
 from maasctl.contract.cel import cel_string, cel_string_list
-from maasctl.contract.selection import ANY_AUTHENTICATED
+from maasctl.contract.views import ANY_AUTHENTICATED
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -81,8 +84,9 @@ _HEADER_SUBSCRIPTION: Final = (
     f"({cel_string(SUBSCRIPTION_HEADER)} in request.headers"
     f" ? request.headers[{cel_string(SUBSCRIPTION_HEADER)}] : \"\")"
 )
-_REQUESTED_SUBSCRIPTION: Final = (
-    f"(({IS_API_KEY}) ? (has({_KEY}.subscription) ? {_KEY}.subscription : \"\") : {_HEADER_SUBSCRIPTION})"
+_KEY_SUBSCRIPTION: Final = (
+    f"((({IS_API_KEY}) && has({_KEY}.subscription) && {_KEY}.subscription != null)"
+    f" ? {_KEY}.subscription : \"\")"
 )
 _API_KEY_VALID: Final = f"has({_KEY}.valid) && {_KEY}.valid == true"
 _SELECTED: Final = (
@@ -90,6 +94,9 @@ _SELECTED: Final = (
     f" && (!has({_SUB}.error) || {_SUB}.error == \"\")"
 )
 _SELECTED_REF: Final = f'({_SUB}.namespace + "/" + {_SUB}.name)'
+_ORGANIZATION: Final = (
+    f'((has({_SUB}.organizationId) && {_SUB}.organizationId != null) ? {_SUB}.organizationId : "")'
+)
 _NO_CLIENT_IDENTITY_HEADERS: Final = (
     f'!request.headers.exists(h, h.startsWith("x-maas-") && h != {cel_string(SUBSCRIPTION_HEADER)})'
 )
@@ -189,10 +196,12 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         token_review["audiences"] = list(settings.token_audiences)
     select_body = (
         f'{{"username": {USERNAME_EXPRESSION}, "groups": {GROUPS_EXPRESSION},'
-        f' "requestedSubscription": {_REQUESTED_SUBSCRIPTION}, "requestedModel": {cel_string(model_ref)}}}'
+        f' "requestedSubscription": {_HEADER_SUBSCRIPTION}, "keySubscription": {_KEY_SUBSCRIPTION},'
+        f' "requestedModel": {cel_string(model_ref)}}}'
     )
     select_cache_key = (
-        f'{USERNAME_EXPRESSION} + "|" + {GROUPS_EXPRESSION}.join(",") + "|" + {_REQUESTED_SUBSCRIPTION}'
+        f'{USERNAME_EXPRESSION} + "|" + {GROUPS_EXPRESSION}.join(",") + "|" + {_HEADER_SUBSCRIPTION}'
+        f' + "|" + {_KEY_SUBSCRIPTION}'
     )
     selected_key = f'{_SELECTED_REF} + {cel_string("@" + model_ref)}'
     headers: dict[str, Any] = {
@@ -272,6 +281,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                                 "selected_subscription": {"expression": f"{_SUB}.name"},
                                 "selected_subscription_namespace": {"expression": f"{_SUB}.namespace"},
                                 "selected_subscription_key": {"expression": selected_key},
+                                "organization_id": {"expression": _ORGANIZATION},
                             }
                         },
                         "metrics": True,
@@ -294,7 +304,6 @@ def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str,
     if not inp.sources:
         return None
     labels = names.model_labels(inp.model, PART_OF, COMPONENT)
-    sources = sorted({s.policy.key for s in inp.sources})
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -302,7 +311,6 @@ def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str,
             "name": names.authpolicy_name(inp.model.name),
             "namespace": inp.route.namespace,
             "labels": labels,
-            "annotations": {names.AUTH_POLICIES_ANNOTATION: ",".join(sources)},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},

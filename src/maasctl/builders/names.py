@@ -1,8 +1,8 @@
 """Names, labels and annotations of every object the controller generates (one place, so they never drift).
 
 Every generated object carries `app.kubernetes.io/managed-by: maas-controller`, `app.kubernetes.io/part-of`,
-`maas.opendatahub.io/model` and `maas.opendatahub.io/model-namespace`, plus source labels or annotations
-that map it back to the MaaS objects it came from. Children in another namespace than their source get labels,
+`maas.opendatahub.io/model` and `maas.opendatahub.io/model-namespace` (the labels the data plane reads live in
+`contract.labels`). Children in another namespace than their source get labels,
 never ownerReferences (Kubernetes garbage collection ignores cross-namespace owners).
 
 Long values are shortened with a stable hash suffix: names to 253 characters, label values to 63. The same
@@ -20,9 +20,17 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from maasctl.builders.refs import GatewayRef, ObjectRef
+from maasctl.contract.labels import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MODEL_LABEL,
+    MODEL_NAMESPACE_LABEL,
+    UPSTREAM_KEY_FIELD_ANNOTATION,
+    UPSTREAM_KEY_LABEL,
+    UPSTREAM_KEY_SECRET_ANNOTATION,
+)
 
 __all__ = [
-    "AUTH_POLICIES_ANNOTATION",
     "COMPONENT_LABEL",
     "EXTERNAL_MODEL_LABEL",
     "FIELD_MANAGER",
@@ -57,26 +65,15 @@ __all__ = [
     "truncate_name",
 ]
 
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "maas-controller"
 PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-MODEL_LABEL: Final = "maas.opendatahub.io/model"
-MODEL_NAMESPACE_LABEL: Final = "maas.opendatahub.io/model-namespace"
 GATEWAY_NAMESPACE_LABEL: Final = "maas.opendatahub.io/gateway-namespace"
 GATEWAY_NAME_LABEL: Final = "maas.opendatahub.io/gateway-name"
 SUBSCRIPTION_LABEL: Final = "maas.opendatahub.io/subscription"
 SUBSCRIPTION_NAMESPACE_LABEL: Final = "maas.opendatahub.io/subscription-namespace"
 EXTERNAL_MODEL_LABEL: Final = "maas.opendatahub.io/external-model"
-UPSTREAM_KEY_LABEL: Final = "maas.opendatahub.io/upstream-key"
-"""On an ExternalModel's credential Secret: the gateway component that injects upstream keys watches these."""
 
 SUBSCRIPTIONS_ANNOTATION: Final = "maas.opendatahub.io/subscriptions"
-AUTH_POLICIES_ANNOTATION: Final = "maas.opendatahub.io/auth-policies"
-UPSTREAM_KEY_SECRET_ANNOTATION: Final = "maas.opendatahub.io/upstream-key-secret"
-"""On an ExternalModel's HTTPRoute: the name (never the value) of the Secret holding the provider key."""
-UPSTREAM_KEY_FIELD_ANNOTATION: Final = "maas.opendatahub.io/upstream-key-secret-key"
-"""On an ExternalModel's HTTPRoute: which key of that Secret holds the provider key."""
 
 OPT_OUT_ANNOTATION: Final = "opendatahub.io/managed"
 OPT_OUT_VALUE: Final = "false"

@@ -5,7 +5,8 @@ Kuadrant enforces one TRLP per target, so every subscription of a model lands in
 - name `maas-trlp-<maasmodelref-name>` in the route's namespace, targeting the model's HTTPRoute;
 - one limit per subscription, keyed `<sub ns>/<sub name>`, whose `when` matches the subscription identity the
   AuthPolicy exported (`auth.identity.selected_subscription_key == "<sub ns>/<sub>@<model ns>/<model>"`) and
-  skips `/v1/models` listings (they carry no usage and would count as 1 token each);
+  skips `/v1/models` listings (they carry no usage), matched on `request.url_path` (the canonical path,
+  never the query string, which a client could use to look like a listing);
 - every `{limit, window}` tier of the subscription is a rate of that limit, so all tiers are enforced;
 - counters on `auth.identity.userid`: the quota is per user within a subscription;
 - an `unlimited` subscription gets a limit with the same predicate and counter but no rates: nothing is
@@ -23,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from maasctl.api._fields import MAX_TOKEN_LIMIT as API_MAX_TOKEN_LIMIT
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
@@ -49,11 +51,11 @@ API_VERSION: Final = "kuadrant.io/v1alpha1"
 KIND: Final = "TokenRateLimitPolicy"
 PART_OF: Final = "maas-subscription"
 COMPONENT: Final = "token-rate-limit-policy"
-MAX_TOKEN_LIMIT: Final = 1_000_000_000
-"""Largest `limit` a MaaSSubscription tier may carry (the MaaSSubscription CRD bound)."""
+MAX_TOKEN_LIMIT: Final = API_MAX_TOKEN_LIMIT
+"""Largest `limit` a MaaSSubscription tier may carry: the one bound of the API types (and so of the CRD)."""
 
 COUNTER_EXPRESSION: Final = "auth.identity.userid"
-MODELS_LISTING_PREDICATE: Final = '!request.path.endsWith("/v1/models")'
+MODELS_LISTING_PREDICATE: Final = '!request.url_path.endsWith("/v1/models")'
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,6 @@ def build_token_rate_limit_policy(inp: TokenRateLimitInput) -> dict[str, Any] | 
             "name": names.trlp_name(inp.model.name),
             "namespace": inp.route.namespace,
             "labels": labels,
-            "annotations": {names.SUBSCRIPTIONS_ANNOTATION: ",".join(sorted(limits))},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},

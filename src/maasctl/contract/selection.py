@@ -1,81 +1,64 @@
-"""Which subscription a request (or a new API key) is charged to.
+"""Which subscription a request (or a new API key) is charged to: the one rule set.
 
-Shared by maas-api (key minting and the gateway's select callback), the local gateway and `maasctl simulate`,
-so that all three answer the same question the same way.
+Used by maas-api (key minting, the gateway's select callback, `/v1/models`), the local gateway through those
+callbacks, `maasctl simulate` and every test; nothing else implements it.
 
-Rules:
-- Entitlement: the user name is in the subscription's owner users, or one of the caller's groups is in its
-  owner groups (exact, case-sensitive matches). `*` in either list entitles any authenticated user (a
-  non-empty user name).
-- An explicit choice (the `X-MaaS-Subscription` header of a token caller, or the subscription an API key is
-  bound to) is `namespace/name` or a bare name in the default namespace. It must exist and entitle the caller,
-  otherwise `not_found` (the two are not distinguished, so callers learn nothing about subscriptions they
-  cannot use); it must include the model, otherwise `model_not_in_subscription`.
-- Otherwise the entitled subscriptions that include the model are ranked by `priority` (higher first), ties
-  broken by `namespace/name` in ascending code-point order; the first one wins. None -> `not_found`.
-- Invalid or deleting subscriptions are not candidates: the caller leaves them out.
+Rules (seed 000 `priority`: higher wins among the user's subscriptions):
+- Candidates are usable subscriptions (valid, not being deleted, not Failed/Invalid) that entitle the caller
+  (`views.entitled`).
+- An API key is bound to one subscription at mint (`bound`). If the caller also names a subscription
+  (`X-MaaS-Subscription`) and it is not the bound one -> `access_denied`: a key never switches subscription.
+- An explicit choice (the bound subscription, else the header of a token caller) is `namespace/name` or a bare
+  name in the default namespace. It must exist and entitle the caller, else `not_found` (the two are not told
+  apart, so callers learn nothing about subscriptions they cannot use); it must be usable, else
+  `subscription_not_ready`; it must include the model, else `model_not_in_subscription`.
+- Otherwise the candidates that include the model (any model when `model` is None, as for minting) are ranked
+  by `priority`, highest first. None -> `not_found`; one at the top -> selected; several sharing the top
+  priority -> `multiple_subscriptions`, naming them, so the caller chooses with the header (or at mint).
 
-The selected subscription and model form the key `<sub ns>/<sub name>@<model ns>/<model name>`
-(`subscription_key`) that the AuthPolicy exports as `auth.identity.selected_subscription_key` and the
-TokenRateLimitPolicy predicates compare against.
+The selected subscription and model form `<sub ns>/<sub name>@<model ns>/<model name>` (`subscription_key`),
+which the AuthPolicy exports as `auth.identity.selected_subscription_key` and TokenRateLimitPolicies match.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+
+from maasctl.contract.views import SubscriptionView
 
 __all__ = [
-    "ANY_AUTHENTICATED",
-    "Candidate",
     "Selection",
     "SelectionCode",
-    "is_entitled",
+    "find",
     "parse_ref",
     "rank",
     "select_subscription",
     "subscription_key",
 ]
 
-ANY_AUTHENTICATED: Final = "*"
-
 
 class SelectionCode(enum.StrEnum):
-    """Stable outcome codes (returned to clients by maas-api)."""
+    """Stable outcome codes (returned to clients by maas-api and the gateway)."""
 
     SELECTED = "selected"
     NOT_FOUND = "not_found"
+    ACCESS_DENIED = "access_denied"
+    NOT_READY = "subscription_not_ready"
     MODEL_NOT_IN_SUBSCRIPTION = "model_not_in_subscription"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A valid, non-deleting subscription as selection sees it.
-
-    `models` holds `namespace/name` of the MaaSModelRefs the subscription includes.
-    """
-
-    namespace: str
-    name: str
-    priority: int = 0
-    users: frozenset[str] = frozenset()
-    groups: frozenset[str] = frozenset()
-    models: frozenset[str] = frozenset()
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    MULTIPLE = "multiple_subscriptions"
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The outcome: `subscription` is set exactly when `code` is `SELECTED`."""
+    """The outcome: `subscription` is set exactly when `code` is `SELECTED`; `candidates` names the
+    subscriptions sharing the top priority when `code` is `MULTIPLE`."""
 
     code: SelectionCode
-    subscription: Candidate | None = None
+    subscription: SubscriptionView | None = None
     message: str = ""
+    candidates: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -87,55 +70,75 @@ def subscription_key(sub_namespace: str, sub_name: str, model_namespace: str, mo
     return f"{sub_namespace}/{sub_name}@{model_namespace}/{model_name}"
 
 
-def is_entitled(candidate: Candidate, user: str, groups: Iterable[str]) -> bool:
-    """True if `user` (with `groups`) may use `candidate`."""
-    if not user:
-        return False
-    if ANY_AUTHENTICATED in candidate.users or ANY_AUTHENTICATED in candidate.groups:
-        return True
-    return user in candidate.users or any(g in candidate.groups for g in groups)
-
-
-def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Best first: priority descending, then `namespace/name` ascending."""
-    return sorted(candidates, key=lambda c: (-c.priority, c.namespace, c.name))
-
-
 def parse_ref(text: str, default_namespace: str) -> tuple[str, str]:
     """`ns/name` -> (ns, name); a bare `name` -> (default_namespace, name)."""
     namespace, _, name = text.strip().rpartition("/")
     return (namespace or default_namespace, name)
 
 
+def find(subs: Iterable[SubscriptionView], ref: str, default_namespace: str) -> SubscriptionView | None:
+    """The subscription named `ns/name` (or a bare name in `default_namespace`), or None."""
+    namespace, name = parse_ref(ref, default_namespace)
+    return next((s for s in subs if s.namespace == namespace and s.name == name), None)
+
+
+def rank(subs: Iterable[SubscriptionView]) -> list[SubscriptionView]:
+    """Highest priority first; `namespace/name` ascending within a priority (for stable listings only:
+    selection never breaks a tie silently)."""
+    return sorted(subs, key=lambda s: (-s.priority, s.namespace, s.name))
+
+
+def _explicit(sub: SubscriptionView | None, ref: str, user: str, groups: list[str], model: str | None) -> Selection:
+    if sub is None or not sub.entitles(user, groups):
+        return Selection(SelectionCode.NOT_FOUND, message=f"subscription {ref!r} not found or not accessible")
+    if not sub.usable:
+        state = "being deleted" if sub.deleting else (sub.phase or "invalid") if sub.problem is None else "invalid"
+        return Selection(SelectionCode.NOT_READY, message=f"subscription {sub.key} is {state}")
+    if model is not None and not sub.includes(model):
+        return Selection(SelectionCode.MODEL_NOT_IN_SUBSCRIPTION,
+                         message=f"subscription {sub.key} does not include model {model}")
+    return Selection(SelectionCode.SELECTED, sub)
+
+
 def select_subscription(
-    candidates: Sequence[Candidate],
+    subs: Iterable[SubscriptionView],
     user: str,
     groups: Iterable[str],
     *,
     model: str | None = None,
     requested: str | None = None,
+    bound: str | None = None,
     default_namespace: str = "",
 ) -> Selection:
     """Choose the subscription for `user`/`groups` calling `model` (`ns/name`; None = any model).
 
-    See the module docstring for the rules. Deterministic: the order of `candidates` does not matter.
+    `requested` is the caller's `X-MaaS-Subscription` (or the subscription asked for at mint); `bound` is the
+    API key's subscription. Deterministic: the order of `subs` does not matter.
     """
+    pool = list(subs)
     group_list = list(groups)
-    if requested:
-        namespace, name = parse_ref(requested, default_namespace)
-        wanted = next((c for c in candidates if c.namespace == namespace and c.name == name), None)
-        if wanted is None or not is_entitled(wanted, user, group_list):
-            return Selection(SelectionCode.NOT_FOUND, message=f"subscription {requested!r} is not available")
-        if model is not None and model not in wanted.models:
-            return Selection(
-                SelectionCode.MODEL_NOT_IN_SUBSCRIPTION,
-                message=f"subscription {wanted.ref} does not include model {model}",
-            )
-        return Selection(SelectionCode.SELECTED, wanted)
-    usable = [
-        c for c in candidates if is_entitled(c, user, group_list) and (model is None or model in c.models)
-    ]
+    requested = (requested or "").strip() or None
+    bound = (bound or "").strip() or None
+    if bound is not None:
+        key = find(pool, bound, default_namespace)
+        if requested is not None and parse_ref(requested, default_namespace) != parse_ref(bound, default_namespace):
+            return Selection(SelectionCode.ACCESS_DENIED,
+                             message="the API key is bound to another subscription than X-MaaS-Subscription names")
+        return _explicit(key, bound, user, group_list, model)
+    if requested is not None:
+        return _explicit(find(pool, requested, default_namespace), requested, user, group_list, model)
+    usable = [s for s in pool if s.usable and s.entitles(user, group_list) and (model is None or s.includes(model))]
     if not usable:
         scope = f" for model {model}" if model is not None else ""
         return Selection(SelectionCode.NOT_FOUND, message=f"no subscription available{scope}")
-    return Selection(SelectionCode.SELECTED, rank(usable)[0])
+    ranked = rank(usable)
+    top = [s for s in ranked if s.priority == ranked[0].priority]
+    if len(top) > 1:
+        names = tuple(s.key for s in top)
+        return Selection(
+            SelectionCode.MULTIPLE,
+            message=f"several subscriptions share the highest priority ({', '.join(names)}); "
+            "choose one with the X-MaaS-Subscription header",
+            candidates=names,
+        )
+    return Selection(SelectionCode.SELECTED, ranked[0])

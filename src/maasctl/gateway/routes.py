@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from maasctl.builders.names import (
+from maasctl.contract.labels import (
     MODEL_LABEL,
     MODEL_NAMESPACE_LABEL,
     UPSTREAM_KEY_FIELD_ANNOTATION,

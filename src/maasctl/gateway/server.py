@@ -31,7 +31,8 @@ import uvicorn
 from multidict import CIMultiDict
 from starlette.types import Receive, Scope, Send
 
-from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, RequestInfo, TokenReviewer
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, TokenReviewer
+from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.proxy import (
@@ -43,6 +44,7 @@ from maasctl.gateway.proxy import (
 )
 from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
 from maasctl.gateway.routes import RouteMatch
+from maasctl.gateway.simulate import SimulateRequest, simulate
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageRecord, UsageSink, usage_numbers
 from maasctl.runtime import ApiError, Cache, CacheOptions, Client
@@ -229,8 +231,6 @@ class Gateway:
             if self.settings.admin_from_loopback_only and not _is_loopback(scope):
                 await _respond(send, 403, _error_body(403, "simulate is only served to loopback clients", "forbidden"))
                 return
-            from maasctl.gateway.simulate import SimulateRequest, simulate
-
             try:
                 raw = json.loads(await _read_body(receive, 64 * 1024))
                 request = SimulateRequest.from_json(raw)

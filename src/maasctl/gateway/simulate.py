@@ -15,17 +15,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-from maasctl.gateway.auth import AuthOutcome, RequestInfo
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
+from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.ratelimit import TokenRateLimiter
+from maasctl.gateway.state import GatewayState
 
-if TYPE_CHECKING:
-    from maasctl.gateway.server import Gateway
+__all__ = ["Enforcer", "SimulateRequest", "SimulationReport", "format_report", "simulate", "simulate_remote"]
 
-__all__ = ["SimulateRequest", "SimulationReport", "format_report", "simulate", "simulate_remote"]
+
+class Enforcer(Protocol):
+    """What simulate reads of a running gateway (`server.Gateway` is one)."""
+
+    state: GatewayState
+    auth: AuthPolicyRuntime
+    limiter: TokenRateLimiter
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class SimulationReport:
         return asdict(self)
 
 
-def _path_for(gateway: Gateway, request: SimulateRequest) -> tuple[str, str]:
+def _path_for(gateway: Enforcer, request: SimulateRequest) -> tuple[str, str]:
     """(host, path) of a request to the model."""
     if request.model.startswith("/"):
         return request.host or "", request.model
@@ -104,7 +112,7 @@ def _path_for(gateway: Gateway, request: SimulateRequest) -> tuple[str, str]:
     raise LookupError(f"no route on the gateway serves model {request.model}")
 
 
-async def simulate(gateway: Gateway, request: SimulateRequest) -> SimulationReport:
+async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationReport:
     """Evaluate `request` against the gateway's current routes, policies and counters (nothing is charged)."""
     try:
         host, path = _path_for(gateway, request)

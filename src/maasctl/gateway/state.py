@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from maasctl.builders.names import UPSTREAM_KEY_LABEL
-from maasctl.gateway.auth import CompiledAuthPolicy, compile_auth_policy
+from maasctl.contract.labels import UPSTREAM_KEY_LABEL
+from maasctl.gateway.authpolicy import CompiledAuthPolicy, compile_auth_policy
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.ratelimit import CompiledTokenRateLimitPolicy, compile_token_rate_limit_policy

@@ -9,72 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """The fields of a MaaSModelRef that the catalogue needs."""
-
-    namespace: str
-    name: str
-    kind: str
-    model_id: str  # status.resolvedModelAlias, else the object name
-    endpoint: str | None
-    phase: str
-    created: int = 0
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def ready(self) -> bool:
-        return self.phase == "Ready" and bool(self.endpoint)
-
-
-@runtime_checkable
-class ModelSource(Protocol):
-    """Where MaaSModelRefs come from (the controller's informer cache in production)."""
-
-    async def list_models(self) -> Sequence[ModelInfo]: ...
-
-
-class StaticModelSource:
-    def __init__(self, models: Sequence[ModelInfo] = ()) -> None:
-        self.models = list(models)
-
-    async def list_models(self) -> Sequence[ModelInfo]:
-        return list(self.models)
-
-
-def _created(ts: Any) -> int:
-    if not isinstance(ts, str):
-        return 0
-    try:
-        return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return 0
-
-
-def model_from_object(obj: Mapping[str, Any]) -> ModelInfo:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    name = str(meta.get("name", ""))
-    return ModelInfo(
-        namespace=str(meta.get("namespace", "")),
-        name=name,
-        kind=str((spec.get("modelRef") or {}).get("kind", "")),
-        model_id=str(status.get("resolvedModelAlias") or name),
-        endpoint=status.get("endpoint") or None,
-        phase=str(status.get("phase") or "Pending"),
-        created=_created(meta.get("creationTimestamp")),
-    )
+from maasctl.contract.views import ModelRefView
 
 
 def probe_url(endpoint: str) -> str:
@@ -84,7 +22,7 @@ def probe_url(endpoint: str) -> str:
 
 async def probe(
     http: httpx.AsyncClient,
-    model: ModelInfo,
+    model: ModelRefView,
     headers: Mapping[str, str],
     timeout: float,
 ) -> bool:
@@ -100,12 +38,12 @@ async def probe(
 
 async def accessible(
     http: httpx.AsyncClient,
-    models: Sequence[ModelInfo],
+    models: Sequence[ModelRefView],
     headers: Mapping[str, str],
     *,
     per_probe: float,
     deadline: float,
-) -> list[ModelInfo]:
+) -> list[ModelRefView]:
     """The subset of `models` whose probes succeed before the overall `deadline` (order preserved)."""
     if not models:
         return []

@@ -12,13 +12,13 @@ from typing import Any
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.subscriptions import StaticSubscriptionSource
+from maasctl.maasapi.sources import StaticSources
 
 DOCUMENT_PATH = Path(__file__).with_name("openapi.json")
 
 
 def document() -> dict[str, Any]:
-    app = create_app(MaasApiSettings(), StaticSubscriptionSource(), StaticAuthenticator({}))
+    app = create_app(MaasApiSettings(), StaticSources(), StaticAuthenticator({}))
     return app.openapi()
 
 

@@ -178,9 +178,11 @@ class SubscriptionList(Response):
 
 
 class SelectRequest(Request):
+    """What the generated AuthPolicy sends. Empty strings mean "not given" (CEL cannot omit a field)."""
+
     username: Annotated[str, StringConstraints(min_length=1, max_length=253)]
     groups: list[Annotated[str, StringConstraints(max_length=253)]] = Field(default_factory=list, max_length=512)
-    requested_subscription: SubscriptionName | None = Field(
+    requested_subscription: Annotated[str, StringConstraints(max_length=317)] | None = Field(
         default=None, description="Value of the X-MaaS-Subscription header, if any"
     )
     key_subscription: Annotated[str, StringConstraints(max_length=317)] | None = Field(
@@ -189,22 +191,27 @@ class SelectRequest(Request):
     model: Annotated[str, StringConstraints(max_length=317)] | None = Field(
         default=None,
         alias="requestedModel",
-        description="MaaSModelRef as namespace/name (or bare name); `model` is accepted too",
+        description="MaaSModelRef as namespace/name",
     )
 
 
 class SelectResponse(Response):
-    """What the generated AuthPolicy reads: `name`/`namespace` on success, `error` (a stable code) and
-    `message` on failure only (absent, not null, on success)."""
+    """What the generated AuthPolicy reads: `name`/`namespace` (and the metering attribution the gateway
+    copies into usage records: `organizationId`, `costCenter`, `labels`) on success; `error` (a stable code),
+    `message` and, for `multiple_subscriptions`, `candidates` on failure. Absent, not null, when unset."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
 
     selected: bool
     name: str | None = None
     namespace: str | None = None
+    organization_id: str | None = None
+    cost_center: str | None = None
+    labels: dict[str, str] | None = None
     subscription: SubscriptionView | None = None
     error: str | None = None
     message: str | None = None
+    candidates: list[str] | None = None
 
 
 class SubscriptionRevokeResponse(Response):

@@ -10,8 +10,8 @@ import uvicorn
 
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import KubeAuthenticator
-from maasctl.maasapi.cache_sources import CachedSources
 from maasctl.maasapi.settings import MaasApiSettings
+from maasctl.maasapi.sources import CachedSources
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 

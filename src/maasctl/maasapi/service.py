@@ -12,12 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from maasctl.contract.selection import SelectionCode, select_subscription
+from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery
-from maasctl.maasapi.subscriptions import SelectionError, Subscription, select_for_mint
 
 Clock = Callable[[], datetime]
 
@@ -79,23 +80,24 @@ class KeyService:
         self,
         caller: Identity,
         req: MintInput,
-        subscriptions: Sequence[Subscription],
+        subscriptions: Sequence[SubscriptionView],
     ) -> tuple[KeyRecord, str]:
         """Create a key bound to one subscription; returns the stored record and the one-time plaintext."""
         if not req.ephemeral and not req.name:
             raise ApiError(400, "invalid_request", "name is required unless the key is ephemeral")
         lifetime = self.lifetime(req.expires_in, req.ephemeral)
-        try:
-            sub = select_for_mint(
-                subscriptions,
-                caller.username,
-                caller.groups,
-                req.subscription,
-                self.settings.subscription_namespace,
-            )
-        except SelectionError as exc:
-            status = 403 if exc.code == "subscription_not_ready" else 400
-            raise ApiError(status, exc.code, exc.message) from None
+        outcome = select_subscription(
+            subscriptions,
+            caller.username,
+            caller.groups,
+            requested=req.subscription,
+            default_namespace=self.settings.subscription_namespace,
+        )
+        sub = outcome.subscription
+        if sub is None:
+            status = 403 if outcome.code is SelectionCode.NOT_READY else 400
+            code = "invalid_subscription" if outcome.code is SelectionCode.NOT_FOUND else str(outcome.code)
+            raise ApiError(status, code, outcome.message)
         new = keys.generate()
         now = self.clock()
         record = KeyRecord(
@@ -113,7 +115,7 @@ class KeyService:
             expires_at=now + lifetime,
             labels=dict(req.labels),
         )
-        await self.store.insert(record, actor=caller.username, details={"subscription": sub.ref})
+        await self.store.insert(record, actor=caller.username, details={"subscription": sub.key})
         return record, new.plaintext
 
     async def validate(self, key: str) -> Validation:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
 
 from maasctl.builders.names import is_managed, is_opted_out
+from maasctl.builders.refs import GatewayRef
+from maasctl.contract.views import Views
 from maasctl.runtime import (
     Applier,
     Cache,
@@ -36,6 +38,22 @@ class Context:
     applier: Applier
     events: EventRecorder
     settings: ControllerSettings
+    views: Views = field(default_factory=Views)
+
+    @property
+    def gateway(self) -> GatewayRef:
+        return GatewayRef(self.settings.gateway_namespace, self.settings.gateway_name)
+
+    def in_scope(self, obj: Mapping[str, Any]) -> bool:
+        """MaaSAuthPolicies and MaaSSubscriptions count only in the subscription namespace."""
+        return bool(obj["metadata"]["namespace"] == self.settings.subscription_namespace)
+
+    async def write_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Apply `status` through the /status subresource; an object deleted meanwhile ends the work."""
+        try:
+            await self.applier.apply_status(status_patch(obj, status))
+        except NotFound:
+            log.debug("status not written: object is gone", kind=obj.get("kind"), name=obj["metadata"]["name"])
 
     async def ensure_finalizer(self, obj: Mapping[str, Any]) -> bool:
         """Add our finalizer; True when it was added now."""
@@ -98,8 +116,3 @@ def status_patch(obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str,
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         "status": dict(status),
     }
-
-
-def model_keys(refs: Iterable[Mapping[str, Any]] | None) -> list[str]:
-    """`<namespace>/<name>` of each model reference in a spec list (`modelRefs`)."""
-    return [f"{r['namespace']}/{r['name']}" for r in refs or () if "namespace" in r and "name" in r]

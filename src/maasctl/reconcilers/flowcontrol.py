@@ -39,6 +39,7 @@ from maasctl.builders.status import (
     flow_control_status,
 )
 from maasctl.builders.validation import InvalidInputError
+from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.kinds import INFERENCE_OBJECTIVE, INFERENCE_POOL, LLM_INFERENCE_SERVICE, MAAS_MODEL_REF
 from maasctl.reconcilers.routes import resolve
@@ -56,14 +57,8 @@ class FlowControlRetry(Exception):
     """Raised after the status was written when some objective failed, so the work queue retries with backoff."""
 
 
-def inference_priority(sub: Mapping[str, Any]) -> int | None:
-    """`spec.inferencePriority`, None when unset (an explicit 0 is kept)."""
-    value = (sub.get("spec") or {}).get("inferencePriority")
-    return int(value) if value is not None and not isinstance(value, bool) else None
-
-
-def subscription_ref(sub: Mapping[str, Any]) -> ObjectRef:
-    return ObjectRef(str(sub["metadata"]["namespace"]), str(sub["metadata"]["name"]))
+def subscription_ref(sub: SubscriptionView) -> ObjectRef:
+    return ObjectRef(sub.namespace, sub.name)
 
 
 @dataclass
@@ -92,10 +87,10 @@ class FlowControl:
     def api_available(self) -> bool:
         return self.ctx.cache.informer(INFERENCE_OBJECTIVE).state is InformerState.SYNCED
 
-    def facts(self, sub: Mapping[str, Any], model: ObjectRef) -> FlowControlFacts:
+    def facts(self, sub: SubscriptionView, model: ObjectRef) -> FlowControlFacts:
         """Everything the status decision needs for one model, from the cache."""
         cache = self.ctx.cache
-        base = FlowControlFacts(model=model, priority=inference_priority(sub), api_available=self.api_available())
+        base = FlowControlFacts(model=model, priority=sub.inference_priority, api_available=self.api_available())
         mr = cache.peek(MAAS_MODEL_REF, model.name, model.namespace)
         if mr is None or is_deleting(mr):
             return base
@@ -142,8 +137,8 @@ class FlowControl:
             unsupported=_routing_group_split(llm), observed=observed,
         )
 
-    async def sync(self, sub: FrozenObject, model: ObjectRef, run: FlowRun) -> FlowControlStatus:
-        """Create, update or delete this subscription's objective for `model`; return its status entry."""
+    async def sync(self, obj: FrozenObject, sub: SubscriptionView, model: ObjectRef, run: FlowRun) -> FlowControlStatus:
+        """Create or update this subscription's objective for `model`; return its status entry."""
         facts = self.facts(sub, model)
         entry = flow_control_status(facts)
         if facts.objective_name is None:
@@ -153,7 +148,7 @@ class FlowControl:
             assert facts.pool is not None and facts.priority is not None
             run.keep.add(key)
             if key not in run.applied:
-                run.applied[key] = await self._apply(sub, model, facts)
+                run.applied[key] = await self._apply(obj, sub, model, facts)
             error = run.applied[key]
             if error == "":
                 return flow_control_status(_replace(facts, api_available=False))
@@ -162,35 +157,36 @@ class FlowControl:
             run.keep.add(key)
         return entry
 
-    async def _apply(self, sub: FrozenObject, model: ObjectRef, facts: FlowControlFacts) -> str | None:
+    async def _apply(self, obj: FrozenObject, sub: SubscriptionView, model: ObjectRef,
+                     facts: FlowControlFacts) -> str | None:
         """Apply the objective; the error message on failure, "" when the API vanished, None on success."""
         assert facts.pool is not None and facts.priority is not None
         try:
             desired = build_inference_objective(InferenceObjectiveInput(
                 subscription=subscription_ref(sub), pool=ObjectRef(model.namespace, facts.pool.name),
                 model=model, priority=facts.priority))
-            await self.ctx.apply_generated(sub, desired)
+            await self.ctx.apply_generated(obj, desired)
         except NotFound as exc:
             if not await self.ctx.client.mapper.is_served(INFERENCE_OBJECTIVE):
                 return ""
             return _short(exc)
         except (ApiError, InvalidInputError) as exc:
-            await self.ctx.event(sub, "Warning", "InferenceObjectiveFailed",
+            await self.ctx.event(obj, "Warning", "InferenceObjectiveFailed",
                                  f"InferenceObjective {model.namespace}/{facts.objective_name}: {_short(exc)}")
             return _short(exc)
         return None
 
-    async def prune(self, sub: FrozenObject, keep: set[tuple[str, str]]) -> None:
+    async def prune(self, obj: FrozenObject, keep: set[tuple[str, str]]) -> None:
         """Delete this subscription's objectives that are no longer wanted (opted-out ones are left alone)."""
         if not self.api_available():
             return
-        ref = subscription_ref(sub)
+        ref = ObjectRef(str(obj["metadata"]["namespace"]), str(obj["metadata"]["name"]))
         for obj in self.ctx.cache.list(INFERENCE_OBJECTIVE, labels=subscription_labels(ref)):
             meta = obj["metadata"]
             if (meta["namespace"], meta["name"]) in keep or not is_objective_ours(obj, ref):
                 continue
             try:
-                await self.ctx.delete_generated(sub, INFERENCE_OBJECTIVE, str(meta["name"]), str(meta["namespace"]))
+                await self.ctx.delete_generated(obj, INFERENCE_OBJECTIVE, str(meta["name"]), str(meta["namespace"]))
             except NotFound:
                 continue
 

@@ -1,7 +1,9 @@
-"""MaaSModelRef -> the route a model is served through (generated for ExternalModels) and the model's status.
+"""MaaSModelRef -> everything generated for one model: its route (for ExternalModels), its AuthPolicy and
+its TokenRateLimitPolicy (from all the MaaSAuthPolicies and MaaSSubscriptions that name it, see
+`modelpolicies`), and the model's status. It is the one writer of those objects.
 
-Unpublishing removes everything generated for the model (routes, AuthPolicy, TokenRateLimitPolicy); the
-auth policies and subscriptions that reference it are re-enqueued by their watches and report it NotFound.
+Unpublishing removes everything generated for the model; the auth policies and subscriptions that reference
+it are re-enqueued by their watches and report it NotFound.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Any
 from maasctl.api import ExternalModel, MaaSModelRef, ModelKind, ModelPhase, parse
 from maasctl.builders import names
 from maasctl.builders.httproute import ExternalRouteInput, build_external_model_objects
-from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
+from maasctl.builders.refs import ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
-from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context, status_patch
+from maasctl.contract.cel import CelError
+from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     EXTERNAL_MODEL,
@@ -24,28 +27,27 @@ from maasctl.reconcilers.kinds import (
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
 )
+from maasctl.reconcilers.modelpolicies import ModelPolicies
 from maasctl.reconcilers.routes import RouteResolution, resolve, split_endpoint
-from maasctl.runtime import Request, Result, has_finalizer, is_deleting, remove_finalizer, set_condition, thaw
+from maasctl.runtime import Request, Result, finalize, set_condition, thaw
+from maasctl.runtime.objects import FrozenObject
 
 
 class ModelRefReconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.gateway = GatewayRef(ctx.settings.gateway_namespace, ctx.settings.gateway_name)
+        self.gateway = ctx.gateway
+        self.policies = ModelPolicies(ctx)
 
     async def reconcile(self, req: Request) -> Result:
-        ctx = self.ctx
-        obj = ctx.cache.get(MAAS_MODEL_REF, req.name, req.namespace)
+        obj = self.ctx.cache.get(MAAS_MODEL_REF, req.name, req.namespace)
         if obj is None:
             return Result.done()
-        model = ObjectRef(req.namespace or "", req.name)
-        if is_deleting(obj):
-            if has_finalizer(obj, FINALIZER):
-                await self._unpublish(obj, model)
-                await remove_finalizer(ctx.client, obj, FINALIZER)
-            return Result.done()
-        await ctx.ensure_finalizer(obj)  # before any child exists; predicates do not re-enqueue on it
+        return await finalize(self.ctx.client, obj, FINALIZER, apply=self._publish, cleanup=self._unpublish)
 
+    async def _publish(self, obj: FrozenObject) -> Result:
+        ctx = self.ctx
+        model = ObjectRef(str(obj["metadata"]["namespace"]), str(obj["metadata"]["name"]))
         mr = parse(MaaSModelRef, thaw(obj))
         needed = [HTTP_ROUTE]
         if mr.spec.model_ref.kind == ModelKind.LLM_INFERENCE_SERVICE:
@@ -55,7 +57,7 @@ class ModelRefReconciler:
             note = f"required API not installed: {', '.join(missing)}; waiting for it"
             status = self._status(obj, RouteResolution(model, "DependencyMissing", note), None)
             status["phase"] = str(ModelPhase.PENDING)
-            await ctx.applier.apply_status(status_patch(obj, status))
+            await ctx.write_status(obj, status)
             return Result.requeue_after(DEPENDENCY_RECHECK)
         problem: str | None = None
         if mr.spec.model_ref.kind == ModelKind.EXTERNAL_MODEL:
@@ -63,11 +65,36 @@ class ModelRefReconciler:
         else:
             await self._delete_external(obj, model)
         resolution = resolve(ctx.cache, model, self.gateway)
+        requeue = await self._sync_policies(obj, model, resolution)
         status = self._status(obj, resolution, problem)
         if mr.spec.endpoint_override and status["phase"] == ModelPhase.READY:
             status["endpoint"] = str(mr.spec.endpoint_override)
-        await ctx.applier.apply_status(status_patch(obj, status))
-        return Result.done()
+        await ctx.write_status(obj, status)
+        return Result.requeue_after(requeue) if requeue else Result.done()
+
+    async def _sync_policies(self, obj: FrozenObject, model: ObjectRef, res: RouteResolution) -> float | None:
+        """Apply (or delete) the model's AuthPolicy and TokenRateLimitPolicy; a requeue delay while Kuadrant's
+        CRDs are missing. A render failure keeps the last applied policies and says why in a Warning Event."""
+        ctx = self.ctx
+        if ctx.missing_apis(AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY):
+            return DEPENDENCY_RECHECK
+        auth_name, trlp_name = names.authpolicy_name(model.name), names.trlp_name(model.name)
+        if not res.resolved:
+            await ctx.delete_generated(obj, AUTH_POLICY, auth_name, model.namespace)
+            await ctx.delete_generated(obj, TOKEN_RATE_LIMIT_POLICY, trlp_name, model.namespace)
+            return None
+        try:
+            rendered = self.policies.render(model, res)
+        except (InvalidInputError, CelError) as exc:
+            await ctx.event(obj, "Warning", "RenderFailed", f"policies of {model.key}: {exc}")
+            return None
+        for gvk, name, desired in ((AUTH_POLICY, auth_name, rendered.auth_policy),
+                                   (TOKEN_RATE_LIMIT_POLICY, trlp_name, rendered.trlp)):
+            if desired is None:
+                await ctx.delete_generated(obj, gvk, name, model.namespace)
+            else:
+                await ctx.apply_generated(obj, desired)
+        return None
 
     async def _sync_external(self, obj: Mapping[str, Any], mr: MaaSModelRef, model: ObjectRef) -> str | None:
         """Render the route + backend Service of an ExternalModel; return a problem message, if any."""
@@ -103,7 +130,8 @@ class ModelRefReconciler:
         await self.ctx.delete_generated(obj, HTTP_ROUTE, names.external_route_name(model.name), model.namespace)
         await self.ctx.delete_generated(obj, SERVICE, names.external_service_name(model.name), model.namespace)
 
-    async def _unpublish(self, obj: Mapping[str, Any], model: ObjectRef) -> None:
+    async def _unpublish(self, obj: FrozenObject) -> None:
+        model = ObjectRef(str(obj["metadata"]["namespace"]), str(obj["metadata"]["name"]))
         await self._delete_external(obj, model)
         await self.ctx.delete_generated(obj, AUTH_POLICY, names.authpolicy_name(model.name), model.namespace)
         await self.ctx.delete_generated(obj, TOKEN_RATE_LIMIT_POLICY, names.trlp_name(model.name), model.namespace)

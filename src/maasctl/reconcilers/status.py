@@ -1,46 +1,69 @@
-"""Pure status shaping shared by the MaaSAuthPolicy and MaaSSubscription reconcilers."""
+"""Status of MaaSAuthPolicies and MaaSSubscriptions: a pure function of what the cache shows per model.
+
+Each referenced model gets a `ModelOutcome` (found? routed? valid for this object? is the generated policy
+there and enforced?); `contract.health.phase_of` turns them into the phase. The objects only report: the
+MaaSModelRef reconciler is the one writer of the generated policies.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from maasctl.api import PolicyPhase
-from maasctl.reconcilers.aggregate import ModelOutcome
+from maasctl.builders.refs import ObjectRef
+from maasctl.contract.health import ModelHealth, phase_of
 from maasctl.runtime import set_condition
+
+
+@dataclass(frozen=True)
+class ModelOutcome:
+    """One referenced model, for the source's status."""
+
+    model: ObjectRef
+    found: bool
+    reason: str  # Valid | Invalid | ModelNotFound | RouteNotFound | ... (RouteResolution reasons)
+    message: str
+    generated: ObjectRef | None = None
+    generated_ready: bool = False
+    generated_reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "Valid"
 
 
 def model_ref_statuses(outcomes: Sequence[ModelOutcome]) -> list[dict[str, Any]]:
     return [
-        {"name": o.model.name, "namespace": o.model.namespace, "ready": o.reason == "Valid",
+        {"name": o.model.name, "namespace": o.model.namespace, "ready": o.ok,
          "reason": o.reason, "message": o.message[:1024]}
         for o in outcomes
     ]
 
 
-def phase_of(outcomes: Sequence[ModelOutcome]) -> tuple[PolicyPhase, str, str]:
-    """Active when every model contributes, Failed when none does, Degraded in between."""
-    bad = [o for o in outcomes if o.reason != "Valid"]
-    if not outcomes or len(bad) == len(outcomes):
-        detail = "; ".join(f"{o.model.key}: {o.message}" for o in bad) or "no models"
-        return PolicyPhase.FAILED, "NoValidModels", detail
-    if bad:
-        return PolicyPhase.DEGRADED, "PartialFailure", "; ".join(f"{o.model.key}: {o.message}" for o in bad)
-    return PolicyPhase.ACTIVE, "Reconciled", f"{len(outcomes)} model(s) reconciled"
-
-
 def base_status(obj: Mapping[str, Any], outcomes: Sequence[ModelOutcome]) -> dict[str, Any]:
-    phase, reason, message = phase_of(outcomes)
+    phase, reason, message = phase_of([ModelHealth(o.model.key, o.ok, o.message) for o in outcomes])
     generation = int(obj["metadata"].get("generation", 0))
     return {
-        "phase": str(phase),
+        "phase": phase,
         "observedGeneration": generation,
         "conditions": set_condition(
             (obj.get("status") or {}).get("conditions"), type_="Ready",
-            status="True" if phase == PolicyPhase.ACTIVE else "False",
+            status="True" if phase == "Active" else "False",
             reason=reason, message=message[:4096], observed_generation=generation,
         ),
         "modelRefStatuses": model_ref_statuses(outcomes),
+    }
+
+
+def dependency_status(obj: Mapping[str, Any], missing: list[str]) -> dict[str, Any]:
+    generation = int(obj["metadata"].get("generation", 0))
+    message = f"required API not installed: {', '.join(missing)}; waiting for it"
+    return {
+        "phase": "Pending",
+        "observedGeneration": generation,
+        "conditions": set_condition((obj.get("status") or {}).get("conditions"), type_="Ready", status="False",
+                                    reason="DependencyMissing", message=message, observed_generation=generation),
     }
 
 

@@ -1,149 +1,111 @@
-"""MaaSSubscription -> one TokenRateLimitPolicy per referenced model, aggregated over all subscriptions.
+"""MaaSSubscription -> its status, its InferenceObjectives and, on deletion, the key cleanup Job.
 
-Each subscription contributes one limit (all of its `{limit, window}` tiers as rates, counted per user and
-selected by the subscription identity the AuthPolicy exports); `unlimited` models contribute no rate but stay
-metered.
+The TokenRateLimitPolicy of each model is rendered by the MaaSModelRef reconciler from every subscription
+naming the model (`modelpolicies`); this reconciler reports, per model, whether the subscription is found,
+valid and present in that policy (`tokenRateLimitStatuses`, the Active/Degraded/Failed phase).
 
-On top of the shared flow: request priority (`inferencePriority` -> InferenceObjectives, see flowcontrol.py)
-is synced per wanted model inside `sync_model` and published in the same single status apply
-(`flowControlStatuses`, condition `InferenceObjectivesReady`, the Degraded rule); stale objectives are pruned
-after the status is written. Deletion waits for the key cleanup Job (cleanup.py) before the finalizer goes.
+Request priority (`inferencePriority` -> InferenceObjectives, see flowcontrol.py) is synced per model and
+published in the same single status apply (`flowControlStatuses`, condition `InferenceObjectivesReady`, the
+Degraded rule); stale objectives are pruned after the status is written. Deletion (the `finalize` helper)
+prunes the objectives and waits for the key cleanup Job (cleanup.py) before the finalizer goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from maasctl.builders import names
-from maasctl.builders.celcheck import check_cel
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.status import (
     DEGRADING_REASONS,
     INFERENCE_OBJECTIVES_READY,
     FlowControlReason,
     FlowControlStatus,
-    flow_control_status,
     inference_objectives_condition,
     most_severe,
     request_priority_phase,
 )
-from maasctl.builders.trlp import (
-    RateTier,
-    SubscriptionLimits,
-    TokenRateLimitInput,
-    build_token_rate_limit_policy,
-    subscription_problems,
-)
-from maasctl.reconcilers.aggregate import AggregatingReconciler, ModelOutcome, model_index, source_key
+from maasctl.builders.trlp import limit_name
+from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.cleanup import KeyCleanup
-from maasctl.reconcilers.context import Context
-from maasctl.reconcilers.flowcontrol import (
-    API_RECHECK_SECONDS,
-    FlowControl,
-    FlowControlRetry,
-    FlowRun,
-    inference_priority,
-)
-from maasctl.reconcilers.kinds import MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
-from maasctl.reconcilers.routes import RouteResolution
-from maasctl.reconcilers.status import base_status, generated_statuses
-from maasctl.runtime import Request, Result, is_deleting, remove_condition, set_condition
+from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
+from maasctl.reconcilers.flowcontrol import API_RECHECK_SECONDS, FlowControl, FlowControlRetry, FlowRun
+from maasctl.reconcilers.indexes import kuadrant_ready, model_index
+from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
+from maasctl.reconcilers.modelpolicies import subscription_model_problems
+from maasctl.reconcilers.routes import resolve
+from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
+from maasctl.runtime import Request, Result, finalize, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
 
 _MAX_MESSAGE = 1024
 
 
-def model_entry(source: Mapping[str, Any], model: ObjectRef) -> Mapping[str, Any] | None:
-    for ref in (source.get("spec") or {}).get("modelRefs") or ():
-        if ref.get("name") == model.name and ref.get("namespace") == model.namespace:
-            return ref  # type: ignore[no-any-return]
-    return None
-
-
-def limits_of(source: Mapping[str, Any], model: ObjectRef) -> SubscriptionLimits:
-    entry = model_entry(source, model) or {}
-    tiers = tuple(RateTier(int(t["limit"]), str(t["window"])) for t in entry.get("tokenRateLimits") or ())
-    return SubscriptionLimits(
-        subscription=ObjectRef(*source_key(source).split("/", 1)),
-        tiers=tiers,
-        unlimited=bool(entry.get("unlimited")),
-    )
-
-
-class SubscriptionReconciler(AggregatingReconciler):
-    source = MAAS_SUBSCRIPTION
-    generated = TOKEN_RATE_LIMIT_POLICY
-    annotation = names.SUBSCRIPTIONS_ANNOTATION
-
+class SubscriptionReconciler:
     def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx)
-        self.flow = FlowControl(ctx, self.gateway)
+        self.ctx = ctx
+        self.flow = FlowControl(ctx, ctx.gateway)
         self.cleanup = KeyCleanup(ctx)
-        self._runs: dict[str, FlowRun] = {}  # per subscription key, only during its reconcile
 
     async def reconcile(self, req: Request) -> Result:
-        self._runs[req.key] = FlowRun()
-        try:
-            return await super().reconcile(req)
-        finally:
-            self._runs.pop(req.key, None)
+        obj = self.ctx.cache.get(MAAS_SUBSCRIPTION, req.name, req.namespace)
+        if obj is None:
+            return Result.done()
+        return await finalize(self.ctx.client, obj, FINALIZER, apply=self._apply, cleanup=self._delete)
 
-    async def sync_model(self, parent: FrozenObject, model: ObjectRef) -> ModelOutcome:
-        outcome = await super().sync_model(parent, model)
-        run = self._runs.get(source_key(parent))
-        if run is not None and not is_deleting(parent) and self.in_scope(parent) and \
-                model.key in model_index(parent):
-            run.entries[model.key] = await self.flow.sync(parent, model, run)
-        return outcome
+    async def _delete(self, obj: FrozenObject) -> Result | None:
+        await self.flow.prune(obj, set())
+        return await self.cleanup.run(obj)
 
-    async def after_sync(self, obj: FrozenObject, outcomes: Sequence[ModelOutcome]) -> Result:
-        run = self._runs.get(source_key(obj)) or FlowRun()
+    async def _apply(self, obj: FrozenObject) -> Result:
+        ctx = self.ctx
+        missing = ctx.missing_apis(TOKEN_RATE_LIMIT_POLICY, HTTP_ROUTE)
+        if missing:
+            await ctx.write_status(obj, dependency_status(obj, missing))
+            return Result.requeue_after(DEPENDENCY_RECHECK)
+        view = ctx.views.subscription(obj)
+        models = [ObjectRef(*key.split("/", 1)) for key in model_index(obj)]
+        outcomes = [self.outcome(obj, view, m) for m in models]
+        run = FlowRun()
+        if view.problem is None and ctx.in_scope(obj):
+            for model in models:
+                run.entries[model.key] = await self.flow.sync(obj, view, model, run)
+        await ctx.write_status(obj, self.status(obj, view, outcomes, run))
         await self.flow.prune(obj, run.keep)
         reasons = {e.reason for e in run.entries.values()}
         if FlowControlReason.RECONCILE_FAILED in reasons:
-            raise FlowControlRetry(f"request priority of {source_key(obj)} failed; retrying")
+            raise FlowControlRetry(f"request priority of {view.key} failed; retrying")
         if FlowControlReason.API_UNAVAILABLE in reasons:
             return Result.requeue_after(API_RECHECK_SECONDS)
         return Result.done()
 
-    async def on_deleting(self, obj: FrozenObject) -> Result | None:
-        await self.flow.prune(obj, set())
-        return await self.cleanup.run(obj)
+    def outcome(self, obj: FrozenObject, view: SubscriptionView, model: ObjectRef) -> ModelOutcome:
+        if not self.ctx.in_scope(obj):
+            return ModelOutcome(model, False, "Invalid",
+                                f"MaaSSubscriptions count only in namespace {self.ctx.settings.subscription_namespace}")
+        res = resolve(self.ctx.cache, model, self.ctx.gateway)
+        if not res.resolved:
+            return ModelOutcome(model, res.reason != "ModelNotFound", res.reason, res.message)
+        name = names.trlp_name(model.name)
+        generated = ObjectRef(model.namespace, name)
+        live = self.ctx.cache.peek(TOKEN_RATE_LIMIT_POLICY, name, model.namespace)
+        problems = subscription_model_problems(view, model)
+        if problems:
+            return ModelOutcome(model, True, "Invalid", "; ".join(problems), generated, False,
+                                kuadrant_ready(live)[1])
+        ready, reason = kuadrant_ready(live)
+        if live is not None and limit_name(ObjectRef(view.namespace, view.name)) not in _limits(live):
+            ready, reason = False, "LimitNotRendered"
+        return ModelOutcome(model, True, "Valid", res.message, generated, ready, reason)
 
-    def generated_name(self, model: ObjectRef) -> str:
-        return names.trlp_name(model.name)
-
-    def problems(self, source: FrozenObject, model: ObjectRef) -> list[str]:
-        if model_entry(source, model) is None:
-            return ["model not in spec.modelRefs"]
-        return list(subscription_problems(limits_of(source, model)))
-
-    def render(self, model: ObjectRef, res: RouteResolution, sources: Sequence[FrozenObject]) -> dict[str, Any] | None:
-        assert res.route is not None
-        policy = build_token_rate_limit_policy(
-            TokenRateLimitInput(
-                model=model,
-                route=res.route,
-                subscriptions=tuple(limits_of(s, model) for s in sources),
-                gateway=res.gateways[0] if res.gateways else None,
-            )
-        )
-        if policy is not None:
-            check_cel(policy)
-        return policy
-
-    def flow_entries(self, obj: FrozenObject, outcomes: Sequence[ModelOutcome]) -> list[FlowControlStatus]:
-        run = self._runs.get(source_key(obj)) or FlowRun()
-        return [run.entries.get(o.model.key) or flow_control_status(self.flow.facts(obj, o.model))
-                for o in outcomes]
-
-    def status(self, obj: FrozenObject, outcomes: Sequence[ModelOutcome]) -> dict[str, Any]:
+    def status(self, obj: FrozenObject, view: SubscriptionView, outcomes: Sequence[ModelOutcome],
+               run: FlowRun) -> dict[str, Any]:
         status = base_status(obj, outcomes) | {
             "tokenRateLimitStatuses": generated_statuses(outcomes, model_field=True)
         }
-        entries = self.flow_entries(obj, outcomes)
-        priority_set = inference_priority(obj) is not None
+        entries: list[FlowControlStatus] = [e for o in outcomes if (e := run.entries.get(o.model.key)) is not None]
+        priority_set = view.inference_priority is not None
         status["flowControlStatuses"] = [e.to_dict() | {"message": e.message[:_MAX_MESSAGE]} for e in entries]
         conditions = status["conditions"]
         generation = status["observedGeneration"]
@@ -164,3 +126,9 @@ class SubscriptionReconciler(AggregatingReconciler):
                                        message=cond.message[:4096], observed_generation=generation)
         status["conditions"] = conditions
         return status
+
+
+def _limits(trlp: FrozenObject) -> set[str]:
+    spec = trlp.get("spec") or {}
+    block = spec.get("defaults") or spec.get("overrides") or spec
+    return set((block.get("limits") or {}).keys())

@@ -33,7 +33,7 @@ from maasctl.runtime.errors import (
     Unauthorized,
 )
 from maasctl.runtime.events import EventRecorder
-from maasctl.runtime.finalizers import add_finalizer, has_finalizer, remove_finalizer
+from maasctl.runtime.finalizers import add_finalizer, finalize, has_finalizer, remove_finalizer
 from maasctl.runtime.gvk import GroupVersionKind, ResourceInfo, RestMapper
 from maasctl.runtime.informer import Event, EventType, Informer
 from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
@@ -83,6 +83,7 @@ __all__ = [
     "WorkQueue",
     "add_finalizer",
     "canonical",
+    "finalize",
     "find_condition",
     "freeze",
     "has_finalizer",

@@ -10,15 +10,18 @@ Raises: ``ApiError`` subclasses from the server (a failed ``test`` is retried by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from maasctl.runtime.client import JSON_PATCH, Client
 from maasctl.runtime.errors import NotFound
 from maasctl.runtime.gvk import GroupVersionKind
-from maasctl.runtime.objects import is_deleting, thaw
+from maasctl.runtime.objects import FrozenObject, freeze, is_deleting, thaw
 
-__all__ = ["add_finalizer", "has_finalizer", "remove_finalizer"]
+if TYPE_CHECKING:
+    from maasctl.runtime.controller import Result
+
+__all__ = ["add_finalizer", "finalize", "has_finalizer", "remove_finalizer"]
 
 
 def has_finalizer(obj: Mapping[str, Any], name: str) -> bool:
@@ -64,3 +67,38 @@ async def remove_finalizer(client: Client, obj: Mapping[str, Any], name: str) ->
         )
     except NotFound:
         return None
+
+
+async def finalize(
+    client: Client,
+    obj: FrozenObject,
+    name: str,
+    *,
+    apply: Callable[[FrozenObject], Awaitable[Result]],
+    cleanup: Callable[[FrozenObject], Awaitable[Result | None]],
+) -> Result:
+    """The one finalizer state machine (the shape of kube-rs `finalizer()`), so reconcilers only write the
+    two halves:
+
+    - live object without the finalizer: add it first (before any child or external state exists), then
+      `apply` the object as patched;
+    - live object: `apply(obj)` -> its Result;
+    - deleting with the finalizer: `cleanup(obj)`; None means done (the finalizer is removed), a Result keeps
+      the finalizer and is returned (e.g. requeue while a cleanup Job runs);
+    - deleting without it: nothing to do.
+    """
+    from maasctl.runtime.controller import Result
+
+    if is_deleting(obj):
+        if not has_finalizer(obj, name):
+            return Result.done()
+        held = await cleanup(obj)
+        if held is not None:
+            return held
+        await remove_finalizer(client, obj, name)
+        return Result.done()
+    if not has_finalizer(obj, name):
+        patched = await add_finalizer(client, obj, name)
+        if patched is not None:
+            obj = freeze(patched)
+    return await apply(obj)

@@ -18,11 +18,12 @@ from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
 
+from maasctl.contract.selection import find
+from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.schemas import SubscriptionName
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.subscriptions import Subscription, find
 from maasctl.maasapi.usage import ranges
 from maasctl.maasapi.usage.metrics import UsageMetrics, for_registry
 from maasctl.maasapi.usage.schemas import (
@@ -54,7 +55,7 @@ class UsageDeps:
 
     caller: Callable[..., Awaitable[Identity]]
     is_admin: Callable[[Any, Identity], Awaitable[bool]]
-    subscriptions: Callable[[Any], Awaitable[Sequence[Subscription]]]
+    subscriptions: Callable[[Any], Awaitable[Sequence[SubscriptionView]]]
 
 
 @dataclass
@@ -306,7 +307,7 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
             username = user
         else:
             allowed = (caller.key_subscription == ref) if caller.via == "api_key" else (
-                sub is not None and sub.owned_by(caller.username, caller.groups))
+                sub is not None and sub.entitles(caller.username, caller.groups))
             if sub is None or not allowed:
                 raise ApiError(404, "subscription_not_found", "subscription not found or not accessible")
             if user is not None and user != caller.username:
@@ -317,12 +318,12 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         models: list[ModelUsage] = []
         seen: set[str] = set()
         totals = Totals()
-        for m in sub.model_refs if sub is not None else ():
-            t = grouped.get((m.ref,), Totals())
-            seen.add(m.ref)
+        for m in sub.models if sub is not None else ():
+            t = grouped.get((m.key,), Totals())
+            seen.add(m.key)
             models.append(ModelUsage(
-                model=m.ref, unlimited=m.unlimited, in_subscription=True,
-                token_rate_limits=[LimitView(limit=x.limit, window=x.window) for x in m.token_rate_limits],
+                model=m.key, unlimited=m.unlimited, in_subscription=True,
+                token_rate_limits=[LimitView(limit=x.limit, window=x.window) for x in m.tiers],
                 **_counts(t)))
         for (model,), t in sorted(grouped.items()):
             if model not in seen:

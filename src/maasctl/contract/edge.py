@@ -1,0 +1,178 @@
+"""The edge contract of the data plane: one canonical path, and which headers a client may send and the
+upstream may see. Written down once; the gateway applies it and docs/security.md describes it.
+
+Path: `canonical_path(raw)` takes the raw request target path (percent-encoded, without the query) and
+returns the one path that route matching, policies (`request.url_path`) and the backend all see:
+- percent-decoding of unreserved characters (`%41` -> `A`, `%2e` -> `.`), then dot segments removed
+  (RFC 3986 5.2.4) and repeated slashes merged;
+- refused as ambiguous (`AmbiguousPath`, answered 400): encoded `/`, `\\` or `%` (`%2F`, `%5C`, `%25`: a
+  backend could decode them again into a different path), a literal `\\`, control characters or NUL, bytes
+  that are not valid UTF-8, a `..` that climbs above the root, a path not starting with `/`, or more than
+  `MAX_PATH` bytes; control characters and invalid UTF-8 are refused in decoded form too (`%00`, `%0a`,
+  `%ff`). The query string never takes part in matching or in path predicates.
+
+Headers (names compared lowercase, with `_` read as `-` so look-alikes cannot slip through):
+- `server_decided(name)`: what only the gateway may set — `x-maas-*` (except `x-maas-subscription`, a client's
+  choice among its subscriptions), the inference objective header, and identity-bearing headers
+  (`impersonate-*`, `x-remote-*`, `x-forwarded-user`-style, `remote-user`, ...). A client sending one is
+  refused (400), never silently trusted.
+- `upstream_headers(...)`: what the backend receives. Hop-by-hop headers, `host`, `content-length`, every
+  server-decided header the client sent, and — on model routes — the caller's credentials (`authorization`,
+  `proxy-authorization`, `cookie`, `x-api-key`, `api-key`) are dropped; the AuthPolicy's success headers are
+  set; the provider key is injected as `authorization`. Routes that are not model routes (maas-api published
+  through the gateway) opt in to keep the caller's credentials with `FORWARD_CREDENTIALS_ANNOTATION`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "FORWARD_CREDENTIALS_ANNOTATION",
+    "HOP_BY_HOP",
+    "MAX_PATH",
+    "OBJECTIVE_HEADER",
+    "SUBSCRIPTION_HEADER",
+    "AmbiguousPath",
+    "canonical_path",
+    "forbidden_client_header",
+    "normalized_name",
+    "server_decided",
+    "upstream_headers",
+]
+
+SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
+OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
+FORWARD_CREDENTIALS_ANNOTATION: Final = "maas.opendatahub.io/forward-credentials"
+MAX_PATH: Final = 4096
+
+HOP_BY_HOP: Final = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
+    "transfer-encoding", "upgrade",
+})
+CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"})
+_IDENTITY_EXACT: Final = frozenset({
+    "x-forwarded-user", "x-forwarded-email", "x-forwarded-groups", "x-forwarded-preferred-username",
+    "x-forwarded-access-token", "remote-user", "x-remote-user", "x-user", "x-user-id", "x-userid", "x-username",
+    "x-email", "x-groups", "x-auth-user", "x-authenticated-user", "x-authenticated-userid",
+    "x-ms-client-principal", "x-ms-client-principal-name", "x-goog-authenticated-user-email", OBJECTIVE_HEADER,
+})
+_IDENTITY_PREFIXES: Final = ("x-maas-", "impersonate-", "x-remote-", "x-auth-request-", "x-forwarded-user-")
+_DROP_ALWAYS: Final = HOP_BY_HOP | {"host", "content-length", "expect"}
+_ENCODED_DELIMITERS: Final = re.compile(rb"%(2f|5c|25)", re.IGNORECASE)
+_PERCENT: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
+_UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+class AmbiguousPath(ValueError):
+    """A request path the gateway refuses to interpret (answered 400)."""
+
+
+def normalized_name(name: str) -> str:
+    """Lowercase, `_` as `-`: how header names are compared here (and how many proxies read them)."""
+    return name.strip().lower().replace("_", "-")
+
+
+def server_decided(name: str) -> bool:
+    """True for headers only the gateway may set (see the module docstring)."""
+    n = normalized_name(name)
+    if n == SUBSCRIPTION_HEADER:
+        return False
+    return n in _IDENTITY_EXACT or n.startswith(_IDENTITY_PREFIXES)
+
+
+def forbidden_client_header(names: Iterable[str]) -> str | None:
+    """The first header a client may not send, or None."""
+    return next((n for n in names if server_decided(n)), None)
+
+
+def _decode_unreserved(raw: bytes) -> bytes:
+    def sub(m: re.Match[bytes]) -> bytes:
+        byte = int(m.group(1), 16)
+        return bytes([byte]) if byte in _UNRESERVED else b"%" + m.group(1).upper()
+
+    return _PERCENT.sub(sub, raw)
+
+
+def _remove_dot_segments(path: str) -> str:
+    out: list[str] = []
+    segments = path.split("/")[1:]
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if seg == ".":
+            if last:
+                out.append("")
+            continue
+        if seg == "..":
+            if not out:
+                raise AmbiguousPath("the path climbs above the root")
+            out.pop()
+            if last:
+                out.append("")
+            continue
+        out.append(seg)
+    return "/" + "/".join(out)
+
+
+def canonical_path(raw: bytes | str) -> str:
+    """The canonical form of a raw request path (see the module docstring); raises AmbiguousPath."""
+    data = raw.encode("latin-1") if isinstance(raw, str) else raw
+    if len(data) > MAX_PATH:
+        raise AmbiguousPath(f"the path is longer than {MAX_PATH} bytes")
+    if not data.startswith(b"/"):
+        raise AmbiguousPath("the path must start with /")
+    if b"?" in data or b"#" in data:
+        raise AmbiguousPath("the path carries a query or fragment delimiter")
+    if _ENCODED_DELIMITERS.search(data):
+        raise AmbiguousPath("encoded '/', '\\\\' or '%' in the path")
+    fully = _PERCENT.sub(lambda m: bytes([int(m.group(1), 16)]), data)
+    try:
+        plain = fully.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AmbiguousPath("the path is not valid UTF-8 (decoded)") from exc
+    if "\\" in plain or any(ord(c) < 0x20 or ord(c) == 0x7F for c in plain):
+        raise AmbiguousPath("backslash or control character in the path (decoded)")
+    text = _decode_unreserved(data).decode("utf-8")
+    merged = re.sub(r"/{2,}", "/", text)
+    return _remove_dot_segments(merged)
+
+
+def upstream_headers(
+    client: Iterable[tuple[str, str]],
+    server: Mapping[str, str],
+    *,
+    forward_credentials: bool,
+    set_headers: Iterable[tuple[str, str]] = (),
+    add_headers: Iterable[tuple[str, str]] = (),
+    remove_headers: Iterable[str] = (),
+    upstream_key: str | None = None,
+) -> list[tuple[str, str]]:
+    """Headers for the upstream request (names lowercase), per the contract in the module docstring.
+
+    `server` are the AuthPolicy's success headers; `set/add/remove_headers` the route's RequestHeaderModifier.
+    """
+    connection_listed = {
+        normalized_name(token) for name, value in client if normalized_name(name) == "connection"
+        for token in value.split(",")
+    }
+    dropped = _DROP_ALWAYS | connection_listed
+    if not forward_credentials:
+        dropped = dropped | CREDENTIAL_HEADERS
+    out = [
+        (name.lower(), value) for name, value in client
+        if normalized_name(name) not in dropped and not server_decided(name)
+        and (forward_credentials or normalized_name(name) != SUBSCRIPTION_HEADER)
+    ]
+    replaced = {n.lower() for n, _ in server.items()} | {normalized_name(n) for n in remove_headers}
+    replaced |= {n.lower() for n, _ in set_headers}
+    out = [(n, v) for n, v in out if normalized_name(n) not in replaced]
+    out.extend((n.lower(), v) for n, v in server.items())
+    out.extend((n.lower(), v) for n, v in set_headers)
+    out.extend((n.lower(), v) for n, v in add_headers if normalized_name(n) not in dropped)
+    if upstream_key:
+        out = [(n, v) for n, v in out if normalized_name(n) != "authorization"]
+        out.append(("authorization", f"Bearer {upstream_key}"))
+    return out

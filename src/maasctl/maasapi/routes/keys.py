@@ -1,0 +1,160 @@
+"""`/v1/api-keys`: mint, list, search, read and revoke keys (user tokens only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from maasctl.contract.selection import parse_ref
+from maasctl.maasapi import keys
+from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, is_admin, subscriptions_of
+from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.routes.views import key_view
+from maasctl.maasapi.schemas import (
+    BulkRevokeRequest,
+    BulkRevokeResponse,
+    KeyConfig,
+    KeyList,
+    KeyStatus,
+    KeyView,
+    MintRequest,
+    MintResponse,
+    SearchRequest,
+)
+from maasctl.maasapi.service import MintInput
+from maasctl.maasapi.store import SearchQuery
+
+router = APIRouter(tags=["api-keys"], responses=ERROR_RESPONSES)
+
+
+@router.get("/v1/api-keys/config", response_model=KeyConfig)
+async def key_config(st: StateDep, _: TokenCaller) -> KeyConfig:
+    s = st.settings
+    return KeyConfig(
+        max_expiration_days=s.max_expiration.total_seconds() / 86400,
+        default_expiration=keys.format_duration(s.effective_default_expiration),
+        ephemeral_max_expiration=keys.format_duration(s.ephemeral_max_expiration),
+    )
+
+
+@router.post("/v1/api-keys", response_model=MintResponse, status_code=201)
+async def mint_key(body: MintRequest, st: StateDep, caller: TokenCaller) -> MintResponse:
+    subs = await subscriptions_of(st)
+    try:
+        rec, plaintext = await st.keys().mint(
+            caller,
+            MintInput(body.name, body.description, body.subscription, body.expires_in, body.ephemeral, body.labels),
+            subs,
+        )
+    except ApiError as exc:
+        st.metrics.mints.labels(exc.code).inc()
+        raise
+    st.metrics.mints.labels("success").inc()
+    return MintResponse(
+        key=plaintext,
+        key_prefix=keys.display_prefix(rec.id),
+        id=rec.id,
+        name=rec.name,
+        subscription=rec.subscription,
+        created_at=rec.created_at,
+        expires_at=rec.expires_at,
+        ephemeral=rec.ephemeral,
+        labels=rec.labels,
+    )
+
+
+@router.get("/v1/api-keys", response_model=KeyList)
+async def list_keys(
+    st: StateDep,
+    caller: TokenCaller,
+    status: Annotated[list[KeyStatus] | None, Query()] = None,
+    include_ephemeral: Annotated[bool, Query(alias="includeEphemeral")] = False,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> KeyList:
+    recs, more = await st.keys().search(
+        SearchQuery(
+            owner=caller.username,
+            statuses=tuple(status or ()),
+            include_ephemeral=include_ephemeral,
+            limit=limit,
+            offset=offset,
+        )
+    )
+    return KeyList(data=[key_view(r, st) for r in recs], has_more=more)
+
+
+@router.post("/v1/api-keys/search", response_model=KeyList)
+async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) -> KeyList:
+    f = body.filters
+    owner: str | None = caller.username
+    if f.username is not None and f.username != caller.username:
+        if not await is_admin(st, caller):
+            raise ApiError(403, "forbidden", "only admins can search other users' keys")
+        owner = f.username
+    elif f.username is None and await is_admin(st, caller):
+        owner = None  # admins search across all users unless they narrow by username
+    sub = parse_ref(f.subscription, st.settings.subscription_namespace) if f.subscription else None
+    recs, more = await st.keys().search(
+        SearchQuery(
+            owner=owner,
+            statuses=tuple(dict.fromkeys(f.status)),
+            subscription=sub,
+            name_contains=f.name_contains,
+            description_contains=f.description_contains,
+            labels=f.labels,
+            include_ephemeral=f.include_ephemeral,
+            created_after=f.created_after,
+            created_before=f.created_before,
+            sort=body.sort.by,
+            descending=body.sort.order == "desc",
+            limit=body.pagination.limit,
+            offset=body.pagination.offset,
+        )
+    )
+    return KeyList(data=[key_view(r, st) for r in recs], has_more=more)
+
+
+@router.post("/v1/api-keys/bulk-revoke", response_model=BulkRevokeResponse)
+async def bulk_revoke(body: BulkRevokeRequest, st: StateDep, caller: TokenCaller) -> BulkRevokeResponse:
+    username = body.username
+    if body.subscription is not None or (username is not None and username != caller.username):
+        if not await is_admin(st, caller):
+            raise ApiError(403, "forbidden", "only admins can revoke other users' or a subscription's keys")
+    elif username is None:
+        username = caller.username
+    sub = parse_ref(body.subscription, st.settings.subscription_namespace) if body.subscription else None
+    ids = await st.keys().store.revoke_many(
+        owner=username,
+        subscription=sub,
+        actor=caller.username,
+        reason=body.reason or "bulk revoke",
+        now=st.keys().clock(),
+        dry_run=body.dry_run,
+    )
+    if not body.dry_run:
+        st.metrics.revocations.labels("bulk").inc(len(ids))
+    verb = "would be revoked" if body.dry_run else "revoked"
+    return BulkRevokeResponse(
+        revoked_count=len(ids), key_ids=ids, dry_run=body.dry_run, message=f"{len(ids)} API key(s) {verb}"
+    )
+
+
+@router.get("/v1/api-keys/{key_id}", response_model=KeyView)
+async def get_key(key_id: Annotated[str, Path(max_length=64)], st: StateDep, caller: TokenCaller) -> KeyView:
+    admin = await is_admin(st, caller)
+    return key_view(await st.keys().get_visible(caller, key_id, admin), st)
+
+
+@router.delete("/v1/api-keys/{key_id}", response_model=KeyView)
+async def revoke_key(
+    key_id: Annotated[str, Path(max_length=64)],
+    st: StateDep,
+    caller: TokenCaller,
+    reason: Annotated[str | None, Query(max_length=1024)] = None,
+) -> KeyView:
+    admin = await is_admin(st, caller)
+    rec = await st.keys().revoke(caller, key_id, admin, reason)
+    st.metrics.revocations.labels("single").inc()
+    return key_view(rec, st)

@@ -1,0 +1,75 @@
+"""`/v1/models`: the models a caller can use, checked by probing each with the caller's own credentials."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response
+
+from maasctl.contract.selection import find, rank
+from maasctl.maasapi.deps import ERROR_RESPONSES, Caller, StateDep, subscriptions_of
+from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.models import accessible
+from maasctl.maasapi.schemas import ModelList, ModelView
+
+router = APIRouter(tags=["models"], responses=ERROR_RESPONSES)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(
+    request: Request,
+    response: Response,
+    st: StateDep,
+    caller: Caller,
+    x_maas_subscription: Annotated[str | None, Header(max_length=317)] = None,
+) -> ModelList:
+    response.headers["Cache-Control"] = "no-store"
+    if st.models is None or st.probe_http is None:
+        raise ApiError(503, "models_unavailable", "the model catalogue is not configured")
+    subs = await subscriptions_of(st)
+    default_ns = st.settings.subscription_namespace
+    if caller.via == "api_key":
+        bound = find(subs, caller.key_subscription or "", default_ns)
+        if x_maas_subscription and find(subs, x_maas_subscription, default_ns) != bound:
+            raise ApiError(403, "access_denied", "the API key is bound to a different subscription")
+        chosen = [bound] if bound is not None and bound.usable else []
+    elif x_maas_subscription:
+        wanted = find(subs, x_maas_subscription, default_ns)
+        if wanted is None or not wanted.entitles(caller.username, caller.groups):
+            raise ApiError(404, "subscription_not_found", "subscription not found or not accessible")
+        chosen = [wanted] if wanted.usable else []
+    else:
+        chosen = [s for s in subs if s.entitles(caller.username, caller.groups) and s.usable]
+    serving: dict[str, list[str]] = {}
+    for sub in rank(chosen):
+        for ref in sub.models:
+            serving.setdefault(ref.key, []).append(sub.key)
+    try:
+        all_models = await st.models.list_models()
+    except Exception as exc:
+        raise ApiError(503, "models_unavailable", "models cannot be read right now") from exc
+    candidates = [m for m in all_models if m.key in serving and m.ready]
+    headers = {"Authorization": request.headers.get("authorization", "")}
+    if x_maas_subscription:
+        headers["X-MaaS-Subscription"] = x_maas_subscription
+    allowed = await accessible(
+        st.probe_http,
+        candidates,
+        headers,
+        per_probe=st.settings.model_probe_timeout,
+        deadline=st.settings.models_deadline,
+    )
+    return ModelList(
+        data=[
+            ModelView(
+                id=m.model_id,
+                created=m.created,
+                owned_by=m.key,
+                kind=m.kind,
+                url=m.endpoint,
+                ready=True,
+                subscriptions=serving[m.key],
+            )
+            for m in allowed
+        ]
+    )

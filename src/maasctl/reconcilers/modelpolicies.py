@@ -1,0 +1,127 @@
+"""The AuthPolicy and TokenRateLimitPolicy of one model, rendered from all the sources that name it.
+
+Kuadrant enforces one AuthPolicy and one TokenRateLimitPolicy per HTTPRoute, so a model's policies merge
+every MaaSAuthPolicy (who may call it) and every MaaSSubscription (their limits) that references it. The
+MaaSModelRef reconciler is their one writer: it finds the sources through the `MODEL_INDEX` cache index and
+renders both from one cache snapshot, so two sources changing at once can never race two writers, and no
+bookkeeping annotation is needed to know what to prune.
+
+Sources count when they are in the subscription namespace, not being deleted, valid (`views`), and — for
+subscriptions — their entry for this model has usable limits (`builders.trlp.subscription_problems`); one
+broken source can never break the policy of the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from maasctl.builders.authpolicy import (
+    AuthPolicyInput,
+    AuthPolicySource,
+    AuthSettings,
+    ObjectiveBinding,
+    build_auth_policy,
+)
+from maasctl.builders.celcheck import check_cel
+from maasctl.builders.refs import ObjectRef
+from maasctl.builders.trlp import (
+    RateTier,
+    SubscriptionLimits,
+    TokenRateLimitInput,
+    build_token_rate_limit_policy,
+    subscription_problems,
+)
+from maasctl.contract.views import AuthPolicyView, SubscriptionView
+from maasctl.reconcilers.context import Context
+from maasctl.reconcilers.flowcontrol import FlowControl
+from maasctl.reconcilers.indexes import MODEL_INDEX
+from maasctl.reconcilers.kinds import MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
+from maasctl.reconcilers.routes import RouteResolution
+
+__all__ = ["ModelPolicies", "limits_for", "subscription_model_problems"]
+
+
+def limits_for(sub: SubscriptionView, model: ObjectRef) -> SubscriptionLimits | None:
+    """What `sub` contributes to `model`'s TokenRateLimitPolicy (None when it does not name the model)."""
+    entry = sub.model(model.key)
+    if entry is None:
+        return None
+    return SubscriptionLimits(
+        subscription=ObjectRef(sub.namespace, sub.name),
+        tiers=tuple(RateTier(t.limit, t.window) for t in entry.tiers),
+        unlimited=entry.unlimited,
+    )
+
+
+def subscription_model_problems(sub: SubscriptionView, model: ObjectRef) -> list[str]:
+    """Why `sub` cannot contribute to `model` (empty: it can)."""
+    if sub.problem is not None:
+        return [sub.problem]
+    limits = limits_for(sub, model)
+    if limits is None:
+        return ["model not in spec.modelRefs"]
+    return list(subscription_problems(limits))
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Desired objects (None: delete) of one model."""
+
+    auth_policy: dict[str, Any] | None
+    trlp: dict[str, Any] | None
+
+
+class ModelPolicies:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.auth_settings = AuthSettings(maas_api_url=ctx.settings.maas_api_url)
+        self.flow = FlowControl(ctx, ctx.gateway)
+
+    def auth_sources(self, model: ObjectRef) -> list[AuthPolicyView]:
+        views = (self.ctx.views.auth_policy(o) for o in
+                 self.ctx.cache.list(MAAS_AUTH_POLICY, index=(MODEL_INDEX, model.key)) if self.ctx.in_scope(o))
+        return sorted((v for v in views if v.grants), key=lambda v: v.key)
+
+    def subscriptions(self, model: ObjectRef) -> list[SubscriptionView]:
+        """In-scope, live subscriptions naming `model` (valid or not)."""
+        views = (self.ctx.views.subscription(o) for o in
+                 self.ctx.cache.list(MAAS_SUBSCRIPTION, index=(MODEL_INDEX, model.key)) if self.ctx.in_scope(o))
+        return sorted((v for v in views if not v.deleting), key=lambda v: v.key)
+
+    def objectives(self, model: ObjectRef) -> tuple[ObjectiveBinding, ...]:
+        """The InferenceObjective name of every subscription of `model` whose pool is known (seed 000: the
+        name is published, and carried by requests, even while `inferencePriority` is unset)."""
+        out = []
+        for sub in self.subscriptions(model):
+            if sub.problem is not None:
+                continue
+            name = self.flow.facts(sub, model).objective_name
+            if name is not None:
+                out.append(ObjectiveBinding(ObjectRef(sub.namespace, sub.name), name))
+        return tuple(out)
+
+    def render(self, model: ObjectRef, res: RouteResolution) -> Rendered:
+        """Both desired policies of a resolved model.
+
+        Raises:
+            InvalidInputError, CelError: the builders refused an input (reported by the caller).
+        """
+        assert res.route is not None
+        auth = tuple(
+            AuthPolicySource(ObjectRef(v.namespace, v.name), tuple(sorted(v.users)), tuple(sorted(v.groups)))
+            for v in self.auth_sources(model)
+        )
+        auth_policy = build_auth_policy(AuthPolicyInput(model, res.route, auth, self.objectives(model)),
+                                        self.auth_settings)
+        limits = tuple(
+            limits
+            for sub in self.subscriptions(model)
+            if not subscription_model_problems(sub, model) and (limits := limits_for(sub, model)) is not None
+        )
+        trlp = build_token_rate_limit_policy(TokenRateLimitInput(
+            model=model, route=res.route, subscriptions=limits, gateway=res.gateways[0] if res.gateways else None))
+        for desired in (auth_policy, trlp):
+            if desired is not None:
+                check_cel(desired)
+        return Rendered(auth_policy, trlp)
