@@ -53,7 +53,7 @@ def serve_child(database_url: str, port: int) -> None:
                         logger_factory=structlog.WriteLoggerFactory(log_file), cache_logger_on_first_use=True)
     logging.basicConfig(level=logging.WARNING)
     settings = MaasApiSettings(database_url=database_url, port=port, max_body_bytes=1024 * 1024,
-                               usage_ingest_tokens=(SecretStr(TOKEN),), usage_max_batch_records=1000)
+                               gateway_tokens=(SecretStr(TOKEN),), usage_max_batch_records=1000)
     authn = StaticAuthenticator({ADMIN: Identity("admin", ("system:authenticated",))}, admins=["admin"])
     app = create_app(settings, StaticSources(), authn)
     tune_gc()

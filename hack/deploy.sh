@@ -115,6 +115,25 @@ if [[ -n "$database_url" ]]; then
     --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
 fi
 
+# The gateway's credential on maas-api's /internal/v1/* (closed by default): one random token, in the
+# controller namespace (mounted by maas-api) and in Authorino's namespace (AuthPolicy sharedSecretRef).
+# Created once; an existing token is kept (rotate by editing both Secrets).
+authorino_ns="${AUTHORINO_NAMESPACE:-kuadrant-system}"
+gateway_token=""
+if k get secret maas-api-gateway-token -n "$controller_ns" >/dev/null 2>&1; then
+  gateway_token="$(k get secret maas-api-gateway-token -n "$controller_ns" -o jsonpath='{.data.token}' | base64 -d)"
+fi
+[[ -n "$gateway_token" ]] || gateway_token="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+for ns in "$controller_ns" "$authorino_ns"; do
+  if k get namespace "$ns" >/dev/null 2>&1; then
+    log "writing Secret $ns/maas-api-gateway-token"
+    k create secret generic maas-api-gateway-token -n "$ns" --from-literal=token="$gateway_token" \
+      --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
+  else
+    log "namespace $ns does not exist: create Secret maas-api-gateway-token there with the same token"
+  fi
+done
+
 if [[ ${#dry_run[@]} -gt 0 ]]; then
   log "dry run complete: nothing was changed"
   exit 0

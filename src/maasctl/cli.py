@@ -87,8 +87,12 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--subscription-namespace",
                      default=env_default("subscription_namespace", ControllerSettings().subscription_namespace))
     api.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
-    api.add_argument("--usage-ingest-token-file", default=env_default("usage_ingest_token_file", "") or None,
-                     help="file with the bearer token the gateway sends usage records with (none: ingestion off)")
+    api.add_argument("--gateway-token-file", default=env_default("gateway_token_file", "") or None,
+                     help="file with the bearer token the gateway presents on /internal/v1/* (key validation, "
+                     "subscription selection, usage); none: every internal call is refused")
+    api.add_argument("--key-cleanup-user", action="append", default=None,
+                     help="identity of the key cleanup Job (repeatable; default "
+                     "system:serviceaccount:opendatahub:maas-key-cleanup)")
     _add_logging_flags(api)
 
 
@@ -104,8 +108,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="replace the origin of the policies' maas-api callback URLs (local maas-api)")
     gw.add_argument("--usage-url", default=env_default("usage_url", "") or None,
                     help="maas-api base URL receiving usage records (default: log them)")
-    gw.add_argument("--usage-token-file", default=env_default("usage_token_file", "") or None,
-                    help="file with the bearer token for maas-api's usage ingestion")
+    gw.add_argument("--maas-api-token-file", default=env_default("maas_api_token_file", "") or None,
+                    help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -209,11 +213,12 @@ def _api(args: argparse.Namespace) -> int:
 
     _configure_logging(args)
     pepper = env_default("key_pepper", "")
-    ingest = _read_secret(args.usage_ingest_token_file)
+    token = _read_secret(args.gateway_token_file)
+    extra = {"key_cleanup_users": tuple(args.key_cleanup_user)} if args.key_cleanup_user else {}
     serve(MaasApiSettings(
         host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
-        usage_ingest_tokens=(SecretStr(ingest),) if ingest else (),
+        gateway_tokens=(SecretStr(token),) if token else (), **extra,
     ))
     return 0
 
@@ -226,7 +231,7 @@ def _gateway(args: argparse.Namespace) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
-        usage_token=_read_secret(args.usage_token_file),
+        maas_api_token=_read_secret(args.maas_api_token_file),
     )
     return _run_async(run_gateway(settings))
 

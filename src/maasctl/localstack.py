@@ -31,7 +31,8 @@ from maasctl.testenv.jobrunner import DEFAULT_MANAGED_BY, JobRunner
 
 log = structlog.get_logger("maasctl.localstack")
 
-CONTROLLER_SA = "maas-controller"
+CLEANUP_SA = "maas-key-cleanup"
+ADMIN_SA = "maas-admin"
 ADMIN_ROLE_RULES = [{"apiGroups": ["maas.opendatahub.io"], "resources": ["maasauthpolicies"], "verbs": ["create"]}]
 
 
@@ -101,8 +102,7 @@ class LocalStack:
                    self.settings.leader_election_namespace, "llm"}:
             with contextlib.suppress(k8s.ApiException):
                 await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
-        cleanup_token = await self._cleanup_identity()
-        self.admin_token_file = cleanup_token  # the controller's ServiceAccount is a maas-api admin
+        cleanup_token, self.admin_token_file = await self._identities()
 
         ports = {name: port or free_port() for name, port in
                  (("model", opts.model_port), ("api", opts.api_port), ("gateway", opts.gateway_port),
@@ -123,18 +123,20 @@ class LocalStack:
                     env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})
         self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
-        usage_token = self.directory / "usage-ingest.token"
-        usage_token.write_text(secrets.token_urlsafe(32))
-        usage_token.chmod(0o600)
+        gateway_token = self.directory / "gateway.token"  # the gateway's credential on maas-api's /internal
+        gateway_token.write_text(secrets.token_urlsafe(32))
+        gateway_token.chmod(0o600)
+        cleanup_user = f"system:serviceaccount:{self.settings.leader_election_namespace}:{CLEANUP_SA}"
         self._spawn("maas-api", "api", f"--port={ports['api']}", f"--database-url={database}",
                     f"--kubeconfig={self.kubeconfig}",
                     f"--subscription-namespace={self.settings.subscription_namespace}",
-                    f"--usage-ingest-token-file={usage_token}", "--log-format=json")
+                    f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
+                    "--log-format=json")
         self._spawn("gateway", "gateway", f"--port={ports['gateway']}", f"--kubeconfig={self.kubeconfig}",
                     f"--gateway-name={self.settings.gateway_name}",
                     f"--gateway-namespace={self.settings.gateway_namespace}",
                     f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
-                    f"--usage-token-file={usage_token}", "--log-format=json")
+                    f"--maas-api-token-file={gateway_token}", "--log-format=json")
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -150,28 +152,33 @@ class LocalStack:
                            env={"MAASCTL_MAAS_API_TOKEN_FILE": str(cleanup_token)})
         self._tasks.append(asyncio.create_task(runner.run(), name="job-runner"))
 
-    async def _cleanup_identity(self) -> Path:
-        """The controller's ServiceAccount, allowed to revoke keys (maas-api's admin check), and a token file
-        standing in for the service-account mount of the cleanup Job's pod."""
+    async def _identities(self) -> tuple[Path, Path]:
+        """Token files of two ServiceAccounts: the key cleanup Job's (no RBAC at all: maas-api lets it revoke
+        the keys of a subscription being deleted, nothing else) and an operator's (a maas-api admin through the
+        `create maasauthpolicies` check in the subscription namespace), standing in for pod token mounts."""
         ns, sub_ns = self.settings.leader_election_namespace, self.settings.subscription_namespace
         client = Client(self.api)
-        binding = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "maas-key-cleanup"}
+        binding = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "maas-admin"}
         for obj in (
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CONTROLLER_SA, "namespace": ns}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CLEANUP_SA, "namespace": ns}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ADMIN_SA, "namespace": ns}},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": "maas-key-cleanup", "namespace": sub_ns}, "rules": ADMIN_ROLE_RULES},
+             "metadata": {"name": "maas-admin", "namespace": sub_ns}, "rules": ADMIN_ROLE_RULES},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": "maas-key-cleanup", "namespace": sub_ns}, "roleRef": binding,
-             "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_SA, "namespace": ns}]},
+             "metadata": {"name": "maas-admin", "namespace": sub_ns}, "roleRef": binding,
+             "subjects": [{"kind": "ServiceAccount", "name": ADMIN_SA, "namespace": ns}]},
         ):
             await client.apply(obj, field_manager="maasctl-localstack")
-        request = await k8s.CoreV1Api(self.api).create_namespaced_service_account_token(
-            CONTROLLER_SA, ns, k8s.AuthenticationV1TokenRequest(
-                spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=86400)))
-        path = self.directory / "cleanup-job.token"
-        path.write_text(request.status.token)
-        path.chmod(0o600)
-        return path
+        paths = []
+        for sa in (CLEANUP_SA, ADMIN_SA):
+            request = await k8s.CoreV1Api(self.api).create_namespaced_service_account_token(
+                sa, ns, k8s.AuthenticationV1TokenRequest(
+                    spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=86400)))
+            path = self.directory / f"{sa}.token"
+            path.write_text(request.status.token)
+            path.chmod(0o600)
+            paths.append(path)
+        return paths[0], paths[1]
 
     def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         proc = ManagedProcess(name, maasctl_argv(*args), self.directory / f"{name}.log", env=env)

@@ -34,7 +34,7 @@ class ControllerSettings:
     maas_api_url: str = "http://maas-api.opendatahub.svc.cluster.local:8080"
     # Subscription key cleanup Job (issue 7); it runs in `leader_election_namespace`, the controller namespace.
     cleanup_job_image: str = "quay.io/opendatahub/maasctl:latest"
-    cleanup_job_service_account: str = "maas-controller"
+    cleanup_job_service_account: str = "maas-key-cleanup"
     cleanup_job_managed_by: str = ""  # empty: the built-in Job controller; else spec.managedBy (test runner)
     cleanup_retry_base_seconds: float = 10.0
     cleanup_retry_max_seconds: float = 600.0

@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 
 from maasctl.contract.cel import CelCompileError, CelEvaluationError, compile_expression
+from maasctl.testenv.crds import shared_crds_dir
 
-CRDS = Path(__file__).resolve().parents[3] / "shared" / "crds"
+CRDS = shared_crds_dir() or Path(__file__).resolve().parents[3] / "shared" / "crds"
 _TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
     "boolean": (bool,),

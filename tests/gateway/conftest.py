@@ -41,6 +41,7 @@ from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported fo
 )
 
 UPSTREAM_KEY = "sk-upstream-secret"
+GATEWAY_TOKEN = "gw-callback-token"
 
 
 @pytest.fixture
@@ -67,12 +68,21 @@ class MaasApiStandIn:
             "maas.opendatahub.io", "v1alpha1", SUB_NS, "maassubscriptions")
         return [subscription_view(item) for item in subs["items"]]
 
+    def _gateway_only(self, request: Request) -> JSONResponse | None:
+        if request.headers.get("authorization") != f"Bearer {GATEWAY_TOKEN}":
+            return JSONResponse({"error": {"code": "unauthenticated"}}, 401)
+        return None
+
     async def validate(self, request: Request) -> JSONResponse:
+        if (denied := self._gateway_only(request)) is not None:
+            return denied
         self.calls += 1
         body = await request.json()
         return JSONResponse(self.keys.get(body["key"], {"valid": False}))
 
     async def select(self, request: Request) -> JSONResponse:
+        if (denied := self._gateway_only(request)) is not None:
+            return denied
         self.calls += 1
         body = await request.json()
         selection = select_subscription(
@@ -85,6 +95,8 @@ class MaasApiStandIn:
         return JSONResponse({"name": sub.name, "namespace": sub.namespace, "organizationId": sub.organization_id})
 
     async def record_usage(self, request: Request) -> JSONResponse:
+        if (denied := self._gateway_only(request)) is not None:
+            return denied
         self.usage.extend((await request.json())["records"])
         return JSONResponse({"accepted": True}, 202)
 
@@ -123,7 +135,7 @@ async def _stack(cp: ControlPlane) -> AsyncIterator[Stack]:
         model = create_app(ModelServerConfig(models=("gpt-x",), require_bearer=UPSTREAM_KEY))
         servers.append(await start_http(model))
         settings = GatewaySettings(gateway_name=GATEWAY_NAME, gateway_namespace=GATEWAY_NS,
-                                   maas_api_url=servers[0].url, token_review_ttl=5)
+                                   maas_api_url=servers[0].url, token_review_ttl=5, maas_api_token=GATEWAY_TOKEN)
         sink = MemorySink()
         gateway = Gateway(settings, Client(api), sink=sink)
         await gateway.start()

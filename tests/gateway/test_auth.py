@@ -14,7 +14,7 @@ import httpx
 
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
-from maasctl.gateway.auth import AuthPolicyRuntime
+from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable
 from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
 
 KEYS = {"sk-oai-good": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
@@ -38,6 +38,8 @@ class Callbacks:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != "Bearer gw":  # the gateway's shared token (sharedSecretRef)
+            return httpx.Response(401, json={"error": {"code": "unauthenticated"}})
         body = json.loads(request.content)
         self.calls.append((request.url.path, body))
         if request.url.path.endswith("/validate"):
@@ -63,7 +65,7 @@ def req(auth: str | None = None, **headers: str) -> RequestInfo:
 async def test_decisions_of_the_generated_policy() -> None:
     cb = Callbacks()
     async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
-        rt = AuthPolicyRuntime(http, review, callback_base="http://127.0.0.1:1")
+        rt = AuthPolicyRuntime(http, review, callback_base="http://127.0.0.1:1", callback_secret="gw")
         p = policy()
 
         ok = await rt.check(p, req("Bearer sk-oai-good"))
@@ -98,14 +100,14 @@ async def test_decisions_of_the_generated_policy() -> None:
 async def test_caller_outside_the_allowed_groups_is_forbidden() -> None:
     TOKENS["tok-carol"] = {"authenticated": True, "user": {"username": "carol", "groups": ["system:authenticated"]}}
     async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
-        out = await AuthPolicyRuntime(http, review).check(policy(), req("Bearer tok-carol"))
+        out = await AuthPolicyRuntime(http, review, callback_secret="gw").check(policy(), req("Bearer tok-carol"))
     assert (out.allowed, out.status) == (False, 403) and "allowed-subjects" in out.reason
 
 
 async def test_decisions_are_reused_only_for_the_same_relevant_request_attributes() -> None:
     cb = Callbacks()
     async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
-        rt = AuthPolicyRuntime(http, review)
+        rt = AuthPolicyRuntime(http, review, callback_secret="gw")
         p = policy()
         assert p.deps.header_values == {"authorization", "x-maas-subscription"} and p.deps.header_names
         assert not p.deps.all_headers
@@ -118,3 +120,43 @@ async def test_decisions_are_reused_only_for_the_same_relevant_request_attribute
         other = await rt.check(p, req("Bearer tok-bob"))
         assert other.allowed and other.filters["identity"]["userid"] == "bob"
         assert rt.decision_hits == 1
+
+
+async def unreachable(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+async def broken(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(502, text="bad gateway")
+
+
+async def slow(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+async def review_down(token: str, audiences: tuple[str, ...]) -> Mapping[str, Any] | None:
+    raise AuthServiceUnavailable("TokenReview failed")
+
+
+async def test_an_unreachable_maas_api_or_token_review_is_a_503_never_a_pass_or_a_403() -> None:
+    """Closed by default, and honest about it: when the services that decide cannot answer, nothing passes
+    and the caller is told it is an outage (503), not a permission problem."""
+    for handler in (unreachable, broken, slow):
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            rt = AuthPolicyRuntime(http, review, callback_secret="gw")
+            for auth in ("Bearer sk-oai-good", "Bearer tok-bob"):
+                out = await rt.check(policy(), req(auth))
+                assert (out.allowed, out.status) == (False, 503), (handler.__name__, auth, out)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
+        out = await AuthPolicyRuntime(http, review_down, callback_secret="gw").check(policy(), req("Bearer tok-bob"))
+        assert (out.allowed, out.status) == (False, 503)
+        # without the gateway's token configured the callbacks cannot be authenticated: 503, not a pass
+        out = await AuthPolicyRuntime(http, review).check(policy(), req("Bearer sk-oai-good"))
+        assert (out.allowed, out.status) == (False, 503)
+
+
+async def test_a_callback_the_service_refuses_is_a_denial() -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
+        wrong = AuthPolicyRuntime(http, review, callback_secret="not-the-token")
+        out = await wrong.check(policy(), req("Bearer sk-oai-good"))
+        assert not out.allowed and out.status == 403

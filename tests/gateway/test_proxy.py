@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from maasctl.gateway.proxy import JsonUsageScanner, SseUsageFilter, prepare_body, upstream_headers
-from maasctl.gateway.routes import RouteRule
+from maasctl.gateway.proxy import JsonUsageScanner, SseUsageFilter, prepare_body
 from maasctl.gateway.usage import usage_numbers
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
@@ -50,14 +49,3 @@ def test_json_usage_scanner_and_numbers() -> None:
     small.feed(payload)
     assert small.usage is None
     assert usage_numbers("garbage") == {}
-
-
-def test_upstream_headers_strip_identity_and_caller_key_and_inject_provider_key() -> None:
-    rule = RouteRule("ns", "r", 0, "PathPrefix", "/", set_headers=(("x-set", "1"),), remove_headers=("x-drop",))
-    client = [("authorization", "Bearer sk-oai-caller"), ("x-maas-username", "mallory"),
-              ("x-maas-subscription", "client-choice"), ("connection", "keep-alive, x-hop"), ("x-hop", "1"),
-              ("host", "gw"), ("content-length", "5"), ("x-drop", "1"), ("accept", "*/*")]
-    out = upstream_headers(client, {"x-maas-subscription": "resolved"}, rule, "sk-provider")
-    assert sorted(out) == sorted([("accept", "*/*"), ("x-maas-subscription", "resolved"), ("x-set", "1"),
-                                  ("authorization", "Bearer sk-provider")])
-    assert not any(v == "Bearer sk-oai-caller" for _, v in upstream_headers(client, {}, rule, None))

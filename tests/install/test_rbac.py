@@ -48,7 +48,6 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
         ("batch", "jobs"): frozenset({"create", "delete"}),
     },
-    ("Role", "maas-key-cleanup"): {(MAAS, "maasauthpolicies"): frozenset({"create"})},
     ("ClusterRole", "maas-api"): {
         ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
@@ -88,9 +87,9 @@ def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
     docs = render(overlay)
-    expected = {"maas-controller": "maas-controller", "maas-key-cleanup": "maas-controller", "maas-api": "maas-api"}
+    expected = {"maas-controller": "maas-controller", "maas-api": "maas-api"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 4
+    assert len(bindings) == 3
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
@@ -175,8 +174,26 @@ async def test_controller_service_account_is_bounded(installed_rbac: ControlPlan
     for plural in MAAS_KINDS:
         assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
         assert not ctrl("update", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
-    assert ctrl("create", f"maasauthpolicies.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)  # maas-api's admin check
+    assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)  # no maas-api admin
     assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", "some-model-ns")
+    for verb in ("get", "list", "create", "delete"):  # the cleanup Job's identity has no Kubernetes power at all
+        assert not can_i(cp, "maas-key-cleanup", verb, "pods", "-n", DEFAULT_CONTROLLER_NS), verb
+        assert not can_i(cp, "maas-key-cleanup", verb, f"maassubscriptions.{MAAS}", "-n",
+                         DEFAULT_SUBSCRIPTION_NS), verb
     assert not ctrl("create", f"maassubscriptions.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)
     assert not ctrl("create", "pods", "-n", DEFAULT_CONTROLLER_NS)
     assert not ctrl("create", "clusterroles.rbac.authorization.k8s.io")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_the_cleanup_jobs_identity_has_no_rbac_and_the_controller_is_no_maas_api_admin(overlay: Any) -> None:
+    """The key cleanup Job runs as its own ServiceAccount with no Kubernetes permission at all (maas-api's
+    allow-list is its only power), and nothing grants the controller maas-api's admin check."""
+    docs = render(overlay)
+    assert any(d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "maas-key-cleanup" for d in docs)
+    for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert all(s["name"] != "maas-key-cleanup" for s in b["subjects"])
+    for key, role in roles(overlay).items():
+        if key[1] != "maas-api":
+            assert (MAAS, "maasauthpolicies") not in grants(role) or "create" not in grants(role)[
+                (MAAS, "maasauthpolicies")], key

@@ -47,7 +47,7 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
         for subject in d.get("subjects") or ():
             assert subject["namespace"] == ctrl_ns
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "maasctl"
-    assert find(docs, "Role", "maas-key-cleanup")["metadata"]["namespace"] == sub_ns
+    assert find(docs, "ServiceAccount", "maas-key-cleanup")["metadata"]["namespace"] == ctrl_ns
     manager = find(docs, "Deployment", "maas-controller")["spec"]["template"]["spec"]["containers"][0]
     env = env_of(manager)
     assert env["MAASCTL_SUBSCRIPTION_NAMESPACE"] == sub_ns

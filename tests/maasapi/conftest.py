@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 from maasctl.maasapi import migrate
@@ -21,6 +22,8 @@ from maasctl.maasapi.store import KeyStore, make_engine
 from maasctl.testenv.postgres import PostgresServer, start_postgres
 
 NS = "models-as-a-service"
+GATEWAY_TOKEN = "gw-test-token"
+GW = {"Authorization": f"Bearer {GATEWAY_TOKEN}"}  # the gateway's credential on /internal/v1/*
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +108,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def settings() -> MaasApiSettings:
-    return MaasApiSettings(max_body_bytes=4096, max_expiration=timedelta(days=90))
+    return MaasApiSettings(max_body_bytes=4096, max_expiration=timedelta(days=90),
+                           gateway_tokens=(SecretStr(GATEWAY_TOKEN),))
 
 
 @pytest.fixture

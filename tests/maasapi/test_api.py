@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from maasctl.maasapi.db import api_key_events, api_key_labels, api_keys
 from maasctl.maasapi.store import KeyStore
 
-from .conftest import NS, Clock, auth
+from .conftest import GW, NS, Clock, auth
 
 
 async def mint(client: httpx.AsyncClient, user: str = "alice", **body: Any) -> dict[str, Any]:
@@ -25,7 +25,7 @@ async def mint(client: httpx.AsyncClient, user: str = "alice", **body: Any) -> d
 
 
 async def validate(client: httpx.AsyncClient, key: str) -> dict[str, Any]:
-    r = await client.post("/internal/v1/api-keys/validate", json={"key": key})
+    r = await client.post("/internal/v1/api-keys/validate", json={"key": key}, headers=GW)
     assert r.status_code == 200
     data: dict[str, Any] = r.json()
     return data
@@ -139,7 +139,7 @@ async def test_validate_never_leaks_existence(client: httpx.AsyncClient, clock: 
         assert await validate(client, key) == {"valid": False, "reason": "invalid_key", "userId": None,
                                                "username": None, "groups": None, "keyId": None, "keyName": None,
                                                "subscription": None}
-    r = await client.post("/internal/v1/api-keys/validate", json={"key": "x" * 300})
+    r = await client.post("/internal/v1/api-keys/validate", json={"key": "x" * 300}, headers=GW)
     assert r.status_code == 422
 
 
@@ -258,7 +258,7 @@ async def test_subscriptions_for_token_and_key(client: httpx.AsyncClient) -> Non
 
 async def test_select_callback(client: httpx.AsyncClient) -> None:
     async def select_(**body: Any) -> dict[str, Any]:
-        r = await client.post("/internal/v1/subscriptions/select", json=body)
+        r = await client.post("/internal/v1/subscriptions/select", json=body, headers=GW)
         assert r.status_code == 200, r.text
         data: dict[str, Any] = r.json()
         return data
@@ -281,7 +281,7 @@ async def test_select_callback(client: httpx.AsyncClient) -> None:
     assert r["subscription"]["id"] == f"{NS}/premium"
     r = await select_(username="carol", groups=[], model="llm/granite")
     assert r["error"] == "not_found" and r["message"]
-    bad = await client.post("/internal/v1/subscriptions/select", json={"groups": []})
+    bad = await client.post("/internal/v1/subscriptions/select", json={"groups": []}, headers=GW)
     assert bad.status_code == 422
 
 
@@ -357,12 +357,37 @@ async def test_cleanup_purges_only_after_retention(client: httpx.AsyncClient, cl
 
 async def test_validate_route_errors_are_json_with_codes(client: httpx.AsyncClient) -> None:
     path = "/internal/v1/api-keys/validate"
-    r = await client.post(path, content=b"{", headers={"content-type": "application/json"})
+    r = await client.post(path, content=b"{", headers={"content-type": "application/json", **GW})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
-    r = await client.post(path, json={"key": "k", "other": 1})
+    r = await client.post(path, json={"key": "k", "other": 1}, headers=GW)
     assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "other"
-    r = await client.post(path, content=b"key=x", headers={"content-type": "application/x-www-form-urlencoded"})
+    r = await client.post(path, content=b"key=x", headers={"content-type": "application/x-www-form-urlencoded", **GW})
     assert r.status_code == 422
     r = await client.post(path, json={"key": "x" * 10_000})
     assert r.status_code == 413
     assert (await client.get(path)).status_code == 405
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer alice-token"},
+     {"Authorization": "gw-test-token"}, {"Authorization": "Basic gw-test-token"},
+     {"Authorization": "Bearer gw-test-tokenX"}, {"Authorization": "Bearer "}, {"X-Api-Key": "gw-test-token"}],
+    ids=["none", "wrong", "user-token", "no-scheme", "basic", "longer", "empty", "other-header"],
+)
+async def test_internal_gateway_endpoints_need_the_gateway_token(
+    client: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    """Closed by default: only the gateway's shared token opens validate, select and usage ingestion."""
+    calls = [("/internal/v1/api-keys/validate", {"key": "sk-oai-x_y"}),
+             ("/internal/v1/subscriptions/select", {"username": "alice", "groups": ["premium-users"]}),
+             ("/internal/v1/usage", {"records": []})]
+    for path, body in calls:
+        r = await client.post(path, json=body, headers=headers)
+        assert r.status_code == 401, (path, r.text)
+        assert "sk-oai" not in r.text and "premium" not in r.text  # nothing about keys or subscriptions leaks
+    text = (await client.get("/metrics")).text
+    for endpoint in ("validate", "select", "usage"):
+        assert f'maas_api_internal_unauthenticated_total{{endpoint="{endpoint}"}} 1.0' in text
+    for path, body in calls[:2]:
+        assert (await client.post(path, json=body, headers=GW)).status_code == 200

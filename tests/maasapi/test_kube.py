@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
+from pydantic import SecretStr
 
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import ADMIN_GROUP, ADMIN_RESOURCE, Identity, KubeAuthenticator
@@ -22,6 +23,7 @@ from maasctl.runtime import Client
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents
 from tests.install.manifests import maas_api_api
+from tests.maasapi.conftest import GATEWAY_TOKEN, GW
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +160,7 @@ async def test_full_api_with_real_identity(
     """Mint/list/revoke with real user tokens; admin decided by a real SubjectAccessReview; subscriptions from
     the informer cache (the production source); maas-api acting as its ServiceAccount."""
     settings = MaasApiSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}",
-                               subscription_namespace=sub_namespace)
+                               subscription_namespace=sub_namespace, gateway_tokens=(SecretStr(GATEWAY_TOKEN),))
     authn = KubeAuthenticator(maas_api_kube, cache_seconds=0)
     sources = CachedSources(Client(maas_api_kube), sub_namespace)
     app = create_app(settings, sources, authn)
@@ -184,7 +186,7 @@ async def test_full_api_with_real_identity(
             assert r.status_code == 200 and r.json()["revokedBy"] == "carol"
         finally:
             await drop_admin(kube, sub_namespace, grant)
-        v = (await c.post("/internal/v1/api-keys/validate", json={"key": key["key"]})).json()
+        v = (await c.post("/internal/v1/api-keys/validate", json={"key": key["key"]}, headers=GW)).json()
         assert v["valid"] is False and v["reason"] == "revoked"
     await sources.stop()
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from maasctl.maasapi import migrate
 from maasctl.maasapi.app import create_app
@@ -18,13 +19,13 @@ from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import make_engine
 from maasctl.testenv.postgres import PostgresServer
 
-from .conftest import USERS, auth, sample_subscriptions
+from .conftest import GATEWAY_TOKEN, GW, USERS, auth, sample_subscriptions
 
 
 @pytest.fixture
 async def replicas(pg_server: PostgresServer) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     url = await pg_server.acreate_database(f"r_{uuid.uuid4().hex[:12]}")
-    settings = MaasApiSettings(database_url=url)
+    settings = MaasApiSettings(database_url=url, gateway_tokens=(SecretStr(GATEWAY_TOKEN),))
     apps = [create_app(settings, StaticSources(sample_subscriptions()),
                        StaticAuthenticator(USERS, admins=["admin"])) for _ in range(2)]
     async with apps[0].router.lifespan_context(apps[0]), apps[1].router.lifespan_context(apps[1]):
@@ -60,12 +61,12 @@ async def test_revocation_through_one_replica_is_seen_by_the_other_within_1s(
     a, b = replicas
     created = (await a.post("/v1/api-keys", json={"name": "k"}, headers=auth("alice"))).json()
     key = {"key": created["key"]}
-    assert (await b.post("/internal/v1/api-keys/validate", json=key)).json()["valid"]
+    assert (await b.post("/internal/v1/api-keys/validate", json=key, headers=GW)).json()["valid"]
     r = await a.delete(f"/v1/api-keys/{created['id']}", headers=auth("alice"))
     assert r.status_code == 200
     revoked_at = time.monotonic()
     while True:
-        v = (await b.post("/internal/v1/api-keys/validate", json=key)).json()
+        v = (await b.post("/internal/v1/api-keys/validate", json=key, headers=GW)).json()
         if not v["valid"]:
             break
         assert time.monotonic() - revoked_at < 1.0, "replica b still accepts the revoked key after 1 s"
@@ -84,9 +85,11 @@ from maasctl.maasapi.auth import Identity, StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 from maasctl.maasapi.sources import StaticSources
+from pydantic import SecretStr
 subs = StaticSources([SubscriptionView("models-as-a-service", "s", users=frozenset(("alice",)), phase="Active")])
 authn = StaticAuthenticator({"alice-token": Identity("alice", ())})
-app = create_app(MaasApiSettings(database_url=sys.argv[1]), subs, authn)
+app = create_app(MaasApiSettings(database_url=sys.argv[1], gateway_tokens=(SecretStr("gw-test-token"),)), subs,
+                 authn)
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
 
@@ -122,10 +125,10 @@ async def test_two_uvicorn_processes_on_one_database(pg_server: PostgresServer) 
             a, b = bases
             created = (await http.post(f"{a}/v1/api-keys", json={"name": "k"}, headers=auth("alice"))).json()
             key = {"key": created["key"]}
-            assert (await http.post(f"{b}/internal/v1/api-keys/validate", json=key)).json()["valid"]
+            assert (await http.post(f"{b}/internal/v1/api-keys/validate", json=key, headers=GW)).json()["valid"]
             assert (await http.delete(f"{a}/v1/api-keys/{created['id']}", headers=auth("alice"))).status_code == 200
             revoked_at = time.monotonic()
-            while (await http.post(f"{b}/internal/v1/api-keys/validate", json=key)).json()["valid"]:
+            while (await http.post(f"{b}/internal/v1/api-keys/validate", json=key, headers=GW)).json()["valid"]:
                 assert time.monotonic() - revoked_at < 1.0, "process b still accepts the revoked key after 1 s"
                 await asyncio.sleep(0.01)
             assert time.monotonic() - revoked_at < 1.0

@@ -34,7 +34,7 @@ MAX_RECORDS = 20
 def usage_settings(**over: Any) -> MaasApiSettings:
     values: dict[str, Any] = {
         "max_body_bytes": 16 * 1024,
-        "usage_ingest_tokens": (SecretStr("old-secret"), SecretStr("gw-secret")),
+        "gateway_tokens": (SecretStr("old-secret"), SecretStr("gw-secret")),
         "usage_max_batch_records": MAX_RECORDS,
         **over,
     }
@@ -183,12 +183,12 @@ async def test_oversized_unauthenticated_and_odd_batches_are_rejected(env: Env) 
 
 
 async def test_ingestion_is_refused_when_no_token_is_configured(store: KeyStore) -> None:
-    app = create_app(usage_settings(usage_ingest_tokens=()), StaticSources(),
+    app = create_app(usage_settings(gateway_tokens=()), StaticSources(),
                      StaticAuthenticator({}), store=store)
     async with (app.router.lifespan_context(app),
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c):
         r = await c.post("/internal/v1/usage", json={"records": make_records(1)}, headers=GW)
-    assert r.status_code == 403 and r.json()["error"]["code"] == "usage_ingest_disabled"
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"  # closed by default
 
 
 # --- reports -----------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ async def test_sink_buffers_through_a_database_outage_and_nothing_is_lost_or_dou
     db = f"t_{uuid.uuid4().hex[:12]}"
     store = KeyStore(make_engine(await pg_server.acreate_database(db)))
     await migrate.upgrade(store.engine)
-    settings = MaasApiSettings(usage_ingest_tokens=(SecretStr("gw"),))
+    settings = MaasApiSettings(gateway_tokens=(SecretStr("gw"),))
     app = create_app(settings, StaticSources(), StaticAuthenticator({}), store=store)
     usage = UsageStore(store.engine)
     try:

@@ -19,24 +19,27 @@ from typing import Any
 import httpx
 import uvicorn
 from kubernetes_asyncio import client as k8s
+from pydantic import SecretStr
 
 from maasctl.builders.refs import ObjectRef
-from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import Identity, StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import StaticSources
+from maasctl.maasapi.sources import CachedSources
 from maasctl.reconcilers.cleanup import JOB, JobState, build_cleanup_job, job_name, job_state, retry_delay
+from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import SETTINGS, SUB_NS, Objects, eventually
-from tests.reconcilers.test_core_flow import uid
+from tests.reconcilers.test_core_flow import publish_external, uid
 from tests.reconcilers.test_priority import CONTROLLER_NS, controller_and_runner, priority_subscription, runner_settings
 
-CLEANUP_SA = f"system:serviceaccount:{CONTROLLER_NS}:maas-controller"
+CLEANUP_SA = f"system:serviceaccount:{CONTROLLER_NS}:maas-key-cleanup"
 TOKENS = {
     "bob-token": Identity("bob", ("free-users", "system:authenticated")),
     "cleanup-token": Identity(CLEANUP_SA, ("system:serviceaccounts",)),
 }
+GW = {"Authorization": "Bearer gw-token"}
 
 
 def free_port() -> int:
@@ -46,15 +49,16 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def maas_api(port: int, tmp_path: Path, subscriptions: list[str]) -> AsyncIterator[httpx.AsyncClient]:
-    """maas-api on 127.0.0.1:`port` knowing `subscriptions` (owned by free-users), plus a client for it."""
-    subs = StaticSources([
-        SubscriptionView(SUB_NS, name, groups=frozenset(("free-users",)), phase="Active",
-                     models=(SubscribedModel("llm", "m", (Tier(100, "1m"),)),))
-        for name in subscriptions])
+async def maas_api(port: int, tmp_path: Path, cp: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
+    """maas-api on 127.0.0.1:`port` reading the cluster's subscriptions (as production does: it must see a
+    subscription being deleted before the cleanup identity may revoke its keys), plus a client for it. The
+    cleanup identity is no maas-api admin."""
+    kube = await connect(str(cp.kubeconfig))
+    subs = CachedSources(Client(kube), SUB_NS)
     settings = MaasApiSettings(database_url=f"sqlite+aiosqlite:///{tmp_path / f'maas-api-{port}.db'}",
-                               max_expiration=timedelta(days=30), metrics_enabled=False)
-    app = create_app(settings, subs, StaticAuthenticator(TOKENS, admins=[CLEANUP_SA]))
+                               max_expiration=timedelta(days=30), metrics_enabled=False,
+                               gateway_tokens=(SecretStr("gw-token"),), key_cleanup_users=(CLEANUP_SA,))
+    app = create_app(settings, subs, StaticAuthenticator(TOKENS))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:
@@ -69,6 +73,8 @@ async def maas_api(port: int, tmp_path: Path, subscriptions: list[str]) -> Async
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 20)
+        await subs.stop()
+        await kube.close()
 
 
 async def mint(client: httpx.AsyncClient, subscription: str) -> str:
@@ -79,19 +85,20 @@ async def mint(client: httpx.AsyncClient, subscription: str) -> str:
 
 
 async def valid(client: httpx.AsyncClient, key: str) -> bool:
-    r = await client.post("/internal/v1/api-keys/validate", json={"key": key})
+    r = await client.post("/internal/v1/api-keys/validate", json={"key": key}, headers=GW)
     assert r.status_code == 200, r.text
     return bool(r.json()["valid"])
 
 
-async def create_with_finalizer(objs: Objects, name: str) -> None:
-    await objs.create(priority_subscription(name, [("llm", "m")], None))
+async def create_with_finalizer(objs: Objects, name: str, model_ns: str = "llm", active: bool = False) -> None:
+    await objs.create(priority_subscription(name, [(model_ns, "m")], None))
 
-    async def has_finalizer() -> bool:
+    async def ready() -> bool:
         obj = await objs.get("MaaSSubscription", SUB_NS, name)
-        return bool(obj and "maas.opendatahub.io/finalizer" in obj["metadata"].get("finalizers", []))
+        return bool(obj and "maas.opendatahub.io/finalizer" in obj["metadata"].get("finalizers", [])
+                    and (not active or (obj.get("status") or {}).get("phase") == "Active"))
 
-    await eventually(has_finalizer)
+    await eventually(ready)
 
 
 async def gone(objs: Objects, name: str) -> bool:
@@ -111,17 +118,22 @@ async def warning_events(kube: k8s.ApiClient, name: str) -> list[dict[str, Any]]
 
 
 async def test_deletion_revokes_only_the_deleted_subscriptions_keys(
-    maas_cluster: ControlPlane, objs: Objects, kube: k8s.ApiClient, tmp_path: Path
+    maas_cluster: ControlPlane, objs: Objects, kube: k8s.ApiClient, tmp_path: Path, namespace: str
 ) -> None:
     port = free_port()
     doomed, kept = f"doomed-{uid()}", f"kept-{uid()}"
     settings = runner_settings(maas_api_url=f"http://127.0.0.1:{port}")
-    async with maas_api(port, tmp_path, [doomed, kept]) as api, \
+    async with maas_api(port, tmp_path, maas_cluster) as api, \
             controller_and_runner(maas_cluster, settings, token_env(tmp_path)) as (running, runner):
-        await create_with_finalizer(objs, doomed)
-        await create_with_finalizer(objs, kept)
+        await publish_external(objs, kube, namespace, "m")  # keys are minted for Active subscriptions only
+        await create_with_finalizer(objs, doomed, namespace, active=True)
+        await create_with_finalizer(objs, kept, namespace, active=True)
         doomed_key, kept_key = await mint(api, doomed), await mint(api, kept)
         assert await valid(api, doomed_key) and await valid(api, kept_key)
+        # The cleanup identity's only power: revoking the keys of a subscription that is being deleted.
+        early = await api.delete(f"/internal/v1/subscriptions/{SUB_NS}/{kept}/api-keys",
+                                 headers={"Authorization": "Bearer cleanup-token"})
+        assert early.status_code == 403 and await valid(api, kept_key)
 
         await objs.delete("MaaSSubscription", SUB_NS, doomed)
         await eventually(lambda: gone(objs, doomed), timeout=60)
@@ -168,7 +180,7 @@ async def test_failing_cleanup_keeps_subscription_terminating_until_a_retry_succ
         assert failed_runs and all(r.returncode != 0 for r in failed_runs)
         assert "unreachable" in failed_runs[0].output
 
-        async with maas_api(port, tmp_path, [name]):
+        async with maas_api(port, tmp_path, maas_cluster):
             await eventually(lambda: gone(objs, name), timeout=90)
         attempts = sorted(int(j["metadata"]["annotations"]["maas.opendatahub.io/cleanup-attempt"])
                           for j in running.manager.cache.list(JOB, CONTROLLER_NS)

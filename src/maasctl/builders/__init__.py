@@ -1,13 +1,14 @@
 """Pure builders: typed inputs -> desired Kubernetes objects (plain dicts). No I/O, no clock, no environment.
 
-One module per generated kind (`httproute`, `authpolicy`, `trlp`, `inferenceobjective`), plus `names` (names,
-labels, opt-out), `refs` (small input types), `validation` and `status` (request-priority status rules).
+One module per generated kind (`httproute`, `authpolicy`, `gatewayauth`, `trlp`, `inferenceobjective`), plus
+`names` (names, labels, opt-out), `refs` (small input types), `validation` and `status` (request-priority status rules).
 Import from the module that owns a name, e.g. `from maasctl.builders.trlp import build_token_rate_limit_policy`.
 """
 
 __all__ = [
     "authpolicy",
     "celcheck",
+    "gatewayauth",
     "httproute",
     "inferenceobjective",
     "names",

@@ -6,7 +6,8 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
 1. Authentication. `Authorization: Bearer sk-oai-...` is a MaaS API key (`api-keys`, taken as is and validated
    by maas-api in step 2); any other bearer token is a Kubernetes token checked with a TokenReview
    (`kubernetes-tokens`).
-2. Metadata (HTTP callbacks to maas-api, cached):
+2. Metadata (HTTP callbacks to maas-api, cached, authenticated with the gateway's shared token from the Secret
+   `AuthSettings.gateway_token_secret` through `sharedSecretRef`):
    - `apiKeyValidation` (API keys only): `POST <maas-api>/internal/v1/api-keys/validate` with `{"key": ...}`;
      read fields: `valid` (bool), `username`, `groups` (list), `keyId`, `subscription` (the bound one).
    - `subscriptionInfo`: `POST <maas-api>/internal/v1/subscriptions/select` with `{"username", "groups",
@@ -94,6 +95,11 @@ _SELECTED: Final = (
     f" && (!has({_SUB}.error) || {_SUB}.error == \"\")"
 )
 _SELECTED_REF: Final = f'({_SUB}.namespace + "/" + {_SUB}.name)'
+_SELECT_FAILED: Final = f"has(auth.metadata.subscriptionInfo) && has({_SUB}.error) && {_SUB}.error != \"\""
+_DENIAL_MESSAGE: Final = (
+    f'({_SELECT_FAILED} && has({_SUB}.message)) ? {_SUB}.message : "Access to this model is not allowed"'
+)
+_DENIAL_REASON: Final = f'{_SELECT_FAILED} ? {_SUB}.error : "forbidden"'
 _ORGANIZATION: Final = (
     f'((has({_SUB}.organizationId) && {_SUB}.organizationId != null) ? {_SUB}.organizationId : "")'
 )
@@ -128,11 +134,14 @@ class AuthSettings:
     `cache_ttl_seconds` bounds how long Authorino reuses a validated key or a selection: a revoked key keeps
     working for up to that long. 0 disables the cache (every request calls maas-api). The default of 1 s is
     the product's promise: a revoked or expired key stops working within a second on every gateway replica.
+    `gateway_token_secret` (`name`, `key`) is the Secret, in Authorino's namespace, whose value Authorino
+    presents as `Authorization: Bearer` on the callbacks (maas-api's `gateway_tokens`; `sharedSecretRef`).
     """
 
     maas_api_url: str
     token_audiences: tuple[str, ...] = ()
     cache_ttl_seconds: int = 1
+    gateway_token_secret: tuple[str, str] = ("maas-api-gateway-token", "token")
 
 
 @dataclass(frozen=True)
@@ -172,8 +181,12 @@ def _objective_map(objectives: tuple[ObjectiveBinding, ...]) -> str:
     return "{" + ", ".join(f"{cel_string(k)}: {cel_string(v)}" for k, v in entries) + "}"
 
 
-def _http(url: str, body: str) -> dict[str, Any]:
-    return {"url": url, "method": "POST", "contentType": "application/json", "body": {"expression": body}}
+def _http(url: str, body: str, secret: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "url": url, "method": "POST", "contentType": "application/json", "body": {"expression": body},
+        "sharedSecretRef": {"name": secret[0], "key": secret[1]},
+        "credentials": {"authorizationHeader": {"prefix": "Bearer"}},
+    }
 
 
 def _cache(key_expression: str, ttl: int) -> dict[str, Any]:
@@ -232,13 +245,15 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                 "http": _http(
                     _callback_url(settings.maas_api_url, VALIDATE_PATH),
                     '{"key": request.headers.authorization.substring(7)}',
+                    settings.gateway_token_secret,
                 ),
                 "when": [{"predicate": IS_API_KEY}],
                 **_cache("request.headers.authorization", ttl),
                 "priority": 0,
             },
             "subscriptionInfo": {
-                "http": _http(_callback_url(settings.maas_api_url, SELECT_PATH), select_body),
+                "http": _http(_callback_url(settings.maas_api_url, SELECT_PATH), select_body,
+                              settings.gateway_token_secret),
                 "when": [{"predicate": f"!({IS_API_KEY}) || ({_API_KEY_VALID})"}],
                 **_cache(select_cache_key, ttl),
                 "priority": 1,
@@ -265,7 +280,11 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         },
         "response": {
             "unauthenticated": {"code": 401, "message": {"value": "Authentication required"}},
-            "unauthorized": {"code": 403, "message": {"value": "Access to this model is not allowed"}},
+            "unauthorized": {
+                "code": 403,
+                "message": {"expression": _DENIAL_MESSAGE},
+                "headers": {"x-ext-auth-reason": {"expression": _DENIAL_REASON}},
+            },
             "success": {
                 "headers": headers,
                 "filters": {

@@ -44,7 +44,7 @@ from maasctl.contract.cel import CelError
 from maasctl.gateway.authpolicy import Authentication, CompiledAuthPolicy, DenyWith, Metadata, RequestInfo
 from maasctl.gateway.expressions import PolicyError
 
-__all__ = ["AuthOutcome", "AuthPolicyRuntime", "TokenReview", "TokenReviewer"]
+__all__ = ["AuthOutcome", "AuthPolicyRuntime", "AuthServiceUnavailable", "TokenReview", "TokenReviewer"]
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,16 @@ class AuthOutcome:
 
 @dataclass
 class _Run:
-    """Whether (and for how long) one decision may be reused."""
+    """Whether (and for how long) one decision may be reused; what could not be reached."""
 
     cacheable: bool = True
     ttl: float = float("inf")
+    unavailable: str | None = None
+
+
+class AuthServiceUnavailable(Exception):
+    """A TokenReview or a metadata service could not answer (connection, timeout, 5xx): the request gets 503,
+    never a 401/403 that looks like a permission problem, and never passes."""
 
 
 class _TtlCache:
@@ -153,6 +159,7 @@ class AuthPolicyRuntime:
         token_review: TokenReview,
         *,
         callback_base: str | None = None,
+        callback_secret: str | None = None,
         callback_timeout: float = 5.0,
         audiences_from_host: bool = False,
         token_review_ttl: float = 10.0,
@@ -162,6 +169,7 @@ class AuthPolicyRuntime:
         self._http = http
         self._token_review = token_review
         self._callback_base = urlsplit(callback_base) if callback_base else None
+        self._callback_secret = callback_secret
         self._timeout = callback_timeout
         self._audiences_from_host = audiences_from_host
         self._cache = _TtlCache(clock=clock)
@@ -215,6 +223,9 @@ class AuthPolicyRuntime:
             if denied is not None:
                 return denied
         await self._fetch_metadata(policy, activation, run)
+        if run.unavailable is not None:
+            return AuthOutcome(False, 503, "the authorization service is unavailable; try again", run.unavailable,
+                               auth=dict(activation.get("auth") or {}))
         for rule in policy.authorization:
             try:
                 if rule.when and not rule.when.holds(activation):
@@ -237,6 +248,10 @@ class AuthPolicyRuntime:
                 if entry.when and not entry.when.holds(activation):
                     continue
                 identity = await self._identity(entry, request, activation)
+            except AuthServiceUnavailable as exc:
+                run.cacheable = False
+                return AuthOutcome(False, 503, "the authentication service is unavailable; try again",
+                                   f"{entry.name}: {exc}")
             except CelError as exc:
                 failures.append(f"{entry.name}: {exc}")
                 continue
@@ -292,7 +307,12 @@ class AuthPolicyRuntime:
                         activation["auth"]["metadata"][entry.name] = value
                         continue
                 value = await self._call(entry, activation)
-            except (CelError, PolicyError, httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, AuthServiceUnavailable) as exc:
+                log.warning("metadata %s of %s unavailable: %s", entry.name, policy.key, type(exc).__name__)
+                run.cacheable = False
+                run.unavailable = run.unavailable or f"metadata service {entry.name} unavailable"
+                continue
+            except (CelError, PolicyError, ValueError) as exc:
                 log.warning("metadata %s of %s failed: %s", entry.name, policy.key, exc)
                 run.cacheable = False
                 continue
@@ -309,6 +329,11 @@ class AuthPolicyRuntime:
 
     async def _call(self, entry: Metadata, activation: Mapping[str, Any]) -> Any:
         headers = {name: _header_text(src.get(activation)) for name, src in entry.headers}
+        if entry.shared_secret is not None:
+            if not self._callback_secret:
+                raise AuthServiceUnavailable(f"metadata {entry.name} needs the shared secret; none is configured")
+            prefix = f"{entry.shared_secret} " if entry.shared_secret else ""
+            headers["authorization"] = prefix + self._callback_secret
         content: bytes | None = None
         if entry.method not in ("GET", "HEAD"):
             headers["content-type"] = entry.content_type
@@ -324,6 +349,8 @@ class AuthPolicyRuntime:
         response = await self._http.request(
             entry.method, self._url(entry, activation), headers=headers, content=content, timeout=self._timeout
         )
+        if response.status_code >= 500:
+            raise AuthServiceUnavailable(f"HTTP {response.status_code}")
         if response.status_code >= 400:
             raise ValueError(f"HTTP {response.status_code}")
         try:

@@ -117,6 +117,7 @@ class Metadata:
     headers: tuple[tuple[str, ValueSource], ...]
     cache_key: ValueSource | None
     cache_ttl: float
+    shared_secret: str | None = None  # `sharedSecretRef` present: how to send it ("Bearer" prefix) else None
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,12 @@ def _metadata(name: str, spec: Mapping[str, Any]) -> Metadata:
     if (url is None) == (url_program is None):
         raise PolicyError(f"metadata {name!r}: exactly one of url and urlExpression is required")
     cache = spec.get("cache") or {}
+    shared_secret = None
+    if http.get("sharedSecretRef"):
+        creds = http.get("credentials") or {"authorizationHeader": {"prefix": "Bearer"}}
+        if "authorizationHeader" not in creds:
+            raise PolicyError(f"metadata {name!r}: sharedSecretRef is supported with authorizationHeader only")
+        shared_secret = str((creds["authorizationHeader"] or {}).get("prefix", "Bearer"))
     return Metadata(
         name=name,
         priority=int(spec.get("priority", 0)),
@@ -321,6 +328,7 @@ def _metadata(name: str, spec: Mapping[str, Any]) -> Metadata:
         headers=_named_sources(http.get("headers")),
         cache_key=value_source(cache["key"]) if cache.get("key") else None,
         cache_ttl=float(cache.get("ttl", 60)),
+        shared_secret=shared_secret,
     )
 
 

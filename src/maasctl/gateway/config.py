@@ -30,6 +30,9 @@ class GatewaySettings:
         (the controller writes the in-cluster URL; locally maas-api listens elsewhere). None: call the URLs
         as written.
     usage_url: base URL of maas-api for usage records (`POST <usage_url>/internal/v1/usage`); None: log them.
+    maas_api_token: the gateway's credential on maas-api's internal endpoints: sent on usage batches and on
+        the AuthPolicy callbacks that declare `sharedSecretRef` (Authorino reads it from that Secret; the
+        local gateway from this file).
     max_request_bytes: larger request bodies get 413 before anything else happens.
     upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
     callback_timeout: seconds per maas-api callback or TokenReview.
@@ -39,6 +42,8 @@ class GatewaySettings:
         own audiences (False); set True to mimic Authorino exactly.
     upstream_verify: TLS verification for https backends: True (system CAs), False, or a CA bundle path.
     admin_from_loopback_only: `/_gateway/simulate` answers only loopback clients.
+    serve_routes_without_auth_policy: closed by default (False): a route no AuthPolicy covers (neither its
+        own nor a Gateway-level one) answers 403. True mimics a bare Envoy, which serves it to anyone.
     """
 
     host: str = "127.0.0.1"
@@ -48,7 +53,7 @@ class GatewaySettings:
     gateway_namespace: str = "openshift-ingress"
     maas_api_url: str | None = None
     usage_url: str | None = None
-    usage_token: str | None = None  # bearer token maas-api accepts for usage ingestion (never logged)
+    maas_api_token: str | None = None  # bearer token maas-api accepts from the gateway (never logged)
     usage_batch_size: int = 100
     usage_flush_seconds: float = 2.0
     usage_max_buffer: int = 10_000
@@ -63,4 +68,5 @@ class GatewaySettings:
     upstream_verify: bool | str = True
     upstream_max_connections: int = 200
     admin_from_loopback_only: bool = True
+    serve_routes_without_auth_policy: bool = False
     log_level: str = "info"

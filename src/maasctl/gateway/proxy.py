@@ -1,9 +1,7 @@
 """The upstream leg: which headers and body go to the model, and how usage is read from the answer.
 
-Headers: hop-by-hop headers, `Host`, `Content-Length`, the caller's `Authorization` (their MaaS key or
-token: never forwarded) and every client `X-MaaS-*` header are dropped; the AuthPolicy's success headers
-(the server-resolved `X-MaaS-Subscription`) and the route's RequestHeaderModifier are applied; the
-provider key from the route's credential Secret is injected as `Authorization: Bearer <key>`.
+Request headers follow `contract.edge.upstream_headers` (the header contract); here: response headers
+(hop-by-hop dropped) and the body.
 
 Streaming: a JSON request with `"stream": true` that did not ask for usage gets
 `stream_options.include_usage: true` upstream, so streaming cannot bypass the quota; the usage-only chunk
@@ -14,67 +12,19 @@ from the last SSE chunk that carries it, or from the JSON body of a non-streamed
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from maasctl.gateway.routes import RouteRule
+from maasctl.contract.edge import HOP_BY_HOP
 
 __all__ = [
-    "HOP_BY_HOP",
     "JsonUsageScanner",
     "PreparedBody",
     "SseUsageFilter",
     "prepare_body",
     "response_headers",
-    "upstream_headers",
 ]
-
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-_DROP_UPSTREAM: Final = HOP_BY_HOP | {"host", "content-length", "authorization", "expect"}
-
-
-def upstream_headers(
-    client: Iterable[tuple[str, str]],
-    auth_headers: Mapping[str, str],
-    rule: RouteRule,
-    upstream_key: str | None,
-) -> list[tuple[str, str]]:
-    """Headers for the upstream request (names lowercase)."""
-    connection_listed = {
-        token.strip().lower() for name, value in client if name == "connection" for token in value.split(",")
-    }
-    out = [
-        (name, value)
-        for name, value in client
-        if name not in _DROP_UPSTREAM and name not in connection_listed and not name.startswith("x-maas-")
-    ]
-    for name, value in auth_headers.items():
-        out = [(n, v) for n, v in out if n != name]
-        out.append((name, value))
-    if rule.remove_headers:
-        out = [(n, v) for n, v in out if n not in rule.remove_headers]
-    for name, value in rule.set_headers:
-        out = [(n, v) for n, v in out if n != name]
-        out.append((name, value))
-    out.extend(rule.add_headers)
-    out = [(n, v) for n, v in out if n != "authorization"]
-    if upstream_key:
-        out.append(("authorization", f"Bearer {upstream_key}"))
-    return out
-
 
 def response_headers(upstream: Iterable[tuple[str, str]], *, body_changed: bool) -> list[tuple[bytes, bytes]]:
     """Upstream response headers for the client (hop-by-hop dropped; length dropped when we edit the body)."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from maasctl.contract.edge import FORWARD_CREDENTIALS_ANNOTATION
 from maasctl.contract.labels import (
     MODEL_LABEL,
     MODEL_NAMESPACE_LABEL,
@@ -81,6 +82,7 @@ class RouteRule:
     backend_error: str | None = None
     timeout: float | None = None  # None: the gateway default; 0: no timeout
     upstream_key_secret: str | None = None
+    forward_credentials: bool = False  # a non-model route (e.g. maas-api) that keeps the caller's credentials
     upstream_key_field: str = "api-key"
     model: str | None = None  # namespace/name of the MaaSModelRef, from the route's labels
     created: str = ""
@@ -331,6 +333,8 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             "backend_error": error,
             "timeout": _timeout(rule),
             "upstream_key_secret": annotations.get(UPSTREAM_KEY_SECRET_ANNOTATION),
+            "forward_credentials": annotations.get(FORWARD_CREDENTIALS_ANNOTATION) == "true"
+            and not labels.get(MODEL_LABEL),
             "upstream_key_field": annotations.get(UPSTREAM_KEY_FIELD_ANNOTATION) or "api-key",
             "model": model,
             "created": str(meta.get("creationTimestamp", "")),

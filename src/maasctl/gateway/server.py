@@ -30,18 +30,14 @@ import httpx
 import uvicorn
 from multidict import CIMultiDict
 from starlette.types import Receive, Scope, Send
+from yarl import URL
 
-from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, TokenReviewer
+from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.proxy import (
-    JsonUsageScanner,
-    SseUsageFilter,
-    prepare_body,
-    response_headers,
-    upstream_headers,
-)
+from maasctl.gateway.proxy import JsonUsageScanner, SseUsageFilter, prepare_body, response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
@@ -97,9 +93,9 @@ def _token_review(client: Client) -> Callable[[str, tuple[str, ...]], Awaitable[
             result = await client.create(
                 {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {}, "spec": spec}
             )
-        except ApiError as exc:
-            log.warning("TokenReview failed: %s", exc)
-            return None
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("TokenReview failed: %s", type(exc).__name__)
+            raise AuthServiceUnavailable("TokenReview failed") from exc
         status = result.get("status") or {}
         return status if status.get("authenticated") else None
 
@@ -147,6 +143,7 @@ class Gateway:
                 negative_ttl=settings.token_review_negative_ttl,
             ),
             callback_base=settings.maas_api_url,
+            callback_secret=settings.maas_api_token,
             callback_timeout=settings.callback_timeout,
             audiences_from_host=settings.token_review_audiences_from_host,
             token_review_ttl=settings.token_review_ttl,
@@ -154,7 +151,7 @@ class Gateway:
         if sink is None:
             sink = (
                 HttpBatchSink(settings.usage_url, self.callbacks, batch_size=settings.usage_batch_size,
-                              token=settings.usage_token,
+                              token=settings.maas_api_token,
                               flush_interval=settings.usage_flush_seconds, max_buffer=settings.usage_max_buffer)
                 if settings.usage_url
                 else LogSink()
@@ -250,8 +247,18 @@ class Gateway:
         headers: dict[str, str] = {}
         for name, value in raw_headers:
             headers[name] = f"{headers[name]},{value}" if name in headers else value
+        forbidden = forbidden_client_header(name for name, _ in raw_headers)
+        if forbidden is not None:
+            await _respond(send, 400, _error_body(
+                400, f"header {forbidden!r} is decided by the gateway and may not be sent", "forbidden_header"))
+            return
         query = scope.get("query_string", b"").decode("latin-1")
-        path: str = scope["path"]
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        try:
+            path = canonical_path(raw_path.split(b"?", 1)[0])
+        except AmbiguousPath as exc:
+            await _respond(send, 400, _error_body(400, f"ambiguous request path: {exc}", "ambiguous_path"))
+            return
         host = headers.get("host", "")
         snap = self.state.snapshot()
         match = snap.table.match(host, path, scope["method"], headers)
@@ -266,6 +273,10 @@ class Gateway:
             await _respond(send, 500, _error_body(500, "the route's AuthPolicy cannot be enforced", "policy_error"))
             return
         if policy is None:
+            if not self.settings.serve_routes_without_auth_policy:
+                log.info("denied %s %s: no AuthPolicy covers route %s", scope["method"], path, route)
+                await _respond(send, 403, _error_body(403, "no AuthPolicy covers this route", "no_auth_policy"))
+                return
             outcome = AuthOutcome(True, reason="no AuthPolicy")
         else:
             outcome = await self.auth.check(policy, request)
@@ -273,8 +284,9 @@ class Gateway:
             extra = {"x-ext-auth-reason": outcome.message, **outcome.deny_headers}
             if outcome.status == 401:
                 extra.setdefault("www-authenticate", 'Bearer realm="maas"')
+            code = {401: "unauthenticated", 503: "auth_unavailable"}.get(outcome.status, "forbidden")
             deny = outcome.deny_body.encode() if outcome.deny_body is not None else _error_body(
-                outcome.status, outcome.message, "unauthenticated" if outcome.status == 401 else "forbidden")
+                outcome.status, outcome.message, code)
             log.info("denied %s %s: %d %s", scope["method"], path, outcome.status, outcome.reason)
             await _respond(send, outcome.status, deny, extra)
             return
@@ -297,7 +309,7 @@ class Gateway:
             await _respond(send, 500, _error_body(500, match.rule.backend_error or "no backend", "backend_error"))
             return
         key = None
-        if match.rule.upstream_key_secret:
+        if match.rule.upstream_key_secret and policy is not None:  # only after an AuthPolicy allowed it
             key = self.state.upstream_key(
                 match.rule.namespace, match.rule.upstream_key_secret, match.rule.upstream_key_field
             )
@@ -313,7 +325,10 @@ class Gateway:
             return
         body = prepare_body(raw, headers.get("content-type", ""))
         exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body.model, body.streaming)
-        out_headers = upstream_headers(raw_headers, outcome.headers, match.rule, key)
+        rule = match.rule
+        out_headers = upstream_headers(raw_headers, outcome.headers, forward_credentials=rule.forward_credentials,
+                                       set_headers=rule.set_headers, add_headers=rule.add_headers,
+                                       remove_headers=rule.remove_headers, upstream_key=key)
         if match.rule.rewrite_hostname:
             out_headers.append(("host", match.rule.rewrite_hostname))
         url = backend.base_url + match.upstream_path + (f"?{query}" if query else "")
@@ -328,8 +343,8 @@ class Gateway:
         client_timeout = aiohttp.ClientTimeout(total=timeout, connect=self.settings.connect_timeout)
         try:
             response = await self.upstream.request(
-                method, url, headers=CIMultiDict(headers), data=content or None, timeout=client_timeout,
-                allow_redirects=False)
+                method, URL(url, encoded=True), headers=CIMultiDict(headers), data=content or None,
+                timeout=client_timeout, allow_redirects=False)
         except TimeoutError:
             await _respond(send, 504, _error_body(504, "upstream request timeout", "upstream_timeout"))
             self._finish(ex, 504, None)

@@ -18,6 +18,7 @@ from maasctl.maasapi.auth import Authenticator
 from maasctl.maasapi.deps import AppState, caller_identity, is_admin, subscriptions_of
 from maasctl.maasapi.errors import install_error_handlers
 from maasctl.maasapi.fastpath import VALIDATE_PATH, ValidateFastPath
+from maasctl.maasapi.gatewayauth import gateway_token_valid
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
@@ -89,8 +90,14 @@ def create_app(
     usage_api.install(app, usage_api.UsageDeps(caller=caller_identity, is_admin=is_admin,
                                                subscriptions=subscriptions_of))
     validate_route = next(r for r in internal.router.routes if getattr(r, "path", None) == VALIDATE_PATH)
+    def gateway_caller(authorization: bytes | None) -> bool:
+        if gateway_token_valid(authorization, settings.gateway_tokens):
+            return True
+        state.metrics.internal_unauthenticated.labels("validate").inc()
+        return False
+
     app.add_middleware(ValidateFastPath, handler=lambda key: internal.validate_payload(state, key),
-                       route=validate_route)
+                       authorized=gateway_caller, route=validate_route)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AccessLogMiddleware, metrics=state.metrics)
     return app

@@ -3,8 +3,9 @@
 Dependency resolution and pydantic request/response handling cost more than the key lookup itself; at
 1,000 validations/s on a shared 2-core machine that overhead decides whether requests queue. This ASGI
 layer answers exactly that route with the same contract as the FastAPI route it shadows (which stays for
-the OpenAPI document): a JSON object with exactly one string field `key` (<= 256 chars), 400 `invalid_json`
-for unparsable bodies, 422 `invalid_request` for other shapes, 200 with the validation result otherwise.
+the OpenAPI document): 401 without the gateway's token (`maasapi.gatewayauth`), a JSON object with exactly one
+string field `key` (<= 256 chars), 400 `invalid_json` for unparsable bodies, 422 `invalid_request` for other
+shapes, 200 with the validation result otherwise.
 Access log, metrics and the body limit still wrap it.
 """
 
@@ -72,9 +73,11 @@ def parse_validate_body(raw: bytes, json_ok: bool) -> tuple[int, str | dict[str,
 class ValidateFastPath:
     """Serves POST `VALIDATE_PATH`; everything else goes to `app`."""
 
-    def __init__(self, app: ASGIApp, handler: Callable[[str], Any], route: Any = None) -> None:
+    def __init__(self, app: ASGIApp, handler: Callable[[str], Any], authorized: Callable[[bytes | None], bool],
+                 route: Any = None) -> None:
         self.app = app
         self.handler = handler  # async (key) -> response dict
+        self.authorized = authorized  # (Authorization header) -> the caller is the gateway
         self.route = route  # the shadowed FastAPI route, so logs/metrics label it by its template
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,6 +86,14 @@ class ValidateFastPath:
             return
         if self.route is not None:
             scope["route"] = self.route
+        auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
+        if not self.authorized(auth):
+            body = json.dumps(error_body("unauthenticated", "a valid gateway token is required")).encode()
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="maas-api-internal"')]})
+            await send({"type": "http.response.body", "body": body})
+            return
         chunks = []
         more = True
         while more:

@@ -29,6 +29,12 @@ class ApiMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.internal_unauthenticated = Counter(
+            "maas_api_internal_unauthenticated_total",
+            "Calls to /internal endpoints without a valid credential, by endpoint",
+            ["endpoint"],
+            registry=self.registry,
+        )
         self.mints = Counter("maas_api_key_mint_total", "API key mints by result", ["result"], registry=self.registry)
         self.revocations = Counter(
             "maas_api_key_revocations_total", "API keys revoked by kind", ["kind"], registry=self.registry

@@ -36,9 +36,13 @@ class MaasApiSettings(BaseModel):
     model_probe_timeout: float = Field(default=2.0, gt=0.0)
     models_deadline: float = Field(default=5.0, gt=0.0)
     model_probe_ca_file: str | None = None  # CA bundle for probing https model endpoints (None: system CAs)
-    # Usage metering (maasctl.maasapi.usage). The gateway authenticates with one of these shared bearer tokens
-    # (several allow rotation); none configured: ingestion is refused (403 usage_ingest_disabled).
-    usage_ingest_tokens: tuple[SecretStr, ...] = ()
+    # The gateway (Authorino's callbacks, the usage sender) authenticates to /internal/v1/* with one of these
+    # shared bearer tokens (several allow rotation). None configured: every internal gateway call gets 401
+    # (closed by default).
+    gateway_tokens: tuple[SecretStr, ...] = ()
+    # The key cleanup Job's identity (TokenReview user name): may revoke the keys of a subscription that is
+    # being deleted, nothing else.
+    key_cleanup_users: tuple[str, ...] = ("system:serviceaccount:opendatahub:maas-key-cleanup",)
     usage_max_batch_records: int = Field(default=1000, ge=1)  # the body is also bounded by max_body_bytes
     usage_raw_retention: timedelta = timedelta(days=90)  # raw records; rollups are what reports read
     usage_hourly_retention: timedelta | None = timedelta(days=400)  # None: keep; daily rollups are kept

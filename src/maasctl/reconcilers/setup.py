@@ -1,4 +1,4 @@
-"""Register the four MaaS controllers, their indexes and watches with a Manager.
+"""Register the MaaS controllers, their indexes and watches with a Manager.
 
 Work is keyed by what it produces (N inputs -> 1 output): the MaaSModelRef controller owns everything
 generated for a model (route, AuthPolicy, TokenRateLimitPolicy), so every input of those — the model, its
@@ -11,10 +11,12 @@ InferenceObjectives and the cleanup Job, so they watch what their status reads.
 from __future__ import annotations
 
 from maasctl.builders import names
+from maasctl.builders.gatewayauth import GATEWAY_AUTH_NAME
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.externalmodel import ExternalModelReconciler
+from maasctl.reconcilers.gateway import GatewayReconciler
 from maasctl.reconcilers.indexes import (
     MODEL_INDEX,
     TARGET_INDEX,
@@ -71,7 +73,7 @@ def _cleanup_job_owner(job: FrozenObject) -> list[Request]:
 
 
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
-    """Wire the MaaSModelRef, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
+    """Wire the MaaSModelRef, Gateway, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
     ctx = Context(cache=cache, client=manager.client, applier=manager.applier,
                   events=manager.event_recorder("maas-controller"), settings=settings)
@@ -94,6 +96,14 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=models_of_generated(cache))
         .watches(INFERENCE_POOL, map_to=in_namespace)
         .complete(ModelRefReconciler(ctx)))
+
+    gateway = ctx.gateway
+    (manager.controller("gateway")
+        .for_(GATEWAY)
+        .watches(AUTH_POLICY, map_to=lambda ap: [Request(gateway.namespace, gateway.name)]
+                 if ap["metadata"]["namespace"] == gateway.namespace and ap["metadata"]["name"] == GATEWAY_AUTH_NAME
+                 else [])
+        .complete(GatewayReconciler(ctx)))
 
     (manager.controller("externalmodel")
         .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META])

@@ -1,7 +1,8 @@
 """Find and install the third-party CRDs the controller reads or writes.
 
-Source order: `MAASCTL_THIRD_PARTY_CRDS` (a folder), the `shared/crds` folder beside the checkout, then the
-same files from the upstream projects' Go modules (`go mod download -json MODULE@VERSION`).
+Source order: `MAASCTL_THIRD_PARTY_CRDS` (a folder), a `shared/crds` folder beside the checkout or beside any
+folder above it (git worktrees live deeper), then the same files from the upstream projects' Go modules
+(`go mod download -json MODULE@VERSION`). Only CustomResourceDefinition documents are installed.
 """
 
 from __future__ import annotations
@@ -31,16 +32,21 @@ GO_MODULE_SOURCES: tuple[tuple[str, str], ...] = (
 )
 
 
-def third_party_crd_files() -> list[Path]:
-    """All third-party CRD YAML files, sorted for a stable install order."""
+def shared_crds_dir() -> Path | None:
+    """The folder of third-party CRDs (`MAASCTL_THIRD_PARTY_CRDS`, else `shared/crds` beside the checkout or
+    an ancestor of it), or None."""
     override = os.environ.get("MAASCTL_THIRD_PARTY_CRDS")
     candidates = [Path(override)] if override else []
     with contextlib.suppress(BuildError):
-        candidates.append(repo_root().parent / "shared" / "crds")
-    for folder in candidates:
-        files = sorted(folder.glob("*/*.yaml"))
-        if files:
-            return files
+        candidates.extend(folder / "shared" / "crds" for folder in repo_root().parents)
+    return next((folder for folder in candidates if any(folder.glob("*/*.yaml"))), None)
+
+
+def third_party_crd_files() -> list[Path]:
+    """All third-party CRD YAML files, sorted for a stable install order."""
+    folder = shared_crds_dir()
+    if folder is not None:
+        return sorted(folder.glob("*/*.yaml"))
     return sorted(_from_go_modules())
 
 
@@ -108,6 +114,7 @@ def wait_established(http: httpx.Client, names: Iterable[str], timeout: float = 
 
 def install_third_party_crds(http: httpx.Client) -> list[str]:
     """Install every third-party CRD and wait until the server serves them."""
-    names = apply_documents(http, load_documents(third_party_crd_files()), field_manager="maasctl-testenv")
+    crds = [d for d in load_documents(third_party_crd_files()) if d["kind"] == "CustomResourceDefinition"]
+    names = apply_documents(http, crds, field_manager="maasctl-testenv")
     wait_established(http, names)
     return names

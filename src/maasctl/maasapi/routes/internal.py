@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Header, Path
 from fastapi.responses import JSONResponse, Response
 
-from maasctl.contract.selection import select_subscription
+from maasctl.contract.selection import find, select_subscription
 from maasctl.maasapi.deps import ERROR_RESPONSES, AppState, StateDep, TokenCaller, is_admin, subscriptions_of
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.fastpath import INVALID
+from maasctl.maasapi.gatewayauth import gateway_token_valid
 from maasctl.maasapi.routes.views import subscription_out
 from maasctl.maasapi.schemas import (
     CleanupResponse,
@@ -22,6 +23,15 @@ from maasctl.maasapi.schemas import (
     ValidateResponse,
 )
 
+
+async def _gateway(st: StateDep, authorization: Annotated[str | None, Header()] = None) -> None:
+    """Only the gateway (its shared token, `maasapi.gatewayauth`) may call the callbacks."""
+    if not gateway_token_valid(authorization, st.settings.gateway_tokens):
+        st.metrics.internal_unauthenticated.labels("select").inc()
+        raise ApiError(401, "unauthenticated", "a valid gateway token is required")
+
+
+GatewayCaller = Depends(_gateway)
 router = APIRouter(tags=["gateway"], responses=ERROR_RESPONSES)
 
 
@@ -44,14 +54,14 @@ async def validate_payload(st: AppState, key: str) -> dict[str, Any]:
     }
 
 
-@router.post("/internal/v1/api-keys/validate", response_model=ValidateResponse)
+@router.post("/internal/v1/api-keys/validate", response_model=ValidateResponse, dependencies=[GatewayCaller])
 async def validate_key(body: ValidateRequest, st: StateDep) -> Response:
     """Served by `fastpath.ValidateFastPath` at runtime; this route defines the OpenAPI contract."""
     return JSONResponse(await validate_payload(st, body.key))
 
 
 @router.post("/internal/v1/subscriptions/select", response_model=SelectResponse,
-             response_model_exclude_none=True)
+             response_model_exclude_none=True, dependencies=[GatewayCaller])
 async def select(body: SelectRequest, st: StateDep) -> SelectResponse:
     """Always 200 for a well-formed request; the outcome (or a stable error code) is in the body."""
     try:
@@ -83,8 +93,17 @@ async def revoke_subscription_keys(
     st: StateDep,
     caller: TokenCaller,
 ) -> SubscriptionRevokeResponse:
-    """Used by the subscription deletion cleanup Job: revokes only this subscription's keys."""
-    if not await is_admin(st, caller, namespace):
+    """Used by the subscription deletion cleanup Job: revokes only this subscription's keys.
+
+    Allowed for the cleanup Job's identity (`key_cleanup_users`) while the subscription is being deleted, and
+    for subscription admins (manual cleanup). Nothing else can call it."""
+    if caller.username in st.settings.key_cleanup_users:
+        sub = find(await subscriptions_of(st), f"{namespace}/{name}", st.settings.subscription_namespace)
+        if sub is None or not sub.deleting:
+            raise ApiError(403, "forbidden", "the cleanup identity may only revoke keys of a subscription being "
+                           "deleted")
+    elif not await is_admin(st, caller, namespace):
+        st.metrics.internal_unauthenticated.labels("revoke_subscription").inc()
         raise ApiError(403, "forbidden", "only subscription admins can revoke a subscription's keys")
     ids = await st.keys().store.revoke_many(
         owner=None,

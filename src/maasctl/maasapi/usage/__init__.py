@@ -6,12 +6,12 @@ retention purge deletes), and everything the gateway reports is kept (tokens of 
 status, latency, route, streaming). Hourly, daily and monthly rollups are added to in the same transaction,
 so a batch is stored completely or not at all and reports read rollups only.
 
-Ingestion (`POST /internal/v1/usage`, body `{"records": [...]}` with the gateway's snake_case `UsageRecord`
-fields) is authenticated with a shared bearer token (`usage_ingest_tokens`; several may be configured to
-rotate). Chosen over a ServiceAccount token + TokenReview because the local data plane (`maasctl gateway` on
-a laptop) has no ServiceAccount to present, because it costs no API-server round trip per batch and needs
-no extra RBAC, and because one Secret mounted into both Deployments is all a cluster needs. Without a
-configured token ingestion is refused (403 `usage_ingest_disabled`), never open.
+Ingestion (`POST /internal/v1/usage`, body `{"records": [...]}` with the gateway's snake_case `UsageRecord` fields)
+is authenticated with the gateway's shared bearer token (`gateway_tokens`, see `maasapi.gatewayauth`; several may
+be configured to rotate). Chosen over a ServiceAccount token + TokenReview because the local data plane (`maasctl
+gateway` on a laptop) has no ServiceAccount to present, because it costs no API-server round trip per batch and
+needs no extra RBAC, and because one Secret mounted into both Deployments is all a cluster needs. Without a
+configured token ingestion is refused (401), never open.
 
 Idempotency: `request_id` (a uuid4 the gateway makes per request) is the primary key; a retried batch is
 stored once (`duplicates` in the answer). Bounds: at most `usage_max_batch_records` records

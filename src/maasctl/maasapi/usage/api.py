@@ -7,7 +7,6 @@ annotations` here: FastAPI reads the endpoints' annotations, which refer to clos
 """
 
 import csv
-import hmac
 import io
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from maasctl.contract.selection import find
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.gatewayauth import gateway_token_valid
 from maasctl.maasapi.schemas import SubscriptionName
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.usage import ranges
@@ -90,17 +90,10 @@ Ctx = Annotated[UsageContext, Depends(_context)]
 
 
 async def _gateway(ctx: Ctx, authorization: Annotated[str | None, Header()] = None) -> None:
-    """The gateway authenticates with a shared bearer token (`usage_ingest_tokens`)."""
-    tokens = ctx.settings.usage_ingest_tokens
-    if not tokens:
-        raise ApiError(403, "usage_ingest_disabled", "usage ingestion is not configured (no ingest token set)")
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise ApiError(401, "unauthenticated", "missing bearer token")
-    presented = authorization[7:].strip().encode()
-    # Compare with every token (constant time each) so timing does not reveal which one matched.
-    matched = [hmac.compare_digest(presented, t.get_secret_value().encode()) for t in tokens]
-    if not any(matched):
-        raise ApiError(401, "unauthenticated", "invalid usage ingest token")
+    """The gateway authenticates with its shared bearer token (`maasapi.gatewayauth`)."""
+    if not gateway_token_valid(authorization, ctx.settings.gateway_tokens):
+        ctx.app_state.metrics.internal_unauthenticated.labels("usage").inc()
+        raise ApiError(401, "unauthenticated", "a valid gateway token is required")
 
 
 GatewayAuth = Annotated[None, Depends(_gateway)]

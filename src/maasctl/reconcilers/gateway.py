@@ -1,0 +1,38 @@
+"""The served Gateway -> its default-deny AuthPolicy (`builders.gatewayauth`): closed by default.
+
+Applied while the Gateway exists and Kuadrant's AuthPolicy CRD is served; re-applied when someone edits it
+(drift), left alone when annotated `opendatahub.io/managed: "false"`.
+"""
+
+from __future__ import annotations
+
+from maasctl.builders.gatewayauth import build_gateway_default_auth
+from maasctl.builders.validation import InvalidInputError
+from maasctl.reconcilers.context import DEPENDENCY_RECHECK, Context
+from maasctl.reconcilers.kinds import AUTH_POLICY, GATEWAY
+from maasctl.runtime import Request, Result
+
+
+class GatewayReconciler:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def serves(self, req: Request) -> bool:
+        gw = self.ctx.gateway
+        return (req.namespace, req.name) == (gw.namespace, gw.name)
+
+    async def reconcile(self, req: Request) -> Result:
+        if not self.serves(req):
+            return Result.done()
+        gateway = self.ctx.cache.get(GATEWAY, req.name, req.namespace)
+        if gateway is None:
+            return Result.done()
+        if self.ctx.missing_apis(AUTH_POLICY):
+            return Result.requeue_after(DEPENDENCY_RECHECK)
+        try:
+            desired = build_gateway_default_auth(self.ctx.gateway)
+        except InvalidInputError as exc:
+            await self.ctx.event(gateway, "Warning", "RenderFailed", f"default AuthPolicy: {exc}")
+            return Result.done()
+        await self.ctx.apply_generated(gateway, desired)
+        return Result.done()
