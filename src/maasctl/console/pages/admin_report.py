@@ -1,0 +1,7 @@
+"""Administrator pages (filled in below)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()
