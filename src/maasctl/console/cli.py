@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from maasctl.console.settings import ConsoleSettings, OidcSettings
+from maasctl.console.settings import DEFAULT_SCOPES, ConsoleSettings, OidcSettings
 from maasctl.settings import env_default
 
 
@@ -54,7 +54,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
         oidc = OidcSettings(issuer=args.oidc_issuer_url, client_id=args.oidc_client_id,
                             client_secret=Path(args.oidc_client_secret_file).read_text().strip(),
                             ca_file=args.oidc_ca_file,
-                            scopes=tuple(args.oidc_scopes) or OidcSettings.__dataclass_fields__["scopes"].default)
+                            scopes=tuple(args.oidc_scopes) or DEFAULT_SCOPES)
     secret = Path(args.session_secret_file).read_text().strip() if args.session_secret_file else ""
     return ConsoleSettings(
         host=args.host, port=args.port, public_url=args.public_url or f"http://{args.host}:{args.port}",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+DEFAULT_SCOPES = ("openid", "profile", "groups")
+
 
 @dataclass(frozen=True, kw_only=True)
 class OidcSettings:
@@ -17,7 +19,7 @@ class OidcSettings:
     client_id: str
     client_secret: str = field(repr=False)
     groups_claim: str = "groups"
-    scopes: tuple[str, ...] = ("openid", "profile", "groups")
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
     ca_file: str | None = None  # CA bundle for the issuer's TLS certificate (default: system CAs)
 
 
