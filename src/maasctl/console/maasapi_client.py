@@ -52,9 +52,10 @@ class UserMaasApi:
         self._headers = {"Authorization": f"Bearer {token}"}
 
     async def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                    json: Any = None) -> Any:
+                    json: Any = None, headers: Mapping[str, str] | None = None) -> Any:
         try:
-            resp = await self._http.request(method, path, params=_clean(params), json=json, headers=self._headers)
+            resp = await self._http.request(method, path, params=_clean(params), json=json,
+                                            headers={**self._headers, **(headers or {})})
         except httpx.HTTPError as exc:
             raise MaasApiError(503, "maas_api_unreachable", "maas-api cannot be reached right now") from exc
         if resp.status_code >= 300:
@@ -64,8 +65,10 @@ class UserMaasApi:
     async def subscriptions(self) -> list[dict[str, Any]]:
         return list((await self._call("GET", "/v1/subscriptions")).get("data") or [])
 
-    async def models(self) -> list[dict[str, Any]]:
-        return list((await self._call("GET", "/v1/models")).get("data") or [])
+    async def models(self, subscription: str | None = None) -> list[dict[str, Any]]:
+        """Models the user can call (through `subscription` when given: the X-MaaS-Subscription header)."""
+        headers = {"X-MaaS-Subscription": subscription} if subscription else None
+        return list((await self._call("GET", "/v1/models", headers=headers)).get("data") or [])
 
     async def keys(self) -> list[dict[str, Any]]:
         return list((await self._call("GET", "/v1/api-keys", params={"limit": 100})).get("data") or [])

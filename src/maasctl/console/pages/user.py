@@ -162,7 +162,9 @@ def curl_for(model: dict[str, Any]) -> str | None:
     if not url or not _SHELL_SAFE.match(model_id) or not re.match(r"^https?://[^\s'\"\\`$]+$", url):
         return None
     body = json.dumps({"model": model_id, "messages": [{"role": "user", "content": "Hello!"}]})
-    return (f"curl -s {url.rstrip('/')}/v1/chat/completions \\\n"
+    base = url.rstrip("/")
+    base = base if base.endswith("/v1") else base + "/v1"
+    return (f"curl -s {base}/chat/completions \\\n"
             f"  -H \"Authorization: Bearer $MAAS_API_KEY\" \\\n"
             f"  -H 'Content-Type: application/json' \\\n"
             f"  -d '{body}'")
@@ -172,10 +174,14 @@ def curl_for(model: dict[str, Any]) -> str | None:
 async def models_page(request: Request, identity: User) -> Response:
     api = maasapi_as(request, identity)
     error = None
-    models: list[dict[str, Any]] = []
+    models: dict[str, dict[str, Any]] = {}
     try:
-        models = await api.models()
+        # One listing per subscription (X-MaaS-Subscription): each model with every subscription it is in.
+        for sub in await api.subscriptions():
+            for m in await api.models(sub["id"]):
+                entry = models.setdefault(m["owned_by"], {**m, "subscriptions": []})
+                entry["subscriptions"] = sorted({*entry["subscriptions"], *m.get("subscriptions", [])})
     except MaasApiError as exc:
         error = str(exc)
-    rows = [{**m, "curl": curl_for(m)} for m in models]
+    rows = [{**m, "curl": curl_for(m)} for _, m in sorted(models.items())]
     return render(request, "user/models.html", title="Models", models=rows, error=error)
