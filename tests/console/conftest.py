@@ -57,7 +57,7 @@ async def world() -> AsyncIterator[ConsoleWorld]:
             await client.apply(samples.gateway(stack.settings, port), field_manager="console-tests")
             await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace,
                                samples.gateway_status(), subresource="status")
-            url = await start_console(stack, free_port(), admin_groups=ADMIN_GROUPS)
+            url = await start_console(stack, free_port(), admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins",))
             yield ConsoleWorld(stack, url)
         finally:
             await stack.stop()

@@ -48,10 +48,12 @@ async def console_kubeconfig(stack: LocalStack, path: Path) -> Path:
 
 
 async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = ("maas-admins",),
-                        oidc: OidcFlags | None = None, model_namespace: str = "llm") -> str:
-    """Spawn the console process (as `stack.processes["console"]`); return its URL once it answers."""
+                        rbac_groups: tuple[str, ...] | None = None, oidc: OidcFlags | None = None,
+                        model_namespace: str = "llm") -> str:
+    """Spawn the console process (as `stack.processes["console"]`); return its URL once it answers.
+    `rbac_groups` (default: the admin groups) are bound to the administrators' ClusterRole."""
     client = Client(stack.api)
-    for obj in rbac.admin_access(admin_groups):
+    for obj in rbac.admin_access(admin_groups if rbac_groups is None else rbac_groups):
         await client.apply(obj, field_manager="maasctl-console-setup")
     kubeconfig = await console_kubeconfig(stack, stack.directory / "console.kubeconfig")
     secret = stack.directory / "console-session.key"

@@ -16,7 +16,7 @@ ADMIN_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["maas.opendatahub.io"], "resources": MAAS_RESOURCES,
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
     # Upstream provider keys: written once, never read back by the console (it lists metadata only).
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "list", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "list", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
     {"apiGroups": ["serving.kserve.io"], "resources": ["llminferenceservices"], "verbs": ["get", "list"]},
 ]
