@@ -227,7 +227,9 @@ async def view(request: Request, identity: Admin, name: Annotated[str, Path(patt
         report = await api.subscription_usage(ns, name, {"from": usage.iso(b.start), "to": usage.iso(b.end)})
         return int((report.get("totals") or {}).get("totalTokens") or 0)
 
-    error, per_model, points = None, [], []
+    error: str | None = None
+    per_model: list[dict[str, Any]] = []
+    points: list[tuple[str, int]] = []
     try:
         per_model = (await api.subscription_usage(ns, name, {"range": range_name})).get("models") or []
         points = await usage.series(usage.buckets(range_name, now), total)
