@@ -39,6 +39,10 @@ class Browser:
             options.add_argument(f"--ignore-certificate-errors-spki-list={trust_spki}")
         service = Service(executable_path=CHROMEDRIVER)
         self.driver = webdriver.Chrome(service=service, options=options)
+        self.downloads = Path(self._profile.name) / "downloads"
+        self.downloads.mkdir()
+        self.driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                                    {"behavior": "allow", "downloadPath": str(self.downloads)})
 
     def close(self) -> None:
         try:

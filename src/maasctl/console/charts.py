@@ -13,17 +13,14 @@ from markupsafe import Markup, escape
 from maasctl.contract.quantities import format_tokens
 
 
-def _nice_max(value: int) -> int:
-    """A round axis maximum at or above `value` (1, 2, 5 x 10^n)."""
-    if value <= 0:
-        return 1
+def _nice_max(value: int, ticks: int = 4) -> int:
+    """A round axis maximum at or above `value`: `ticks` steps of 1, 2 or 5 x 10^n (so every tick is whole)."""
     scale = 1
-    while scale * 10 <= value:
+    while True:
+        for step in (1, 2, 5):
+            if step * scale * ticks >= value:
+                return step * scale * ticks
         scale *= 10
-    for step in (1, 2, 5, 10):
-        if step * scale >= value:
-            return step * scale
-    return 10 * scale
 
 
 def bar_chart(points: Sequence[tuple[str, int]], title: str, ident: str = "chart", width: int = 720,

@@ -29,7 +29,10 @@ document.addEventListener("click", (event) => {
   const open = event.target.closest("[data-open-dialog]");
   if (open) {
     const dialog = document.getElementById(open.dataset.openDialog);
-    if (dialog && dialog.showModal) dialog.showModal();
+    if (dialog && dialog.showModal) {
+      event.preventDefault();
+      dialog.showModal();
+    }
     return;
   }
   const close = event.target.closest("[data-close-dialog]");
@@ -40,7 +43,12 @@ document.addEventListener("click", (event) => {
 });
 document.addEventListener("submit", (event) => {
   const message = event.target.dataset.confirm;
-  if (message && !window.confirm(message)) event.preventDefault();
+  if (message && !window.confirm(message)) {
+    event.preventDefault();
+    return;
+  }
+  const dialog = event.target.closest("dialog");
+  if (dialog && event.target.method === "get") setTimeout(() => dialog.close(), 0);
 });
 function selectText(node) {
   if (!node) return;
