@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the local control plane keeps its data and kubeconfig")
     dev.add_argument("--gateway-port", type=int, default=8000)
     dev.add_argument("--api-port", type=int, default=8090)
+    dev.add_argument("--console-port", type=int, default=8095)
     dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
 
     _add_api_parser(sub)
@@ -200,7 +201,8 @@ def _dev(args: argparse.Namespace) -> int:
 
     _configure_logging(args)
     return _run_async(run_dev(settings_from_args(args), DevOptions(
-        directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, samples=not args.no_samples)))
+        directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, console_port=args.console_port,
+        samples=not args.no_samples)))
 
 
 def _api(args: argparse.Namespace) -> int:
