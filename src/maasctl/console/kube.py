@@ -11,6 +11,7 @@ import json as jsonlib
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 MAAS = "maas.opendatahub.io/v1alpha1"
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 @dataclass(frozen=True)
@@ -68,16 +70,18 @@ class ClusterAccess:
     server: str
     verify: ssl.SSLContext | bool
     own_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    own_cert: tuple[str, str] | None = None
+    own_token_file: str | None = None  # in a pod: the projected token, re-read as the kubelet rotates it
 
 
 async def cluster_access(kubeconfig: str | None) -> ClusterAccess:
     """Read a kubeconfig (or the in-cluster service account) into what plain HTTPS calls need."""
     cfg = k8s.Configuration()
+    token_file = None
     if kubeconfig:
         await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        token_file = SERVICE_ACCOUNT_TOKEN
     verify: ssl.SSLContext | bool = True
     if cfg.ssl_ca_cert:
         verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
@@ -91,7 +95,8 @@ async def cluster_access(kubeconfig: str | None) -> ClusterAccess:
     if auth:
         prefix = (cfg.api_key_prefix or {}).get("authorization", "")
         headers["Authorization"] = f"{prefix} {auth}".strip() if prefix else str(auth)
-    return ClusterAccess(server=str(cfg.host).rstrip("/"), verify=verify, own_headers=headers)
+    return ClusterAccess(server=str(cfg.host).rstrip("/"), verify=verify, own_headers=headers,
+                         own_token_file=token_file)
 
 
 def _error(resp: httpx.Response) -> KubeError:
@@ -131,7 +136,11 @@ class Kube:
     async def token_review(self, token: str) -> tuple[str, tuple[str, ...]] | None:
         """The user behind a bearer token (a Kubernetes token or an OIDC ID token the API server trusts)."""
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        resp = await self._own_http.post("/apis/authentication.k8s.io/v1/tokenreviews", json=body)
+        headers = None
+        if self.access.own_token_file:
+            own = Path(self.access.own_token_file).read_text().strip()
+            headers = {"Authorization": f"Bearer {own}"}
+        resp = await self._own_http.post("/apis/authentication.k8s.io/v1/tokenreviews", json=body, headers=headers)
         if resp.status_code >= 300:
             raise _error(resp)
         status = resp.json().get("status") or {}
