@@ -100,3 +100,9 @@ async def test_publish_subscribe_call_report_export(world: ConsoleWorld, browser
     rows = list(csv.DictReader(io.StringIO(text)))
     by_model = {r["model"]: int(r["total_tokens"]) for r in rows}
     assert by_model.get(f"{ns}/gpt-x", 0) > 0 and by_model.get(f"{ns}/granite", 0) > 0, rows
+
+    # The console's log names users and events, never a credential.
+    log = (world.stack.directory / "console.log").read_text()
+    assert "console_signin" in log and "carol" in log
+    for secret in (key, world.token("carol"), world.token("ops"), world.stack.options.upstream_key):
+        assert secret not in log

@@ -29,6 +29,21 @@ async def test_token_sign_in_starts_an_httponly_session_and_shows_the_user(world
     assert world.token("alice") not in browser.source()
 
 
+async def test_sign_in_with_the_keyboard_only(world: ConsoleWorld, browser: Browser) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    browser.go("/signin")
+    body = browser.one("body")
+    body.send_keys(Keys.TAB)  # the skip link comes first
+    assert browser.run("return document.activeElement.textContent") == "Skip to content"
+    active = browser.driver.switch_to.active_element
+    active.send_keys(Keys.TAB)
+    assert browser.run("return document.activeElement.id") == "token"
+    assert browser.run("return document.querySelector('label[for=token]').textContent") == "Bearer token"
+    browser.driver.switch_to.active_element.send_keys(world.token("bob"), Keys.ENTER)
+    await browser.until(lambda: "bob" in browser.text("header"), what="signed in by keyboard")
+
+
 async def test_a_wrong_token_is_refused(world: ConsoleWorld, browser: Browser) -> None:
     browser.go("/signin")
     browser.fill("token", "not-a-token")
