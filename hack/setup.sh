@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL server binaries (tests),
-# and the Go-built local control plane (cached under ~/.cache/maasctl, keyed by go.sum + Go version).
+# the console's browser-test tools (hack/setup-console.sh) and the Go-built local control plane (cached under
+# ~/.cache/maasctl, keyed by go.sum + Go version).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +29,5 @@ if [ "$want_postgres" = "--postgres" ] && ! ls /usr/lib/postgresql/*/bin/initdb 
   fi
 fi
 
+./hack/setup-console.sh
 .venv/bin/maasctl testenv build >/dev/null

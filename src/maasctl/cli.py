@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from maasctl import __version__, usage_cli
+from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
 
 
@@ -138,11 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the local control plane keeps its data and kubeconfig")
     dev.add_argument("--gateway-port", type=int, default=8000)
     dev.add_argument("--api-port", type=int, default=8090)
+    dev.add_argument("--console-port", type=int, default=8095)
     dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
 
     _add_api_parser(sub)
     _add_gateway_parsers(sub)
     usage_cli.register(sub)
+    console_cli.register(sub)
 
     model = sub.add_parser("testmodel", help="serve the OpenAI-compatible test model (tests and samples)")
     model.add_argument("--host", default="127.0.0.1")
@@ -202,7 +205,8 @@ def _dev(args: argparse.Namespace) -> int:
 
     _configure_logging(args)
     return _run_async(run_dev(settings_from_args(args), DevOptions(
-        directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, samples=not args.no_samples)))
+        directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, console_port=args.console_port,
+        samples=not args.no_samples)))
 
 
 def _api(args: argparse.Namespace) -> int:
@@ -305,6 +309,7 @@ def _keys(args: argparse.Namespace) -> int:
 _HANDLERS = {
     "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
     "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
+    "console": console_cli.run,
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +15,17 @@ import structlog
 
 from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
+from maasctl.console.localrun import start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
+from maasctl.testenv import TestUser
 
 log = structlog.get_logger("maasctl.dev")
 FIELD_MANAGER = "maasctl-dev"
+DEV_ADMIN = "admin"  # a token-file user in the console's administrator group
+ADMIN_GROUP = "maas-admins"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +33,7 @@ class DevOptions:
     directory: Path
     gateway_port: int = 8000
     api_port: int = 8090
+    console_port: int = 8095
     samples: bool = True
 
 
@@ -53,17 +59,19 @@ def write_tokens(stack: LocalStack, path: Path) -> None:
     path.chmod(0o600)
 
 
-def banner(stack: LocalStack, directory: Path) -> str:
+def banner(stack: LocalStack, directory: Path, console_url: str) -> str:
     kubeconfig, tokens = directory / "kubeconfig", directory / "tokens.env"
     ns = samples.MODEL_NAMESPACE
     return f"""
 maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {directory}/*.log
 
   export KUBECONFIG={kubeconfig}     # kubectl get maasmodelrefs,maassubscriptions -A
-  source {tokens}                     # ALICE_TOKEN (premium-users), BOB_TOKEN (free-users), CAROL_TOKEN
+  source {tokens}                     # ALICE_TOKEN (premium-users), BOB_TOKEN (free-users), CAROL_TOKEN,
+                                      # ADMIN_TOKEN (maas-admins: the console's administrator pages)
 
   maas-api   {stack.api_url}
   gateway    {stack.gateway_url}
+  console    {console_url}    # sign in with $ADMIN_TOKEN (a MaaS administrator) or $ALICE_TOKEN
 
   # mint an API key bound to alice's best subscription, then call a model through the gateway:
   KEY=$(curl -s -X POST {stack.api_url}/v1/api-keys -H "Authorization: Bearer $ALICE_TOKEN" \\
@@ -83,8 +91,9 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     directory = options.directory.resolve()
     shutil.rmtree(directory / "controlplane", ignore_errors=True)
     (directory / "maas-api.db").unlink(missing_ok=True)
+    admin = TestUser(DEV_ADMIN, secrets.token_urlsafe(24), (ADMIN_GROUP, "system:authenticated"))
     stack = LocalStack(StackOptions(directory=directory, settings=settings, gateway_port=options.gateway_port,
-                                    api_port=options.api_port, controller_process=False))
+                                    api_port=options.api_port, controller_process=False, extra_users=(admin,)))
     log.info("starting the local stack", directory=str(directory))
     await stack.start()
     try:
@@ -94,7 +103,9 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         controller = asyncio.create_task(run_controller(dataclasses.replace(stack.settings), stop))
         if options.samples:
             await apply_samples(stack)
-        print(banner(stack, directory), flush=True)
+        console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
+                                          model_namespace=samples.MODEL_NAMESPACE)
+        print(banner(stack, directory, console_url), flush=True)
         return await controller
     finally:
         await stack.stop()

@@ -24,8 +24,8 @@ from maasctl.api.install import install_crds
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
-from maasctl.testenv import ControlPlane
-from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.testenv import ControlPlane, TestUser
+from maasctl.testenv.controlplane import ManagedProcess, default_users, free_port
 from maasctl.testenv.crds import install_third_party_crds
 from maasctl.testenv.jobrunner import DEFAULT_MANAGED_BY, JobRunner
 
@@ -51,6 +51,8 @@ class StackOptions:
     upstream_key: str = "dev-upstream-key"
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    extra_users: tuple[TestUser, ...] = ()  # token-file users besides alice, bob and carol
+    extra_apiserver_flags: tuple[str, ...] = ()  # e.g. --oidc-* for the console's OIDC sign-in
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -63,7 +65,9 @@ class LocalStack:
     def __init__(self, options: StackOptions) -> None:
         self.options = options
         self.directory = options.directory.resolve()
-        self.control_plane = ControlPlane(directory=self.directory / "controlplane")
+        users = {u.name: u for u in (*default_users(), *options.extra_users)}
+        self.control_plane = ControlPlane(directory=self.directory / "controlplane", users=users,
+                                          extra_apiserver_flags=options.extra_apiserver_flags)
         self.processes: dict[str, ManagedProcess] = {}
         self.gateway_url = self.api_url = self.model_url = self.incluster_model_url = ""
         self.health_url = ""

@@ -32,6 +32,11 @@ class ModelOutcome:
     def ok(self) -> bool:
         return self.reason == "Valid"
 
+    @property
+    def pending(self) -> bool:
+        """Not contributing yet only because the model's route is still being created."""
+        return self.reason == "RouteNotFound"
+
 
 def model_ref_statuses(outcomes: Sequence[ModelOutcome]) -> list[dict[str, Any]]:
     return [
@@ -42,7 +47,7 @@ def model_ref_statuses(outcomes: Sequence[ModelOutcome]) -> list[dict[str, Any]]
 
 
 def base_status(obj: Mapping[str, Any], outcomes: Sequence[ModelOutcome]) -> dict[str, Any]:
-    phase, reason, message = phase_of([ModelHealth(o.model.key, o.ok, o.message) for o in outcomes])
+    phase, reason, message = phase_of([ModelHealth(o.model.key, o.ok, o.message, o.pending) for o in outcomes])
     generation = int(obj["metadata"].get("generation", 0))
     return {
         "phase": phase,

@@ -1,0 +1,1 @@
+"""Page routers, one module per area of the console (see `maasctl.console.nav`)."""

@@ -1,0 +1,262 @@
+"""MaaS -> Subscriptions: list (name, models, subscribers, phase), create, view (limits and usage), edit and
+delete. Each save writes the MaaSSubscription and its matching MaaSAuthPolicy as the signed-in
+administrator (see `maasctl.console.subscriptions`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION, dump
+from maasctl.console import forms, tiers, usage
+from maasctl.console.kube import AUTH_POLICY, MODEL_REF, SUBSCRIPTION, KubeError, UserKube
+from maasctl.console.maasapi_client import MaasApiError
+from maasctl.console.subscriptions import (
+    MANAGED_LABEL,
+    ModelRow,
+    SubscriptionForm,
+    api_fields,
+    auth_policy,
+    error_field,
+    subscription,
+    subscription_patch,
+)
+from maasctl.console.web import Admin, console, flash, kube_as, maasapi_as, q, redirect, render
+
+router = APIRouter()
+NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+def _sub_ns(request: Request) -> str:
+    return console(request).settings.subscription_namespace
+
+
+def list_row(obj: dict[str, Any]) -> dict[str, Any]:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    owner = spec.get("owner") or {}
+    notes = meta.get("annotations") or {}
+    return {
+        "name": meta.get("name"), "display_name": notes.get(DISPLAY_NAME_ANNOTATION, ""),
+        "description": notes.get(DESCRIPTION_ANNOTATION, ""),
+        "models": [{"ref": f"{m['namespace']}/{m['name']}", "tiers": m.get("tokenRateLimits")}
+                   for m in spec.get("modelRefs") or []],
+        "users": owner.get("users") or [], "groups": [g["name"] for g in owner.get("groups") or []],
+        "priority": spec.get("priority", 0),
+        "phase": "Deleting" if meta.get("deletionTimestamp") else status.get("phase") or "Pending",
+    }
+
+
+@router.get("/admin/subscriptions")
+async def subscriptions_page(request: Request, identity: Admin) -> Response:
+    error = None
+    rows: list[dict[str, Any]] = []
+    try:
+        rows = sorted(map(list_row, await kube_as(request, identity).list(SUBSCRIPTION, _sub_ns(request))),
+                      key=lambda r: r["name"])
+    except KubeError as exc:
+        error = str(exc)
+    return render(request, "admin/subscriptions.html", title="Subscriptions", rows=rows, error=error)
+
+
+async def _model_rows(kube: UserKube, existing: dict[str, Any] | None) -> list[ModelRow]:
+    """Every published model, plus models the subscription names that are not published (any more)."""
+    rows = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": ModelRow(
+        o["metadata"]["namespace"], o["metadata"]["name"], kind=(o.get("spec") or {}).get("modelRef", {}).get(
+            "kind", "")) for o in await kube.list(MODEL_REF)}
+    for m in ((existing or {}).get("spec") or {}).get("modelRefs") or []:
+        row = rows.setdefault(f"{m['namespace']}/{m['name']}", ModelRow(m["namespace"], m["name"], kind="missing"))
+        row.include = True
+        row.tiers = tiers.to_text(m.get("tokenRateLimits") if not m.get("unlimited") else None)
+        row.billing_rate = m.get("billingRate")
+    return [rows[k] for k in sorted(rows)]
+
+
+def _form_from(obj: dict[str, Any], models: list[ModelRow]) -> SubscriptionForm:
+    row = list_row(obj)
+    return SubscriptionForm(name=row["name"], display_name=row["display_name"], description=row["description"],
+                            users=", ".join(row["users"]), groups=", ".join(row["groups"]),
+                            priority=str(row["priority"]), resource_version=obj["metadata"].get("resourceVersion", ""),
+                            models=models)
+
+
+def _render_form(request: Request, form: SubscriptionForm, errors: dict[str, str], editing: bool,
+                 status: int = 200) -> Response:
+    return render(request, "admin/subscription_form.html", status,
+                  title=f"Edit {form.name}" if editing else "Create Subscription", form=form, errors=errors,
+                  editing=editing)
+
+
+@router.get("/admin/subscriptions/new")
+async def new_form(request: Request, identity: Admin) -> Response:
+    try:
+        models = await _model_rows(kube_as(request, identity), None)
+    except KubeError as exc:
+        return render(request, "error.html", 502, title="Create Subscription", message=str(exc))
+    return _render_form(request, SubscriptionForm(models=models), {}, editing=False)
+
+
+async def _read_form(request: Request, kube: UserKube, existing: dict[str, Any] | None) -> SubscriptionForm:
+    data = await request.form()
+
+    def text(key: str, limit: int = 4096) -> str:
+        return str(data.get(key, ""))[:limit]
+
+    models = await _model_rows(kube, existing)
+    by_ref = {m.ref: m for m in models}
+    i = 0
+    while f"model-{i}-ref" in data and i < 1000:
+        row = by_ref.get(text(f"model-{i}-ref", 317))
+        if row is not None:
+            row.include = data.get(f"model-{i}-include") == "on"
+            row.tiers = text(f"model-{i}-tiers", 1024)
+        i += 1
+    return SubscriptionForm(
+        name=(existing or {}).get("metadata", {}).get("name") or text("name", 253).strip(),
+        display_name=text("display_name", 256), description=text("description", 2048),
+        users=text("users"), groups=text("groups"), priority=text("priority", 16),
+        resource_version=text("resource_version", 64), models=models)
+
+
+async def _save(request: Request, identity: Admin, existing: dict[str, Any] | None) -> Response:
+    kube = kube_as(request, identity)
+    form = await _read_form(request, kube, existing)
+    editing = existing is not None
+    errors: dict[str, str] = {}
+    included = [i for i, m in enumerate(form.models) if m.include]
+    limits: dict[str, list[dict[str, Any]] | None] = {}
+    for i in included:
+        row = form.models[i]
+        try:
+            limits[row.ref] = tiers.from_text(row.tiers)
+        except tiers.TierError as exc:
+            errors[f"model-{i}-tiers"] = str(exc)
+    if not form.name:
+        errors["name"] = "Enter a subscription name."
+    if not form.users.strip() and not form.groups.strip():
+        errors["subscribers"] = "Add at least one subscriber: a username, a group, or * for all authenticated users."
+    if not included:
+        errors["models"] = "Add at least one published model."
+    if errors:
+        return _render_form(request, form, errors, editing, 422)
+    try:
+        sub = subscription(form, _sub_ns(request), limits)
+        policy = auth_policy(sub)
+    except ValidationError as exc:
+        return _render_form(request, form, forms.pydantic_errors(exc, lambda loc: error_field(loc, included)),
+                            editing, 422)
+    try:
+        if existing is None:
+            await kube.create(SUBSCRIPTION, dump(sub))
+        else:
+            await kube.merge_patch(SUBSCRIPTION, form.name, _sub_ns(request),
+                                   subscription_patch(sub, form.resource_version))
+    except KubeError as exc:
+        errors = forms.kube_errors(exc, api_fields(included))
+        if exc.status == 409 and exc.reason == "Conflict":
+            errors = {"_form": "Someone else changed this subscription meanwhile: reload the page and edit again."}
+        return _render_form(request, form, errors, editing, 422)
+    try:
+        await _save_policy(kube, dump(policy))
+    except (KubeError, _NotOurs) as exc:
+        flash(request, "error", f"The subscription was saved, but its auth policy was not: {exc}. Subscribers "
+                                "cannot call its models until a MaaSAuthPolicy admits them.")
+        return redirect("/admin/subscriptions")
+    flash(request, "ok", f"Saved subscription {form.name} and its auth policy.")
+    return redirect("/admin/subscriptions")
+
+
+class _NotOurs(Exception):
+    pass
+
+
+async def _save_policy(kube: UserKube, policy: dict[str, Any]) -> None:
+    meta = policy["metadata"]
+    current = await kube.find(AUTH_POLICY, meta["name"], meta["namespace"])
+    if current is None:
+        await kube.create(AUTH_POLICY, policy)
+        return
+    if ((current.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != meta["name"]:
+        raise _NotOurs(f"a MaaSAuthPolicy named {meta['name']} exists and was not created by the console")
+    subjects = policy["spec"]["subjects"]
+    await kube.merge_patch(AUTH_POLICY, meta["name"], meta["namespace"], {"spec": {
+        "modelRefs": policy["spec"]["modelRefs"],
+        "subjects": {"users": subjects.get("users"), "groups": subjects.get("groups")}}})
+
+
+@router.post("/admin/subscriptions/new")
+async def create(request: Request, identity: Admin) -> Response:
+    return await _save(request, identity, None)
+
+
+async def _existing(request: Request, identity: Admin, name: str) -> dict[str, Any] | None:
+    return await kube_as(request, identity).find(SUBSCRIPTION, name, _sub_ns(request))
+
+
+@router.get("/admin/subscriptions/{name}/edit")
+async def edit_form(request: Request, identity: Admin, name: Annotated[str, Path(pattern=NAME)]) -> Response:
+    kube = kube_as(request, identity)
+    existing = await _existing(request, identity, name)
+    if existing is None:
+        return render(request, "error.html", 404, title="Subscription", message="There is no such subscription.")
+    return _render_form(request, _form_from(existing, await _model_rows(kube, existing)), {}, editing=True)
+
+
+@router.post("/admin/subscriptions/{name}/edit")
+async def edit(request: Request, identity: Admin, name: Annotated[str, Path(pattern=NAME)]) -> Response:
+    existing = await _existing(request, identity, name)
+    if existing is None:
+        return render(request, "error.html", 404, title="Subscription", message="There is no such subscription.")
+    return await _save(request, identity, existing)
+
+
+@router.get("/admin/subscriptions/{name}")
+async def view(request: Request, identity: Admin, name: Annotated[str, Path(pattern=NAME)],
+               range: str = "7d") -> Response:
+    existing = await _existing(request, identity, name)
+    if existing is None:
+        return render(request, "error.html", 404, title="Subscription", message="There is no such subscription.")
+    range_name = range if range in usage.RANGES else "7d"
+    api, ns = maasapi_as(request, identity), _sub_ns(request)
+    now = datetime.now(UTC)
+
+    async def total(b: usage.Bucket) -> int:
+        report = await api.subscription_usage(ns, name, {"from": usage.iso(b.start), "to": usage.iso(b.end)})
+        return int((report.get("totals") or {}).get("totalTokens") or 0)
+
+    error: str | None = None
+    per_model: list[dict[str, Any]] = []
+    points: list[tuple[str, int]] = []
+    try:
+        per_model = (await api.subscription_usage(ns, name, {"range": range_name})).get("models") or []
+        points = await usage.series(usage.buckets(range_name, now), total)
+    except MaasApiError as exc:
+        error = str(exc)
+    return render(request, "admin/subscription.html", title=name, sub=list_row(existing), per_model=per_model,
+                  points=points, range_name=range_name, ranges=usage.RANGES, error=error)
+
+
+@router.get("/admin/subscriptions/{name}/delete")
+async def delete_form(request: Request, identity: Admin, name: Annotated[str, Path(pattern=NAME)]) -> Response:
+    existing = await _existing(request, identity, name)
+    if existing is None:
+        return render(request, "error.html", 404, title="Subscription", message="There is no such subscription.")
+    return render(request, "admin/subscription_delete.html", title=f"Delete {name}", sub=list_row(existing))
+
+
+@router.post("/admin/subscriptions/{name}/delete")
+async def delete(request: Request, identity: Admin, name: Annotated[str, Path(pattern=NAME)]) -> Response:
+    kube, ns = kube_as(request, identity), _sub_ns(request)
+    try:
+        await kube.delete(SUBSCRIPTION, name, ns)
+        policy = await kube.find(AUTH_POLICY, name, ns)
+        if policy is not None and ((policy.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) == name:
+            await kube.delete(AUTH_POLICY, name, ns)
+    except KubeError as exc:
+        flash(request, "error", f"{name} was not deleted: {exc}")
+        return redirect(f"/admin/subscriptions/{q(name)}")
+    flash(request, "ok", f"Deleted subscription {name}; its API keys are revoked by the controller's cleanup.")
+    return redirect("/admin/subscriptions")

@@ -1,0 +1,187 @@
+"""Pages for every signed-in user: My Subscriptions (limits, current usage, chart), API keys (mint, shown
+once, list, revoke) and the models they can call with a ready-to-paste curl."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Request
+from fastapi.responses import Response
+
+from maasctl.console import usage
+from maasctl.console.maasapi_client import MaasApiError, UserMaasApi
+from maasctl.console.web import User, ensure_session, flash, maasapi_as, redirect, render
+
+router = APIRouter()
+NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+NS = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+EXPIRY_CHOICES = (("1d", "1 day"), ("7d", "7 days"), ("30d", "30 days"), ("90d", "90 days"))
+ONCE_KEY = "minted-key"
+
+
+async def _current_usage(api: UserMaasApi, sub: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """Per model and tier window: tokens used in the current window (hour resolution)."""
+    windows = {t["window"] for m in sub.get("modelRefs") or [] for t in m.get("tokenRateLimits") or []}
+    used: dict[tuple[str, str], int] = {}
+    labels: dict[str, str] = {}
+    for window in sorted(windows):
+        start, label = usage.window_start(window, now)
+        labels[window] = label
+        report = await api.subscription_usage(sub["namespace"], sub["name"], {"from": usage.iso(start)})
+        for m in report.get("models") or []:
+            used[(m["model"], window)] = int(m.get("totalTokens") or 0)
+    return {"used": used, "labels": labels}
+
+
+@router.get("/my/subscriptions")
+async def my_subscriptions(request: Request, identity: User) -> Response:
+    api = maasapi_as(request, identity)
+    error = None
+    subs: list[dict[str, Any]] = []
+    current: dict[str, dict[str, Any]] = {}
+    try:
+        subs = await api.subscriptions()
+        now = datetime.now(UTC)
+        for sub in subs:
+            current[sub["id"]] = await _current_usage(api, sub, now)
+    except MaasApiError as exc:
+        error = str(exc)
+    return render(request, "user/subscriptions.html", title="My Subscriptions", subs=subs, current=current,
+                  error=error)
+
+
+@router.get("/my/subscriptions/{namespace}/{name}")
+async def my_subscription(request: Request, identity: User,
+                          namespace: Annotated[str, Path(pattern=NS)], name: Annotated[str, Path(pattern=NAME)],
+                          range: str = "7d") -> Response:
+    range_name = range if range in usage.RANGES else "7d"
+    api = maasapi_as(request, identity)
+    try:
+        subs = await api.subscriptions()
+    except MaasApiError as exc:
+        return render(request, "error.html", 502, title="Subscription", message=str(exc))
+    sub = next((s for s in subs if s["namespace"] == namespace and s["name"] == name), None)
+    if sub is None:
+        return render(request, "error.html", 404, title="Subscription",
+                      message="You are not a subscriber of this subscription.")
+    now = datetime.now(UTC)
+
+    async def total(b: usage.Bucket) -> int:
+        report = await api.subscription_usage(namespace, name, {"from": usage.iso(b.start), "to": usage.iso(b.end)})
+        return int((report.get("totals") or {}).get("totalTokens") or 0)
+
+    try:
+        current = await _current_usage(api, sub, now)
+        points = await usage.series(usage.buckets(range_name, now), total)
+    except MaasApiError as exc:
+        return render(request, "error.html", 502, title="Subscription", message=str(exc))
+    return render(request, "user/subscription.html", title=sub.get("displayName") or name, sub=sub,
+                  current=current, points=points, range_name=range_name, ranges=usage.RANGES)
+
+
+@router.get("/keys")
+async def keys_page(request: Request, identity: User) -> Response:
+    api = maasapi_as(request, identity)
+    error = None
+    keys: list[dict[str, Any]] = []
+    subs: list[dict[str, Any]] = []
+    try:
+        keys = await api.keys()
+        subs = await api.subscriptions()
+    except MaasApiError as exc:
+        error = str(exc)
+    return render(request, "user/keys.html", title="API Keys", keys=keys, subs=subs, error=error,
+                  expiry_choices=EXPIRY_CHOICES, form={}, errors={})
+
+
+@router.post("/keys")
+async def mint_key(request: Request, identity: User,
+                   name: Annotated[str, Form(max_length=256)] = "",
+                   subscription: Annotated[str, Form(max_length=317)] = "",
+                   expires_in: Annotated[str, Form(max_length=16)] = "30d") -> Response:
+    api = maasapi_as(request, identity)
+    errors: dict[str, str] = {}
+    name = name.strip()
+    if not name:
+        errors["name"] = "Enter a name for the key."
+    if expires_in not in dict(EXPIRY_CHOICES):
+        errors["expires_in"] = "Choose an expiry."
+    if not errors:
+        try:
+            minted = await api.mint(name, subscription or None, expires_in)
+        except MaasApiError as exc:
+            field = "subscription" if "subscription" in exc.code else "name" if exc.status == 422 else "_form"
+            errors[field] = str(exc)
+        else:
+            session = ensure_session(request)
+            session.put_once(ONCE_KEY, json.dumps({"key": minted["key"], "name": minted["name"],
+                                                   "subscription": minted["subscription"],
+                                                   "expiresAt": minted["expiresAt"]}))
+            return redirect("/keys/new")
+    keys, subs = [], []
+    try:
+        keys, subs = await api.keys(), await api.subscriptions()
+    except MaasApiError as exc:
+        errors.setdefault("_form", str(exc))
+    return render(request, "user/keys.html", 422, title="API Keys", keys=keys, subs=subs, error=None,
+                  expiry_choices=EXPIRY_CHOICES, errors=errors,
+                  form={"name": name, "subscription": subscription, "expires_in": expires_in})
+
+
+@router.get("/keys/new")
+async def new_key(request: Request, identity: User) -> Response:
+    """The minted key, exactly once: it is removed from the session as this page is rendered."""
+    raw = ensure_session(request).take_once(ONCE_KEY)
+    if raw is None:
+        flash(request, "warning", "A key is shown only once, right after it is created.")
+        return redirect("/keys")
+    return render(request, "user/new_key.html", title="Your new API key", minted=json.loads(raw))
+
+
+@router.post("/keys/{key_id}/revoke")
+async def revoke_key(request: Request, identity: User,
+                     key_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]) -> Response:
+    try:
+        await maasapi_as(request, identity).revoke(key_id)
+    except MaasApiError as exc:
+        flash(request, "error", f"The key was not revoked: {exc}")
+    else:
+        flash(request, "ok", "The key is revoked; requests with it are refused from now on.")
+    return redirect("/keys")
+
+
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
+
+
+def curl_for(model: dict[str, Any]) -> str | None:
+    """A ready-to-paste chat request for the model, reading the key from $MAAS_API_KEY."""
+    url, model_id = str(model.get("url") or ""), str(model.get("id") or "")
+    if not url or not _SHELL_SAFE.match(model_id) or not re.match(r"^https?://[^\s'\"\\`$]+$", url):
+        return None
+    body = json.dumps({"model": model_id, "messages": [{"role": "user", "content": "Hello!"}]})
+    base = url.rstrip("/")
+    base = base if base.endswith("/v1") else base + "/v1"
+    return (f"curl -s {base}/chat/completions \\\n"
+            f"  -H \"Authorization: Bearer $MAAS_API_KEY\" \\\n"
+            f"  -H 'Content-Type: application/json' \\\n"
+            f"  -d '{body}'")
+
+
+@router.get("/models")
+async def models_page(request: Request, identity: User) -> Response:
+    api = maasapi_as(request, identity)
+    error = None
+    models: dict[str, dict[str, Any]] = {}
+    try:
+        # One listing per subscription (X-MaaS-Subscription): each model with every subscription it is in.
+        for sub in await api.subscriptions():
+            for m in await api.models(sub["id"]):
+                entry = models.setdefault(m["owned_by"], {**m, "subscriptions": []})
+                entry["subscriptions"] = sorted({*entry["subscriptions"], *m.get("subscriptions", [])})
+    except MaasApiError as exc:
+        error = str(exc)
+    rows = [{**m, "curl": curl_for(m)} for _, m in sorted(models.items())]
+    return render(request, "user/models.html", title="Models", models=rows, error=error)

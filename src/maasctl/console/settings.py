@@ -1,0 +1,46 @@
+"""The console's settings: one frozen object built from flags (`maasctl console`), passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_SCOPES = ("openid", "profile", "groups")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OidcSettings:
+    """An OpenID provider for the authorization-code flow with PKCE.
+
+    The Kubernetes API server must trust the same issuer and client id (`--oidc-issuer-url`,
+    `--oidc-client-id`): the ID token is then the user's credential for the API server and for maas-api.
+    """
+
+    issuer: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    groups_claim: str = "groups"
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    ca_file: str | None = None  # CA bundle for the issuer's TLS certificate (default: system CAs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsoleSettings:
+    """Everything `maasctl console` needs. `public_url` is where browsers reach the console (OIDC redirect
+    URI, Secure cookies when https); `gateway_url` is only shown in examples when a model has no endpoint."""
+
+    host: str = "127.0.0.1"
+    port: int = 8095
+    public_url: str = "http://127.0.0.1:8095"
+    kubeconfig: str | None = None
+    maas_api_url: str = "http://maas-api.opendatahub.svc.cluster.local:8080"
+    subscription_namespace: str = "models-as-a-service"
+    model_namespace: str = "llm"  # default namespace offered when importing a model service
+    admin_groups: tuple[str, ...] = ("maas-admins",)
+    session_secret: str = field(default="", repr=False)  # signs session cookies; empty: random per process
+    session_ttl_seconds: int = 8 * 3600
+    max_sessions: int = 10_000
+    oidc: OidcSettings | None = None
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.public_url.startswith("https://")

@@ -1,0 +1,100 @@
+"""The console's test world: one local stack per session (real control plane, controller, maas-api, local
+data plane, test models), the console process in front of it, and a fresh headless Chromium per test.
+
+Users: alice (premium-users), bob (free-users), carol; `ops` is a MaaS administrator (group maas-admins,
+bound to the admin ClusterRole); `vic` is in an administrator group of the console but has no RBAC, so the
+API server refuses his writes. A real OpenID provider (npm oidc-provider) knows `dave` (group maas-admins,
+seen by the API server as oidc:dave in oidc:maas-admins) and `erin` (oidc:analysts).
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from maasctl import samples
+from maasctl.console.localrun import OidcFlags, start_console
+from maasctl.localstack import LocalStack, StackOptions
+from maasctl.reconcilers.kinds import GATEWAY
+from maasctl.runtime import Client
+from maasctl.settings import ControllerSettings
+from maasctl.testenv import TestUser
+from tests.console import oidc_provider
+from tests.console.browser import Browser
+from tests.console.oidc_provider import OidcProvider
+
+SETTINGS = ControllerSettings(gateway_name="maas-default-gateway", gateway_namespace="maas-gateway",
+                              leader_election_namespace="opendatahub", max_concurrent_reconciles=4)
+ADMIN_GROUPS = ("maas-admins", "console-viewers", "oidc:maas-admins")
+OIDC_ACCOUNTS = {"dave": ["maas-admins"], "erin": ["analysts"]}
+
+
+@dataclass
+class ConsoleWorld:
+    stack: LocalStack
+    url: str
+    oidc: OidcProvider
+
+    def token(self, user: str) -> str:
+        return self.stack.control_plane.users[user].token
+
+    @property
+    def client(self) -> Client:
+        return Client(self.stack.api)
+
+
+def fixed_port() -> int:
+    """A free port below the kernel's ephemeral range (32768+), where the other processes' port-0 binds and
+    outgoing connections never land: the console's URL must be known before the provider starts."""
+    for _ in range(200):
+        port = secrets.randbelow(12000) + 20000
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
+
+
+@pytest.fixture(scope="session")
+async def world() -> AsyncIterator[ConsoleWorld]:
+    extra = (TestUser("ops", secrets.token_urlsafe(24), ("maas-admins", "system:authenticated")),
+             TestUser("vic", secrets.token_urlsafe(24), ("console-viewers", "system:authenticated")))
+    with tempfile.TemporaryDirectory(prefix="maasctl-console-") as tmp:
+        port = fixed_port()
+        # The provider first: the API server is started trusting its ID tokens (users "oidc:<sub>").
+        provider = oidc_provider.start(Path(tmp), f"http://127.0.0.1:{port}/signin/oidc/callback", OIDC_ACCOUNTS)
+        stack = LocalStack(StackOptions(directory=Path(tmp) / "stack", settings=SETTINGS, extra_users=extra,
+                                        extra_apiserver_flags=provider.apiserver_flags()))
+        try:
+            await stack.start()
+            client = Client(stack.api)
+            gateway_port = int(stack.gateway_url.rsplit(":", 1)[1])
+            await client.apply(samples.gateway(stack.settings, gateway_port), field_manager="console-tests")
+            await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace,
+                               samples.gateway_status(), subresource="status")
+            url = await start_console(
+                stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
+                oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,
+                               client_secret_file=provider.client_secret_file, ca_file=provider.ca_file))
+            yield ConsoleWorld(stack, url, provider)
+        finally:
+            await stack.stop()
+            provider.stop()
+
+
+@pytest.fixture
+def browser(world: ConsoleWorld) -> Iterator[Browser]:
+    """A fresh Chromium profile per test; it accepts the test OpenID provider's certificate (only that)."""
+    b = Browser(world.url, trust_spki=world.oidc.spki)
+    try:
+        yield b
+    finally:
+        b.close()

@@ -1,0 +1,149 @@
+"""An administrator's Models pages in a real browser, checked against the objects on the real API server:
+import an external service (key written once, never shown), publish, rename and remove its model names,
+publish and unpublish an LLMInferenceService, and the API server's refusals shown next to the field."""
+
+from __future__ import annotations
+
+import base64
+
+from kubernetes_asyncio import client as k8s
+
+from tests.console import objects
+from tests.console.browser import Browser
+from tests.console.conftest import ConsoleWorld
+
+UPSTREAM = "upstream-secret-value-42"
+
+
+async def _get(world: ConsoleWorld, plural: str, ns: str, name: str) -> dict[str, object] | None:
+    api = k8s.CustomObjectsApi(world.stack.api)
+    try:
+        obj: dict[str, object] = await api.get_namespaced_custom_object("maas.opendatahub.io", "v1alpha1", ns,
+                                                                        plural, name)
+        return obj
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def import_service(browser: Browser, name: str, ns: str, endpoint: str, key: str = "") -> None:
+    browser.go("/admin/models/services/new")
+    browser.fill("name", name)
+    browser.fill("namespace", ns)
+    browser.fill("endpoint", endpoint)
+    if key:
+        browser.fill("upstream_key", key)
+    browser.button("Create")
+
+
+async def test_import_a_service_and_publish_rename_remove_its_models(world: ConsoleWorld, browser: Browser) -> None:
+    ns = await objects.namespace(world, "svc")
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    import_service(browser, "acme", ns, f"{world.stack.model_url}/v1", UPSTREAM)
+    await browser.until(lambda: browser.path == f"/admin/models/services/{ns}/acme/publish", what="publish form")
+    browser.fill("models-0-name", "gpt-x")
+    browser.fill("models-1-name", "fast")
+    browser.fill("models-1-target", "granite")
+    browser.screenshot("admin-publish-models")
+    browser.button("Save")
+    await browser.until(lambda: browser.path == "/admin/models/services", what="saved")
+    row = browser.one(f"#model-services tr[data-service='{ns}/acme']").text
+    assert "gpt-x" in row and "fast (provider: granite)" in row and "stored in Secret" in row
+    browser.screenshot("admin-model-services")
+    assert UPSTREAM not in browser.source()
+
+    secret = await k8s.CoreV1Api(world.stack.api).read_namespaced_secret("maas-service-acme", ns)
+    assert base64.b64decode(secret.data["api-key"]).decode() == UPSTREAM
+    fast = await _get(world, "externalmodels", ns, "fast")
+    assert fast is not None and fast["spec"] == {  # type: ignore[index]
+        "provider": "openai", "endpoint": f"{world.stack.model_url}/v1", "targetModel": "granite",
+        "credentialRef": {"name": "maas-service-acme", "key": "api-key"}}
+    ref = await _get(world, "maasmodelrefs", ns, "fast")
+    assert ref is not None and ref["spec"]["modelRef"] == {"kind": "ExternalModel", "name": "fast"}  # type: ignore[index]
+
+    # Both appear among the published models, as External, and become Ready.
+    def published() -> str:
+        browser.go("/admin/models?type=ExternalModel")
+        return browser.text("#published-models")
+
+    await browser.until(lambda: f"{ns}" in published() and "Ready" in browser.one(
+        f"tr[data-model='{ns}/fast']").text, what="published and ready")
+    browser.screenshot("admin-published-models")
+    browser.go("/admin/models?type=LLMInferenceService")
+    assert ns not in browser.text("#published-models")
+
+    # Rename fast -> quick and remove gpt-x.
+    browser.go(f"/admin/models/services/{ns}/acme/publish")
+    names = {browser.one(f"#models-{i}-name").get_attribute("value"): i for i in range(2)}
+    browser.fill(f"models-{names['fast']}-name", "quick")
+    browser.click(f"#models-{names['gpt-x']}-remove")
+    browser.button("Save")
+    await browser.until(lambda: browser.path == "/admin/models/services", what="saved")
+    assert await _get(world, "maasmodelrefs", ns, "quick") is not None
+    assert await _get(world, "maasmodelrefs", ns, "fast") is None
+    assert await _get(world, "externalmodels", ns, "fast") is None
+    assert await _get(world, "maasmodelrefs", ns, "gpt-x") is None
+    quick = await _get(world, "externalmodels", ns, "quick")
+    assert quick is not None and quick["spec"]["targetModel"] == "granite"  # type: ignore[index]
+
+
+async def test_field_errors_come_from_the_api_types_and_the_api_server(world: ConsoleWorld,
+                                                                      browser: Browser) -> None:
+    ns = await objects.namespace(world, "err")
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    import_service(browser, "dup", ns, "ftp://nowhere")
+    await browser.until(lambda: browser.all("#endpoint-error"), what="endpoint error")
+    assert "absolute http(s) URL" in browser.text("#endpoint-error")
+    assert browser.one("#endpoint").get_attribute("aria-invalid") == "true"
+    import_service(browser, "dup", ns, "https://api.example.com/v1")
+    await browser.until(lambda: browser.path.endswith("/publish"))
+    import_service(browser, "dup", ns, "https://api.example.com/v1", "k")
+    await browser.until(lambda: browser.all("#name-error"), what="name error")
+    assert "already exists" in browser.text("#name-error")  # the API server's AlreadyExists
+    assert browser.one("#upstream_key").get_attribute("value") == ""  # a key is never echoed back
+    import_service(browser, "nons", "no-such-namespace-x", "https://api.example.com/v1")
+    await browser.until(lambda: browser.all("#namespace-error"), what="namespace error")
+    assert "not found" in browser.text("#namespace-error")
+    browser.screenshot("admin-import-errors")
+
+
+async def test_rbac_still_decides_for_console_admins(world: ConsoleWorld, browser: Browser) -> None:
+    """vic is in an administrator group of the console but has no RBAC: the API server refuses."""
+    ns = await objects.namespace(world, "rbac")
+    browser.sign_in_with_token(world.token("vic"))
+    await browser.until(lambda: "vic" in browser.text("header"))
+    import_service(browser, "nope", ns, "https://api.example.com/v1")
+    await browser.until(lambda: browser.all("#name-error, .field-error"), what="refusal")
+    assert "forbidden" in browser.text().lower()
+    browser.go("/admin/models")
+    assert "forbidden" in browser.text().lower()
+
+
+async def test_publish_and_unpublish_an_inference_service(world: ConsoleWorld, browser: Browser) -> None:
+    ns = await objects.namespace(world, "llm")
+    await objects.apply(world, [{"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+                                 "metadata": {"name": "granite", "namespace": ns}, "spec": {}}])
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    browser.go("/admin/models/publish")
+    browser.select("service", f"{ns}/granite")
+    browser.fill("display_name", "Granite <b>8B</b>")
+    browser.fill("description", "In-cluster model")
+    browser.button("Publish")
+    await browser.until(lambda: browser.path == "/admin/models", what="published")
+    row = browser.one(f"tr[data-model='{ns}/granite']").text
+    assert "Inference Service: granite" in row and "Granite <b>8B</b>" in row  # escaped, shown as text
+    ref = await _get(world, "maasmodelrefs", ns, "granite")
+    assert ref is not None and ref["metadata"]["annotations"]["openshift.io/display-name"] == "Granite <b>8B</b>"  # type: ignore[index]
+
+    sub = f"uses-{objects.suffix()}"
+    await objects.apply(world, objects.access(world, sub, ns, ["granite"], ["bob"], [(1000, "1m")]))
+    browser.go(f"/admin/models/{ns}/granite/unpublish")
+    assert sub in browser.text("#unpublish-warning")
+    browser.screenshot("admin-unpublish-warning")
+    browser.button("Unpublish anyway")
+    await browser.until(lambda: browser.path == "/admin/models", what="unpublished")
+    assert await _get(world, "maasmodelrefs", ns, "granite") is None

@@ -1,0 +1,142 @@
+"""The console's pure parts: tiers as administrators type them, the service model-list plan, charts,
+usage buckets, sessions, error mapping and redirect targets (no cluster, no browser)."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+
+import pytest
+from markupsafe import Markup
+
+from maasctl.console import catalog, tiers, usage
+from maasctl.console.charts import bar_chart
+from maasctl.console.forms import kube_errors
+from maasctl.console.kube import KubeError
+from maasctl.console.sessions import Identity, SessionStore
+from maasctl.console.subscriptions import ModelRow, SubscriptionForm, auth_policy, subscription, subscription_patch
+from maasctl.console.web import safe_next
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("100M per Hour, 1000M per Day", [{"limit": 100_000_000, "window": "1h"},
+                                      {"limit": 1_000_000_000, "window": "24h"}]),
+    ("100M tokens per hour; 1.5B tokens / day", [{"limit": 100_000_000, "window": "1h"},
+                                                 {"limit": 1_500_000_000, "window": "24h"}]),
+    ("1,000,000 per Minute", [{"limit": 1_000_000, "window": "1m"}]),
+    ("250k per 30m", [{"limit": 250_000, "window": "30m"}]),
+])
+def test_tiers_read_the_way_administrators_write_them(text: str, expected: list[dict[str, object]]) -> None:
+    assert tiers.from_text(text) == expected
+
+
+def test_tiers_round_trip_and_unlimited() -> None:
+    limits = tiers.from_text("100M per Hour, 1000M per Day")
+    assert tiers.to_text(limits) == "100M per Hour, 1B per Day"
+    assert tiers.from_text(tiers.to_text(limits)) == limits
+    assert tiers.from_text(" Unlimited ") is None and tiers.to_text(None) == "unlimited"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "at least one limit"),
+    ("100X per Hour", "unknown suffix"),
+    ("100M per Fortnight", "not a window"),
+    ("100M per Hour and more", "cannot read"),
+    ("100M per Hour, 2M per hour", "only once"),
+    ("0 per Hour", "between 1"),
+])
+def test_tiers_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(tiers.TierError, match=message):
+        tiers.from_text(text)
+
+
+def test_publish_plan_creates_before_it_deletes_and_retargets_in_place() -> None:
+    current = [catalog.Published("a", "a"), catalog.Published("b", "provider-b"), catalog.Published("c", "c")]
+    rows = [("a", "a", "", True), ("b", "bee", "provider-b", False), ("c", "c", "c2", False), ("", "d", "", False),
+            ("", "", "", False)]
+    plan = catalog.plan(current, rows)
+    assert [(c.action, c.model.name, c.model.target, c.row) for c in plan] == [
+        ("create", "bee", "provider-b", 1), ("create", "d", "d", 3), ("retarget", "c", "c2", 2),
+        ("delete", "a", "a", 0), ("delete", "b", "provider-b", 1)]
+
+
+def test_service_objects_share_endpoint_and_key() -> None:
+    svc = catalog.Service(name="acme", namespace="llm", endpoint="https://api.acme.example/v1", provider="openai",
+                          has_key=True)
+    em, ref = catalog.service_objects(svc, catalog.Published("fast", "acme-fast-v2"))
+    assert em["spec"] == {"provider": "openai", "endpoint": "https://api.acme.example/v1",
+                          "targetModel": "acme-fast-v2",
+                          "credentialRef": {"name": "maas-service-acme", "key": "api-key"}}
+    assert ref["spec"]["modelRef"] == {"kind": "ExternalModel", "name": "fast"}
+    secret = catalog.service_secret(svc, "k")
+    assert secret["stringData"] == {"api-key": "k"}
+    parsed = catalog.service_from_metadata({"metadata": secret["metadata"]})
+    assert parsed == svc
+    assert "stringData" not in catalog.service_secret(catalog.Service("x", "llm", "https://h/v1", "openai", False), "")
+
+
+def test_subscription_and_its_auth_policy_for_everyone() -> None:
+    form = SubscriptionForm(name="everyone", users="*", priority="3",
+                            models=[ModelRow("llm", "gpt-x", include=True), ModelRow("llm", "skip")])
+    sub = subscription(form, "models-as-a-service", {"llm/gpt-x": tiers.from_text("100M per Hour")})
+    policy = auth_policy(sub)
+    assert policy.spec.subjects.users == ["*"] and [r.name for r in policy.spec.model_refs] == ["gpt-x"]
+    patch = subscription_patch(sub, "42")
+    assert patch["spec"]["owner"] == {"users": ["*"], "groups": None}  # a removed list is cleared
+    assert patch["metadata"]["resourceVersion"] == "42" and patch["spec"]["priority"] == 3
+
+
+def test_api_server_causes_land_on_their_fields() -> None:
+    exc = KubeError(422, "Invalid", "invalid", [("metadata.name", "bad name"), ("spec.modelRefs[1].tokenRateLimits",
+                                                                                 "too many"), ("spec.other", "x")])
+    errors = kube_errors(exc, {"metadata.name": "name", "spec.modelRefs[1]": "model-4-tiers"})
+    assert errors == {"name": "bad name", "model-4-tiers": "too many", "_form": "spec.other: x"}
+    assert kube_errors(KubeError(409, "AlreadyExists", "exists"), {"metadata.name": "name"}) == {"name": "exists"}
+
+
+def test_chart_escapes_labels_and_scales() -> None:
+    svg = bar_chart([("<b>", 30), ("x", 0)], "t<i>", ident="c1")
+    assert isinstance(svg, Markup)
+    assert "<b>" not in svg and "&lt;b&gt;" in svg and "t&lt;i&gt;" in svg
+    assert ">40<" in svg  # a round axis maximum at or above 30
+
+
+def test_usage_buckets_cover_the_range_oldest_first() -> None:
+    now = datetime(2026, 3, 15, 10, 30, tzinfo=UTC)
+    day = usage.buckets("1d", now)
+    assert len(day) == 24 and day[-1].start == datetime(2026, 3, 15, 10, tzinfo=UTC)
+    week = usage.buckets("7d", now)
+    assert len(week) == 7 and week[0].start == datetime(2026, 3, 9, tzinfo=UTC)
+    year = usage.buckets("1y", now)
+    assert len(year) == 12 and year[0].start == datetime(2025, 4, 1, tzinfo=UTC) and year[-1].end == datetime(
+        2026, 4, 1, tzinfo=UTC)
+    assert all(a.end == b.start for a, b in itertools.pairwise(year))
+    assert usage.window_start("24h", now)[1] == "last 24 hours" and usage.window_start("1m", now)[1] == "this hour"
+
+
+def test_sessions_are_signed_rotated_and_expire() -> None:
+    clock = [1000.0]
+    store = SessionStore("secret", ttl_seconds=60, max_sessions=3, clock=lambda: clock[0])
+    anon = store.new()
+    cookie = store.cookie_value(anon)
+    assert store.find(cookie) is anon
+    assert store.find(anon.sid) is None and store.find(cookie[:-2] + "xx") is None
+    other = SessionStore("another", 60, 3).cookie_value(anon)
+    assert store.find(other) is None  # signed with another key
+    signed_in = store.rotate(anon, Identity("alice", (), "the-credential", expires_at=1030.0))
+    assert signed_in.sid != anon.sid and signed_in.csrf != anon.csrf and store.find(cookie) is None
+    assert store.find(store.cookie_value(signed_in)) is signed_in
+    clock[0] = 1031.0  # the credential expired before the session did
+    assert store.find(store.cookie_value(signed_in)) is None
+    for _ in range(5):
+        store.new()
+    assert len(store._sessions) == 3
+    assert "the-credential" not in repr(signed_in.identity)  # never in a log line or traceback
+
+
+@pytest.mark.parametrize(("target", "expected"), [
+    ("/keys", "/keys"), ("/admin/report?range=7d", "/admin/report?range=7d"), ("//evil", "/"),
+    ("https://evil", "/"), ("/\\evil", "/"), ("", "/"), (None, "/"), ("/x\r\nSet-Cookie: a=b", "/"),
+])
+def test_only_local_redirects(target: str | None, expected: str) -> None:
+    assert safe_next(target) == expected

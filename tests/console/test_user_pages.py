@@ -1,0 +1,83 @@
+"""A developer's pages in a real browser: My Subscriptions, API keys (mint, shown once, revoke) and the
+models they can call, with the curl command taken from the page and run for real."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+
+from tests.console import objects
+from tests.console.browser import Browser
+from tests.console.conftest import ConsoleWorld
+
+
+async def run_curl(command: str, key: str) -> dict[str, object]:
+    """Run a command copied from the page with bash, the key in $MAAS_API_KEY (as a user would)."""
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "MAAS_API_KEY": key})
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    body: dict[str, object] = json.loads(out)
+    return body
+
+
+async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: ConsoleWorld, browser: Browser) -> None:
+    ns = await objects.namespace(world, "dev")
+    sub = f"team-{objects.suffix()}"
+    await objects.apply(world, [*objects.external_model(world, ns, "gpt-x"),
+                                *objects.access(world, sub, ns, ["gpt-x"], ["alice"],
+                                                [(100_000_000, "1h"), (1_000_000_000, "24h")])])
+    browser.sign_in_with_token(world.token("alice"))
+    await browser.until(lambda: browser.path == "/my/subscriptions")
+
+    # My Subscriptions shows the limits the way administrators write them.
+    await browser.until(lambda: (browser.go("/my/subscriptions"), sub in browser.text())[1], what="subscription")
+    text = browser.text()
+    assert "100M tokens per Hour" in text and "1B tokens per Day" in text
+
+    # Mint a key: shown once, with a copy button.
+    browser.go("/keys")
+    browser.fill("name", "laptop")
+    browser.select("subscription", f"{world.stack.settings.subscription_namespace}/{sub}")
+    browser.button("Create key")
+    await browser.until(lambda: browser.path == "/keys/new")
+    key = browser.text("#new-key")
+    assert key.startswith("sk-oai-")
+    assert browser.one("button[data-copy='new-key']").text == "Copy"
+    browser.screenshot("user-new-key")
+    browser.go("/keys/new")  # never again
+    assert browser.path == "/keys" and key not in browser.source()
+    assert "laptop" in browser.text("#keys-table")
+    browser.screenshot("user-keys")
+
+    # The model is listed with a ready-to-paste curl; run it as the user would.
+    await browser.until(lambda: (browser.go("/models"), "gpt-x" in browser.text())[1], what="model listed")
+    command = browser.one(".model[data-model='gpt-x'] pre.curl").text
+    browser.screenshot("user-models")
+    answer = await run_curl(command, key)
+    assert answer.get("object") == "chat.completion", (command, answer)
+
+    # The usage reaches maas-api and shows up in the chart of the subscription.
+    def chart_has_usage() -> bool:
+        browser.go(f"/my/subscriptions/{world.stack.settings.subscription_namespace}/{sub}?range=1d")
+        cells = [c.text for c in browser.all("#usage-table td.num")]
+        return any(c not in ("0", "") for c in cells)
+
+    await browser.until(chart_has_usage, what="usage in the chart")
+    heights = [float(r.get_attribute("height") or 0) for r in browser.all("svg.chart rect.bar")]
+    assert any(h > 0 for h in heights)
+    browser.screenshot("user-subscription-usage")
+
+    # Revoke: the key stops working.
+    browser.go("/keys")
+    browser.one("#keys-table form button.danger").click()
+    browser.driver.switch_to.alert.accept()
+    await browser.until(lambda: "revoked" in browser.text("#keys-table"), what="key revoked")
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command.replace("curl -s", "curl -s -o /dev/null -w '%{http_code}'"),
+        stdout=subprocess.PIPE, env={**os.environ, "MAAS_API_KEY": key})
+    out, _ = await proc.communicate()
+    assert out.decode() in ("401", "403")
