@@ -103,18 +103,21 @@ def _descendants() -> dict[int, str]:
 
 
 @pytest.fixture(autouse=True)
-async def no_leaks() -> AsyncIterator[None]:
+async def no_leaks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Fails the test that leaves an asyncio task or a child process running after its own fixtures are torn
-    down. Higher-scoped fixtures are set up before this one, so what they start is not counted."""
+    down. Higher-scoped fixtures are set up before this one, so what they start is not counted; a test marked
+    `restarts_shared_processes` (it restarts the session's API server) is not checked for processes."""
     tasks = asyncio.all_tasks()
     procs = set(_descendants())
+    check_processes = request.node.get_closest_marker("restarts_shared_processes") is None
     yield
     deadline = asyncio.get_running_loop().time() + 5
     while True:
         await asyncio.sleep(0)
         me = asyncio.current_task()
         leaked_tasks = [t for t in asyncio.all_tasks() - tasks if t is not me and not t.done()]
-        leaked_procs = {pid: name for pid, name in _descendants().items() if pid not in procs}
+        leaked_procs = {pid: name for pid, name in _descendants().items()
+                        if pid not in procs and check_processes}
         if not (leaked_tasks or leaked_procs) or asyncio.get_running_loop().time() > deadline:
             break
         await asyncio.sleep(0.05)

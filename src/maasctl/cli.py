@@ -91,6 +91,9 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--gateway-token-file", default=env_default("gateway_token_file", "") or None,
                      help="file with the bearer token the gateway presents on /internal/v1/* (key validation, "
                      "subscription selection, usage); none: every internal call is refused")
+    api.add_argument("--gateway-url", action="append", default=None,
+                     help="origin of the gateway (repeatable): the only host /v1/models probes with the caller's "
+                     "credentials (env MAASCTL_GATEWAY_URL)")
     api.add_argument("--key-cleanup-user", action="append", default=None,
                      help="identity of the key cleanup Job (repeatable; default "
                      "system:serviceaccount:opendatahub:maas-key-cleanup)")
@@ -218,7 +221,10 @@ def _api(args: argparse.Namespace) -> int:
     _configure_logging(args)
     pepper = env_default("key_pepper", "")
     token = _read_secret(args.gateway_token_file)
-    extra = {"key_cleanup_users": tuple(args.key_cleanup_user)} if args.key_cleanup_user else {}
+    extra: dict[str, Any] = {"key_cleanup_users": tuple(args.key_cleanup_user)} if args.key_cleanup_user else {}
+    origins = args.gateway_url or [u for u in env_default("gateway_url", "").split(",") if u]
+    if origins:
+        extra["gateway_origins"] = tuple(origins)
     serve(MaasApiSettings(
         host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
@@ -269,7 +275,11 @@ def _testmodel(args: argparse.Namespace) -> int:
 
     cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
                             completion_tokens=args.completion_tokens, require_bearer=args.require_bearer)
-    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning")
+    from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
+
+    limits = HttpLimits()
+    uvicorn.run(HttpGuard(create_app(cfg), limits), host=args.host, port=args.port, log_level="warning",
+                **uvicorn_options(limits))
     return 0
 
 

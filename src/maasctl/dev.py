@@ -100,7 +100,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         shutil.copyfile(stack.kubeconfig, directory / "kubeconfig")
         (directory / "kubeconfig").chmod(0o600)
         write_tokens(stack, directory / "tokens.env")
-        controller = asyncio.create_task(run_controller(dataclasses.replace(stack.settings), stop))
+        # The controller runs here, with the metrics and health probe addresses the user asked for.
+        controller = asyncio.create_task(run_controller(dataclasses.replace(
+            stack.settings, metrics_bind_address=settings.metrics_bind_address,
+            health_probe_bind_address=settings.health_probe_bind_address), stop))
         if options.samples:
             await apply_samples(stack)
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),

@@ -135,6 +135,7 @@ class LocalStack:
                     f"--kubeconfig={self.kubeconfig}",
                     f"--subscription-namespace={self.settings.subscription_namespace}",
                     f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
+                    f"--gateway-url={self.gateway_url}",
                     "--log-format=json")
         self._spawn("gateway", "gateway", f"--port={ports['gateway']}", f"--kubeconfig={self.kubeconfig}",
                     f"--gateway-name={self.settings.gateway_name}",

@@ -59,6 +59,7 @@ async def test_oidc_admin_signs_in_and_acts_with_their_own_rights(world: Console
                                 *objects.access(world, sub, ns, ["gpt-x"], ["oidc:dave"], [(1000, "1m")])])
     await browser.until(lambda: (browser.go("/keys"), sub in browser.text("#subscription"))[1], what="sub listed")
     browser.fill("name", "sso-key")
+    browser.select("subscription", f"{world.stack.settings.subscription_namespace}/{sub}")
     browser.button("Create key")
     await browser.until(lambda: browser.path == "/keys/new", what="key minted")
     browser.go("/keys")

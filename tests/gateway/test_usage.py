@@ -10,7 +10,7 @@ from maasctl.gateway.usage import USAGE_PATH, HttpBatchSink, UsageRecord
 
 
 def record(i: int) -> UsageRecord:
-    return UsageRecord(timestamp=0.0, request_id=str(i), user="alice", key_id="k", subscription="ns/s",
+    return UsageRecord(timestamp=1.0, request_id=str(i), user="alice", key_id="k", subscription="ns/s",
                        organization="", model="m/x", route="m/r", status=200, latency_ms=1.0, total_tokens=i)
 
 

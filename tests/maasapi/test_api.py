@@ -10,10 +10,11 @@ import pytest
 import structlog
 from sqlalchemy import func, select
 
+from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.db import api_key_events, api_key_labels, api_keys
 from maasctl.maasapi.store import KeyStore
 
-from .conftest import GW, NS, Clock, auth
+from .conftest import GW, NS, USERS, Clock, auth
 
 
 async def mint(client: httpx.AsyncClient, user: str = "alice", **body: Any) -> dict[str, Any]:
@@ -391,3 +392,30 @@ async def test_internal_gateway_endpoints_need_the_gateway_token(
         assert f'maas_api_internal_unauthenticated_total{{endpoint="{endpoint}"}} 1.0' in text
     for path, body in calls[:2]:
         assert (await client.post(path, json=body, headers=GW)).status_code == 200
+
+
+async def test_a_key_outlives_a_group_membership_change_by_a_bounded_time(
+    client: httpx.AsyncClient, clock: Clock
+) -> None:
+    """Keys carry the owner's groups from mint. The owner's next token call refreshes them at once; without
+    one, the key is refused once its groups are older than `key_groups_max_age` (24 h by default)."""
+    created = await mint(client, subscription="premium")  # alice is in premium-users
+    assert (await validate(client, created["key"]))["groups"] == ["premium-users", "system:authenticated"]
+    clock.advance(timedelta(hours=23))
+    assert (await validate(client, created["key"]))["valid"]
+    clock.advance(timedelta(hours=2))  # 25 h without the owner confirming her groups
+    stale = await validate(client, created["key"])
+    assert stale["valid"] is False and stale["reason"] == "groups_stale"
+    # alice signs in again (any token call) after leaving premium-users: the key gets her groups of now,
+    # so the premium subscription no longer entitles it (the select callback refuses it).
+    USERS["alice-token"] = Identity("alice", ("system:authenticated",))
+    try:
+        assert (await client.get("/v1/api-keys", headers=auth("alice"))).status_code == 200
+        fresh = await validate(client, created["key"])
+        assert fresh["valid"] and fresh["groups"] == ["system:authenticated"]
+        select = await client.post("/internal/v1/subscriptions/select", headers=GW, json={
+            "username": "alice", "groups": fresh["groups"], "keySubscription": fresh["subscription"],
+            "requestedModel": "llm/granite"})
+        assert select.json()["error"] == "not_found"
+    finally:
+        USERS["alice-token"] = Identity("alice", ("premium-users", "system:authenticated"))

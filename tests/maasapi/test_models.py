@@ -96,7 +96,7 @@ def subscriptions() -> list[SubscriptionView]:
 
 @pytest.fixture
 async def models_client(store: KeyStore, model_servers: ModelServers) -> AsyncIterator[httpx.AsyncClient]:
-    settings = MaasApiSettings(model_probe_timeout=0.5, models_deadline=1.0)
+    settings = MaasApiSettings(model_probe_timeout=0.5, models_deadline=1.0, gateway_origins=(model_servers.base,))
     sources = StaticSources(subscriptions(), catalogue(model_servers.base))
     app = create_app(settings, sources, StaticAuthenticator(USERS), store=store, model_source=sources)
     async with app.router.lifespan_context(app), httpx.AsyncClient(
@@ -153,3 +153,46 @@ def test_model_from_object_and_probe_url() -> None:
     assert not model_ref_view({"metadata": {"name": "x", "namespace": "n"}}).ready
     assert probe_url("https://gw/llm/g/") == "https://gw/llm/g/v1/models"
     assert probe_url("https://api.example.com/v1") == "https://api.example.com/v1/models"
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("configured_gateway", [True, False])
+async def test_credentials_never_go_to_a_host_a_model_ref_names(
+    store: KeyStore, model_servers: ModelServers, configured_gateway: bool
+) -> None:
+    """No SSRF with the caller's credentials: endpoints pointing elsewhere (endpointOverride, odd URL forms)
+    are probed on the gateway origin, or, with no gateway configured, without the Authorization header."""
+    attacker = ModelServers()
+    await attacker.start()
+    try:
+        host_port = attacker.base.removeprefix("http://")
+        hostile = [f"{attacker.base}/llm/ok", f"http://user:pw@{host_port}/llm/ok",
+                   f"HTTP://{host_port.upper()}/llm/ok", f"{attacker.base}/llm/ok?x=1#frag"]
+        models = [ModelRefView("llm", "ok", kind="ExternalModel", model_id="ok", endpoint=url, phase="Ready")
+                  for url in hostile]
+        origins = (model_servers.base,) if configured_gateway else ()
+        settings = MaasApiSettings(model_probe_timeout=0.5, models_deadline=1.0, gateway_origins=origins)
+        for model in models:
+            sources = StaticSources(subscriptions(), [model])
+            app = create_app(settings, sources, StaticAuthenticator(USERS), store=store, model_source=sources)
+            async with app.router.lifespan_context(app), httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://maas-api") as c:
+                r = await c.get("/v1/models", headers=auth("alice"))
+            assert r.status_code == 200
+        assert all(credential is None for _, credential, _ in attacker.seen), attacker.seen
+        if configured_gateway:
+            assert attacker.seen == []  # probed on the gateway instead
+            assert ("ok", "Bearer alice-token", None) in model_servers.seen
+    finally:
+        await attacker.stop()
+
+
+def test_probe_target() -> None:
+    from maasctl.maasapi.models import probe_target
+
+    gw = ("https://gw.example:8443",)
+    assert probe_target("https://gw.example:8443/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://GW.example:8443/llm/m", gw) == ("https://GW.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://evil.example/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://gw.example@evil.example/llm/m", gw)[0].startswith("https://gw.example:8443/")
+    assert probe_target("https://evil.example/llm/m/v1", ()) == ("https://evil.example/llm/m/v1/models", False)

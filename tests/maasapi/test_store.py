@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select, text
@@ -10,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from maasctl.maasapi import keys, migrate
 from maasctl.maasapi.db import api_key_labels, api_keys
-from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery
+from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery, make_engine
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -28,7 +29,7 @@ def record(owner: str = "alice", *, sub: str = "premium", name: str = "k", creat
 
 
 async def test_migrations_are_at_head_and_idempotent(store: KeyStore) -> None:
-    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0002_usage"
+    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0004_usage_attribution"
     await migrate.upgrade(store.engine)  # a second replica starting later finds nothing to do
     async with store.engine.connect() as conn:
         tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
@@ -174,3 +175,16 @@ async def test_purge_after_retention(store: KeyStore) -> None:
     async with store.engine.connect() as conn:
         assert (await conn.execute(select(api_key_labels))).all() == []
         assert (await conn.execute(text("select count(*) from api_key_events"))).scalar_one() == 3
+
+
+async def test_sqlite_database_files_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "keys.db"
+    st = KeyStore(make_engine(f"sqlite+aiosqlite:///{path}"))
+    try:
+        await migrate.upgrade(st.engine)
+        await st.insert(record(), actor="alice")
+    finally:
+        await st.close()
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("keys.db")]
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in files}
+    assert files and set(modes.values()) == {"0o600"}, modes

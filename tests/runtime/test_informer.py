@@ -74,6 +74,7 @@ async def test_informer_sees_every_change_in_order(client: Client, namespace: st
             inf.store.get(f"{namespace}/b")["data"]["x"] = "y"  # type: ignore[index]
 
 
+@pytest.mark.restarts_shared_processes
 async def test_converges_after_apiserver_restart(
     client: Client, namespace: str, control_plane: ControlPlane, kube: k8s.ApiClient
 ) -> None:
@@ -110,6 +111,7 @@ class _StaleWatchClient(Client):
         return super().watch(*args, **kw)
 
 
+@pytest.mark.restarts_shared_processes
 async def test_relists_after_410_and_converges(
     kube: k8s.ApiClient, namespace: str, control_plane: ControlPlane
 ) -> None:

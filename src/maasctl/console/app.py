@@ -23,6 +23,7 @@ from maasctl.console.pages import admin_models, admin_report, admin_services, ad
 from maasctl.console.sessions import SessionStore
 from maasctl.console.settings import ConsoleSettings
 from maasctl.console.web import Console, Forbidden, SignInRequired, redirect, render
+from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 
 log = structlog.get_logger("maasctl.console")
 HERE = Path(__file__).parent
@@ -76,8 +77,10 @@ async def serve_async(settings: ConsoleSettings) -> None:
     maasapi = MaasApi(settings.maas_api_url)
     oidc = OidcClient(settings.oidc, settings.public_url.rstrip("/") + auth.CALLBACK_PATH) if settings.oidc else None
     app = create_app(settings, kube, maasapi, oidc)
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, access_log=False,
-                                           log_config=None, server_header=False, lifespan="off"))
+    limits = HttpLimits()
+    server = uvicorn.Server(uvicorn.Config(HttpGuard(app, limits), host=settings.host, port=settings.port,
+                                           access_log=False, log_config=None, server_header=False, lifespan="off",
+                                           **uvicorn_options(limits)))
     log.info("console_starting", host=settings.host, port=settings.port, public_url=settings.public_url,
              oidc=settings.oidc is not None, admin_groups=list(settings.admin_groups))
     try:

@@ -34,6 +34,10 @@ class GatewaySettings:
         the AuthPolicy callbacks that declare `sharedSecretRef` (Authorino reads it from that Secret; the
         local gateway from this file).
     max_request_bytes: larger request bodies get 413 before anything else happens.
+    max_response_scan_bytes: JSON answers up to this size are parsed whole for `usage`; larger ones by their
+        last 64 KiB (`contract.usage.JsonUsageScanner`): memory stays bounded whatever the answer's size.
+    completion_ceiling: the completion tokens charged when usage cannot be read and the request set no
+        `max_tokens` (`contract.usage.charge_for`).
     upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
     callback_timeout: seconds per maas-api callback or TokenReview.
     token_review_ttl / token_review_negative_ttl: how long a TokenReview answer is reused (seconds).
@@ -58,7 +62,8 @@ class GatewaySettings:
     usage_flush_seconds: float = 2.0
     usage_max_buffer: int = 10_000
     max_request_bytes: int = 10 * 1024 * 1024
-    max_response_scan_bytes: int = 16 * 1024 * 1024
+    max_response_scan_bytes: int = 1024 * 1024
+    completion_ceiling: int = 4096
     upstream_timeout: float = 300.0
     connect_timeout: float = 10.0
     callback_timeout: float = 5.0

@@ -29,20 +29,33 @@ import aiohttp
 import httpx
 import uvicorn
 from multidict import CIMultiDict
+from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
+from maasctl.contract.usage import (
+    Decompressor,
+    InvalidBody,
+    JsonUsageScanner,
+    PreparedBody,
+    SseUsageFilter,
+    Termination,
+    UsageRecord,
+    charge_for,
+    prepare_body,
+)
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.proxy import JsonUsageScanner, SseUsageFilter, prepare_body, response_headers
+from maasctl.gateway.proxy import response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
-from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageRecord, UsageSink, usage_numbers
+from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageSink
+from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 from maasctl.runtime import ApiError, Cache, CacheOptions, Client
 from maasctl.runtime.connect import connect
 
@@ -104,15 +117,14 @@ def _token_review(client: Client) -> Callable[[str, tuple[str, ...]], Awaitable[
 
 @dataclass
 class _Exchange:
-    """Per-request facts for the usage record."""
+    """Per-request facts for charging and the usage record."""
 
     request_id: str
     started: float
     match: RouteMatch
     outcome: AuthOutcome
     applied: list[AppliedLimit]
-    model: str | None = None
-    streamed: bool = False
+    body: PreparedBody
 
 
 class Gateway:
@@ -290,6 +302,18 @@ class Gateway:
             log.info("denied %s %s: %d %s", scope["method"], path, outcome.status, outcome.reason)
             await _respond(send, outcome.status, deny, extra)
             return
+        try:
+            raw = await _read_body(receive, self.settings.max_request_bytes)
+        except _BodyTooLarge:
+            await _respond(send, 413, _error_body(413, "request body too large", "body_too_large"))
+            return
+        except ConnectionResetError:
+            return
+        try:
+            body = prepare_body(raw)
+        except InvalidBody as exc:
+            await _respond(send, 400, _error_body(400, str(exc), "invalid_body"))
+            return
         trlp = snap.limits.get(route)
         if isinstance(trlp, PolicyError):
             await _respond(send, 500, _error_body(500, "the route's rate limit cannot be enforced", "policy_error"))
@@ -316,109 +340,122 @@ class Gateway:
             if key is None:
                 await _respond(send, 503, _error_body(503, "upstream credentials are not available", "no_upstream_key"))
                 return
-        try:
-            raw = await _read_body(receive, self.settings.max_request_bytes)
-        except _BodyTooLarge:
-            await _respond(send, 413, _error_body(413, "request body too large", "body_too_large"))
-            return
-        except ConnectionResetError:
-            return
-        body = prepare_body(raw, headers.get("content-type", ""))
-        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body.model, body.streaming)
+        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body)
         rule = match.rule
         out_headers = upstream_headers(raw_headers, outcome.headers, forward_credentials=rule.forward_credentials,
                                        set_headers=rule.set_headers, add_headers=rule.add_headers,
-                                       remove_headers=rule.remove_headers, upstream_key=key)
+                                       remove_headers=(*rule.remove_headers, "accept-encoding"), upstream_key=key)
+        out_headers.append(("accept-encoding", "identity"))  # usage is read from the answer: no compression
+        if body.content != raw:
+            out_headers = [(n, v) for n, v in out_headers if n != "content-type"]
+            out_headers.append(("content-type", "application/json"))
         if match.rule.rewrite_hostname:
             out_headers.append(("host", match.rule.rewrite_hostname))
         url = backend.base_url + match.upstream_path + (f"?{query}" if query else "")
         timeout = match.rule.timeout if match.rule.timeout is not None else self.settings.upstream_timeout
-        await self._forward(send, exchange, scope["method"], url, out_headers, body.content, timeout or None,
-                            body.injected_usage)
+        await self._forward(send, exchange, scope["method"], url, out_headers, timeout or None)
 
     async def _forward(self, send: Send, ex: _Exchange, method: str, url: str, headers: list[tuple[str, str]],
-                       content: bytes, timeout: float | None, injected: bool) -> None:
-        status = 502
-        sent_start = False
+                       timeout: float | None) -> None:
         client_timeout = aiohttp.ClientTimeout(total=timeout, connect=self.settings.connect_timeout)
         try:
             response = await self.upstream.request(
-                method, URL(url, encoded=True), headers=CIMultiDict(headers), data=content or None,
+                method, URL(url, encoded=True), headers=CIMultiDict(headers), data=ex.body.content or None,
                 timeout=client_timeout, allow_redirects=False)
         except TimeoutError:
             await _respond(send, 504, _error_body(504, "upstream request timeout", "upstream_timeout"))
-            self._finish(ex, 504, None)
+            self._finish(ex, 504, None, "upstream_error")
             return
         except aiohttp.ClientError as exc:
             log.warning("upstream %s unreachable: %s", url.split("?", 1)[0], type(exc).__name__)
             await _respond(send, 503, _error_body(503, "upstream connect error", "upstream_unavailable"))
-            self._finish(ex, 503, None)
+            self._finish(ex, 503, None, "upstream_error")
             return
         status = response.status
         sse = "text/event-stream" in response.headers.get("content-type", "")
-        filt = SseUsageFilter(drop_usage_chunk=injected) if sse else None
+        decoder = Decompressor(response.headers.get("content-encoding", ""))
+        plain = decoder.readable and decoder.identity
+        # The stream is edited (the injected usage chunk dropped) only when it is not compressed; otherwise it
+        # goes through as sent and a decompressed copy is scanned.
+        filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain) if sse else None
         scanner = None if sse else JsonUsageScanner(self.settings.max_response_scan_bytes)
         raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+        termination: Termination = "complete"
+        sent_start = False
         try:
             await send({"type": "http.response.start", "status": status,
-                        "headers": response_headers(raw_headers, body_changed=sse)})
+                        "headers": response_headers(raw_headers, body_changed=sse and plain)})
             sent_start = True
             async for chunk in response.content.iter_any():
-                if filt is not None:
+                if filt is not None and plain:
                     chunk = filt.feed(chunk)
+                elif filt is not None:
+                    filt.feed(decoder.feed(chunk))
                 elif scanner is not None:
-                    scanner.feed(chunk)
+                    scanner.feed(decoder.feed(chunk))
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            tail = filt.close() if filt is not None else b""
+            tail = filt.close() if filt is not None and plain else b""
             await send({"type": "http.response.body", "body": tail})
+            if filt is not None and not filt.done and filt.usage is None:
+                termination = "truncated"
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream stream broke: %s", type(exc).__name__)
+            termination = "upstream_error"
             if not sent_start:
                 status = 504 if isinstance(exc, TimeoutError) else 502
                 await _respond(send, status, _error_body(status, "upstream error", "upstream_error"))
             else:
+                termination = "truncated"
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": b""})
         except OSError:
-            pass  # client went away; still charge what was produced
+            termination = "client_disconnect"  # charged all the same: a conservative estimate if unread
         finally:
             response.release()
             usage = filt.usage if filt is not None else (scanner.usage if scanner is not None else None)
-            self._finish(ex, status, usage)
+            if not decoder.readable:
+                usage = None
+            self._finish(ex, status, usage, termination)
 
-    def _finish(self, ex: _Exchange, status: int, usage: Any) -> None:
-        """Charge the counters and emit the usage record."""
-        numbers = usage_numbers(usage)
-        total = numbers.get("total_tokens", 0)
-        if not numbers and 200 <= status < 300:
-            total = 1  # Kuadrant counts an answer whose usage cannot be read as 1
-        self.limiter.report(ex.applied, total)
+    def _finish(self, ex: _Exchange, status: int, usage: Any, termination: Termination) -> None:
+        """Charge the counters (the answer's usage, else a conservative estimate) and emit the usage record."""
+        charge = charge_for(status, usage, ex.body, termination, completion_ceiling=self.settings.completion_ceiling)
+        self.limiter.report(ex.applied, charge.charged)
         identity = ex.outcome.filters.get("identity") or {}
         if not isinstance(identity, Mapping):
             identity = {}
         sub_info = (ex.outcome.auth.get("metadata") or {}).get("subscriptionInfo") or {}
-        org = ""
-        if isinstance(sub_info, Mapping):
-            org = sub_info.get("organizationId") or sub_info.get("organization_id") or ""
+        if not isinstance(sub_info, Mapping):
+            sub_info = {}
+        labels = sub_info.get("labels")
         sub = ""
         if identity.get("selected_subscription"):
             sub = f"{identity.get('selected_subscription_namespace', '')}/{identity['selected_subscription']}"
-        record = UsageRecord(
-            timestamp=time.time(),
-            request_id=ex.request_id,
-            user=str(identity.get("userid", "")),
-            key_id=str(identity.get("keyId", "")),
-            subscription=sub,
-            organization=str(org),
-            model=ex.match.rule.model or ex.model or "",
-            route=ex.match.rule.route_key,
-            status=status,
-            latency_ms=round((time.monotonic() - ex.started) * 1000, 3),
-            streamed=ex.streamed,
-            charged_tokens=total if ex.applied else 0,
-            **numbers,
-        )
+        try:
+            record = UsageRecord(
+                timestamp=time.time(),
+                request_id=ex.request_id,
+                user=str(identity.get("userid", "")),
+                key_id=str(identity.get("keyId", "")),
+                subscription=sub,
+                organization=str(sub_info.get("organizationId") or ""),
+                cost_center=str(sub_info.get("costCenter") or ""),
+                labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+                model=ex.match.rule.model or ex.body.model or "",
+                route=ex.match.rule.route_key,
+                status=status,
+                latency_ms=round((time.monotonic() - ex.started) * 1000, 3),
+                streamed=ex.body.streaming,
+                charged_tokens=charge.charged if ex.applied else 0,
+                estimated=charge.estimated,
+                estimate_reason=charge.estimate_reason,
+                termination=termination,
+                **charge.numbers,
+            )
+        except ValidationError as exc:  # a value out of the record's bounds: never lose the charge silently
+            log.error("usage record of %s not emitted: %s", ex.request_id, exc.errors()[0].get("msg"))
+            return
         task = asyncio.create_task(self.sink.emit(record))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -450,10 +487,14 @@ class HttpServer:
         await asyncio.wait_for(self.task, 15)
 
 
-async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> HttpServer:
-    """Serve an ASGI app on `host:port` (0: a free port) in the running loop; returns its base URL."""
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=5)
+async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                     limits: HttpLimits | None = None) -> HttpServer:
+    """Serve an ASGI app on `host:port` (0: a free port) in the running loop, behind `HttpGuard`; returns its
+    base URL."""
+    limits = limits or HttpLimits()
+    config = uvicorn.Config(HttpGuard(app, limits), host=host, port=port, log_level=log_level, access_log=False,
+                            lifespan="off", timeout_graceful_shutdown=5, server_header=False,
+                            **uvicorn_options(limits))
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

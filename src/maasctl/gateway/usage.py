@@ -1,8 +1,4 @@
-"""Usage records: one per completed request, emitted to a pluggable sink.
-
-A record names who (user, key id, subscription, organization), what (model, route), how much (input,
-cached, output, reasoning and total tokens, from the response's OpenAI `usage`) and how it went (status,
-latency). It never carries credentials or prompt/response content.
+"""Usage records (`contract.usage.UsageRecord`): one per completed request, emitted to a pluggable sink.
 
 Sinks: `LogSink` (default; one structured log line per record), `MemorySink` (tests, simulate) and
 `HttpBatchSink`, which buffers records and POSTs them in batches to maas-api `/internal/v1/usage`
@@ -20,73 +16,17 @@ import json
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 
-__all__ = [
-    "USAGE_PATH",
-    "HttpBatchSink",
-    "LogSink",
-    "MemorySink",
-    "UsageRecord",
-    "UsageSink",
-    "usage_numbers",
-]
+from maasctl.contract.usage import UsageRecord
+
+__all__ = ["USAGE_PATH", "HttpBatchSink", "LogSink", "MemorySink", "UsageRecord", "UsageSink"]
 
 USAGE_PATH = "/internal/v1/usage"
 log = logging.getLogger("maasctl.gateway.usage")
-
-
-@dataclass(frozen=True)
-class UsageRecord:
-    """One completed request."""
-
-    timestamp: float
-    request_id: str
-    user: str
-    key_id: str
-    subscription: str  # namespace/name, "" when none was selected
-    organization: str
-    model: str  # namespace/name of the MaaSModelRef (or the body's model when the route has no label)
-    route: str  # namespace/name of the HTTPRoute
-    status: int
-    latency_ms: float
-    streamed: bool = False
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    total_tokens: int = 0
-    charged_tokens: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def usage_numbers(usage: Any) -> dict[str, int]:
-    """Token counts of an OpenAI `usage` object (zeros for anything missing or malformed)."""
-    if not isinstance(usage, dict):
-        return {}
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    out = {
-        "input_tokens": _int(usage.get("prompt_tokens")),
-        "output_tokens": _int(usage.get("completion_tokens")),
-        "total_tokens": _int(usage.get("total_tokens")),
-        "cached_tokens": _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0,
-        "reasoning_tokens": (
-            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
-        ),
-    }
-    if not out["total_tokens"]:
-        out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
-    return out
 
 
 class UsageSink(Protocol):

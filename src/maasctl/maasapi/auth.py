@@ -40,7 +40,7 @@ class StaticAuthenticator:
     """Fixed token -> identity table and admin set: for embedding and tests of the HTTP layer only."""
 
     def __init__(self, tokens: Mapping[str, Identity], admins: Sequence[str] = ()) -> None:
-        self._tokens = dict(tokens)
+        self._tokens = tokens  # by reference: tests change a user's groups between calls
         self._admins = set(admins)
 
     async def authenticate_token(self, token: str) -> Identity | None:

@@ -94,6 +94,7 @@ async def caller_identity(
             raise ApiError(503, "auth_unavailable", "token review is unavailable") from exc
         if identity is None:
             raise ApiError(401, "unauthenticated", "invalid bearer token")
+        await st.keys().refresh_groups(identity)
     request.state.maasapi_user = identity.username
     return identity
 

@@ -8,6 +8,7 @@ import gc
 import structlog
 import uvicorn
 
+from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import KubeAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
@@ -37,14 +38,16 @@ async def serve_async(settings: MaasApiSettings) -> None:
             KubeAuthenticator(api, cache_seconds=settings.token_cache_seconds),
             model_source=sources,
         )
+        limits = HttpLimits()
         config = uvicorn.Config(
-            app,
+            HttpGuard(app, limits),
             host=settings.host,
             port=settings.port,
             access_log=False,
             log_config=None,
             lifespan="on",
             server_header=False,
+            **uvicorn_options(limits),
         )
         server = uvicorn.Server(config)
         if settings.key_pepper is None:

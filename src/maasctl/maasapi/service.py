@@ -1,5 +1,9 @@
 """API key use cases: mint, validate, read, revoke. HTTP-agnostic; raises `ApiError` with stable codes.
 
+Group freshness: a key carries its owner's groups from mint; `refresh_groups` updates them whenever the owner
+calls maas-api with a Kubernetes token, and `validate` refuses a key whose groups are older than
+`key_groups_max_age` (a membership change reaches keys within that bound).
+
 Revocation freshness: `validate` reads the key row from the database on every call (one primary-key
 lookup, well under a millisecond on PostgreSQL over loopback). There is no cache, so a revocation committed
 through any replica is seen by every replica on the very next request — the 1-second bound holds trivially
@@ -21,6 +25,8 @@ from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery
 
 Clock = Callable[[], datetime]
+
+GROUP_REFRESH_INTERVAL = timedelta(minutes=1)
 
 # A well-formed hash of nothing: compared against when the key id does not exist, so unknown ids and wrong
 # secrets take the same path and time.
@@ -54,6 +60,7 @@ class KeyService:
         self.settings = settings
         self.clock = clock
         self._pepper = settings.pepper_bytes()
+        self._group_refreshes: dict[tuple[str, tuple[str, ...]], datetime] = {}
 
     def lifetime(self, expires_in: str | None, ephemeral: bool) -> timedelta:
         """Requested lifetime, defaulted and bounded by the configured maxima."""
@@ -129,10 +136,28 @@ class KeyService:
         matches = keys.verify(self._pepper, key_id, secret, record.key_hash if record else _DUMMY_HASH)
         if record is None or not matches:
             return Validation(False, "invalid_key")
-        status = record.status(self.clock())
+        now = self.clock()
+        status = record.status(now)
         if status != "active":
             return Validation(False, status, record)
+        if now - record.groups_as_of > self.settings.key_groups_max_age:
+            return Validation(False, "groups_stale", record)
         return Validation(True, None, record)
+
+    async def refresh_groups(self, caller: Identity) -> None:
+        """The owner just proved their current groups with a Kubernetes token: put them on their keys (at most
+        once a minute per owner and group set, so the hot path stays read-only)."""
+        if caller.via != "token":
+            return
+        now = self.clock()
+        key = (caller.username, caller.groups)
+        last = self._group_refreshes.get(key)
+        if last is not None and now - last < GROUP_REFRESH_INTERVAL:
+            return
+        await self.store.refresh_groups(caller.username, caller.groups, now)
+        if len(self._group_refreshes) > 10_000:
+            self._group_refreshes.clear()
+        self._group_refreshes[key] = now
 
     async def get_visible(self, caller: Identity, key_id: str, admin: bool) -> KeyRecord:
         """The key if the caller owns it (or is admin); otherwise 404, exactly like a missing key."""

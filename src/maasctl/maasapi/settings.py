@@ -24,6 +24,11 @@ class MaasApiSettings(BaseModel):
     ephemeral_max_expiration: timedelta = timedelta(hours=1)
     ephemeral_default_expiration: timedelta = timedelta(hours=1)
     revoked_retention: timedelta = timedelta(days=30)
+    # An API key carries its owner's groups from mint time. They are refreshed whenever the owner uses a
+    # Kubernetes token with maas-api (at most once a minute), and a key whose groups are older than this is
+    # refused (`groups_stale`) until the owner signs in again: a key outlives a group membership change by at
+    # most this long (docs/security.md).
+    key_groups_max_age: timedelta = timedelta(hours=24)
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     max_labels: int = 50
     host: str = "127.0.0.1"
@@ -36,6 +41,9 @@ class MaasApiSettings(BaseModel):
     model_probe_timeout: float = Field(default=2.0, gt=0.0)
     models_deadline: float = Field(default=5.0, gt=0.0)
     model_probe_ca_file: str | None = None  # CA bundle for probing https model endpoints (None: system CAs)
+    # Origins (scheme://host[:port]) of the gateway: the only hosts /v1/models probes with the caller's
+    # credentials (the first one stands in for any other origin a MaaSModelRef names).
+    gateway_origins: tuple[str, ...] = ()
     # The gateway (Authorino's callbacks, the usage sender) authenticates to /internal/v1/* with one of these
     # shared bearer tokens (several allow rotation). None configured: every internal gateway call gets 401
     # (closed by default).

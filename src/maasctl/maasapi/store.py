@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
 from sqlalchemy import and_, delete, event, exists, func, insert, or_, select, update
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -37,6 +39,12 @@ class KeyRecord:
     revoked_by: str | None = None
     revoke_reason: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    groups_verified_at: datetime | None = None
+
+    @property
+    def groups_as_of(self) -> datetime:
+        """When the owner's groups were last confirmed (at mint, or by the owner's own token since)."""
+        return self.groups_verified_at or self.created_at
 
     @property
     def subscription(self) -> str:
@@ -100,6 +108,7 @@ def _record(row: Any, labels: dict[str, str] | None = None) -> KeyRecord:
         revoked_by=m["revoked_by"],
         revoke_reason=m["revoke_reason"],
         labels=labels or {},
+        groups_verified_at=m["groups_verified_at"],
     )
 
 
@@ -111,9 +120,21 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _private_sqlite_file(url: str) -> None:
+    """Create the SQLite database file readable by its owner only (0600) before SQLite opens it; its WAL and
+    shared-memory files inherit that mode. Key hashes and usage live there."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    fd = os.open(database, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+    os.chmod(database, 0o600)
+
+
 def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
-    """An engine tuned per backend (SQLite: WAL + FK + busy timeout; PostgreSQL: a sized pool)."""
+    """An engine tuned per backend (SQLite: WAL + FK + busy timeout, file 0600; PostgreSQL: a sized pool)."""
     if url.startswith("sqlite"):
+        _private_sqlite_file(url)
         engine = create_async_engine(url)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
@@ -185,6 +206,7 @@ class _PgKeyLookup:
             revoked_at=_aware(row["revoked_at"]),
             revoked_by=row["revoked_by"],
             revoke_reason=row["revoke_reason"],
+            groups_verified_at=_aware(row["groups_verified_at"]),
         )
 
     async def close(self) -> None:
@@ -330,6 +352,18 @@ class KeyStore:
             rows = rows[: q.limit]
             labels = await self._labels_for(conn, [r.id for r in rows])
         return [_record(r, labels.get(r.id, {})) for r in rows], has_more
+
+    async def refresh_groups(self, owner: str, groups: Sequence[str], now: datetime) -> int:
+        """Record the owner's current groups on their live keys (seen on the owner's own token); returns how
+        many keys were updated."""
+        stmt = (
+            update(api_keys)
+            .where(api_keys.c.owner == owner, api_keys.c.revoked_at.is_(None), api_keys.c.expires_at > now)
+            .values(groups=list(groups), groups_verified_at=now)
+        )
+        async with self.engine.begin() as conn:
+            result = await conn.execute(stmt)
+        return int(result.rowcount or 0)
 
     async def revoke(self, key_id: str, actor: str, reason: str, now: datetime) -> bool:
         """Soft-delete one key; False if it was already revoked (the row and audit trail stay)."""

@@ -58,6 +58,7 @@ async def list_models(
         headers,
         per_probe=st.settings.model_probe_timeout,
         deadline=st.settings.models_deadline,
+        gateway_origins=st.settings.gateway_origins,
     )
     return ModelList(
         data=[

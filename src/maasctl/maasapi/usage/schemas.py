@@ -3,59 +3,28 @@ report API (camelCase like the rest of maas-api)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from maasctl.contract.usage import MAX_TOKENS, UsageRecord
 from maasctl.maasapi.schemas import Response
 from maasctl.maasapi.usage.store import UsageEntry
 
-MAX_TOKENS = 10**12  # per request; far above any model's context, far below BIGINT
 RecordId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")]
 Name = Annotated[str, StringConstraints(max_length=253)]
 Ref = Annotated[str, StringConstraints(max_length=317)]
 Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS, strict=True)]
 
 
-class UsageRecordIn(BaseModel):
-    """One request as reported by the gateway. `request_id` is the idempotency key. `timestamp` is Unix
-    seconds (or an ISO 8601 time with offset); `organization` is the organization id the gateway took from
-    the subscription's `organization.id`, else `tokenMetadata.organizationId`, stored as sent."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    request_id: RecordId = Field(validation_alias=AliasChoices("request_id", "id"))
-    timestamp: AwareDatetime | float
-    user: Name = ""
-    key_id: Annotated[str, StringConstraints(max_length=64)] = ""
-    subscription: Ref = ""
-    organization: Name = Field(default="", validation_alias=AliasChoices("organization", "organization_id"))
-    model: Ref = ""
-    route: Ref = ""
-    status: Annotated[int, Field(ge=0, le=999, strict=True)]
-    latency_ms: Annotated[float, Field(ge=0, le=86_400_000)] = 0.0
-    streamed: bool = False
-    input_tokens: Tokens = 0
-    cached_tokens: Tokens = 0
-    output_tokens: Tokens = 0
-    reasoning_tokens: Tokens = 0
-    total_tokens: Tokens = 0
-    charged_tokens: Tokens = 0
-
-    @field_validator("timestamp")
-    @classmethod
-    def _sane_time(cls, value: datetime | float) -> datetime | float:
-        if isinstance(value, float | int) and not 0 < value < 32_503_680_000:  # before year 3000
-            raise ValueError("timestamp must be Unix seconds")
-        return value
+class UsageRecordIn(UsageRecord):
+    """One request as reported by the gateway: the shared wire type (`contract.usage.UsageRecord`)."""
 
     def entry(self) -> UsageEntry:
-        ts = (self.timestamp.astimezone(UTC) if isinstance(self.timestamp, datetime)
-              else datetime.fromtimestamp(self.timestamp, UTC))
         return UsageEntry(
             id=self.request_id,
-            ts=ts,
+            ts=self.time,
             username=self.user,
             key_id=self.key_id,
             subscription=self.subscription,
@@ -71,6 +40,11 @@ class UsageRecordIn(BaseModel):
             reasoning_tokens=self.reasoning_tokens,
             total_tokens=self.total_tokens,
             charged_tokens=self.charged_tokens,
+            cost_center=self.cost_center,
+            labels=dict(self.labels),
+            estimated=self.estimated,
+            estimate_reason=self.estimate_reason,
+            termination=self.termination,
         )
 
 

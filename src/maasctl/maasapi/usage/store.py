@@ -9,7 +9,7 @@ key order, so concurrent batches on several replicas cannot deadlock on them.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal
 
@@ -60,6 +60,11 @@ class UsageEntry:
     reasoning_tokens: int
     total_tokens: int
     charged_tokens: int
+    cost_center: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    estimated: bool = False
+    estimate_reason: str = ""
+    termination: str = "complete"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ reads whole months from `usage_monthly`, the partial months at its edges from th
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Column, Date, Float, Index, Integer, String, Table
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Date, Float, Index, Integer, String, Table, false
 
 from maasctl.maasapi.db import UTCDateTime, metadata
 
@@ -37,6 +37,11 @@ usage_records = Table(
     Column("reasoning_tokens", BigInteger, nullable=False),
     Column("total_tokens", BigInteger, nullable=False),
     Column("charged_tokens", BigInteger, nullable=False),
+    Column("cost_center", String(USER_LEN), nullable=False, server_default=""),
+    Column("labels", JSON, nullable=False, server_default="{}"),  # the subscription's metering labels
+    Column("estimated", Boolean, nullable=False, server_default=false()),  # usage unreadable: charged an estimate
+    Column("estimate_reason", String(256), nullable=False, server_default=""),
+    Column("termination", String(32), nullable=False, server_default="complete"),
 )
 Index("ix_usage_records_ts", usage_records.c.ts)
 

@@ -1,0 +1,150 @@
+"""Counting rules (pure): the request the backend receives, usage read from any answer, the estimate."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from maasctl.contract.usage import (
+    TAIL_BYTES,
+    Decompressor,
+    InvalidBody,
+    JsonUsageScanner,
+    PreparedBody,
+    SseUsageFilter,
+    UsageRecord,
+    charge_for,
+    prepare_body,
+    usage_numbers,
+)
+
+USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+         "prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 1}}
+
+
+def sse(*chunks: object) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("value", [True, 1, "true", "True", "1", "yes", " on "])
+@pytest.mark.parametrize("extra", [{}, {"stream_options": {"x": 1}}, {"stream_options": "junk"}])
+def test_every_way_of_asking_for_a_stream_gets_usage_requested(value: object, extra: dict[str, object]) -> None:
+    raw = json.dumps({"model": "m", "stream": value, **extra}).encode()
+    body = prepare_body(raw)
+    sent = json.loads(body.content)
+    assert body.streaming and body.injected_usage and body.model == "m"
+    assert sent["stream"] is True and sent["stream_options"]["include_usage"] is True
+
+
+@pytest.mark.parametrize("value", [False, 0, "false", "no", None, "", [], {}])
+def test_non_streaming_values_are_sent_as_false(value: object) -> None:
+    body = prepare_body(json.dumps({"model": "m", "stream": value}).encode())
+    assert not body.streaming and json.loads(body.content)["stream"] is False
+
+
+def test_duplicate_keys_reach_the_backend_as_the_gateway_read_them() -> None:
+    body = prepare_body(b'{"model":"m","stream":false,"stream":true}')
+    assert body.streaming and body.content.count(b'"stream"') == 1
+
+
+def test_client_asking_for_usage_keeps_its_usage_chunk() -> None:
+    body = prepare_body(json.dumps({"stream": True, "stream_options": {"include_usage": True}}).encode())
+    assert body.streaming and not body.injected_usage
+
+
+def test_content_type_does_not_matter_and_non_objects_pass() -> None:
+    assert prepare_body(b'  {"stream": "true"}').streaming
+    for raw in (b"not json", b"[1,2]", b'"x"', b""):
+        assert prepare_body(raw).content == raw and not prepare_body(raw).streaming
+
+
+def test_max_tokens_and_prompt_estimate() -> None:
+    body = prepare_body(json.dumps({"messages": [{"content": "x" * 400}], "max_tokens": 50}).encode())
+    assert body.max_tokens == 50 and body.prompt_estimate >= 100
+    assert prepare_body(b'{"max_completion_tokens": 7, "max_tokens": 9}').max_tokens == 7
+    assert prepare_body(b'{"max_tokens": true}').max_tokens is None
+
+
+@pytest.mark.parametrize("depth", [129, 2000, 100_000])
+def test_deeply_nested_json_is_refused(depth: int) -> None:
+    with pytest.raises(InvalidBody):
+        prepare_body(b'{"a":' + b"[" * depth + b"]" * depth + b"}")
+    with pytest.raises(InvalidBody):
+        prepare_body(b'{"a":' + b'{"b":' * depth + b"1" + b"}" * depth + b"}")
+
+
+def test_brackets_inside_strings_and_wide_bodies_are_fine() -> None:
+    assert prepare_body(json.dumps({"a": "[" * 5000, "b": [[1]] * 3000}).encode()).content
+
+
+def test_injected_usage_chunk_is_dropped_but_counted_even_split_across_reads() -> None:
+    stream = sse({"choices": [{"delta": {"content": "hi"}}]}, {"choices": [], "usage": USAGE})
+    filt = SseUsageFilter(drop_usage_chunk=True)
+    out = b"".join(filt.feed(stream[i:i + 7]) for i in range(0, len(stream), 7)) + filt.close()
+    assert b'"usage"' not in out and b"hi" in out and out.endswith(b"data: [DONE]\n\n")
+    assert filt.usage == USAGE and filt.done
+    keep = SseUsageFilter(drop_usage_chunk=False)
+    assert keep.feed(stream) == stream and keep.usage == USAGE
+
+
+@pytest.mark.parametrize("size", [10, 2 * 1024 * 1024])
+def test_usage_is_read_from_json_answers_of_any_size(size: int) -> None:
+    payload = json.dumps({"choices": [{"message": {"content": "x" * size}}], "usage": USAGE}).encode()
+    scanner = JsonUsageScanner(1024 * 1024)
+    for i in range(0, len(payload), 65536):
+        scanner.feed(payload[i:i + 65536])
+    assert usage_numbers(scanner.usage) == {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10,
+                                            "cached_tokens": 2, "reasoning_tokens": 1}
+
+
+def test_large_answer_with_usage_early_or_strings_looking_like_usage() -> None:
+    early = json.dumps({"usage": USAGE, "choices": [{"text": "y" * 2_000_000}]}).encode()
+    scanner = JsonUsageScanner(1024)
+    scanner.feed(early)
+    assert scanner.usage is None  # not in the tail: unreadable -> the caller charges an estimate
+    trick = json.dumps({"choices": [{"text": "z" * 3000 + '"usage": {"total_tokens": 1}'}], "usage": USAGE}).encode()
+    scanner = JsonUsageScanner(1024)
+    scanner.feed(trick)
+    assert scanner.usage == USAGE
+    assert len(trick) > 1024 and TAIL_BYTES > 1024
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "x-gzip", "deflate"])
+def test_compressed_answers_are_decompressed_for_scanning(encoding: str) -> None:
+    payload = json.dumps({"choices": [], "usage": USAGE}).encode()
+    data = gzip.compress(payload) if "gzip" in encoding else zlib.compress(payload)
+    dec = Decompressor(encoding)
+    scanner = JsonUsageScanner(1 << 20)
+    for i in range(0, len(data), 5):
+        scanner.feed(dec.feed(data[i:i + 5]))
+    assert dec.readable and scanner.usage == USAGE
+    assert not Decompressor("br").readable and Decompressor("identity").identity
+
+
+def test_charge_uses_usage_else_a_conservative_estimate_never_zero_or_one() -> None:
+    body = PreparedBody(b"{}", max_tokens=None, prompt_estimate=30)
+    assert charge_for(200, USAGE, body, "complete").charged == 10
+    missing = charge_for(200, None, body, "complete", completion_ceiling=500)
+    assert (missing.charged, missing.estimated) == (530, True) and "missing" in missing.estimate_reason
+    cut = charge_for(200, None, PreparedBody(b"{}", max_tokens=64, prompt_estimate=1), "client_disconnect")
+    assert cut.charged == 65 and "client_disconnect" in cut.estimate_reason
+    assert charge_for(200, {"total_tokens": 0}, body, "complete").charged > 1
+    assert charge_for(503, None, body, "upstream_error").charged == 0
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**12))
+def test_usage_numbers_total_is_never_less_than_its_parts(prompt: int, completion: int) -> None:
+    numbers = usage_numbers({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": 1})
+    assert numbers["total_tokens"] >= min(prompt + completion, 10**12)
+
+
+def test_the_record_is_validated_where_it_is_made() -> None:
+    record = UsageRecord(timestamp=1.0, request_id="r1", status=200, labels={"tier": "gold"}, estimated=True)
+    assert UsageRecord.model_validate(record.to_json()) == record
+    with pytest.raises(ValueError):
+        UsageRecord(timestamp=1.0, request_id="bad id", status=200)
