@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL server binaries (tests),
+# Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL and Redis servers (tests),
 # the console's browser-test tools (hack/setup-console.sh) and the Go-built local control plane (cached under
 # ~/.cache/maasctl, keyed by go.sum + Go version).
 # Idempotent and quiet when everything is already there.
@@ -25,6 +25,21 @@ if [ "$want_postgres" = "--postgres" ] && ! ls /usr/lib/postgresql/*/bin/initdb 
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   else
     echo "PostgreSQL server binaries missing: install the 'postgresql' package" >&2
+    exit 1
+  fi
+fi
+
+# Redis: the token counters several gateway replicas share (tests start a throwaway server).
+if [ "$want_postgres" = "--postgres" ] && ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Redis (Debian package) ..." >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      redis-server >/dev/null
+    # the package starts a system-wide server; tests run their own
+    (command -v systemctl >/dev/null && systemctl disable --now redis-server >/dev/null 2>&1) || \
+      (service redis-server stop >/dev/null 2>&1 || true)
+  else
+    echo "Redis missing: install the 'redis-server' package" >&2
     exit 1
   fi
 fi

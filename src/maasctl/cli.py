@@ -114,6 +114,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="maas-api base URL receiving usage records (default: log them)")
     gw.add_argument("--maas-api-token-file", default=env_default("maas_api_token_file", "") or None,
                     help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
+    gw.add_argument("--redis-url", default=env_default("redis_url", "") or None,
+                    help="token counters shared by all gateway replicas (redis://host:6379/0); default: in process")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -241,7 +243,7 @@ def _gateway(args: argparse.Namespace) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
-        maas_api_token=_read_secret(args.maas_api_token_file),
+        maas_api_token=_read_secret(args.maas_api_token_file), redis_url=args.redis_url,
     )
     return _run_async(run_gateway(settings))
 

@@ -1,12 +1,20 @@
-"""Token rate limits: fixed windows, check-before/charge-after, every rate, per-counter isolation."""
+"""Token rate limits: fixed windows, reservations, every rate, per-counter isolation; counters in process and
+in a real Redis server (shared by several gateway replicas)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+import pytest
 
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
-from maasctl.gateway.ratelimit import CounterStore, TokenRateLimiter, compile_token_rate_limit_policy
+from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
+from maasctl.gateway.ratelimit import RateDenial, Reservation, TokenRateLimiter, compile_token_rate_limit_policy
+from maasctl.testenv.redis import RedisServer, start_redis
 
 MODEL = ObjectRef("team", "m")
 SUB = ObjectRef("models-as-a-service", "free")
@@ -34,57 +42,154 @@ def activation(user: str, key: str = KEY, path: str = "/team/m/v1/chat/completio
     return {"request": request, "auth": {"identity": {"userid": user, "selected_subscription_key": key}}}
 
 
-def test_request_over_the_limit_is_refused_and_the_window_resets() -> None:
+async def served(limiter: TokenRateLimiter, applied: Any, tokens: int, estimate: int = 1) -> bool:
+    """One request: reserve, then settle with what it used; False when refused."""
+    got = await limiter.reserve(applied, estimate)
+    if isinstance(got, RateDenial):
+        return False
+    await limiter.settle(got, applied, tokens)
+    return True
+
+
+async def test_request_over_the_limit_is_refused_and_the_window_resets() -> None:
     clock = Clock()
-    limiter = TokenRateLimiter(CounterStore(clock))
+    limiter = TokenRateLimiter(MemoryCounterStore(clock))
     p = policy()
     applied = limiter.applicable(p, "team/route", activation("alice"))
     assert [a.counter_values for a in applied] == [("alice",)]
-    assert limiter.check(applied) is None
-    limiter.report(applied, 60)
-    assert limiter.check(applied) is None  # 60 <= 100: the crossing request is still served
-    limiter.report(applied, 60)
-    denial = limiter.check(applied)
-    assert denial is not None and denial.window == "1m" and denial.used == 120 and 1 <= denial.retry_after <= 60
+    assert await served(limiter, applied, 60)
+    assert await served(limiter, applied, 60)  # 60 < 100: there was room, the crossing request is served
+    denial = await limiter.check(applied)
+    assert denial is not None and (denial.limit, denial.window) == (100, "1m") and denial.retry_after == 60
+    assert not await served(limiter, applied, 1)
     bob = limiter.applicable(p, "team/route", activation("bob"))
-    assert limiter.check(bob) is None  # independent counter per user
+    assert await limiter.check(bob) is None  # independent counter per user
     clock.now += 61
-    assert limiter.check(applied) is None  # minute window reset
-    limiter.report(applied, 100)
-    limiter.report(applied, 100)
-    # minute: 200 > 100; hour: 320 > 250 - both windows over, the first reported
-    assert limiter.check(applied) is not None
+    assert await limiter.check(applied) is None  # minute window reset
+    assert await served(limiter, applied, 100)
     clock.now += 61
-    denial = limiter.check(applied)
-    assert denial is not None and denial.window == "1h"  # the hour tier is enforced too
-    states = {s.window: s for s in limiter.states(applied)}
+    assert await served(limiter, applied, 100)  # hour: 320 used of 250
+    clock.now += 61
+    denial = await limiter.check(applied)
+    assert denial is not None and denial.window == "1h"
+    states = {s.window: s for s in await limiter.states(applied)}
     assert states["1h"].used == 320 and states["1h"].remaining == 0 and states["1h"].over
     assert states["1m"].used == 0 and states["1m"].resets_in is None
 
 
-def test_limits_apply_only_to_their_subscription_and_not_to_model_listing() -> None:
-    limiter = TokenRateLimiter(CounterStore(Clock()))
+async def test_in_flight_reservations_are_seen_by_other_requests() -> None:
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
+    applied = limiter.applicable(policy((RateTier(100, "1m"),)), "r", activation("alice"))
+    held = [await limiter.reserve(applied, 30) for _ in range(4)]
+    assert [isinstance(h, Reservation) for h in held] == [True, True, True, True]  # 0, 30, 60, 90 <= 100
+    assert isinstance(await limiter.reserve(applied, 30), RateDenial)  # 120 reserved: no room
+    state = (await limiter.states(applied))[0]
+    assert (state.used, state.reserved) == (0, 120)
+    for h in held:
+        assert isinstance(h, Reservation)
+        await limiter.settle(h, applied, 10)  # they used less than reserved: the room comes back
+    state = (await limiter.states(applied))[0]
+    assert (state.used, state.reserved) == (40, 0)
+    assert isinstance(await limiter.reserve(applied, 30), Reservation)
+
+
+async def test_limits_apply_only_to_their_subscription_and_not_to_model_listing() -> None:
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
     p = policy()
     assert limiter.applicable(p, "r", activation("alice", key="other/sub@team/m")) == []
     assert limiter.applicable(p, "r", activation("alice", path="/team/m/v1/models")) == []
-    assert limiter.applicable(p, "r", {"request": {"path": "/x"}, "auth": {}}) == []  # no identity: no counter
+    assert limiter.applicable(p, "r", activation("alice", path="/team/m/v1/chat/completions?x=/v1/models")) != []
+    assert limiter.applicable(p, "r", {"request": {"path": "/x", "url_path": "/x"}, "auth": {}}) == []
 
 
-def test_unlimited_subscription_applies_but_never_refuses() -> None:
-    limiter = TokenRateLimiter(CounterStore(Clock()))
+async def test_unlimited_subscription_applies_but_never_refuses() -> None:
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
     p = policy((), unlimited=True)
     applied = limiter.applicable(p, "r", activation("alice"))
     assert len(applied) == 1 and applied[0].limit.rates == ()
-    limiter.report(applied, 10**9)
-    assert limiter.check(applied) is None
+    assert await served(limiter, applied, 10**9)
+    assert await limiter.check(applied) is None
 
 
-def test_sub_second_windows_are_not_enforced_like_kuadrant_truncation() -> None:
+async def test_sub_second_windows_are_not_enforced_like_kuadrant_truncation() -> None:
     obj = {"metadata": {"name": "p", "namespace": "n"},
            "spec": {"limits": {"l": {"rates": [{"limit": 1, "window": "500ms"}],
                                      "counters": [{"expression": "auth.identity.userid"}]}}}}
     p = compile_token_rate_limit_policy(obj)
-    limiter = TokenRateLimiter(CounterStore(Clock()))
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
     applied = limiter.applicable(p, "r", activation("a"))
-    limiter.report(applied, 50)
-    assert limiter.check(applied) is None
+    assert await served(limiter, applied, 50)
+    assert await limiter.check(applied) is None
+
+
+async def test_the_estimate_learns_what_requests_use() -> None:
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
+    applied = limiter.applicable(policy((RateTier(10_000, "1m"),)), "r", activation("alice"))
+    assert limiter.estimate(applied, prompt_estimate=20) == 40  # nothing learned: twice the prompt
+    for _ in range(30):
+        assert await served(limiter, applied, 15, limiter.estimate(applied, 5))
+    assert limiter.estimate(applied, prompt_estimate=5) == 15
+    assert limiter.estimate(applied, prompt_estimate=500) == 500  # never less than the prompt alone
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def redis_url(redis_server: RedisServer) -> AsyncIterator[str]:
+    store = RedisCounterStore(redis_server.url)
+    await store.clear()
+    await store.aclose()
+    yield redis_server.url
+
+
+async def test_redis_counters_behave_like_the_in_process_ones(redis_url: str) -> None:
+    limiter = TokenRateLimiter(RedisCounterStore(redis_url))
+    try:
+        applied = limiter.applicable(policy((RateTier(100, "1m"),)), "r", activation("alice"))
+        held = [await limiter.reserve(applied, 30) for _ in range(4)]
+        assert all(isinstance(h, Reservation) for h in held)
+        denial = await limiter.reserve(applied, 30)
+        assert isinstance(denial, RateDenial) and denial.limit == 100
+        for h in held:
+            assert isinstance(h, Reservation)
+            await limiter.settle(h, applied, 10)
+        state = (await limiter.states(applied))[0]
+        assert (state.used, state.reserved) == (40, 0) and 0 < (state.resets_in or 0) <= 60
+    finally:
+        await limiter.store.aclose()
+
+
+@pytest.mark.parametrize("concurrency", [10, 50, 100])
+async def test_two_replicas_sharing_redis_overshoot_by_at_most_one_request(redis_url: str, concurrency: int) -> None:
+    """The concurrency hole: a burst against a 100-token window, served by two gateway replicas at once."""
+    replicas = [TokenRateLimiter(RedisCounterStore(redis_url)) for _ in range(2)]
+    per_request = 15
+    try:
+        applied = [r.applicable(policy((RateTier(100, "1m"),)), "r", activation("alice")) for r in replicas]
+        for replica, a in zip(replicas, applied, strict=True):  # both have served this caller before
+            replica._typical[(a[0].domain, a[0].limit.name)] = per_request
+
+        async def one(i: int) -> bool:
+            replica, a = replicas[i % 2], applied[i % 2]
+            got = await replica.reserve(a, replica.estimate(a, 5))
+            if isinstance(got, RateDenial):
+                return False
+            await asyncio.sleep(random.uniform(0.001, 0.02))  # the model answers meanwhile
+            await replica.settle(got, a, per_request)
+            return True
+
+        results = await asyncio.gather(*(one(i) for i in range(concurrency)))
+        used = (await replicas[0].states(applied[0]))[0].used
+        assert used == per_request * sum(results)
+        assert used <= 100 + per_request, f"{concurrency} concurrent requests charged {used} of 100"
+        assert any(not ok for ok in results)  # the burst was refused once the window was full
+    finally:
+        for r in replicas:
+            await r.store.aclose()

@@ -38,6 +38,8 @@ class GatewaySettings:
         last 64 KiB (`contract.usage.JsonUsageScanner`): memory stays bounded whatever the answer's size.
     completion_ceiling: the completion tokens charged when usage cannot be read and the request set no
         `max_tokens` (`contract.usage.charge_for`).
+    redis_url: where the token counters live when several gateway replicas share them (`redis://host:6379/0`);
+        None keeps them in this process (one replica).
     upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
     callback_timeout: seconds per maas-api callback or TokenReview.
     token_review_ttl / token_review_negative_ttl: how long a TokenReview answer is reused (seconds).
@@ -64,6 +66,7 @@ class GatewaySettings:
     max_request_bytes: int = 10 * 1024 * 1024
     max_response_scan_bytes: int = 1024 * 1024
     completion_ceiling: int = 4096
+    redis_url: str | None = None
     upstream_timeout: float = 300.0
     connect_timeout: float = 10.0
     callback_timeout: float = 5.0

@@ -5,14 +5,18 @@
 - Fixed windows, per (route domain, limit name, window, counter values): a counter starts at its first hit
   and resets `window` seconds later, as Limitador's expiring counters do. Windows are whole seconds
   (`duration_seconds`, Kuadrant's truncation); a 0 s window is never enforced.
-- Request phase (`check`, `hits_addend` 0): a request is refused with 429 when any applicable counter is
-  already *over* its limit (`used > limit`, Limitador's check with delta 0). The request that crosses a limit
-  is still served.
-- Response phase (`report`): `usage.total_tokens` of the response is added to every applicable counter of
-  every rate; all rates are enforced, the most restrictive wins.
+- Request phase (`reserve`): a request is admitted only while every applicable counter has room
+  (`used + reserved <= limit`) and then reserves an estimate of its tokens on all of them at once; otherwise 429.
+  Where Limitador checks with delta 0 (`used > limit`) and reports afterwards, so that a burst of concurrent
+  requests all pass the check before any is counted, reservations make concurrent requests see each other:
+  the overshoot is about one request's worth whatever the concurrency (BENCHMARKS.md).
+- Response phase (`settle`): the tokens charged for the response (`contract.usage.charge_for`: its usage, or a
+  conservative estimate) are added to every rate and the reservation is released; all rates are enforced,
+  the most restrictive wins.
 - A limit with no rates (an `unlimited` subscription) applies but never refuses: it is metered only.
 
-Counters live in process memory (Limitador's default storage): one gateway replica, lost on restart.
+Counters live in a `CounterStore` (`gateway.counters`): process memory for one replica, Redis when several
+replicas must share them.
 """
 
 from __future__ import annotations
@@ -20,23 +24,23 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from maasctl.contract.cel import CelError, Program, compile_expression
 from maasctl.contract.windows import InvalidWindowError, duration_seconds
+from maasctl.gateway.counters import CounterKey, CounterStore, Denied, MemoryCounterStore, Slot
 from maasctl.gateway.expressions import PolicyError, Predicates, predicates
 
 __all__ = [
     "AppliedLimit",
     "CompiledLimit",
     "CompiledTokenRateLimitPolicy",
-    "CounterStore",
     "Rate",
     "RateDenial",
     "RateState",
+    "Reservation",
     "TokenRateLimiter",
     "compile_token_rate_limit_policy",
 ]
@@ -113,47 +117,6 @@ def compile_token_rate_limit_policy(policy: Mapping[str, Any]) -> CompiledTokenR
     )
 
 
-CounterKey = tuple[str, str, int, tuple[str, ...]]
-"""(domain, limit name, window seconds, counter values)."""
-
-
-class CounterStore:
-    """In-memory fixed-window counters (Limitador's default storage)."""
-
-    def __init__(self, clock: Callable[[], float] = time.time, max_entries: int = 1_000_000) -> None:
-        self.clock = clock
-        self._data: dict[CounterKey, list[float]] = {}  # key -> [used, expires_at]
-        self._max = max_entries
-        self._ops = 0
-
-    def read(self, key: CounterKey) -> tuple[int, float | None]:
-        """(used, resets_at); resets_at is None while the window has not started."""
-        entry = self._data.get(key)
-        if entry is None or entry[1] <= self.clock():
-            return 0, None
-        return int(entry[0]), entry[1]
-
-    def add(self, key: CounterKey, delta: int) -> int:
-        """Add `delta` (starting the window if needed); the new value."""
-        now = self.clock()
-        entry = self._data.get(key)
-        if entry is None or entry[1] <= now:
-            entry = [0.0, now + key[2]]
-            self._data[key] = entry
-        entry[0] += delta
-        self._ops += 1
-        if self._ops % 1024 == 0 or len(self._data) > self._max:
-            self._sweep(now)
-        return int(entry[0])
-
-    def _sweep(self, now: float) -> None:
-        for k in [k for k, (_, exp) in self._data.items() if exp <= now]:
-            del self._data[k]
-
-    def clear(self) -> None:
-        self._data.clear()
-
-
 @dataclass(frozen=True)
 class AppliedLimit:
     """A limit that applies to one request, with its resolved counter values."""
@@ -178,6 +141,7 @@ class RateState:
     remaining: int
     resets_in: float | None
     over: bool
+    reserved: int = 0
 
 
 @dataclass(frozen=True)
@@ -195,13 +159,23 @@ def _counter_text(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """What one admitted request holds until it settles."""
+
+    slots: tuple[Slot, ...]
+    amount: int
+
+
 class TokenRateLimiter:
-    """Applies compiled TRLPs against a `CounterStore`."""
+    """Applies compiled TRLPs against a `CounterStore` (see `gateway.counters` for reservations)."""
 
     def __init__(self, store: CounterStore | None = None, memo_size: int = 50_000) -> None:
-        self.store = store or CounterStore()
+        self.store: CounterStore = store or MemoryCounterStore()
         self._memo: dict[str, list[AppliedLimit]] = {}
         self._memo_size = memo_size
+        self._typical: dict[tuple[str, str], float] = {}  # (domain, limit name) -> average tokens per request
+        self._slot_names: dict[CounterKey, tuple[str, str]] = {}  # for messages: limit name and window text
 
     def applicable(
         self, policy: CompiledTokenRateLimitPolicy, domain: str, activation: Mapping[str, Any]
@@ -251,43 +225,83 @@ class TokenRateLimiter:
             out.append(AppliedLimit(policy.key, domain, limit, tuple(_counter_text(v) for v in raw)))
         return out
 
-    def check(self, applied: list[AppliedLimit]) -> RateDenial | None:
-        """The first rate already over its limit (Limitador's check with hits_addend 0), or None."""
-        for item in applied:
-            for rate in item.limit.rates:
-                if rate.seconds <= 0:
-                    continue
-                used, resets_at = self.store.read(item.key(rate))
-                if used > rate.limit:
-                    retry = max(1, int((resets_at or self.store.clock()) - self.store.clock() + 0.999))
-                    return RateDenial(item.limit.name, rate.limit, rate.window, used, retry)
+    @staticmethod
+    def _slots(applied: list[AppliedLimit]) -> tuple[Slot, ...]:
+        return tuple(Slot(item.key(rate), rate.limit) for item in applied for rate in item.limit.rates
+                     if rate.seconds > 0)
+
+    def estimate(self, applied: list[AppliedLimit], prompt_estimate: int) -> int:
+        """Tokens to reserve for a request: what requests under these limits used on average (learned from
+        settled requests), never less than the prompt alone; twice the prompt until something is learned."""
+        typical = [self._typical[(a.domain, a.limit.name)] for a in applied if (a.domain, a.limit.name)
+                   in self._typical]
+        guess = max(typical) if typical else 2 * prompt_estimate
+        return max(1, prompt_estimate, round(guess))
+
+    def _denial(self, denied: Denied) -> RateDenial:
+        slot, usage = denied.slot, denied.usage
+        # Full of used tokens: retry when the window resets; full of reservations: as soon as they settle.
+        retry = max(1, int((usage.resets_in or 1) + 0.999)) if usage.used > slot.limit else 1
+        name, window = self._slot_names.get(slot.key, (slot.key[1], f"{slot.key[2]}s"))
+        return RateDenial(name, slot.limit, window, usage.used + usage.reserved, retry)
+
+    async def check(self, applied: list[AppliedLimit]) -> RateDenial | None:
+        """The first rate that is over (`used + reserved > limit`), read only (simulate)."""
+        slots = self._slots(applied)
+        self._remember(applied)
+        for slot, usage in zip(slots, await self.store.read([s.key for s in slots]), strict=True):
+            if usage.used + usage.reserved > slot.limit:
+                return self._denial(Denied(slot, usage))
         return None
 
-    def report(self, applied: list[AppliedLimit], tokens: int) -> None:
-        """Charge `tokens` to every rate of every applied limit."""
-        if tokens <= 0:
-            return
-        for item in applied:
-            for rate in item.limit.rates:
-                if rate.seconds > 0:
-                    self.store.add(item.key(rate), tokens)
+    async def reserve(self, applied: list[AppliedLimit], amount: int) -> Reservation | RateDenial:
+        """Admit a request and hold `amount` tokens on every rate that applies, or say which rate is full."""
+        slots = self._slots(applied)
+        self._remember(applied)
+        denied = await self.store.reserve(slots, amount)
+        if denied is not None:
+            return self._denial(denied)
+        return Reservation(slots, amount)
 
-    def states(self, applied: list[AppliedLimit]) -> list[RateState]:
-        """Used and remaining quota of every rate (read only)."""
-        now = self.store.clock()
-        out = []
+    async def settle(self, reservation: Reservation, applied: list[AppliedLimit], tokens: int) -> None:
+        """Count the request's `tokens` and release its reservation; learn what requests typically use."""
+        await self.store.settle([s.key for s in reservation.slots], reservation.amount, max(0, tokens))
+        if tokens > 0:
+            for item in applied:
+                key = (item.domain, item.limit.name)
+                old = self._typical.get(key)
+                self._typical[key] = tokens if old is None else 0.8 * old + 0.2 * tokens
+            if len(self._typical) > 100_000:
+                self._typical.clear()
+
+    async def report(self, applied: list[AppliedLimit], tokens: int) -> None:
+        """Count `tokens` without a reservation (a request admitted elsewhere)."""
+        await self.settle(Reservation(self._slots(applied), 0), applied, tokens)
+
+    def _remember(self, applied: list[AppliedLimit]) -> None:
         for item in applied:
             for rate in item.limit.rates:
-                used, resets_at = self.store.read(item.key(rate))
-                out.append(
-                    RateState(
-                        item.limit.name,
-                        rate.limit,
-                        rate.window,
-                        used,
-                        max(0, rate.limit - used),
-                        None if resets_at is None else round(resets_at - now, 3),
-                        rate.seconds > 0 and used > rate.limit,
-                    )
+                self._slot_names[item.key(rate)] = (item.limit.name, rate.window)
+        if len(self._slot_names) > 100_000:
+            self._slot_names.clear()
+
+    async def states(self, applied: list[AppliedLimit]) -> list[RateState]:
+        """Used, reserved and remaining quota of every rate (read only)."""
+        pairs = [(item, rate) for item in applied for rate in item.limit.rates]
+        usages = await self.store.read([item.key(rate) for item, rate in pairs])
+        out = []
+        for (item, rate), usage in zip(pairs, usages, strict=True):
+            used = usage.used
+            out.append(
+                RateState(
+                    item.limit.name,
+                    rate.limit,
+                    rate.window,
+                    used,
+                    max(0, rate.limit - used),
+                    None if usage.resets_in is None else round(usage.resets_in, 3),
+                    rate.seconds > 0 and used + usage.reserved > rate.limit,
+                    usage.reserved,
                 )
+            )
         return out

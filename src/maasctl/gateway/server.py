@@ -48,9 +48,10 @@ from maasctl.contract.usage import (
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.proxy import response_headers
-from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
+from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
@@ -125,6 +126,7 @@ class _Exchange:
     outcome: AuthOutcome
     applied: list[AppliedLimit]
     body: PreparedBody
+    reservation: Reservation
 
 
 class Gateway:
@@ -143,7 +145,8 @@ class Gateway:
         self.client = client
         self.cache = Cache(client, CacheOptions(label_selectors={SECRET: UPSTREAM_KEY_SELECTOR}))
         self.state = GatewayState(self.cache, settings)
-        self.limiter = limiter or TokenRateLimiter()
+        self.limiter = limiter or TokenRateLimiter(
+            RedisCounterStore(settings.redis_url) if settings.redis_url else MemoryCounterStore())
         self._owned: list[httpx.AsyncClient] = []
         self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop
         self.callbacks = callbacks or self._own(httpx.AsyncClient(timeout=settings.callback_timeout))
@@ -206,6 +209,7 @@ class Gateway:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.sink.aclose()
+        await self.limiter.store.aclose()
         if self._upstream is not None:
             await self._upstream.close()
         for http in self._owned:
@@ -318,16 +322,6 @@ class Gateway:
         if isinstance(trlp, PolicyError):
             await _respond(send, 500, _error_body(500, "the route's rate limit cannot be enforced", "policy_error"))
             return
-        applied: list[AppliedLimit] = []
-        if trlp is not None:
-            activation = {"request": request.attributes(), "auth": outcome.filters}
-            applied = self.limiter.applicable(trlp, route, activation)
-            denial = self.limiter.check(applied)
-            if denial is not None:
-                await _respond(send, 429, _error_body(
-                    429, f"token limit {denial.limit} per {denial.window} exceeded", "rate_limited"),
-                    {"retry-after": str(denial.retry_after)})
-                return
         backend = match.rule.pick_backend()
         if backend is None:
             await _respond(send, 500, _error_body(500, match.rule.backend_error or "no backend", "backend_error"))
@@ -340,7 +334,19 @@ class Gateway:
             if key is None:
                 await _respond(send, 503, _error_body(503, "upstream credentials are not available", "no_upstream_key"))
                 return
-        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body)
+        applied: list[AppliedLimit] = []
+        reservation = Reservation((), 0)
+        if trlp is not None:
+            activation = {"request": request.attributes(), "auth": outcome.filters}
+            applied = self.limiter.applicable(trlp, route, activation)
+            admitted = await self.limiter.reserve(applied, self.limiter.estimate(applied, body.prompt_estimate))
+            if isinstance(admitted, RateDenial):
+                await _respond(send, 429, _error_body(
+                    429, f"token limit {admitted.limit} per {admitted.window} exceeded", "rate_limited"),
+                    {"retry-after": str(admitted.retry_after)})
+                return
+            reservation = admitted
+        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body, reservation)
         rule = match.rule
         out_headers = upstream_headers(raw_headers, outcome.headers, forward_credentials=rule.forward_credentials,
                                        set_headers=rule.set_headers, add_headers=rule.add_headers,
@@ -364,12 +370,12 @@ class Gateway:
                 timeout=client_timeout, allow_redirects=False)
         except TimeoutError:
             await _respond(send, 504, _error_body(504, "upstream request timeout", "upstream_timeout"))
-            self._finish(ex, 504, None, "upstream_error")
+            await self._finish(ex, 504, None, "upstream_error")
             return
         except aiohttp.ClientError as exc:
             log.warning("upstream %s unreachable: %s", url.split("?", 1)[0], type(exc).__name__)
             await _respond(send, 503, _error_body(503, "upstream connect error", "upstream_unavailable"))
-            self._finish(ex, 503, None, "upstream_error")
+            await self._finish(ex, 503, None, "upstream_error")
             return
         status = response.status
         sse = "text/event-stream" in response.headers.get("content-type", "")
@@ -416,12 +422,13 @@ class Gateway:
             usage = filt.usage if filt is not None else (scanner.usage if scanner is not None else None)
             if not decoder.readable:
                 usage = None
-            self._finish(ex, status, usage, termination)
+            await self._finish(ex, status, usage, termination)
 
-    def _finish(self, ex: _Exchange, status: int, usage: Any, termination: Termination) -> None:
-        """Charge the counters (the answer's usage, else a conservative estimate) and emit the usage record."""
+    async def _finish(self, ex: _Exchange, status: int, usage: Any, termination: Termination) -> None:
+        """Charge the counters (the answer's usage, else a conservative estimate), release the request's
+        reservation and emit the usage record."""
         charge = charge_for(status, usage, ex.body, termination, completion_ceiling=self.settings.completion_ceiling)
-        self.limiter.report(ex.applied, charge.charged)
+        await self.limiter.settle(ex.reservation, ex.applied, charge.charged)
         identity = ex.outcome.filters.get("identity") or {}
         if not isinstance(identity, Mapping):
             identity = {}

@@ -164,11 +164,11 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
         return report
     report.rate_limit_policy = trlp.key
     applied = gateway.limiter.applicable(trlp, route, {"request": info.attributes(), "auth": outcome.filters})
-    report.limits = [asdict(s) for s in gateway.limiter.states(applied)]
+    report.limits = [asdict(s) for s in await gateway.limiter.states(applied)]
     for item in applied:
         if not item.limit.rates:
             report.limits.append({"limit_name": item.limit.name, "unlimited": True})
-    denial = gateway.limiter.check(applied)
+    denial = await gateway.limiter.check(applied)
     if denial is not None:
         report.status = 429
         report.verdict = (
