@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,8 +14,13 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.api import GROUP, KINDS, VERSION
 from maasctl.billing.api.install import install_billing_crds
+from maasctl.billing.app import build_billing_manager
+from maasctl.billing.clock import ManualClock
+from maasctl.billing.settings import BillingSettings
+from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api
 
 PLURAL = {kind.__name__: kind.crd.plural for kind in KINDS}
 CLUSTER_SCOPED = {kind.__name__ for kind in KINDS if kind.crd.scope == "Cluster"}
@@ -84,3 +92,70 @@ def error_message(exc: k8s.ApiException) -> str:
         return str(json.loads(exc.body or b"")["message"])
     except (ValueError, KeyError, TypeError):
         return str(exc.body)
+
+
+# -- the billing controller, run as its own ServiceAccount -------------------------------------------------------
+
+CONTROLLER_NS = "opendatahub"
+SETTINGS = BillingSettings(metrics_bind_address="0", health_probe_bind_address="0", leader_election_namespace=
+                           CONTROLLER_NS, dependency_recheck_seconds=1)
+
+
+async def billing_controller_api(cp: ControlPlane) -> k8s.ApiClient:
+    """Apply the billing controller's RBAC from the default overlay; a client acting as its ServiceAccount."""
+    await apply_docs(cp, identity_docs({"billing-controller"}, CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
+    return await service_account_api(cp, CONTROLLER_NS, "billing-controller",
+                                     ready_checks=[("list", "pricebooks.billing.opendatahub.io", "-A"),
+                                                   ("create", "ratelimitpolicies.kuadrant.io", "-n", "x")])
+
+
+@dataclass
+class RunningBilling:
+    manager: Manager
+    clock: ManualClock
+    task: asyncio.Task[None]
+    api: k8s.ApiClient
+
+    async def stop(self) -> None:
+        self.manager.stop()
+        await asyncio.wait_for(self.task, 40)
+        await self.api.close()
+
+
+async def start_billing(cp: ControlPlane, settings: BillingSettings = SETTINGS) -> RunningBilling:
+    api = await billing_controller_api(cp)
+    clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
+    manager = build_billing_manager(api, settings, clock)
+    return RunningBilling(manager, clock, asyncio.create_task(manager.run()), api)
+
+
+@pytest.fixture(scope="module")
+async def billing_controller(billing_cluster: ControlPlane) -> AsyncIterator[RunningBilling]:
+    """One billing controller per test module, on a ManualClock the tests move."""
+    running = await start_billing(billing_cluster)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30, interval: float = 0.1) -> Any:
+    """Poll `check` until it returns a truthy value (returned), retrying on AssertionError."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = await check()
+            if value:
+                return value
+        except AssertionError as exc:
+            last = exc
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not reached in {timeout}s; last: {last!r}")
+        await asyncio.sleep(interval)
+
+
+async def events_for(api: k8s.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, note) of the events.k8s.io Events about object `name` in `namespace`."""
+    out = await k8s.EventsV1Api(api).list_namespaced_event(namespace)
+    return [(e.type, e.reason, e.note or "") for e in out.items if e.regarding and e.regarding.name == name]
