@@ -106,7 +106,7 @@ async def billing_controller_api(cp: ControlPlane) -> k8s.ApiClient:
     await apply_docs(cp, identity_docs({"billing-controller"}, CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
     return await service_account_api(cp, CONTROLLER_NS, "billing-controller",
                                      ready_checks=[("list", "pricebooks.billing.opendatahub.io", "-A"),
-                                                   ("create", "ratelimitpolicies.kuadrant.io", "-n", "x")])
+                                                   ("create", "leases.coordination.k8s.io", "-n", CONTROLLER_NS)])
 
 
 @dataclass

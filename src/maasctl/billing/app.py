@@ -12,8 +12,18 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.billing import names
 from maasctl.billing.clock import Clock, SystemClock
-from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
+from maasctl.billing.kinds import (
+    GATEWAY,
+    HTTP_ROUTE,
+    KUADRANT_KINDS,
+    KUEUE_KINDS,
+    PLAN,
+    PRICE_BOOK,
+    RESOURCE_FLAVOR,
+    TENANT_ACCOUNT,
+)
 from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.plan import GENERATED_KINDS, PlanReconciler, plan_of_generated, plans_of_tenant
 from maasctl.billing.reconcilers.pricebook import PriceBookReconciler
 from maasctl.billing.settings import BillingSettings
 from maasctl.billing.timers import Timers
@@ -41,6 +51,10 @@ def manager_options(settings: BillingSettings) -> ManagerOptions:
         max_concurrent_reconciles=settings.max_concurrent_reconciles,
         field_manager=names.FIELD_MANAGER,
         status_field_manager=names.STATUS_FIELD_MANAGER,
+        # Generated kinds are cached only for the objects we generate, never the cluster's (MaaS's policies
+        # included); a name clash with an object that is not ours is found with a live GET.
+        cache_label_selectors={kind: f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
+                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS)},
     )
 
 
@@ -66,7 +80,35 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
              .watches(PLAN, map_to=siblings, predicates=[SPEC_OR_META])
              .complete(PriceBookReconciler(ctx, book_timers)))
     book_timers.bind(books.queue)
+
+    cache = manager.cache
+    cache.add_index(PLAN, TARGET_INDEX, _target_key)
+    cache.informer(RESOURCE_FLAVOR)  # so the reconciler sees our ResourceFlavor without asking the server
+    builder = (manager.controller("plan")
+               .for_(PLAN, predicates=[SPEC_OR_META])
+               .watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[SPEC_OR_META])
+               .watches(GATEWAY, map_to=_plans_targeting(cache, "Gateway"), predicates=[SPEC_OR_META])
+               .watches(HTTP_ROUTE, map_to=_plans_targeting(cache, "HTTPRoute"), predicates=[SPEC_OR_META]))
+    for kind in GENERATED_KINDS:
+        builder = builder.watches(kind, map_to=plan_of_generated, predicates=[SPEC_OR_META])
+    builder.complete(PlanReconciler(ctx))
     return ctx
+
+
+TARGET_INDEX = "billing.target"
+
+
+def _target_key(plan: FrozenObject) -> list[str]:
+    ref = (plan.get("spec") or {}).get("targetRef") or {}
+    return [f"{plan['metadata'].get('namespace')}/{ref.get('kind')}/{ref.get('name')}"] if ref.get("name") else []
+
+
+def _plans_targeting(cache: Cache, kind: str) -> MapFunc:
+    def map_to(obj: FrozenObject) -> list[Request]:
+        key = f"{obj['metadata'].get('namespace')}/{kind}/{obj['metadata']['name']}"
+        return [Request.for_object(p) for p in cache.list(PLAN, index=(TARGET_INDEX, key))]
+
+    return map_to
 
 
 def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: Clock | None = None) -> Manager:
