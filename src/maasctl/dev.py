@@ -14,6 +14,7 @@ import structlog
 
 from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
+from maasctl.billing.dev import start_billing
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
@@ -94,7 +95,14 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         controller = asyncio.create_task(run_controller(dataclasses.replace(stack.settings), stop))
         if options.samples:
             await apply_samples(stack)
+        # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
+        billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
+                                      stack.settings.gateway_name, stop, samples=options.samples)
         print(banner(stack, directory), flush=True)
-        return await controller
+        try:
+            return await controller
+        finally:
+            stop.set()
+            await billing
     finally:
         await stack.stop()

@@ -139,7 +139,7 @@ async def billing_controller(billing_cluster: ControlPlane) -> AsyncIterator[Run
         await running.stop()
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 30, interval: float = 0.1) -> Any:
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 120, interval: float = 0.2) -> Any:
     """Poll `check` until it returns a truthy value (returned), retrying on AssertionError."""
     deadline = asyncio.get_running_loop().time() + timeout
     last: BaseException | None = None
