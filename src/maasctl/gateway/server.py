@@ -42,6 +42,7 @@ from maasctl.gateway.proxy import (
     upstream_headers,
 )
 from maasctl.gateway.ratelimit import AppliedLimit, TokenRateLimiter
+from maasctl.gateway.requestlimit import RequestLimiter, denial_response  # billing: RateLimitPolicy
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageRecord, UsageSink, usage_numbers
@@ -134,6 +135,7 @@ class Gateway:
         self.cache = Cache(client, CacheOptions(label_selectors={SECRET: UPSTREAM_KEY_SELECTOR}))
         self.state = GatewayState(self.cache, settings)
         self.limiter = limiter or TokenRateLimiter()
+        self.requests = RequestLimiter(self.limiter.store)  # billing: RateLimitPolicy counts, same counter store
         self._owned: list[httpx.AsyncClient] = []
         self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop
         self.callbacks = callbacks or self._own(httpx.AsyncClient(timeout=settings.callback_timeout))
@@ -292,6 +294,17 @@ class Gateway:
                     429, f"token limit {denial.limit} per {denial.window} exceeded", "rate_limited"),
                     {"retry-after": str(denial.retry_after)})
                 return
+        # --- billing: RateLimitPolicy request counts (gateway/requestlimit.py) ---
+        rlp = snap.requests.get(route)
+        if isinstance(rlp, PolicyError):
+            await _respond(send, 500, _error_body(500, "the route's request limit cannot be enforced", "policy_error"))
+            return
+        if rlp is not None:
+            refused = self.requests.admit(rlp, route, {"request": request.attributes(), "auth": outcome.filters})
+            if refused is not None:
+                await _respond(send, *denial_response(refused))
+                return
+        # --- end billing ---
         backend = match.rule.pick_backend()
         if backend is None:
             await _respond(send, 500, _error_body(500, match.rule.backend_error or "no backend", "backend_error"))
