@@ -21,6 +21,7 @@ from maasctl.gateway.attachment import effective_policy, rules_of
 from maasctl.gateway.auth import AuthPolicyRuntime, RequestInfo, compile_auth_policy
 from maasctl.gateway.ratelimit import CounterStore
 from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy
+from maasctl.runtime import freeze
 
 GW_NS, MODEL_NS = "maas-gateway", "llm"
 KEYS = {"sk-oai-acme": ("alice", "models-as-a-service/premium"), "sk-oai-other": ("bob", "models-as-a-service/free")}
@@ -83,7 +84,8 @@ async def decide(policy: Mapping[str, Any], key: str | None, model: str = "grani
 
 async def test_on_a_model_route_the_plan_adds_its_scope_rule_and_tenant_to_the_maas_policy() -> None:
     plan = plan_objects(requestsPerMinute=2)["AuthPolicy"]
-    effective = effective_policy([DEFAULT_DENY, plan], [maas_route_policy()])
+    # As the gateway's informer cache holds them: frozen.
+    effective = effective_policy([freeze(DEFAULT_DENY), freeze(plan)], [freeze(maas_route_policy())])
     assert effective is not None
     keys = set(rules_of(effective))
     assert {"authentication#api-keys", "metadata#subscriptionInfo", "authorization#subscription-selected",

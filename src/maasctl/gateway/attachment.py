@@ -20,9 +20,10 @@ returned, so what worked before is untouched.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from maasctl.runtime.objects import thaw
 
 __all__ = ["effective_policy", "order", "rules_of"]
 
@@ -154,5 +155,5 @@ def effective_policy(gateway_policies: Sequence[Mapping[str, Any]], route_polici
             "uid": "+".join(f"{m.get('uid', '')}@{m.get('generation', 0)}" for m in metas),
             "generation": 0,
         },
-        "spec": copy.deepcopy(_spec_from(kind, rules)),
+        "spec": thaw(_spec_from(kind, rules)),  # cached objects are frozen: a plain copy of their parts
     }
