@@ -3,7 +3,7 @@ the samples promise (pb-launch Active, pb-standard Announced as its successor, b
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -36,6 +36,7 @@ async def test_samples_reconcile_to_the_promised_states(
     client = Client(kube)  # type: ignore[arg-type]
     for obj in billing_samples(namespace, "local", datetime.now(UTC)):
         await client.apply(obj, field_manager="tests")
+    billing_controller.clock.advance(timedelta(minutes=2))  # pb-launch comes into force a minute after creation
 
     async def states() -> bool:
         launch = await billing.get("PriceBook", "pb-launch", namespace)

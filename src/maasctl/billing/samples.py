@@ -1,8 +1,9 @@
 """Sample billing objects from seed 002 for `maasctl dev`, adapted to the local stack. Pure: the caller applies.
 
 Everything lives in the Gateway's namespace (a Plan's targetRef is local, and TenantAccounts and price book
-references are local to the Plan). `now` fixes the dates, so the PriceBooks give real notice: `pb-launch` is in
-force at once (no notice), `pb-standard` (the seed's rates) is announced and supersedes it 30 days later.
+references are local to the Plan). `now` fixes the dates, so the PriceBooks give real notice: `pb-launch` (no notice
+required) comes into force a minute later, `pb-standard` (the seed's rates) is announced and supersedes it 30
+days later.
 The sample tenants meet MaaS through organization ids: `ten-acme` is organization `acme`, the one the sample
 MaaSSubscription `premium` belongs to.
 """
@@ -36,7 +37,7 @@ def billing_samples(namespace: str, gateway: str, now: datetime) -> list[dict[st
     launch = now.replace(microsecond=0)
     return [
         {"apiVersion": API_VERSION, "kind": "PriceBook", "metadata": {"name": "pb-launch", **meta},
-         "spec": {"currency": "USD", "effectiveFrom": _iso(launch), "noticeDays": 0,
+         "spec": {"currency": "USD", "effectiveFrom": _iso(launch + timedelta(minutes=1)), "noticeDays": 0,
                   "skus": copy.deepcopy(SEED_RATES)}},
         {"apiVersion": API_VERSION, "kind": "PriceBook", "metadata": {"name": "pb-standard", **meta},
          "spec": {"currency": "USD", "effectiveFrom": _iso(launch + timedelta(days=30, hours=1)), "noticeDays": 30,
