@@ -159,3 +159,18 @@ async def events_for(api: k8s.ApiClient, namespace: str, name: str) -> list[tupl
     """(type, reason, note) of the events.k8s.io Events about object `name` in `namespace`."""
     out = await k8s.EventsV1Api(api).list_namespaced_event(namespace)
     return [(e.type, e.reason, e.note or "") for e in out.items if e.regarding and e.regarding.name == name]
+
+
+async def wait_event(api: k8s.ApiClient, namespace: str, name: str, reason: str, type_: str | None = None) -> str:
+    """The note of the first Event with `reason` (and `type_`) about `name`, once it exists.
+
+    Events are written after the status they explain, so a test that saw the status waits for them too."""
+
+    async def found() -> str | None:
+        for t, r, note in await events_for(api, namespace, name):
+            if r == reason and type_ in (None, t):
+                return note or "(no note)"
+        return None
+
+    note: str = await eventually(found)
+    return note

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from .conftest import Billing, RunningBilling, events_for, eventually
+from .conftest import Billing, RunningBilling, eventually, wait_event
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +133,7 @@ async def test_a_plan_compiles_to_policies_the_real_crds_accept_with_every_condi
     assert rlp["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
     assert rlp["metadata"]["annotations"]["billing.opendatahub.io/queue-class"] == "priority"
     assert await cluster.get(AP, NAME, namespace) is not None and await cluster.get(TRLP, NAME, namespace) is not None
-    assert ("Warning", "NotCompilable") in [(t, r) for t, r, _ in await events_for(kube, namespace, "priority")]
+    await wait_event(kube, namespace, "priority", "NotCompilable", "Warning")
 
     # A second tenant joins: the limits now apply to both organizations.
     await billing.create(tenant(namespace, "ten-acme"))
@@ -190,8 +190,7 @@ async def test_an_edited_policy_is_reverted_and_the_plan_says_so(
     await eventually(reverted)
     cond = await wait_condition(billing, namespace, "Drifted", "False", "DriftReverted")
     assert "rates changed" in cond["message"] and "sneaky added" in cond["message"]
-    notes = [n for t, r, n in await events_for(kube, namespace, "priority") if r == "DriftReverted"]
-    assert notes and "reverted" in notes[0]
+    assert "reverted" in await wait_event(kube, namespace, "priority", "DriftReverted", "Warning")
 
 
 async def test_a_same_named_object_that_is_not_ours_is_never_overwritten(

@@ -89,6 +89,9 @@ def plan_of_generated(obj: FrozenObject) -> list[Request]:
 class PlanReconciler:
     def __init__(self, ctx: BillingContext) -> None:
         self.ctx = ctx
+        # The last revert per Plan and generation: the cached status may not show it yet when the revert's own
+        # events trigger the next reconcile, and that reconcile must not report NoDrift over it.
+        self._reverted: dict[str, tuple[int, str]] = {}
 
     # -- inputs ----------------------------------------------------------------------------------------
     def tenants(self, namespace: str, plan: str) -> tuple[Tenant, ...]:
@@ -111,6 +114,7 @@ class PlanReconciler:
         namespace = str(req.namespace)
         obj = ctx.cache.get(PLAN, req.name, namespace)
         if obj is None:
+            self._reverted.pop(req.key, None)
             await self.prune(namespace, req.name, keep=set())
             return Result.done()
         try:
@@ -246,11 +250,18 @@ class PlanReconciler:
                      "Kuadrant policies applied; gpuQuota needs Kueue's ClusterQueue CRD, which is not installed")
         else:
             c = cond(c, COMPILED, "True", "Compiled", f"{len(outcomes)} object(s) applied and up to date")
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        note = self._reverted.get(key)
         if drifted:
             failed = any(o.revert_failed for o in outcomes)
+            message = ("could not revert: " if failed else "edited outside the compiler and reverted: ") + \
+                "; ".join(drifted)
             c = cond(c, DRIFTED, "True" if failed else "False", "RevertFailed" if failed else "DriftReverted",
-                     ("could not revert: " if failed else "edited outside the compiler and reverted: ")
-                     + "; ".join(drifted))
+                     message)
+            if not failed:
+                self._reverted[key] = (generation, message)
+        elif note is not None and note[0] == generation:
+            c = cond(c, DRIFTED, "False", "DriftReverted", note[1])
         elif not self._keeps_revert_note(old, generation):
             c = cond(c, DRIFTED, "False", "NoDrift", "every generated object matches the Plan")
         c = cond(c, ADOPTION_CONFLICT, "True" if conflicts else "False", "NameInUse" if conflicts else "NoConflict",
