@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from maasctl import __version__, usage_cli
+from maasctl.billing import cli as billing_cli
 from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
 
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gateway_parsers(sub)
     usage_cli.register(sub)
     console_cli.register(sub)
+    billing_cli.register(sub)
 
     model = sub.add_parser("testmodel", help="serve the OpenAI-compatible test model (tests and samples)")
     model.add_argument("--host", default="127.0.0.1")
@@ -321,7 +323,7 @@ def _keys(args: argparse.Namespace) -> int:
 _HANDLERS = {
     "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
     "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
-    "console": console_cli.run,
+    "console": console_cli.run, "billing": billing_cli.dispatch,
 }
 
 

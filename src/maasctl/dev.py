@@ -15,6 +15,7 @@ import structlog
 
 from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
+from maasctl.billing.dev import start_billing
 from maasctl.console.localrun import start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
@@ -106,9 +107,16 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
             health_probe_bind_address=settings.health_probe_bind_address), stop))
         if options.samples:
             await apply_samples(stack)
+        # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
+        billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
+                                      stack.settings.gateway_name, stop, samples=options.samples)
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
                                           model_namespace=samples.MODEL_NAMESPACE)
         print(banner(stack, directory, console_url), flush=True)
-        return await controller
+        try:
+            return await controller
+        finally:
+            stop.set()
+            await billing
     finally:
         await stack.stop()

@@ -22,6 +22,7 @@ from tests.install.manifests import (
 )
 
 MAAS = "maas.opendatahub.io"
+BILLING = "billing.opendatahub.io"
 MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
 READ = frozenset({"get", "list", "watch"})
 GENERATED = READ | {"create", "patch", "delete"}
@@ -53,6 +54,18 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
         **{(MAAS, r): READ for r in MAAS_KINDS},
     },
+    # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
+    ("ClusterRole", "billing-controller"): {
+        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts")},
+        **{(BILLING, f"{r}/status"): frozenset({"patch"}) for r in ("pricebooks", "plans")},
+        **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
+        ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
+        ("kueue.x-k8s.io", "resourceflavors"): READ | {"create", "patch"},
+        ("gateway.networking.k8s.io", "gateways"): READ,
+        ("gateway.networking.k8s.io", "httproutes"): READ,
+        ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+    },
+    ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
 }
 ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
 
@@ -87,9 +100,10 @@ def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
     docs = render(overlay)
-    expected = {"maas-controller": "maas-controller", "maas-api": "maas-api"}
+    expected = {"maas-controller": "maas-controller", "maas-api": "maas-api",
+                "billing-controller": "billing-controller"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 3
+    assert len(bindings) == 5
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]

@@ -196,12 +196,19 @@ class PrinterColumn:
 
 @dataclass(frozen=True)
 class CrdInfo:
-    """Names and presentation of a kind, beyond what its pydantic model says."""
+    """Names and presentation of a kind, beyond what its pydantic model says.
+
+    `group`, `scope` and `root_rules` (CEL on the whole object, e.g. about `metadata.name`) let other API
+    groups (the billing kinds) use the same generator.
+    """
 
     plural: str
     short_names: tuple[str, ...]
     printer_columns: tuple[PrinterColumn, ...]
     categories: tuple[str, ...] = (CATEGORY,)
+    group: str = GROUP
+    scope: Literal["Namespaced", "Cluster"] = "Namespaced"
+    root_rules: tuple[Rule, ...] = ()
 
 
 AGE_COLUMN = PrinterColumn("Age", ".metadata.creationTimestamp", "date")

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel
 
 from maasctl.api import admission
-from maasctl.api._base import GROUP, VERSION, KubeObject, apply_extra
+from maasctl.api._base import VERSION, KubeObject, apply_extra
 from maasctl.api.authpolicy import MaaSAuthPolicy
 from maasctl.api.externalmodel import ExternalModel
 from maasctl.api.modelref import MaaSModelRef
@@ -133,7 +133,7 @@ def crd_schema(kind: type[KubeObject]) -> dict[str, Any]:
     status = {**status, "description": _field_description(kind, "status")}
     spec = {k: spec[k] for k in sorted(spec, key=_order)}
     status = {k: status[k] for k in sorted(status, key=_order)}
-    return {
+    root: dict[str, Any] = {
         "description": _kind_description(kind),
         "type": "object",
         "properties": {
@@ -151,6 +151,9 @@ def crd_schema(kind: type[KubeObject]) -> dict[str, Any]:
         },
         "required": ["spec"],
     }
+    if kind.crd.root_rules:
+        root["x-kubernetes-validations"] = [r.to_dict() for r in kind.crd.root_rules]
+    return root
 
 
 def _model_of(annotation: Any) -> type[BaseModel]:
@@ -170,11 +173,11 @@ def crd(kind: type[KubeObject]) -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{info.plural}.{GROUP}",
+            "name": f"{info.plural}.{info.group}",
             "labels": {"app.kubernetes.io/part-of": "maasctl"},
         },
         "spec": {
-            "group": GROUP,
+            "group": info.group,
             "names": {
                 "kind": name,
                 "listKind": f"{name}List",
@@ -183,7 +186,7 @@ def crd(kind: type[KubeObject]) -> dict[str, Any]:
                 "shortNames": list(info.short_names),
                 "categories": list(info.categories),
             },
-            "scope": "Namespaced",
+            "scope": info.scope,
             "versions": [
                 {
                     "name": VERSION,
@@ -204,7 +207,14 @@ def crd_manifests() -> list[dict[str, Any]]:
 
 
 def crd_file_name(kind: type[KubeObject]) -> str:
-    return f"{CRD_DIR}/{GROUP}_{kind.crd.plural}.yaml"
+    return f"{CRD_DIR}/{kind.crd.group}_{kind.crd.plural}.yaml"
+
+
+def billing_kinds() -> tuple[type[KubeObject], ...]:
+    """The billing operator's kinds (`maasctl.billing.api`), rendered by this same generator."""
+    from maasctl.billing.api import KINDS as BILLING_KINDS
+
+    return BILLING_KINDS
 
 
 class _Dumper(yaml.SafeDumper):
@@ -225,7 +235,7 @@ def render_all(subscription_namespace: str | None = None) -> dict[str, str]:
     ``subscription_namespace`` overrides the namespace the admission policy accepts subscriptions and auth
     policies in (the checked-in files use the default).
     """
-    files = {crd_file_name(kind): _to_yaml(crd(kind)) for kind in KINDS}
+    files = {crd_file_name(kind): _to_yaml(crd(kind)) for kind in (*KINDS, *billing_kinds())}
     docs = admission.manifests(subscription_namespace)
     files[f"{ADMISSION_DIR}/{admission.FILE_NAME}"] = _to_yaml(*docs)
     return files

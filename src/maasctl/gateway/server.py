@@ -52,6 +52,7 @@ from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.proxy import response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
+from maasctl.gateway.requestlimit import RequestLimiter, denial_response
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
@@ -147,6 +148,7 @@ class Gateway:
         self.state = GatewayState(self.cache, settings)
         self.limiter = limiter or TokenRateLimiter(
             RedisCounterStore(settings.redis_url) if settings.redis_url else MemoryCounterStore())
+        self.requests = RequestLimiter(self.limiter.store)  # RateLimitPolicy counts, same counter store
         self._owned: list[httpx.AsyncClient] = []
         self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop
         self.callbacks = callbacks or self._own(httpx.AsyncClient(timeout=settings.callback_timeout))
@@ -333,6 +335,15 @@ class Gateway:
             )
             if key is None:
                 await _respond(send, 503, _error_body(503, "upstream credentials are not available", "no_upstream_key"))
+                return
+        rlp = snap.requests.get(route)  # RateLimitPolicy (billing Plans): request counts
+        if isinstance(rlp, PolicyError):
+            await _respond(send, 500, _error_body(500, "the route's request limit cannot be enforced", "policy_error"))
+            return
+        if rlp is not None:
+            refused = await self.requests.admit(rlp, route, {"request": request.attributes(), "auth": outcome.filters})
+            if refused is not None:
+                await _respond(send, *denial_response(refused))
                 return
         applied: list[AppliedLimit] = []
         reservation = Reservation((), 0)

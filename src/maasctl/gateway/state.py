@@ -21,16 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 from maasctl.contract.labels import UPSTREAM_KEY_LABEL
+from maasctl.gateway import attachment  # Kuadrant's defaults/overrides + merge (gateway/attachment.py)
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, compile_auth_policy
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.ratelimit import CompiledTokenRateLimitPolicy, compile_token_rate_limit_policy
+from maasctl.gateway.requestlimit import CompiledRateLimitPolicy, compile_rate_limit_policy  # billing
 from maasctl.gateway.routes import RouteTable, build_route_table
 from maasctl.runtime import Cache, Event, GroupVersionKind
 
 __all__ = [
     "AUTH_POLICY",
     "HTTP_ROUTE",
+    "RATE_LIMIT_POLICY",
     "SECRET",
     "SERVICE",
     "TOKEN_RATE_LIMIT_POLICY",
@@ -45,9 +48,10 @@ log = logging.getLogger(__name__)
 HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")
 AUTH_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "AuthPolicy")
 TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
+RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "RateLimitPolicy")  # billing: request counts
 SERVICE: Final = GroupVersionKind("", "v1", "Service")
 SECRET: Final = GroupVersionKind("", "v1", "Secret")
-WATCHED: Final = (HTTP_ROUTE, AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY, SERVICE, SECRET)
+WATCHED: Final = (HTTP_ROUTE, AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY, SERVICE, SECRET, RATE_LIMIT_POLICY)
 UPSTREAM_KEY_SELECTOR: Final = f"{UPSTREAM_KEY_LABEL}=true"
 UPSTREAM_KEY_FIELD: Final = "api-key"
 
@@ -62,6 +66,7 @@ class Snapshot:
     table: RouteTable
     auth: dict[str, CompiledAuthPolicy | PolicyError] = field(default_factory=dict)
     limits: dict[str, CompiledTokenRateLimitPolicy | PolicyError] = field(default_factory=dict)
+    requests: dict[str, CompiledRateLimitPolicy | PolicyError] = field(default_factory=dict)  # billing: RLPs
 
 
 def upstream_key_of(secret: Mapping[str, Any] | None, field: str = UPSTREAM_KEY_FIELD) -> str | None:
@@ -126,6 +131,7 @@ class GatewayState:
         self._snapshot: Snapshot | None = None
         self._auth = _Compiled(compile_auth_policy)
         self._limits = _Compiled(compile_token_rate_limit_policy)
+        self._requests = _Compiled(compile_rate_limit_policy)  # billing
         self._keys: dict[tuple[str, str, str], tuple[str, str | None]] = {}
         for gvk in WATCHED:
             cache.informer(gvk).add_handler(self._changed)
@@ -152,30 +158,35 @@ class GatewayState:
             self.gateway,
         )
         snap = Snapshot(version, table)
+        used: set[tuple[str, int]] = set()  # billing: merged (synthetic) policies stay compiled while in use
         for route in table.routes():
             ns, name = route.split("/", 1)
             auth = self._attached(AUTH_POLICY, ns, name)
             if auth is not None:
+                used.add(_live_key(auth))
                 snap.auth[route] = self._auth.get(auth)
             trlp = self._attached(TOKEN_RATE_LIMIT_POLICY, ns, name)
             if trlp is not None:
+                used.add(_live_key(trlp))
                 snap.limits[route] = self._limits.get(trlp)
-        self._auth.retain({_live_key(o) for o in self.cache.list(AUTH_POLICY)})
-        self._limits.retain({_live_key(o) for o in self.cache.list(TOKEN_RATE_LIMIT_POLICY)})
+            # --- billing: RateLimitPolicy (request counts), enforced by gateway/requestlimit.py ---
+            rlp = self._attached(RATE_LIMIT_POLICY, ns, name)
+            if rlp is not None:
+                used.add(_live_key(rlp))
+                snap.requests[route] = self._requests.get(rlp)
+            # --- end billing ---
+        self._auth.retain({_live_key(o) for o in self.cache.list(AUTH_POLICY)} | used)
+        self._limits.retain({_live_key(o) for o in self.cache.list(TOKEN_RATE_LIMIT_POLICY)} | used)
+        self._requests.retain(used)
         return snap
 
     def _attached(self, gvk: GroupVersionKind, namespace: str, route: str) -> Mapping[str, Any] | None:
-        def oldest(items: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-            live = [o for o in items if not o["metadata"].get("deletionTimestamp")]
-            live.sort(key=lambda o: (str(o["metadata"].get("creationTimestamp", "")), o["metadata"]["name"]))
-            return live[0] if live else None
-
+        # billing: Kuadrant's effective policy of the path Gateway -> HTTPRoute (see gateway/attachment.py).
         gw_name, gw_ns = self.gateway
-        on_gateway = oldest([o for o in self.cache.list(gvk, gw_ns) if _targets(o) == ("Gateway", gw_name)])
-        if on_gateway is not None and (on_gateway.get("spec") or {}).get("overrides"):
-            return on_gateway
-        on_route = oldest([o for o in self.cache.list(gvk, namespace) if _targets(o) == ("HTTPRoute", route)])
-        return on_route if on_route is not None else on_gateway
+        return attachment.effective_policy(
+            [o for o in self.cache.list(gvk, gw_ns) if _targets(o) == ("Gateway", gw_name)],
+            [o for o in self.cache.list(gvk, namespace) if _targets(o) == ("HTTPRoute", route)],
+        )
 
     def upstream_key(self, namespace: str, name: str, field: str = UPSTREAM_KEY_FIELD) -> str | None:
         """The provider key of a labelled credential Secret (decoded once per resourceVersion)."""

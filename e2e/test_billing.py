@@ -1,0 +1,119 @@
+"""Billing journey over real HTTP: a tenant's Plan is compiled by `maasctl billing run` (its own process) into
+Kuadrant policies on the shared Gateway, and the local data plane enforces them next to the MaaS policies:
+the tenant's requests are counted per tenant (429 past requestsPerMinute, for every user of the organization),
+models outside its modelScopes are refused (403), and another organization is not affected."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from e2e.conftest import MAAS, World, eventually
+from maasctl.billing.api.install import install_billing_crds
+from maasctl.localstack import LocalStack, maasctl_argv
+from maasctl.testenv.controlplane import ManagedProcess, free_port
+
+BILLING = "billing.opendatahub.io/v1alpha1"
+
+
+@pytest.fixture(scope="module")
+async def billing_process(stack: LocalStack) -> AsyncIterator[ManagedProcess]:
+    """`maasctl billing run` against the stack's control plane, ready (probes answer) before the journey."""
+    await install_billing_crds(stack.api)
+    health = free_port()
+    proc = ManagedProcess("billing", maasctl_argv(
+        "billing", "run", f"--kubeconfig={stack.kubeconfig}", "--metrics-bind-address=0",
+        f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json",
+        f"--leader-election-namespace={stack.settings.leader_election_namespace}"),
+        stack.directory / "billing.log")
+    proc.start()
+    try:
+        async def ready() -> bool:
+            assert proc.alive(), proc.log_tail()
+            try:
+                async with httpx.AsyncClient(timeout=2) as http:
+                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await eventually(ready, 60)
+        yield proc
+    finally:
+        await asyncio.to_thread(proc.stop)
+
+
+def subscription(world: World, name: str, users: tuple[str, ...], org: str) -> dict[str, Any]:
+    obj = world.subscription(name, {"gpt": [(1000000, "1m")], "hidden": [(1000000, "1m")]}, users=users)
+    obj["spec"]["organization"] = {"id": org}
+    return obj
+
+
+async def test_a_tenants_plan_limits_answer_429_through_the_gateway(billing_process: ManagedProcess,
+                                                                      world: World) -> None:
+    ns, stack = world.namespace, world.stack
+    gw_ns, gw = stack.settings.gateway_namespace, stack.settings.gateway_name
+    hidden = {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": "hidden", "namespace": ns},
+              "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}}
+    await world.apply(*world.external_model("gpt"), hidden)
+    acme_org, other_org = world.name("acme"), world.name("other")
+    acme, other = world.name("acme-sub"), world.name("other-sub")
+    await world.apply(world.auth_policy(world.name("ap"), ["gpt", "hidden"], users=("alice", "bob", "carol")),
+                      subscription(world, acme, ("alice", "carol"), acme_org),
+                      subscription(world, other, ("bob",), other_org))
+    await world.wait_active(acme, other)
+    alice = (await world.mint("alice", subscription=acme))["key"]
+    carol = (await world.mint("carol", subscription=acme))["key"]
+    bob = (await world.mint("bob", subscription=other))["key"]
+    await world.wait_enforced("gpt", alice)
+    await world.wait_enforced("hidden", bob)
+
+    plan_name, tenant_name = world.name("basic"), world.name("ten-acme")
+    plan = {"apiVersion": BILLING, "kind": "Plan", "metadata": {"name": plan_name, "namespace": gw_ns},
+            "spec": {"limits": {"requestsPerMinute": 3}, "modelScopes": ["gpt"],
+                     "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}}}
+    tenant = {"apiVersion": BILLING, "kind": "TenantAccount",
+              "metadata": {"name": tenant_name, "namespace": gw_ns,
+                           "labels": {"billing.opendatahub.io/organization-id": acme_org}},
+              "spec": {"displayName": "Acme", "planRef": {"name": plan_name}, "billingMode": "ShowbackOnly"}}
+    await world.apply(tenant, plan)
+    custom = k8s.CustomObjectsApi(stack.api)
+    try:
+        async def compiled() -> bool:
+            obj = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", gw_ns, "plans",
+                                                            plan_name)
+            conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+            return conds.get("Compiled", {}).get("status") == "True"
+
+        await eventually(compiled)
+
+        # The scope rule reaches the gateway: acme's users may use gpt only.
+        async def scoped() -> bool:
+            return (await world.chat("hidden", alice)).status_code == 403
+
+        await eventually(scoped)
+        denied = await world.chat("hidden", carol)
+        assert denied.status_code == 403
+
+        # requestsPerMinute counts per tenant: alice's calls, then carol's (same organization), reach the limit.
+        statuses = []
+        for _ in range(12):
+            resp = await world.chat("gpt", alice if len(statuses) % 2 == 0 else carol)
+            statuses.append(resp.status_code)
+            if resp.status_code == 429:
+                break
+        assert statuses[-1] == 429 and set(statuses[:-1]) == {200} and len(statuses) <= 4, statuses
+        assert 1 <= int(resp.headers["retry-after"]) <= 60
+        assert resp.json()["error"]["message"] == "request limit 3 per 1m exceeded"
+        assert (await world.chat("gpt", carol)).status_code == 429
+
+        # Another organization is not on the Plan: no request limit, no model scope.
+        assert [(await world.chat("gpt", bob)).status_code for _ in range(5)] == [200] * 5
+        assert (await world.chat("hidden", bob)).status_code == 200
+    finally:
+        for plural, name in (("plans", plan_name), ("tenantaccounts", tenant_name)):
+            await custom.delete_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", gw_ns, plural, name)

@@ -1,0 +1,146 @@
+"""Wiring of `maasctl billing run`: its own Manager (leader election, metrics, probes) with the billing
+controllers registered on the shared runtime, exactly as `maasctl run` does for MaaS."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import structlog
+from kubernetes_asyncio import client as k8s
+
+from maasctl.billing import names
+from maasctl.billing.clock import Clock, SystemClock
+from maasctl.billing.kinds import (
+    GATEWAY,
+    HTTP_ROUTE,
+    KUADRANT_KINDS,
+    KUEUE_KINDS,
+    PLAN,
+    PRICE_BOOK,
+    RESOURCE_FLAVOR,
+    TENANT_ACCOUNT,
+)
+from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.plan import GENERATED_KINDS, PlanReconciler, plan_of_generated, plans_of_tenant
+from maasctl.billing.reconcilers.pricebook import PriceBookReconciler
+from maasctl.billing.settings import BillingSettings
+from maasctl.billing.timers import Timers
+from maasctl.runtime import Cache, LeaderElectionLost, LeaderElectionOptions, Manager, ManagerOptions, Request
+from maasctl.runtime.connect import connect
+from maasctl.runtime.controller import MapFunc
+from maasctl.runtime.objects import FrozenObject
+from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
+
+log = structlog.get_logger("maasctl.billing")
+
+SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
+
+
+def manager_options(settings: BillingSettings) -> ManagerOptions:
+    return ManagerOptions(
+        namespaces=settings.namespaces,
+        metrics_bind_address=settings.metrics_bind_address,
+        health_probe_bind_address=settings.health_probe_bind_address,
+        leader_election=LeaderElectionOptions(
+            enabled=settings.leader_elect,
+            namespace=settings.leader_election_namespace,
+            name=settings.leader_election_id.replace(".", "-"),
+        ),
+        max_concurrent_reconciles=settings.max_concurrent_reconciles,
+        field_manager=names.FIELD_MANAGER,
+        status_field_manager=names.STATUS_FIELD_MANAGER,
+        # Generated kinds are cached only for the objects we generate, never the cluster's (MaaS's policies
+        # included); a name clash with an object that is not ours is found with a live GET.
+        cache_label_selectors={kind: f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
+                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS)},
+    )
+
+
+def _same_namespace(cache: Cache) -> MapFunc:
+    def map_to(obj: FrozenObject) -> list[Request]:
+        ns = obj["metadata"].get("namespace")
+        return [Request.for_object(o) for o in cache.list(PRICE_BOOK, ns)]
+
+    return map_to
+
+
+def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | None = None) -> BillingContext:
+    """Register the billing controllers with `manager`; `clock` defaults to real time."""
+    clock = clock or SystemClock()
+    ctx = BillingContext(cache=manager.cache, client=manager.client, applier=manager.applier,
+                         events=manager.event_recorder("billing-controller"), clock=clock, settings=settings)
+    book_timers = Timers(clock)
+    siblings = _same_namespace(manager.cache)
+    books = (manager.controller("pricebook")
+             .for_(PRICE_BOOK, predicates=[SPEC_OR_META])
+             .watches(PRICE_BOOK, map_to=siblings, predicates=[SPEC_OR_META])
+             .watches(TENANT_ACCOUNT, map_to=siblings, predicates=[SPEC_OR_META])
+             .watches(PLAN, map_to=siblings, predicates=[SPEC_OR_META])
+             .complete(PriceBookReconciler(ctx, book_timers)))
+    book_timers.bind(books.queue)
+
+    cache = manager.cache
+    cache.add_index(PLAN, TARGET_INDEX, _target_key)
+    cache.informer(RESOURCE_FLAVOR)  # so the reconciler sees our ResourceFlavor without asking the server
+    builder = (manager.controller("plan")
+               .for_(PLAN, predicates=[SPEC_OR_META])
+               .watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[SPEC_OR_META])
+               .watches(GATEWAY, map_to=_plans_targeting(cache, "Gateway"), predicates=[SPEC_OR_META])
+               .watches(HTTP_ROUTE, map_to=_plans_targeting(cache, "HTTPRoute"), predicates=[SPEC_OR_META]))
+    for kind in GENERATED_KINDS:
+        builder = builder.watches(kind, map_to=plan_of_generated, predicates=[SPEC_OR_META])
+    builder.complete(PlanReconciler(ctx))
+    return ctx
+
+
+TARGET_INDEX = "billing.target"
+
+
+def _target_key(plan: FrozenObject) -> list[str]:
+    ref = (plan.get("spec") or {}).get("targetRef") or {}
+    return [f"{plan['metadata'].get('namespace')}/{ref.get('kind')}/{ref.get('name')}"] if ref.get("name") else []
+
+
+def _plans_targeting(cache: Cache, kind: str) -> MapFunc:
+    def map_to(obj: FrozenObject) -> list[Request]:
+        key = f"{obj['metadata'].get('namespace')}/{kind}/{obj['metadata']['name']}"
+        return [Request.for_object(p) for p in cache.list(PLAN, index=(TARGET_INDEX, key))]
+
+    return map_to
+
+
+def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: Clock | None = None) -> Manager:
+    manager = Manager(api, manager_options(settings))
+    setup_billing(manager, settings, clock)
+    return manager
+
+
+async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = None) -> int:
+    """Run the billing controller until SIGINT/SIGTERM (or `stop`); 1 when the leader lease is lost."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    api = await connect(settings.kubeconfig)
+    try:
+        manager = build_billing_manager(api, settings)
+        log.info("starting billing controller", server=api.configuration.host)
+        runner = asyncio.create_task(manager.run(), name="billing manager")
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper in done:
+            log.info("shutting down")
+            manager.stop()
+        else:
+            stopper.cancel()
+        try:
+            await runner
+        except LeaderElectionLost:
+            log.error("leader election lost; exiting so a fresh process can compete again")
+            return 1
+    finally:
+        await api.close()
+    return 0

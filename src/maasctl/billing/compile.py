@@ -1,0 +1,253 @@
+"""The Plan compiler: a pure function from a Plan (and its tenants) to the Kuadrant and Kueue objects that
+enforce it. No clock, no cluster, no environment: the reconciler gathers the inputs and applies the output.
+
+What a Plan becomes, all attached to `spec.targetRef` in the Plan's namespace and named `billing-plan-<plan>`:
+
+- TokenRateLimitPolicy (`tokensPerMinute`, `tokensPerDay`): one limit with a 1m and a 24h rate;
+- RateLimitPolicy (`requestsPerMinute`): one limit with a 1m rate;
+- AuthPolicy: exports the request's tenant as dynamic metadata `billing.tenant` (what the limits count on), and,
+  when `modelScopes` or `geoScopes` restrict, an authorization rule admitting only matching models/regions;
+- a ClusterQueue per tenant (`gpuQuota`): nominalQuota of nvidia.com/gpu from the configured ResourceFlavor,
+  admitting the tenant's namespaces (label `billing.opendatahub.io/tenant=<organization id>`).
+
+Every limit and rule applies only to the Plan's tenants (`identity.tenant_in`) and counts per tenant, so several
+Plans can share one Gateway. All three policies use `overrides` with `strategy: merge`: Kuadrant then merges
+their rules (by name) into every route's effective policy, on top of the MaaS per-route policies and the
+gateway's default-deny, instead of replacing them (docs/billing.md, "Composition"). `queueClass` is passed
+through as the annotation `billing.opendatahub.io/queue-class` on every generated object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from maasctl.billing import identity, names
+from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
+from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
+from maasctl.contract.cel import cel_string, cel_string_list
+
+__all__ = [
+    "DESIRED_HASH_ANNOTATION",
+    "FAIL_CLOSED_RULE",
+    "PlanInput",
+    "Tenant",
+    "compile_plan",
+    "desired_hash",
+    "glob_regex",
+    "model_predicate",
+    "resource_flavor",
+]
+
+AUTH_POLICY_API: Final = "kuadrant.io/v1"
+RATE_LIMIT_POLICY_API: Final = "kuadrant.io/v1"
+TOKEN_RATE_LIMIT_POLICY_API: Final = "kuadrant.io/v1alpha1"
+KUEUE_API: Final = "kueue.x-k8s.io/v1beta2"
+GPU: Final = "nvidia.com/gpu"
+DESIRED_HASH_ANNOTATION: Final = "billing.opendatahub.io/desired-hash"
+FAIL_CLOSED_RULE: Final = "billing-plan-fail-closed"
+MODELS_LISTING: Final = '!request.url_path.endsWith("/v1/models")'
+_PATH: Final = 'request.url_path.split("/")'
+
+
+@dataclass(frozen=True, order=True)
+class Tenant:
+    """A TenantAccount on the Plan: its name (same namespace) and the organization id requests carry."""
+
+    name: str
+    organization: str
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """Everything a Plan's objects depend on. `target_geo` is the target's billing.opendatahub.io/geo label."""
+
+    namespace: str
+    name: str
+    uid: str
+    spec: PlanSpec
+    tenants: tuple[Tenant, ...] = ()
+    target_geo: str | None = None
+    gpu_flavor: str = "billing-gpu"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The desired objects (namespaced policies first, then ClusterQueues) and what could not be compiled."""
+
+    objects: tuple[dict[str, Any], ...]
+    unsupported: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+
+
+def glob_regex(glob: str) -> str:
+    """An anchored RE2/Python regular expression for a model glob: `*` and `?` never cross a `/`."""
+    out = []
+    for ch in glob:
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch.isalnum() or ch == "/":
+            out.append(ch)
+        else:
+            out.append("\\" + ch)
+    return "^" + "".join(out) + "$"
+
+
+def model_predicate(globs: list[str]) -> str:
+    """CEL: the model in the request path (`/<namespace>/<model>/...`) matches one of `globs`.
+
+    A glob without `/` matches the model name, one with `/` matches `<namespace>/<name>`.
+    """
+    name = f"{_PATH}[2]"
+    qualified = f'({_PATH}[1] + "/" + {_PATH}[2])'
+    matches = [f"{qualified if '/' in g else name}.matches({cel_string(glob_regex(g))})" for g in sorted(set(globs))]
+    return f"{_PATH}.size() > 2 && ({' || '.join(matches)})"
+
+
+def desired_hash(obj: Mapping[str, Any]) -> str:
+    """A stable hash of what the compiler wants (spec, labels, other annotations): equal hashes, same intent."""
+    meta = obj.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != DESIRED_HASH_ANNOTATION}
+    payload = {"spec": obj.get("spec"), "labels": meta.get("labels"), "annotations": annotations}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def _limit_name(inp: PlanInput, what: str) -> str:
+    return f"billing/{inp.namespace}/{inp.name}/{what}"
+
+
+def _metadata(inp: PlanInput, name: str, namespace: str | None, owned: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": names.plan_labels(inp.namespace, inp.name)}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if inp.spec.queue_class:
+        meta["annotations"] = {names.QUEUE_CLASS_ANNOTATION: inp.spec.queue_class}
+    if owned and inp.uid:
+        meta["ownerReferences"] = [{"apiVersion": BILLING_API_VERSION, "kind": "Plan", "name": inp.name,
+                                    "uid": inp.uid, "controller": True}]
+    return meta
+
+
+def _target(spec: PlanSpec) -> dict[str, Any]:
+    ref = {"group": spec.target_ref.group, "kind": spec.target_ref.kind, "name": spec.target_ref.name}
+    if spec.target_ref.section_name:
+        ref["sectionName"] = spec.target_ref.section_name
+    return ref
+
+
+def _stamp(obj: dict[str, Any]) -> dict[str, Any]:
+    annotations = obj["metadata"].setdefault("annotations", {})
+    annotations[DESIRED_HASH_ANNOTATION] = desired_hash(obj)
+    return obj
+
+
+def _counted_limit(inp: PlanInput, rates: list[dict[str, Any]], tokens: bool) -> dict[str, Any]:
+    when = [{"predicate": identity.tenant_in(t.organization for t in inp.tenants)}]
+    if tokens:
+        when.append({"predicate": MODELS_LISTING})
+    return {"rates": rates, "counters": [{"expression": identity.TENANT}], "when": when}
+
+
+def _rate_limit_policy(inp: PlanInput, api_version: str, kind: str, what: str, rates: list[dict[str, Any]],
+                       tokens: bool) -> dict[str, Any]:
+    return _stamp({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": _metadata(inp, names.policy_name(inp.name), inp.namespace, owned=True),
+        "spec": {
+            "targetRef": _target(inp.spec),
+            "overrides": {"strategy": "merge", "limits": {_limit_name(inp, what): _counted_limit(inp, rates, tokens)}},
+        },
+    })
+
+
+def _scope_patterns(inp: PlanInput) -> tuple[list[dict[str, str]], list[str]]:
+    patterns: list[dict[str, str]] = []
+    notes: list[str] = []
+    if inp.spec.model_scopes:
+        patterns.append({"predicate": model_predicate(list(inp.spec.model_scopes))})
+    geos = list(inp.spec.geo_scopes)
+    if ALL_GEOS not in geos:
+        geo = inp.target_geo or ""
+        patterns.append({"predicate": f"{cel_string(geo)} in {cel_string_list(sorted(geos))}"})
+        if geo not in geos:
+            where = f"region {geo!r}" if geo else "no region (label billing.opendatahub.io/geo)"
+            notes.append(f"the target has {where}, outside geoScopes {sorted(geos)}: the Plan's tenants are denied")
+    return patterns, notes
+
+
+def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, Any]:
+    rules: dict[str, Any] = {
+        # Inert when merged with a policy that authenticates (one identity suffices); fails closed when this
+        # policy ends up alone on a route, so a Plan can never open a route the gateway default-deny closes.
+        "authentication": {FAIL_CLOSED_RULE: {"plain": {"expression": '""'}, "priority": 100}},
+        "response": {"success": {"filters": {identity.FILTER: {
+            "json": {"properties": {"tenant": {"expression": identity.AUTHZ_TENANT}}},
+            "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
+        }}}},
+    }
+    if patterns:
+        rules["authorization"] = {f"billing-plan-{inp.namespace}-{inp.name}": {
+            "when": [{"predicate": identity.authz_tenant_in(t.organization for t in inp.tenants)}],
+            "patternMatching": {"patterns": patterns},
+        }}
+    return _stamp({
+        "apiVersion": AUTH_POLICY_API,
+        "kind": "AuthPolicy",
+        "metadata": _metadata(inp, names.policy_name(inp.name), inp.namespace, owned=True),
+        "spec": {"targetRef": _target(inp.spec), "overrides": {"strategy": "merge", "rules": rules}},
+    })
+
+
+def _cluster_queue(inp: PlanInput, tenant: Tenant, quota: int) -> dict[str, Any]:
+    meta = _metadata(inp, names.queue_name(inp.namespace, tenant.name), None, owned=False)
+    meta["labels"][names.TENANT_LABEL] = names.label_value(tenant.name)
+    return _stamp({
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": meta,
+        "spec": {
+            "namespaceSelector": {"matchLabels": {names.TENANT_LABEL: names.label_value(tenant.organization)}},
+            "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+                {"name": inp.gpu_flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}]}],
+        },
+    })
+
+
+def resource_flavor(name: str) -> dict[str, Any]:
+    """The (shared, never deleted) ResourceFlavor the tenants' ClusterQueues draw GPUs from."""
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+            "metadata": {"name": name, "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY}}, "spec": {}}
+
+
+def compile_plan(inp: PlanInput) -> Compiled:
+    """The objects enforcing `inp`'s Plan, in a stable order."""
+    limits = inp.spec.limits
+    objects: list[dict[str, Any]] = []
+    token_rates = []
+    if limits.tokens_per_minute is not None:
+        token_rates.append({"limit": limits.tokens_per_minute, "window": "1m"})
+    if limits.tokens_per_day is not None:
+        token_rates.append({"limit": limits.tokens_per_day, "window": "24h"})
+    patterns, notes = _scope_patterns(inp)
+    objects.append(_auth_policy(inp, patterns))
+    if limits.requests_per_minute is not None:
+        objects.append(_rate_limit_policy(inp, RATE_LIMIT_POLICY_API, "RateLimitPolicy", "requests",
+                                          [{"limit": limits.requests_per_minute, "window": "1m"}], tokens=False))
+    if token_rates:
+        objects.append(_rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens",
+                                          token_rates, tokens=True))
+    if limits.gpu_quota is not None:
+        objects.extend(_cluster_queue(inp, t, limits.gpu_quota) for t in sorted(set(inp.tenants)))
+    unsupported: tuple[str, ...] = ()
+    if limits.max_concurrency is not None:
+        unsupported = (f"limits.maxConcurrency ({limits.max_concurrency}) is stored but not enforced: Kuadrant has "
+                       "no concurrent-request limit",)
+    return Compiled(tuple(objects), unsupported, tuple(notes))
+
+

@@ -1,0 +1,23 @@
+"""The kinds the billing controllers read and write, in the versions the CRDs store."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from maasctl.billing.api import GROUP, VERSION
+from maasctl.runtime import GroupVersionKind
+
+PRICE_BOOK: Final = GroupVersionKind(GROUP, VERSION, "PriceBook")
+PLAN: Final = GroupVersionKind(GROUP, VERSION, "Plan")
+TENANT_ACCOUNT: Final = GroupVersionKind(GROUP, VERSION, "TenantAccount")
+
+GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")
+HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")
+AUTH_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "AuthPolicy")
+RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "RateLimitPolicy")
+TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
+CLUSTER_QUEUE: Final = GroupVersionKind("kueue.x-k8s.io", "v1beta2", "ClusterQueue")
+RESOURCE_FLAVOR: Final = GroupVersionKind("kueue.x-k8s.io", "v1beta2", "ResourceFlavor")
+
+KUADRANT_KINDS: Final = (AUTH_POLICY, RATE_LIMIT_POLICY, TOKEN_RATE_LIMIT_POLICY)
+KUEUE_KINDS: Final = (CLUSTER_QUEUE, RESOURCE_FLAVOR)

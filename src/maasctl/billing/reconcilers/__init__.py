@@ -1,0 +1,1 @@
+"""The billing reconcilers: read the cache, call a pure function, apply, report (conditions + Events)."""

@@ -1,0 +1,122 @@
+"""PriceBook reconciler: lifecycle state, tenants and grandfathering in status; a requeue at the next transition.
+
+Thin by design: the books and tenants of the namespace come from the cache, `lifecycle.evaluate` decides,
+the status is applied (no write when nothing changed), a state change is an Event, and `Timers` requeues
+the book exactly when time alone would change the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from maasctl.api import parse
+from maasctl.billing import lifecycle
+from maasctl.billing.api import Plan, PriceBook, PriceBookState, TenantAccount
+from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
+from maasctl.billing.reconcilers.context import BillingContext, log
+from maasctl.billing.timers import Timers
+from maasctl.runtime import Request, Result, set_condition, thaw
+from maasctl.runtime.objects import FrozenObject
+
+NOTICE_VALID = "NoticeValid"
+_EVENTS = {
+    PriceBookState.ANNOUNCED: "Announced",
+    PriceBookState.ACTIVE: "Activated",
+    PriceBookState.SUPERSEDED: "Superseded",
+    PriceBookState.RETIRED: "Retired",
+}
+
+
+def book_facts(obj: Mapping[str, Any]) -> lifecycle.Book:
+    model = parse(PriceBook, thaw(obj))
+    status = model.status
+    created = model.metadata.creation_timestamp
+    if created is None:
+        raise ValueError("creationTimestamp is not set")
+    return lifecycle.Book(
+        name=str(model.metadata.name),
+        created=created,
+        effective_from=model.spec.effective_from,
+        notice_days=model.spec.notice_days,
+        supersedes=model.spec.supersedes,
+        state=status.state if status is not None else None,
+    )
+
+
+def tenant_uses(tenants: list[FrozenObject], plans: list[FrozenObject]) -> list[lifecycle.TenantUse]:
+    """Pins and Plan price books of the namespace's tenants (unparseable objects are skipped)."""
+    plan_books: dict[str, str | None] = {}
+    for obj in plans:
+        try:
+            plan = parse(Plan, thaw(obj))
+        except ValidationError:
+            continue
+        plan_books[str(plan.metadata.name)] = plan.spec.price_book_ref
+    out = []
+    for obj in tenants:
+        try:
+            tenant = parse(TenantAccount, thaw(obj))
+        except ValidationError:
+            continue
+        out.append(lifecycle.TenantUse(
+            name=str(tenant.metadata.name),
+            pin=tenant.spec.price_book_pin,
+            plan_book=plan_books.get(tenant.spec.plan_ref.name),
+        ))
+    return out
+
+
+class PriceBookReconciler:
+    def __init__(self, ctx: BillingContext, timers: Timers) -> None:
+        self.ctx = ctx
+        self.timers = timers
+
+    async def reconcile(self, req: Request) -> Result:
+        ctx = self.ctx
+        obj = ctx.cache.get(PRICE_BOOK, req.name, req.namespace)
+        if obj is None:
+            self.timers.forget(req)
+            return Result.done()
+        books = []
+        for other in ctx.cache.list(PRICE_BOOK, req.namespace):
+            try:
+                books.append(book_facts(other))
+            except (ValidationError, ValueError) as exc:
+                if other["metadata"]["name"] == req.name:
+                    await ctx.event(obj, "Warning", "InvalidPriceBook", f"cannot read this PriceBook: {exc}"[:1024])
+                    log.warning("invalid PriceBook", request=req.key, error=str(exc)[:500])
+                    return self.timers.after(req, None)
+        tenants = tenant_uses(ctx.cache.list(TENANT_ACCOUNT, req.namespace), ctx.cache.list(PLAN, req.namespace))
+        now = ctx.clock.now()
+        life = lifecycle.evaluate(req.name, books, tenants, now)
+        previous = (obj.get("status") or {}).get("state")
+        await ctx.apply_status(obj, self.status(obj, life))
+        if previous != life.state:
+            if not life.notice_valid and previous is None:
+                await ctx.event(obj, "Warning", "NoticeTooShort", life.message)
+            elif life.state in _EVENTS:
+                await ctx.event(obj, "Normal", _EVENTS[life.state], life.message)
+            log.info("pricebook state", request=req.key, state=str(life.state), previous=previous)
+        return self.timers.after(req, life.next_transition)
+
+    def status(self, obj: FrozenObject, life: lifecycle.Lifecycle) -> dict[str, Any]:
+        generation = int(obj["metadata"].get("generation", 0))
+        conditions = set_condition(
+            (obj.get("status") or {}).get("conditions"),
+            type_=NOTICE_VALID,
+            status="True" if life.notice_valid else "False",
+            reason="NoticeGiven" if life.notice_valid else "NoticeTooShort",
+            message="effectiveFrom respects noticeDays" if life.notice_valid else life.message,
+            observed_generation=generation,
+            now=self.ctx.now_rfc3339(),
+        )
+        return {
+            "state": str(life.state),
+            "activeTenants": life.active_tenants,
+            "grandfatheredTenants": list(life.grandfathered),
+            "observedGeneration": generation,
+            "conditions": conditions,
+        }

@@ -1,0 +1,157 @@
+"""How a Plan's compiled policies compose with the MaaS policies on the local data plane, following Kuadrant's
+defaults/overrides and merge strategies (gateway/attachment.py), evaluated by the gateway's own Authorino and
+Limitador stand-ins. maas-api's callbacks are answered in-process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import pytest
+
+from maasctl.api import parse
+from maasctl.billing.api import Plan
+from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
+from maasctl.builders.refs import ObjectRef
+from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
+from maasctl.gateway.attachment import effective_policy, rules_of
+from maasctl.gateway.auth import AuthPolicyRuntime, RequestInfo, compile_auth_policy
+from maasctl.gateway.ratelimit import CounterStore
+from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy
+from maasctl.runtime import freeze
+
+GW_NS, MODEL_NS = "maas-gateway", "llm"
+KEYS = {"sk-oai-acme": ("alice", "models-as-a-service/premium"), "sk-oai-other": ("bob", "models-as-a-service/free")}
+ORGS = {"premium": "acme", "free": "other-org"}
+
+
+def stamp(obj: dict[str, Any], uid: str, created: str) -> dict[str, Any]:
+    obj["metadata"] |= {"uid": uid, "generation": 1, "creationTimestamp": created}
+    return obj
+
+
+def maas_route_policy(model: str = "granite-8b") -> dict[str, Any]:
+    obj = build_auth_policy(
+        AuthPolicyInput(ObjectRef(MODEL_NS, model), ObjectRef(MODEL_NS, f"{model}-route"),
+                        (AuthPolicySource(ObjectRef("models-as-a-service", "all"), users=("*",)),)),
+        AuthSettings("http://maas-api.test:8080", cache_ttl_seconds=0))
+    assert obj is not None
+    return stamp(obj, "maas", "2026-01-01T00:00:00Z")
+
+
+def plan_objects(**limits: Any) -> dict[str, dict[str, Any]]:
+    spec = {"limits": limits, "modelScopes": ["granite-*"],
+            "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}}
+    plan = parse(Plan, {"apiVersion": "billing.opendatahub.io/v1alpha1", "kind": "Plan",
+                        "metadata": {"name": "basic", "namespace": GW_NS}, "spec": spec})
+    compiled = compile_plan(PlanInput(GW_NS, "basic", "plan-uid", plan.spec, (Tenant("ten-acme", "acme"),)))
+    return {o["kind"]: stamp(o, f"plan-{o['kind']}", "2026-03-01T00:00:00Z") for o in compiled.objects}
+
+
+DEFAULT_DENY = stamp({
+    "apiVersion": "kuadrant.io/v1", "kind": "AuthPolicy",
+    "metadata": {"name": "maas-gateway-auth", "namespace": GW_NS},
+    "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+             "defaults": {"rules": {"authorization": {"deny-all": {"patternMatching": {"patterns": [
+                 {"predicate": "false"}]}}}}}},
+}, "deny", "2026-02-01T00:00:00Z")  # older than the Plan's policies: the hard case (see docs/billing.md)
+
+
+def callbacks(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    if request.url.path.endswith("/validate"):
+        user, sub = KEYS.get(body["key"], ("", ""))
+        return httpx.Response(200, json={"valid": bool(user), "username": user, "groups": [], "keyId": "k",
+                                         "subscription": sub})
+    name = body["requestedSubscription"].split("/")[-1]
+    return httpx.Response(200, json={"selected": True, "name": name, "namespace": "models-as-a-service",
+                                     "subscription": {"organizationId": ORGS[name]}})
+
+
+async def decide(policy: Mapping[str, Any], key: str | None, model: str = "granite-8b") -> Any:
+    async def review(token: str, audiences: tuple[str, ...]) -> None:
+        return None
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(callbacks)) as http:
+        runtime = AuthPolicyRuntime(http, review, decision_cache=False)
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        return await runtime.check(compile_auth_policy(policy),
+                                   RequestInfo("POST", f"/{MODEL_NS}/{model}/v1/chat/completions", "gw", headers))
+
+
+async def test_on_a_model_route_the_plan_adds_its_scope_rule_and_tenant_to_the_maas_policy() -> None:
+    plan = plan_objects(requestsPerMinute=2)["AuthPolicy"]
+    # As the gateway's informer cache holds them: frozen.
+    effective = effective_policy([freeze(DEFAULT_DENY), freeze(plan)], [freeze(maas_route_policy())])
+    assert effective is not None
+    keys = set(rules_of(effective))
+    assert {"authentication#api-keys", "metadata#subscriptionInfo", "authorization#subscription-selected",
+            f"authorization#billing-plan-{GW_NS}-basic", "response.success.metadata#identity",
+            "response.success.metadata#billing"} <= keys
+    assert "authorization#deny-all" not in keys  # the route's own policy beats the gateway defaults
+    allowed = await decide(effective, "sk-oai-acme")
+    assert allowed.allowed, allowed.reason
+    assert allowed.filters["billing"] == {"tenant": "acme"}
+    assert allowed.filters["identity"]["userid"] == "alice"
+
+
+async def test_a_tenant_outside_its_model_scopes_gets_403_and_other_tenants_are_not_affected() -> None:
+    plan = plan_objects(requestsPerMinute=2)["AuthPolicy"]
+    effective = effective_policy([DEFAULT_DENY, plan], [maas_route_policy("gpt-x")])
+    assert effective is not None
+    denied = await decide(effective, "sk-oai-acme", model="gpt-x")
+    assert not denied.allowed and denied.status == 403 and f"billing-plan-{GW_NS}-basic" in denied.reason
+    other = await decide(effective, "sk-oai-other", model="gpt-x")
+    assert other.allowed and other.filters["billing"] == {"tenant": "other-org"}
+
+
+@pytest.mark.parametrize("deny_first", [True, False])
+async def test_a_plan_never_opens_a_route_the_gateway_default_deny_closes(deny_first: bool) -> None:
+    """Without a route policy, Kuadrant keeps whichever gateway policy wins; either way nothing gets in."""
+    plan = plan_objects(requestsPerMinute=2)["AuthPolicy"]
+    deny = dict(DEFAULT_DENY, metadata={**DEFAULT_DENY["metadata"],
+                                        "creationTimestamp": "2026-02-01T00:00:00Z" if deny_first else "2026-04-01"})
+    effective = effective_policy([deny, plan], [])
+    assert effective is not None
+    for key in (None, "sk-oai-acme"):
+        outcome = await decide(effective, key)
+        assert not outcome.allowed and outcome.status in (401, 403), outcome
+
+
+def test_plan_limits_merge_into_the_route_token_limits() -> None:
+    route_trlp = build_token_rate_limit_policy(TokenRateLimitInput(
+        ObjectRef(MODEL_NS, "granite-8b"), ObjectRef(MODEL_NS, "granite-8b-route"),
+        (SubscriptionLimits(ObjectRef("models-as-a-service", "premium"), (RateTier(100, "1m"),)),)))
+    assert route_trlp is not None
+    plan_trlp = plan_objects(tokensPerMinute=50)["TokenRateLimitPolicy"]
+    effective = effective_policy([plan_trlp], [stamp(route_trlp, "trlp", "2026-01-01T00:00:00Z")])
+    assert effective is not None
+    assert set(effective["spec"]["limits"]) == {"models-as-a-service/premium", f"billing/{GW_NS}/basic/tokens"}
+
+
+def test_request_limits_count_per_tenant_and_refuse_over_the_limit() -> None:
+    now = [1000.0]
+    limiter = RequestLimiter(CounterStore(lambda: now[0]))
+    policy = compile_rate_limit_policy(plan_objects(requestsPerMinute=2)["RateLimitPolicy"])
+
+    def admit(tenant: str | None) -> Any:
+        auth = {"billing": {"tenant": tenant}} if tenant else {}
+        return limiter.admit(policy, "llm/route", {"request": {"url_path": "/llm/m/v1"}, "auth": auth})
+
+    assert admit("acme") is None and admit("acme") is None
+    refused = admit("acme")
+    assert refused is not None and refused.limit == 2 and refused.window == "1m" and 1 <= refused.retry_after <= 60
+    assert admit("acme") is not None  # a refused request is not counted, and stays refused
+    assert admit("other-org") is None and admit(None) is None  # not this Plan's tenant: not limited
+    now[0] += 61
+    assert admit("acme") is None  # the window reset
+
+
+def test_a_single_policy_is_used_as_is() -> None:
+    route = maas_route_policy()
+    assert effective_policy([], [route]) is route
+    assert effective_policy([DEFAULT_DENY], []) is DEFAULT_DENY
+    assert effective_policy([], []) is None

@@ -1,0 +1,67 @@
+"""The billing operator in the install manifests and on the command line: its own Deployment, its own
+ServiceAccount whose permissions are bounded as the API server sees them, and `maasctl billing run` flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from maasctl.billing.cli import settings_from_args
+from maasctl.cli import build_parser
+from maasctl.testenv import ControlPlane
+from tests.install.manifests import (
+    DEFAULT_CONTROLLER_NS,
+    DEFAULT_SUBSCRIPTION_NS,
+    MANIFESTS,
+    apply_docs,
+    find,
+    identity_docs,
+    kubectl,
+    render,
+)
+
+
+def test_the_default_overlay_runs_billing_as_its_own_deployment_and_service_account() -> None:
+    docs = render(MANIFESTS / "overlays" / "default")
+    deployment = find(docs, "Deployment", "billing-controller")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "billing-controller"
+    container = pod["containers"][0]
+    assert container["args"] == ["billing", "run", "--leader-elect"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert deployment["metadata"]["namespace"] == DEFAULT_CONTROLLER_NS
+
+
+@pytest.mark.integration
+async def test_the_billing_service_account_is_bounded(billing_cluster: ControlPlane) -> None:
+    cp = billing_cluster
+    await apply_docs(cp, identity_docs({"billing-controller"}, DEFAULT_CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
+
+    def can(*question: str) -> bool:
+        out = kubectl("auth", "can-i", *question,
+                      f"--as=system:serviceaccount:{DEFAULT_CONTROLLER_NS}:billing-controller",
+                      kubeconfig=cp.kubeconfig, check=False)
+        return out.stdout.strip() == "yes"
+
+    assert can("patch", "plans.billing.opendatahub.io", "--subresource=status", "-n", "tenants")
+    assert can("create", "ratelimitpolicies.kuadrant.io", "-n", "tenants")
+    assert can("delete", "clusterqueues.kueue.x-k8s.io")
+    assert can("create", "leases.coordination.k8s.io", "-n", DEFAULT_CONTROLLER_NS)
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can(verb, "plans.billing.opendatahub.io", "-n", "tenants"), verb
+        assert not can(verb, "tenantaccounts.billing.opendatahub.io", "-n", "tenants"), verb
+    assert not can("delete", "resourceflavors.kueue.x-k8s.io")
+    assert not can("get", "secrets", "-n", "tenants")
+    assert not can("create", "leases.coordination.k8s.io", "-n", "tenants")
+    assert not can("patch", "httproutes.gateway.networking.k8s.io", "-n", "tenants")
+    assert not can("patch", "maassubscriptions.maas.opendatahub.io", "-n", DEFAULT_SUBSCRIPTION_NS)
+
+
+def test_billing_run_flags_build_the_settings() -> None:
+    args = build_parser().parse_args([
+        "billing", "run", "--kubeconfig", "/k", "--namespace", "a", "--namespace", "b", "--leader-elect",
+        "--metrics-bind-address", "0", "--max-concurrent-reconciles", "3", "--gpu-flavor", "h200",
+        "--dependency-recheck-seconds", "5"])
+    settings = settings_from_args(args)
+    assert settings.kubeconfig == "/k" and settings.namespaces == ("a", "b") and settings.leader_elect
+    assert settings.metrics_bind_address == "0" and settings.max_concurrent_reconciles == 3
+    assert settings.gpu_flavor == "h200" and settings.dependency_recheck_seconds == 5

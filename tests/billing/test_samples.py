@@ -1,0 +1,51 @@
+"""The `maasctl dev` billing samples: valid models, accepted by the API server, and reconciled to the states
+the samples promise (pb-launch Active, pb-standard Announced as its successor, both Plans compiled)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from maasctl.api import parse
+from maasctl.billing.api import KINDS
+from maasctl.billing.samples import billing_samples
+from maasctl.runtime import Client
+
+from .conftest import Billing, RunningBilling, eventually
+from .test_plan_reconciler import GW, Cluster, gateway, wait_condition
+
+KIND_BY_NAME = {kind.__name__: kind for kind in KINDS}
+
+
+def test_samples_are_valid_billing_objects() -> None:
+    objs = billing_samples("gw-ns", "gw", datetime(2026, 1, 1, tzinfo=UTC))
+    assert {o["kind"] for o in objs} == {"PriceBook", "Plan", "TenantAccount"}
+    for obj in objs:
+        parse(KIND_BY_NAME[obj["kind"]], obj)
+        assert obj["metadata"]["namespace"] == "gw-ns"
+
+
+@pytest.mark.integration
+async def test_samples_reconcile_to_the_promised_states(
+    billing: Billing, billing_controller: RunningBilling, namespace: str, kube: object
+) -> None:
+    billing_controller.clock.set(datetime.now(UTC))
+    cluster = Cluster(kube)  # type: ignore[arg-type]
+    await cluster.create(GW, gateway(namespace, "local"))
+    client = Client(kube)  # type: ignore[arg-type]
+    for obj in billing_samples(namespace, "local", datetime.now(UTC)):
+        await client.apply(obj, field_manager="tests")
+    billing_controller.clock.advance(timedelta(minutes=2))  # pb-launch comes into force a minute after creation
+
+    async def states() -> bool:
+        launch = await billing.get("PriceBook", "pb-launch", namespace)
+        standard = await billing.get("PriceBook", "pb-standard", namespace)
+        assert launch and standard
+        assert (launch.get("status") or {}).get("state") == "Active", launch.get("status")
+        assert (standard.get("status") or {}).get("state") == "Announced", standard.get("status")
+        assert launch["status"]["activeTenants"] == 2 and launch["status"]["grandfatheredTenants"] == ["ten-helix"]
+        return True
+
+    await eventually(states)
+    await wait_condition(billing, namespace, "Compiled", "True")
