@@ -194,5 +194,6 @@ def test_probe_target() -> None:
     assert probe_target("https://gw.example:8443/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
     assert probe_target("https://GW.example:8443/llm/m", gw) == ("https://GW.example:8443/llm/m/v1/models", True)
     assert probe_target("https://evil.example/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://evil.example/steal", gw, "/llm/m") == ("https://gw.example:8443/llm/m/v1/models", True)
     assert probe_target("https://gw.example@evil.example/llm/m", gw)[0].startswith("https://gw.example:8443/")
     assert probe_target("https://evil.example/llm/m/v1", ()) == ("https://evil.example/llm/m/v1/models", False)

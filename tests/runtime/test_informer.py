@@ -222,3 +222,48 @@ async def test_cache_label_selector_limits_what_is_cached(client: Client, namesp
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_raising_handler_costs_the_other_handlers_nothing_and_keeps_the_watch(
+    client: Client, namespace: str
+) -> None:
+    seen: list[str] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError(f"bug handling {event.obj['metadata']['name']}")
+
+    inf = Informer(client, CONFIG_MAP, namespaces=(namespace,))
+    inf.add_handler(broken)
+    inf.add_handler(lambda e: seen.append(e.obj["metadata"]["name"]))
+    async for _ in _running(inf):
+        for name in ("a", "b", "c"):
+            await client.create(config_map(name, namespace))
+        await eventually(lambda: seen == ["a", "b", "c"])
+        relists = inf.relists
+        await client.create(config_map("d", namespace))
+        await eventually(lambda: seen[-1:] == ["d"])
+        assert inf.handler_errors == 4 and inf.relists == relists  # the watch was never restarted
+
+
+class _EmptyWatchClient(Client):
+    """A watch that the server closes at once, with nothing in it (a misbehaving proxy)."""
+
+    opened = 0
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        self.opened += 1
+
+        async def nothing() -> AsyncIterator[dict[str, Any]]:
+            return
+            yield {}
+
+        return nothing()
+
+
+async def test_a_watch_that_closes_at_once_is_reopened_with_backoff(kube: k8s.ApiClient, namespace: str) -> None:
+    client = _EmptyWatchClient(kube, metrics=Metrics())
+    inf = Informer(client, CONFIG_MAP, namespaces=(namespace,))
+    async for _ in _running(inf):
+        await asyncio.sleep(2.0)
+    # without backoff this spins thousands of times a second; with it, a handful in two seconds
+    assert 1 <= client.opened <= 6 and inf.empty_watches >= 1

@@ -28,13 +28,14 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return parts.scheme, parts.hostname.lower(), port
 
 
-def probe_target(endpoint: str, gateway_origins: Sequence[str]) -> tuple[str, bool]:
+def probe_target(endpoint: str, gateway_origins: Sequence[str], gateway_path: str | None = None) -> tuple[str, bool]:
     """(probe URL, whether the caller's credentials may go with it).
 
     The caller's Authorization header is sent to the gateway only: a model endpoint on a configured gateway
-    origin is probed as is; any other origin (a user-written `endpointOverride`, a status URL) is probed on the
-    first gateway origin with the same path, so no host taken from a MaaSModelRef ever receives credentials
-    (no SSRF). Without a configured gateway the probe goes where the endpoint says, without credentials.
+    origin is probed as is; for any other origin (a user-written `endpointOverride`, a status URL) the model
+    is probed where the gateway serves it (`gateway_path`, e.g. `/<ns>/<name>`) on the first gateway origin, so
+    no host taken from a MaaSModelRef ever receives credentials (no SSRF). Without a configured gateway the
+    probe goes where the endpoint says, without credentials.
     """
     parts = urlsplit(probe_url(endpoint))
     netloc = parts.netloc.rpartition("@")[2]  # userinfo in a model's URL is never sent anywhere
@@ -44,8 +45,15 @@ def probe_target(endpoint: str, gateway_origins: Sequence[str]) -> tuple[str, bo
         return url, True
     if not gateway_origins:
         return url, False
-    parts, base = urlsplit(url), urlsplit(gateway_origins[0])
-    return urlunsplit((base.scheme, base.netloc, parts.path, parts.query, "")), True
+    path = probe_url(gateway_path) if gateway_path else parts.path
+    return gateway_origins[0].rstrip("/") + path, True
+
+
+def gateway_path(model: ModelRefView) -> str:
+    """Where the gateway serves a model: `/<ns>/<MaaSModelRef>` for ExternalModels (the generated route),
+    `/<ns>/<LLMInferenceService>` for KServe's route."""
+    name = model.target if model.kind == "LLMInferenceService" and model.target else model.name
+    return f"/{model.namespace}/{name}"
 
 
 def probe_url(endpoint: str) -> str:
@@ -63,7 +71,7 @@ async def probe(
     """True when the model answers the caller's request with 2xx or 405 within `timeout`."""
     if not model.endpoint:
         return False
-    url, with_credentials = probe_target(model.endpoint, gateway_origins)
+    url, with_credentials = probe_target(model.endpoint, gateway_origins, gateway_path(model))
     sent = dict(headers) if with_credentials else {k: v for k, v in headers.items() if k.lower() != "authorization"}
     try:
         r = await asyncio.wait_for(http.get(url, headers=sent), timeout)

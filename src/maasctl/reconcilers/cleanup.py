@@ -29,7 +29,7 @@ import httpx
 
 from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
-from maasctl.reconcilers.context import Context, status_patch
+from maasctl.reconcilers.context import Context
 from maasctl.runtime import Conflict, GroupVersionKind, NotFound, Result, set_condition, thaw
 from maasctl.runtime.errors import ApiError
 from maasctl.runtime.objects import FrozenObject
@@ -227,7 +227,7 @@ class KeyCleanup:
         status = thaw(sub.get("status") or {})
         status["conditions"] = set_condition(status.get("conditions"), type_=CONDITION, status="False",
                                              reason=reason, message=message)
-        await self.ctx.applier.apply_status(status_patch(sub, status))
+        await self.ctx.write_status(sub, status)
 
 
 # -- Job side ----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 from maasctl.api import ExternalModel, ExternalModelPhase, parse
 from maasctl.builders import names
-from maasctl.reconcilers.context import FINALIZER, Context, status_patch
+from maasctl.reconcilers.context import FINALIZER, Context
 from maasctl.reconcilers.kinds import EXTERNAL_MODEL, SECRET
 from maasctl.runtime import (
     NotFound,
@@ -78,7 +78,7 @@ class ExternalModelReconciler:
                 reason=reason, message=message, observed_generation=generation,
             ),
         }
-        await ctx.applier.apply_status(status_patch(obj, status))
+        await ctx.write_status(obj, status)
         return Result.requeue_after(requeue) if requeue else Result.done()
 
     async def _secret(self, name: str, namespace: str) -> Mapping[str, Any] | None:

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -129,6 +130,8 @@ class Informer:
         self._synced = asyncio.Event()
         self.state = InformerState.PENDING
         self.relists = 0
+        self.handler_errors = 0
+        self.empty_watches = 0
 
     # -- handlers ----------------------------------------------------------------------------------------
 
@@ -139,8 +142,15 @@ class Informer:
             handler(Event(EventType.ADDED, obj, low_priority=True))
 
     def _emit(self, event: Event) -> None:
+        """Call every handler; one that raises is logged and skipped, so the others still get the event and
+        the watch goes on (client-go's handlers cannot break the reflector either)."""
         for handler in self._handlers:
-            handler(event)
+            try:
+                handler(event)
+            except Exception as exc:  # a handler's bug must not cost other handlers their events
+                self.handler_errors += 1
+                log.error("informer handler failed", extra={"gvk": str(self.gvk), "handler": repr(handler),
+                                                           "error": repr(exc)})
 
     # -- sync state --------------------------------------------------------------------------------------
 
@@ -218,6 +228,7 @@ class Informer:
                         self.state = InformerState.SYNCED
                         self._synced.set()
                 low, high = self._watch_timeout
+                opened, seen = time.monotonic(), 0
                 async for event in self.client.watch(
                     self.gvk,
                     namespace,
@@ -227,7 +238,12 @@ class Informer:
                     field_selector=self._field_selector,
                 ):
                     rv = self._on_watch_event(event) or rv
+                    seen += 1
                     backoff.reset()
+                if seen == 0 and time.monotonic() - opened < 1.0:
+                    # closed at once with nothing in it (a proxy or a restarting server): back off, don't spin
+                    self.empty_watches += 1
+                    await asyncio.sleep(backoff.next())
             except Gone:
                 log.info("watch expired, re-listing", extra={"gvk": str(self.gvk), "namespace": namespace})
                 rv = None
