@@ -11,6 +11,7 @@ Method:
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import statistics
 import time
@@ -20,7 +21,7 @@ from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders.celcheck import check_cel
-from maasctl.gateway.ratelimit import CounterStore
+from maasctl.gateway.counters import MemoryCounterStore
 from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy
 
 SPEC: dict[str, Any] = {
@@ -53,15 +54,19 @@ def admit_us(calls: int = 20_000) -> float:
     rlp = next(o for o in compile_plan(plan_input(100)).objects if o["kind"] == "RateLimitPolicy")
     rlp["metadata"] |= {"uid": "u", "generation": 1}
     policy = compile_rate_limit_policy(rlp)
-    limiter = RequestLimiter(CounterStore())
+    limiter = RequestLimiter(MemoryCounterStore())
     activations = [{"request": {"url_path": "/llm/m/v1"}, "auth": {"billing": {"tenant": f"org-{i}"}}}
                    for i in range(100)]
-    for act in activations:
-        limiter.admit(policy, "llm/route", act)
-    start = time.perf_counter()
-    for i in range(calls):
-        limiter.admit(policy, "llm/route", activations[i % 100])
-    return (time.perf_counter() - start) / calls * 1_000_000
+
+    async def run() -> float:
+        for act in activations:
+            await limiter.admit(policy, "llm/route", act)
+        start = time.perf_counter()
+        for i in range(calls):
+            await limiter.admit(policy, "llm/route", activations[i % 100])
+        return (time.perf_counter() - start) / calls * 1_000_000
+
+    return asyncio.run(run())
 
 
 def main() -> None:

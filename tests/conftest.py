@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -102,26 +104,51 @@ def _descendants() -> dict[int, str]:
     return out
 
 
+_PARENTS: weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any] | None] = weakref.WeakKeyDictionary()
+
+
+def _track_parents(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+    """Task factory remembering which task created each task (to tell a test's own tasks apart from what a
+    longer-lived fixture's tasks spawn later)."""
+    task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
+    _PARENTS[task] = asyncio.current_task(loop)
+    return task
+
+
+def _descends_from(task: asyncio.Task[Any], roots: set[asyncio.Task[Any]]) -> bool:
+    seen: set[int] = set()
+    cur: asyncio.Task[Any] | None = task
+    while cur is not None and id(cur) not in seen:
+        if cur in roots:
+            return True
+        seen.add(id(cur))
+        cur = _PARENTS.get(cur)
+    return False
+
+
 @pytest.fixture(autouse=True)
 async def no_leaks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """Fails the test that leaves an asyncio task or a child process running after its own fixtures are torn
-    down. Higher-scoped fixtures are set up before this one, so what they start is not counted; a test marked
-    `restarts_shared_processes` (it restarts the session's API server) is not checked for processes."""
+    down. Higher-scoped fixtures are set up before this one, so what they start (and what their tasks spawn
+    later) is not counted; a test marked `restarts_shared_processes` (it restarts the session's API server)
+    is not checked for processes."""
+    loop = asyncio.get_running_loop()
+    if loop.get_task_factory() is not _track_parents:
+        loop.set_task_factory(_track_parents)
     tasks = asyncio.all_tasks()
     procs = set(_descendants())
     check_processes = request.node.get_closest_marker("restarts_shared_processes") is None
     yield
-    deadline = asyncio.get_running_loop().time() + 5
+    deadline = loop.time() + 5
     while True:
         await asyncio.sleep(0)
         me = asyncio.current_task()
-        leaked_tasks = [t for t in asyncio.all_tasks() - tasks if t is not me and not t.done()]
+        leaked_tasks = [t for t in asyncio.all_tasks() - tasks
+                        if t is not me and not t.done() and not _descends_from(t, tasks)]
         leaked_procs = {pid: name for pid, name in _descendants().items()
                         if pid not in procs and check_processes}
-        if not (leaked_tasks or leaked_procs) or asyncio.get_running_loop().time() > deadline:
+        if not (leaked_tasks or leaked_procs) or loop.time() > deadline:
             break
         await asyncio.sleep(0.05)
-    for task in leaked_tasks:
-        task.cancel()
     assert not leaked_tasks, f"the test left asyncio tasks running: {[t.get_name() for t in leaked_tasks]}"
     assert not leaked_procs, f"the test left child processes running: {leaked_procs}"

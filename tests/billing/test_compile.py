@@ -71,7 +71,7 @@ def test_the_auth_policy_exports_the_tenant_and_admits_only_scoped_models_of_its
     assert export["json"]["properties"]["tenant"] == {"expression": identity.AUTHZ_TENANT}
     (rule,) = rules["authorization"].values()
     applies = compile_expression(rule["when"][0]["predicate"])
-    selected = {"subscriptionInfo": {"subscription": {"organizationId": "acme"}}}
+    selected = {"subscriptionInfo": {"organizationId": "acme"}}
     assert applies.evaluate_bool({"auth": {"metadata": selected}})
     assert not applies.evaluate_bool({"auth": {"metadata": {}}})
     (pattern,) = rule["patternMatching"]["patterns"]

@@ -18,8 +18,9 @@ from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthS
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
 from maasctl.gateway.attachment import effective_policy, rules_of
-from maasctl.gateway.auth import AuthPolicyRuntime, RequestInfo, compile_auth_policy
-from maasctl.gateway.ratelimit import CounterStore
+from maasctl.gateway.auth import AuthPolicyRuntime
+from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
+from maasctl.gateway.counters import MemoryCounterStore
 from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy
 from maasctl.runtime import freeze
 
@@ -66,9 +67,9 @@ def callbacks(request: httpx.Request) -> httpx.Response:
         user, sub = KEYS.get(body["key"], ("", ""))
         return httpx.Response(200, json={"valid": bool(user), "username": user, "groups": [], "keyId": "k",
                                          "subscription": sub})
-    name = body["requestedSubscription"].split("/")[-1]
+    name = (body["keySubscription"] or body["requestedSubscription"]).split("/")[-1]
     return httpx.Response(200, json={"selected": True, "name": name, "namespace": "models-as-a-service",
-                                     "subscription": {"organizationId": ORGS[name]}})
+                                     "organizationId": ORGS[name]})
 
 
 async def decide(policy: Mapping[str, Any], key: str | None, model: str = "granite-8b") -> Any:
@@ -76,7 +77,7 @@ async def decide(policy: Mapping[str, Any], key: str | None, model: str = "grani
         return None
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(callbacks)) as http:
-        runtime = AuthPolicyRuntime(http, review, decision_cache=False)
+        runtime = AuthPolicyRuntime(http, review, callback_secret="gw", decision_cache=False)
         headers = {"authorization": f"Bearer {key}"} if key else {}
         return await runtime.check(compile_auth_policy(policy),
                                    RequestInfo("POST", f"/{MODEL_NS}/{model}/v1/chat/completions", "gw", headers))
@@ -132,22 +133,22 @@ def test_plan_limits_merge_into_the_route_token_limits() -> None:
     assert set(effective["spec"]["limits"]) == {"models-as-a-service/premium", f"billing/{GW_NS}/basic/tokens"}
 
 
-def test_request_limits_count_per_tenant_and_refuse_over_the_limit() -> None:
+async def test_request_limits_count_per_tenant_and_refuse_over_the_limit() -> None:
     now = [1000.0]
-    limiter = RequestLimiter(CounterStore(lambda: now[0]))
+    limiter = RequestLimiter(MemoryCounterStore(lambda: now[0]))
     policy = compile_rate_limit_policy(plan_objects(requestsPerMinute=2)["RateLimitPolicy"])
 
-    def admit(tenant: str | None) -> Any:
+    async def admit(tenant: str | None) -> Any:
         auth = {"billing": {"tenant": tenant}} if tenant else {}
-        return limiter.admit(policy, "llm/route", {"request": {"url_path": "/llm/m/v1"}, "auth": auth})
+        return await limiter.admit(policy, "llm/route", {"request": {"url_path": "/llm/m/v1"}, "auth": auth})
 
-    assert admit("acme") is None and admit("acme") is None
-    refused = admit("acme")
+    assert await admit("acme") is None and await admit("acme") is None
+    refused = await admit("acme")
     assert refused is not None and refused.limit == 2 and refused.window == "1m" and 1 <= refused.retry_after <= 60
-    assert admit("acme") is not None  # a refused request is not counted, and stays refused
-    assert admit("other-org") is None and admit(None) is None  # not this Plan's tenant: not limited
+    assert await admit("acme") is not None  # a refused request is not counted, and stays refused
+    assert await admit("other-org") is None and await admit(None) is None  # not this Plan's tenant
     now[0] += 61
-    assert admit("acme") is None  # the window reset
+    assert await admit("acme") is None  # the window reset
 
 
 def test_a_single_policy_is_used_as_is() -> None:

@@ -3,7 +3,7 @@
 A TenantAccount is the organisation that pays. It is matched by organization id: the value of its label
 `billing.opendatahub.io/organization-id`, or else its name. A request carries the organization of the
 MaaSSubscription it was charged to (`spec.organization.id`, falling back to `spec.tokenMetadata.organizationId`),
-which maas-api returns in its subscription selection (`auth.metadata.subscriptionInfo.subscription.organizationId`
+which maas-api returns at the top of its subscription selection answer (`auth.metadata.subscriptionInfo.organizationId`
 inside the MaaS AuthPolicy; exported to rate limiting as `auth.identity.organization_id`).
 
 Authorino evaluates authorization before it builds the response filters, so the two phases read the
@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 _SELECTION: Final = "auth.metadata.subscriptionInfo"
-AUTHZ_TENANT: Final = f"{_SELECTION}.subscription.organizationId"
-HAS_AUTHZ_TENANT: Final = f"has({_SELECTION}) && has({_SELECTION}.subscription) && has({AUTHZ_TENANT})"
+AUTHZ_TENANT: Final = f"{_SELECTION}.organizationId"
+HAS_AUTHZ_TENANT: Final = f"has({_SELECTION}) && has({AUTHZ_TENANT})"
 
 FILTER: Final = "billing"
 """Name of the dynamic-metadata filter the Plan AuthPolicy exports (read as `auth.billing.*`)."""
