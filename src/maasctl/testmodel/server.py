@@ -3,20 +3,28 @@
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
 costs. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
 which headers reached the backend. It is a test double for a model, never for Kubernetes or a database.
+
+Request headers make it behave like the providers metering must survive (tests only):
+`x-testmodel-encoding: gzip|deflate` compresses the answer whatever the request accepted;
+`x-testmodel-pad: N` adds N characters to the answer's text (large answers); `x-testmodel-usage: omit`
+leaves usage out (JSON and streams); `x-testmodel-stream: cut` ends a stream abruptly, before usage and
+`[DONE]`.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,28 +100,49 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         return body
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(request: Request) -> JSONResponse | StreamingResponse:
+    async def chat(request: Request) -> Response:
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
         messages = body.get("messages") or []
         last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
-        text = f"echo: {last}"
+        text = f"echo: {last}" + "x" * _pad(request)
         if body.get("stream"):
-            return StreamingResponse(_stream(cfg, body, text, chat=True), media_type="text/event-stream")
-        return JSONResponse(_completion(cfg, body["model"], text, chat=True))
+            return StreamingResponse(_stream(cfg, body, text, chat=True, knobs=request.headers),
+                                     media_type="text/event-stream")
+        return _answer(request, _completion(cfg, body["model"], text, chat=True))
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(request: Request) -> JSONResponse | StreamingResponse:
+    async def completions(request: Request) -> Response:
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
-        text = f"echo: {body.get('prompt', '')}"
+        text = f"echo: {body.get('prompt', '')}" + "x" * _pad(request)
         if body.get("stream"):
-            return StreamingResponse(_stream(cfg, body, text, chat=False), media_type="text/event-stream")
-        return JSONResponse(_completion(cfg, body["model"], text, chat=False))
+            return StreamingResponse(_stream(cfg, body, text, chat=False, knobs=request.headers),
+                                     media_type="text/event-stream")
+        return _answer(request, _completion(cfg, body["model"], text, chat=False))
 
     return app
+
+
+def _pad(request: Request) -> int:
+    try:
+        return max(0, min(int(request.headers.get("x-testmodel-pad", "0")), 64 * 1024 * 1024))
+    except ValueError:
+        return 0
+
+
+def _answer(request: Request, payload: dict[str, Any]) -> Response:
+    if request.headers.get("x-testmodel-usage") == "omit":
+        payload.pop("usage", None)
+    data = json.dumps(payload).encode()
+    encoding = request.headers.get("x-testmodel-encoding", "")
+    if encoding == "gzip":
+        return Response(gzip.compress(data), media_type="application/json", headers={"content-encoding": "gzip"})
+    if encoding == "deflate":
+        return Response(zlib.compress(data), media_type="application/json", headers={"content-encoding": "deflate"})
+    return Response(data, media_type="application/json")
 
 
 def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool) -> dict[str, Any]:
@@ -132,8 +161,10 @@ def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool) ->
     }
 
 
-async def _stream(cfg: ModelServerConfig, body: dict[str, Any], text: str, *, chat: bool) -> AsyncIterator[bytes]:
+async def _stream(cfg: ModelServerConfig, body: dict[str, Any], text: str, *, chat: bool,
+                  knobs: Any = None) -> AsyncIterator[bytes]:
     """SSE chunks, one per word; a final usage chunk only when `stream_options.include_usage` is set."""
+    knobs = knobs or {}
     model = body["model"]
     base = {"id": f"cmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": model,
             "object": "chat.completion.chunk" if chat else "text_completion"}
@@ -146,7 +177,9 @@ async def _stream(cfg: ModelServerConfig, body: dict[str, Any], text: str, *, ch
         else:
             delta["text"] = piece
         yield f"data: {json.dumps({**base, 'choices': [delta]})}\n\n".encode()
+    if knobs.get("x-testmodel-stream") == "cut":
+        raise ConnectionResetError("the model went away mid-stream")
     options = body.get("stream_options") or {}
-    if isinstance(options, dict) and options.get("include_usage"):
+    if isinstance(options, dict) and options.get("include_usage") and knobs.get("x-testmodel-usage") != "omit":
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(cfg)})}\n\n".encode()
     yield b"data: [DONE]\n\n"

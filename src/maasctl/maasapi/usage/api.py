@@ -35,6 +35,7 @@ from maasctl.maasapi.usage.schemas import (
     SubscriptionUsage,
     TokenCounts,
     UsageBatchIn,
+    UsageRecordOut,
     UsageReport,
 )
 from maasctl.maasapi.usage.store import GROUP_COLUMNS, GroupBy, Period, Totals, UsageFilter, UsageStore
@@ -238,6 +239,23 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
             totals=TokenCounts(**_counts(totals)),
             has_more=len(rows) > cap,
         )
+
+    @app.get("/v1/usage/records", response_model=list[UsageRecordOut], tags=["usage"], responses=errors)
+    async def usage_records(
+        ctx: Ctx,
+        caller: Caller,
+        subscription: SubQ = None,
+        username: Annotated[str | None, Query(max_length=253)] = None,
+        key_id: Annotated[str | None, Query(alias="keyId", max_length=64)] = None,
+        since: Annotated[datetime | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[UsageRecordOut]:
+        """Raw usage records, newest first (admins only): the audit view behind reports and billing."""
+        await require_admin(ctx, caller, "read raw usage records")
+        sub = _sub_ref(subscription, ctx.settings.subscription_namespace)
+        rows = await ctx.store().records(UsageFilter(subscription=sub, username=username), key_id=key_id,
+                                         since=since, limit=limit)
+        return [UsageRecordOut.model_validate(r) for r in rows]
 
     @app.get("/v1/usage/export", tags=["usage"], responses={
         **errors, 200: {"description": "CSV", "content": {"text/csv": {}}}})

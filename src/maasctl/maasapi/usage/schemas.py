@@ -110,3 +110,31 @@ class PurgeResponse(Response):
     hourly_purged: int
     raw_cutoff: datetime
     hourly_cutoff: datetime | None
+
+
+class UsageRecordOut(Response):
+    """One stored usage record (camelCase, as the rest of maas-api)."""
+
+    id: str
+    ts: datetime
+    received_at: datetime
+    username: str
+    key_id: str
+    subscription: str
+    organization_id: str
+    cost_center: str
+    labels: dict[str, str]
+    model: str
+    route: str
+    status: int
+    latency_ms: float
+    streamed: bool
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+    charged_tokens: int
+    estimated: bool
+    estimate_reason: str
+    termination: str

@@ -182,6 +182,24 @@ class UsageStore:
             )
             await conn.execute(stmt, rows)
 
+    async def records(self, f: UsageFilter, *, key_id: str | None = None, since: datetime | None = None,
+                      limit: int = 100) -> list[dict[str, Any]]:
+        """Raw records, newest first (audit: who, what, how much, whether estimated)."""
+        t = usage_records
+        conds = []
+        if f.subscription:
+            conds.append(t.c.subscription == f.subscription)
+        if f.username:
+            conds.append(t.c.username == f.username)
+        if key_id:
+            conds.append(t.c.key_id == key_id)
+        if since is not None:
+            conds.append(t.c.ts >= since)
+        stmt = select(t).where(*conds).order_by(t.c.ts.desc(), t.c.id).limit(limit)
+        async with self._read.connect() as conn:
+            rows = (await conn.execute(stmt)).mappings().all()
+        return [dict(r) for r in rows]
+
     async def report(
         self, rng: TimeRange, group: Sequence[str], f: UsageFilter
     ) -> dict[tuple[str, ...], Totals]:
