@@ -13,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from maasctl import __version__, usage_cli
+from maasctl import __version__, subscription_cli, usage_cli
 from maasctl.billing import cli as billing_cli
 from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
@@ -151,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_api_parser(sub)
     _add_gateway_parsers(sub)
     usage_cli.register(sub)
+    subscription_cli.register(sub)
     console_cli.register(sub)
     billing_cli.register(sub)
 
@@ -323,7 +324,7 @@ def _keys(args: argparse.Namespace) -> int:
 _HANDLERS = {
     "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
     "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
-    "console": console_cli.run, "billing": billing_cli.dispatch,
+    "console": console_cli.run, "billing": billing_cli.dispatch, "subscription": subscription_cli.run,
 }
 
 
