@@ -10,11 +10,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from kubernetes_asyncio import client as k8s
 
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
+
+# Property tests check behaviour, not speed: no per-example deadline (the machine is shared with the control
+# plane and other suites, and a slow example is not a wrong one). Benchmarks measure speed.
+settings.register_profile("maasctl", deadline=None)
+settings.load_profile("maasctl")
 
 
 @pytest.fixture(scope="session")

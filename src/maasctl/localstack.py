@@ -53,6 +53,7 @@ class StackOptions:
     completion_tokens: int = 5
     extra_users: tuple[TestUser, ...] = ()  # token-file users besides alice, bob and carol
     extra_apiserver_flags: tuple[str, ...] = ()  # e.g. --oidc-* for the console's OIDC sign-in
+    redis_url: str | None = None  # the gateway's token counters in Redis (shared with `add_gateway` replicas)
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -75,6 +76,7 @@ class LocalStack:
         self._tasks: list[asyncio.Task[Any]] = []
         self._api: k8s.ApiClient | None = None
         self.admin_token_file: Path | None = None
+        self._gateway_token = self.directory / "gateway.token"
 
     @property
     def api(self) -> k8s.ApiClient:
@@ -127,7 +129,7 @@ class LocalStack:
                     env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})
         self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
-        gateway_token = self.directory / "gateway.token"  # the gateway's credential on maas-api's /internal
+        gateway_token = self._gateway_token  # the gateway's credential on maas-api's /internal
         gateway_token.write_text(secrets.token_urlsafe(32))
         gateway_token.chmod(0o600)
         cleanup_user = f"system:serviceaccount:{self.settings.leader_election_namespace}:{CLEANUP_SA}"
@@ -137,11 +139,7 @@ class LocalStack:
                     f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
                     f"--gateway-url={self.gateway_url}",
                     "--log-format=json")
-        self._spawn("gateway", "gateway", f"--port={ports['gateway']}", f"--kubeconfig={self.kubeconfig}",
-                    f"--gateway-name={self.settings.gateway_name}",
-                    f"--gateway-namespace={self.settings.gateway_namespace}",
-                    f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
-                    f"--maas-api-token-file={gateway_token}", "--log-format=json")
+        self._spawn("gateway", *self._gateway_argv(ports["gateway"], opts.redis_url))
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -156,6 +154,23 @@ class LocalStack:
         runner = JobRunner(Client(self.api), namespace=self.settings.leader_election_namespace,
                            env={"MAASCTL_MAAS_API_TOKEN_FILE": str(cleanup_token)})
         self._tasks.append(asyncio.create_task(runner.run(), name="job-runner"))
+
+    def _gateway_argv(self, port: int, redis_url: str | None) -> list[str]:
+        argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
+                f"--gateway-name={self.settings.gateway_name}",
+                f"--gateway-namespace={self.settings.gateway_namespace}",
+                f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
+                f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
+        return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
+
+    async def add_gateway(self, name: str, redis_url: str | None = None) -> str:
+        """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
+        Replicas given the same `redis_url` share token counters, as in a scaled-out deployment."""
+        port = free_port()
+        self._spawn(name, *self._gateway_argv(port, redis_url))
+        url = f"http://127.0.0.1:{port}"
+        await self._wait_http(f"{url}/_gateway/readyz", name)
+        return url
 
     async def _identities(self) -> tuple[Path, Path]:
         """Token files of two ServiceAccounts: the key cleanup Job's (no RBAC at all: maas-api lets it revoke

@@ -55,10 +55,14 @@ async def status_of(billing: Billing, namespace: str, name: str) -> dict[str, An
     return dict(obj.get("status") or {})
 
 
-async def wait_state(billing: Billing, namespace: str, name: str, state: str) -> dict[str, Any]:
+async def wait_state(billing: Billing, namespace: str, name: str, state: str, **expect: Any) -> dict[str, Any]:
+    """Until the book is in `state` with the `expect`ed status fields (tenant counts follow tenant events, which
+    may reach the controller after the state changed)."""
+
     async def check() -> dict[str, Any]:
         status = await status_of(billing, namespace, name)
         assert status.get("state") == state, status
+        assert all(status.get(k) == v for k, v in expect.items()), status
         return status
 
     result: dict[str, Any] = await eventually(check)
@@ -117,21 +121,18 @@ async def test_successor_supersedes_grandfathers_pinned_tenants_then_retires(
     await billing.create(tenant(namespace, "follower"))
     await billing.create(tenant(namespace, "loyal", pin="v1"))
     clock.set(start + 3 * DAY)
-    status = await wait_state(billing, namespace, "v1", "Active")
-    assert status["activeTenants"] == 2 and status["grandfatheredTenants"] == ["loyal"]
+    await wait_state(billing, namespace, "v1", "Active", activeTenants=2, grandfatheredTenants=["loyal"])
 
     await billing.create(book(namespace, "v2", start + 10 * DAY, notice_days=5, supersedes="v1"))
     await wait_state(billing, namespace, "v2", "Announced")
     await wait_state(billing, namespace, "v1", "Active")
     clock.set(start + 11 * DAY)
-    v1 = await wait_state(billing, namespace, "v1", "Superseded")
-    assert v1["activeTenants"] == 1 and v1["grandfatheredTenants"] == ["loyal"]
+    await wait_state(billing, namespace, "v1", "Superseded", activeTenants=1, grandfatheredTenants=["loyal"])
 
     async def follower_moved() -> bool:
         return (await status_of(billing, namespace, "v2")).get("activeTenants") == 1
 
     await eventually(follower_moved)
     await billing.patch("TenantAccount", "loyal", namespace, {"spec": {"priceBookPin": None}})
-    v1 = await wait_state(billing, namespace, "v1", "Retired")
-    assert v1["activeTenants"] == 0 and v1["grandfatheredTenants"] == []
-    assert (await wait_state(billing, namespace, "v2", "Active"))["activeTenants"] == 2
+    await wait_state(billing, namespace, "v1", "Retired", activeTenants=0, grandfatheredTenants=[])
+    await wait_state(billing, namespace, "v2", "Active", activeTenants=2)

@@ -112,8 +112,9 @@ async def test_limits_and_names_are_checked_next_to_the_field(world: ConsoleWorl
     browser.go("/admin/subscriptions/new")
     await fill_subscription(browser, "typo", f"{ns}/gpt-x", "100X per Hour", users="bob")
     browser.button("Save")
+    # The answer is a new page: look the row up only once it has arrived (the old one goes stale).
+    await browser.until(lambda: browser.all("[id$='-tiers-error']"), what="tier error")
     i = row_index(browser, f"{ns}/gpt-x")
-    await browser.until(lambda: browser.all(f"#model-{i}-tiers-error"), what="tier error")
     assert "unknown suffix" in browser.text(f"#model-{i}-tiers-error")
     await fill_subscription(browser, "typo", f"{ns}/gpt-x", "100M per Fortnight", users="bob")
     browser.button("Save")
