@@ -23,7 +23,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl import samples
 from maasctl.localstack import LocalStack, StackOptions
-from maasctl.reconcilers.kinds import GATEWAY
+from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
 
@@ -110,6 +110,39 @@ class World:
             {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": name, "namespace": ns},
              "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}},
         ]
+
+    def in_cluster_model(self, name: str) -> list[dict[str, Any]]:
+        """An LLMInferenceService `name` with the route and workload Service KServe would create (no label of
+        ours on the route), served by the stack's in-cluster test model, and its MaaSModelRef."""
+        ns, stack = self.namespace, self.stack
+        return [
+            {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
+             "metadata": {"name": name, "namespace": ns}, "spec": {}},
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": f"{name}-workload", "namespace": ns,
+                          "annotations": {"maasctl.opendatahub.io/local-url": stack.incluster_model_url}},
+             "spec": {"ports": [{"name": "http", "port": 8000}], "selector": {"app": name}}},
+            {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+             "metadata": {"name": f"{name}-kserve-route", "namespace": ns, "labels": {
+                 "app.kubernetes.io/name": name, "app.kubernetes.io/component": "llminferenceservice-router",
+                 "app.kubernetes.io/part-of": "llminferenceservice"}},
+             "spec": {"parentRefs": [{"name": stack.settings.gateway_name,
+                                      "namespace": stack.settings.gateway_namespace}],
+                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{name}"}}],
+                                 "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
+                                     "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
+                                 "backendRefs": [{"name": f"{name}-workload", "port": 8000}]}]}},
+            {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": name, "namespace": ns},
+             "spec": {"modelRef": {"kind": "LLMInferenceService", "name": name}}},
+        ]
+
+    async def mark_ready(self, llm: str) -> None:
+        """What KServe reports once the LLMInferenceService is up: its URL on the gateway."""
+        await self.client.patch(
+            LLM_INFERENCE_SERVICE, llm, self.namespace,
+            {"status": {"url": f"{self.stack.gateway_url}/{self.namespace}/{llm}", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
+            subresource="status")
 
     def auth_policy(self, name: str, models: list[str], groups: tuple[str, ...] = (),
                     users: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -141,3 +141,28 @@ async def test_records_carry_organization_cost_center_and_subscription_labels(wo
     assert latest["subscription"] == sub and latest["model"] == f"{world.namespace}/gpt"
 
 
+@pytest.mark.parametrize("claimed", ["gpt-x", "granite", "NS/gpt", "", "../gpt"])
+async def test_usage_is_recorded_against_the_model_served_not_the_one_the_body_names(world: World,
+                                                                                      claimed: str) -> None:
+    """Billing is per model: the body's `model` is the caller's claim, so a call to an in-cluster model (its
+    KServe route carries no label of ours) names another model, or none, and is still recorded as the model
+    whose AuthPolicy admitted it."""
+    await world.apply(*world.in_cluster_model("granite"), *world.external_model("gpt"))
+    await world.mark_ready("granite")
+    sub = world.name("both")
+    await world.apply(world.auth_policy(world.name("ap"), ["granite", "gpt"], users=("alice",)),
+                      world.subscription(sub, {"granite": [(LIMIT, "1m")], "gpt": [(LIMIT, "1m")]},
+                                         users=("alice",)))
+    await world.wait_active(sub)
+    minted = await world.mint("alice", subscription=sub)
+    await world.wait_enforced("granite", minted["key"])
+    claimed = claimed.replace("NS", world.namespace)
+    body = json.dumps({"model": claimed, "messages": [{"role": "user", "content": "hello"}]}).encode()
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60) as http:
+        response = await http.post(f"/{world.namespace}/granite/v1/chat/completions", content=body,
+                                   headers={"Authorization": f"Bearer {minted['key']}",
+                                            "Content-Type": "application/json"})
+    # The test model serves any of its names (gpt-x, granite) and refuses others: recorded either way.
+    assert response.status_code == (200 if claimed in ("gpt-x", "granite") else 404), response.text
+    found = await records(world, str(minted["id"]), 2)
+    assert {r["model"] for r in found} == {f"{world.namespace}/granite"}

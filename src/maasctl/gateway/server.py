@@ -460,7 +460,7 @@ class Gateway:
                 organization=str(sub_info.get("organizationId") or ""),
                 cost_center=str(sub_info.get("costCenter") or ""),
                 labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
-                model=ex.match.rule.model or ex.body.model or "",
+                model=billed_model(ex.match.rule.model, identity),
                 route=ex.match.rule.route_key,
                 status=status,
                 latency_ms=round((time.monotonic() - ex.started) * 1000, 3),
@@ -552,3 +552,13 @@ async def run_gateway(settings: GatewaySettings, stop: asyncio.Event | None = No
     await serve(settings, stop)
     return 0
 
+
+def billed_model(route_model: str | None, identity: Mapping[str, Any]) -> str:
+    """The MaaSModelRef (`ns/name`) a request is recorded against: the route's model label (routes the
+    controller generates), else the model the AuthPolicy that admitted the request was generated for (the part
+    after `@` of `selected_subscription_key`; KServe-owned routes carry no label of ours). Never the `model` of
+    the request body: that is the caller's claim, and billing by model would let a caller pick its price."""
+    if route_model:
+        return route_model
+    _, at, model = str(identity.get("selected_subscription_key") or "").partition("@")
+    return model if at else ""
