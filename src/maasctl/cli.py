@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--completion-tokens", type=int, default=5)
     model.add_argument("--require-bearer", default=env_default("testmodel_require_bearer", "") or None,
                        help="upstream key the model demands")
+    model.add_argument("--block-word", dest="block_words", action="append", default=[],
+                       help="as a guard model: answer Yes (block) to Yes-or-No questions containing it (repeatable)")
+    model.add_argument("--reply", dest="replies", action="append", default=[], metavar="MESSAGE=ANSWER",
+                       help="answer MESSAGE with ANSWER instead of the echo (repeatable)")
 
     gen = sub.add_parser("gen-crds", help="regenerate the CRDs and admission policy from the pydantic models")
     gen.add_argument("--manifests", type=Path, default=Path("manifests"))
@@ -278,7 +282,9 @@ def _testmodel(args: argparse.Namespace) -> int:
     from maasctl.testmodel import ModelServerConfig, create_app
 
     cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
-                            completion_tokens=args.completion_tokens, require_bearer=args.require_bearer)
+                            completion_tokens=args.completion_tokens, require_bearer=args.require_bearer,
+                            block_words=tuple(args.block_words),
+                            replies=tuple((m, a) for m, sep, a in (r.partition("=") for r in args.replies) if sep))
     from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 
     limits = HttpLimits()

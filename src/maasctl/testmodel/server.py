@@ -1,7 +1,12 @@
 """OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming.
 
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
-costs. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
+costs.
+
+Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
+of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
+`block_words`, else "No" (allow). `replies` maps an exact user message to a fixed answer instead of the echo,
+so a test can make the model say something an output rail blocks. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
 which headers reached the backend. It is a test double for a model, never for Kubernetes or a database.
 """
 
@@ -30,6 +35,22 @@ class ModelServerConfig:
     reasoning_tokens: int = 0
     require_bearer: str | None = None  # when set, requests must carry exactly this bearer token
     history: int = 100
+    block_words: tuple[str, ...] = ()  # guard questions mentioning one of these are answered "Yes"
+    replies: tuple[tuple[str, str], ...] = ()  # (user message, fixed answer) instead of the echo
+
+
+def _is_guard_question(text: str) -> bool:
+    return "yes or no" in text.lower()
+
+
+def answer_for(cfg: ModelServerConfig, last: str) -> str:
+    """The test model's answer to the last message `last` (see the module docstring)."""
+    if _is_guard_question(last):
+        return "Yes" if any(word in last for word in cfg.block_words) else "No"
+    for prompt, reply in cfg.replies:
+        if last == prompt:
+            return reply
+    return f"echo: {last}"
 
 
 @dataclass
@@ -98,7 +119,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             return body
         messages = body.get("messages") or []
         last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
-        text = f"echo: {last}"
+        text = answer_for(cfg, str(last))
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=True), media_type="text/event-stream")
         return JSONResponse(_completion(cfg, body["model"], text, chat=True))
@@ -108,7 +129,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
-        text = f"echo: {body.get('prompt', '')}"
+        text = answer_for(cfg, str(body.get("prompt", "")))
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=False), media_type="text/event-stream")
         return JSONResponse(_completion(cfg, body["model"], text, chat=False))
