@@ -35,6 +35,7 @@ from maasctl.api._base import (
 from maasctl.api._fields import _URL_RULE, DNS_LABEL_PATTERN, ENDPOINT_PATTERN, Matches, ObjectName, safe
 
 SETTINGS_NAME = "default"
+BaseUrl = Annotated[str, Field(max_length=2048), Matches(ENDPOINT_PATTERN, "baseUrl" + _URL_RULE)]
 MAX_CONTENT = 256 * 1024  # config.yaml / rails.co bytes: far below a ConfigMap's 1 MiB
 
 
@@ -164,7 +165,7 @@ class GuardrailModel(CamelModel):
     model: Annotated[str, Field(min_length=1, max_length=253), safe("models[].model")] = Field(
         description="Model name the endpoint expects."
     )
-    base_url: Annotated[str, Field(max_length=2048), Matches(ENDPOINT_PATTERN, "baseUrl" + _URL_RULE)] = Field(description="OpenAI-compatible base URL of the model, e.g. https://host/v1.")
+    base_url: BaseUrl = Field(description="OpenAI-compatible base URL of the model, e.g. https://host/v1.")
     api_key_secret_ref: GuardrailSecretRef | None = Field(
         default=None,
         description="Secret key holding the model's API key; the engine receives it only as an environment "

@@ -6,8 +6,10 @@ costs.
 Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
 `block_words`, else "No" (allow). `replies` maps an exact user message to a fixed answer instead of the echo,
-so a test can make the model say something an output rail blocks. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
-which headers reached the backend. It is a test double for a model, never for Kubernetes or a database.
+so a test can make the model say something an output rail blocks.
+
+The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove which headers
+reached the backend. It is a test double for a model, never for Kubernetes or a database.
 """
 
 from __future__ import annotations
