@@ -57,6 +57,14 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cleanup-job-managed-by", default=env_default("cleanup_job_managed_by", ""),
                    help="spec.managedBy of cleanup Jobs; only for clusters without a kubelet (the local "
                         "control plane's Job runner); empty in production")
+    p.add_argument("--guardrails-engine-image",
+                   default=env_default("guardrails_engine_image", d.guardrails_engine_image),
+                   help="image of the guardrails engine Deployment (NeMo Guardrails server)")
+    p.add_argument("--guardrails-engine-url", default=env_default("guardrails_engine_url", ""),
+                   help="URL the gateway calls the guardrails engine at (default: the engine Service)")
+    p.add_argument("--guardrails-check-command", default=env_default("guardrails_check_command", ""),
+                   help="command (split on spaces) that loads a guardrail configuration with the real engine "
+                        "before it is deployed, e.g. '/opt/engine/bin/python -m maasctl_guardrails_check'")
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -77,6 +85,9 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         cleanup_job_image=args.cleanup_job_image,
         cleanup_job_service_account=args.cleanup_job_service_account,
         cleanup_job_managed_by=args.cleanup_job_managed_by,
+        guardrails_engine_image=args.guardrails_engine_image,
+        guardrails_engine_url=args.guardrails_engine_url,
+        guardrails_check_command=tuple(args.guardrails_check_command.split()),
     )
 
 

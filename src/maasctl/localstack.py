@@ -230,5 +230,7 @@ def controller_flags(settings: ControllerSettings) -> list[str]:
         f"--max-concurrent-reconciles={settings.max_concurrent_reconciles}",
         f"--metrics-bind-address={settings.metrics_bind_address}",
         f"--cleanup-job-managed-by={settings.cleanup_job_managed_by}",
+        f"--guardrails-engine-url={settings.guardrails_engine_url}",
+        f"--guardrails-check-command={' '.join(settings.guardrails_check_command)}",
     ]
     return flags
