@@ -128,6 +128,11 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
     gw.add_argument("--redis-url", default=env_default("redis_url", "") or None,
                     help="token counters shared by all gateway replicas (redis://host:6379/0); default: in process")
+    gw.add_argument("--guardrails-url", default=env_default("guardrails_url", "") or None,
+                    help="guardrails engine base URL (default: the URL the AuthPolicy exports)")
+    gw.add_argument("--guardrails-stream-chunk-chars", type=int,
+                    default=int(env_default("guardrails_stream_chunk_chars", "400")),
+                    help="streamed answers are checked every this many characters (0: only at the end)")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -261,6 +266,7 @@ def _gateway(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
         maas_api_token=_read_secret(args.maas_api_token_file), redis_url=args.redis_url,
+        guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
     )
     return _run_async(run_gateway(settings))
 
