@@ -58,6 +58,7 @@ def answer_for(cfg: ModelServerConfig, last: str) -> str:
 @dataclass
 class _State:
     seen: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=100))
+    prompts: deque[str] = field(default_factory=lambda: deque(maxlen=1000))  # last messages answered
 
 
 def _usage(cfg: ModelServerConfig) -> dict[str, Any]:
@@ -91,6 +92,11 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
     async def debug_requests() -> list[dict[str, Any]]:
         return list(state.seen)
 
+    @app.get("/debug/prompts")
+    async def debug_prompts() -> list[str]:
+        """The last message of recent chat requests (tests prove what reached the model)."""
+        return list(state.prompts)
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -121,6 +127,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             return body
         messages = body.get("messages") or []
         last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
+        state.prompts.append(str(last))
         text = answer_for(cfg, str(last))
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=True), media_type="text/event-stream")
