@@ -27,7 +27,7 @@ rails:
 prompts:
   - task: self_check_input
     content: |
-      Policy: nothing FORBIDDEN-like may be discussed.
+      Policy: no forbidden topics may be discussed.
       User message: "{{ user_input }}"
       Question: Should the user message be blocked (Yes or No)?
       Answer:
@@ -108,7 +108,25 @@ async def test_guardrails_journey(world: World) -> None:
     await world.wait_active(sub)
     key = (await world.mint("alice", subscription=sub))["key"]
     await world.wait_enforced(open_model, key)
-    await world.wait_enforced(guarded, key, timeout=120)  # engine started by the runner, AuthPolicy exported
+    last: list[httpx.Response] = []
+
+    async def guarded_served() -> bool:  # engine started by the runner, AuthPolicy exported
+        last[:] = [await say(world, guarded, key, "hello")]
+        return last[0].status_code == 200
+
+    try:
+        await eventually(guarded_served, timeout=120)
+    except AssertionError:
+        engine = stack.engine.process.log_tail() if stack.engine.process else "engine not started"
+        engine += f"\nrunner: {stack.engine.last_error}"
+        engine += f"\nsettings status: {(await get(world, 'guardrailssettings', 'default')).get('status')}"
+        try:
+            dep = await k8s.AppsV1Api(stack.api).read_namespaced_deployment("maas-guardrails", world.sub_ns())
+            engine += f"\ndeployment: {dep.spec.template.spec.containers[0].command}"
+        except k8s.ApiException as exc:
+            engine += f"\nno deployment: {exc.status}"
+        engine += "\n" + (stack.directory / "controller.log").read_text()[-3000:]
+        raise AssertionError(f"{last[0].status_code} {last[0].text}\n{engine}") from None
     assert stack.engine.starts >= 1
     sub_obj = await get(world, "maassubscriptions", sub)
     assert condition(sub_obj, "GuardrailsReady")["status"] == "True"
@@ -142,7 +160,7 @@ async def test_guardrails_journey(world: World) -> None:
     assert "FORBIDDEN" not in streamed.text and '"guardrail_blocked"' in streamed.text
     assert streamed.text.rstrip().endswith("data: [DONE]")
     allowed_stream = await say(world, guarded, key, f"stream {marker}", stream=True)
-    assert f"stream {marker}" in allowed_stream.text and "error" not in allowed_stream.text
+    assert marker in allowed_stream.text and "guardrail" not in allowed_stream.text
 
     # simulate says whether guardrails apply.
     report = await simulate_remote(stack.gateway_url, SimulateRequest(

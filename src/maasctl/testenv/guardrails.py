@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from maasctl.runtime import ApiError, Client, GroupVersionKind, NotFound
+from maasctl.runtime import Client, GroupVersionKind, NotFound
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
 __all__ = ["EngineRunner", "check_command", "engine_venv"]
@@ -75,6 +75,7 @@ class EngineRunner:
     process: ManagedProcess | None = None
     paused: bool = False  # tests: a killed engine stays down until resumed
     starts: int = 0
+    last_error: str = ""
     _digest: str = ""
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -91,8 +92,9 @@ class EngineRunner:
                 if not self.paused:
                     try:
                         await self._sync()
-                    except (RuntimeError, OSError, ApiError) as exc:  # keep running, like a kubelet
-                        log.warning("guardrails engine: %s", exc)
+                    except Exception as exc:  # keep running, like a kubelet; tests read last_error
+                        self.last_error = f"{type(exc).__name__}: {exc}"
+                        log.warning("guardrails engine: %s", self.last_error)
                 await asyncio.sleep(self.interval)
         finally:
             await asyncio.to_thread(self._stop)
