@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL and Redis servers (tests),
-# the console's browser-test tools (hack/setup-console.sh) and the Go-built local control plane (cached under
+# the console's browser-test tools (hack/setup-console.sh), the guardrails engine (hack/setup-guardrails.sh:
+# NeMo Guardrails in its own cached virtualenv) and the Go-built local control plane (cached under
 # ~/.cache/maasctl, keyed by go.sum + Go version).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
@@ -45,4 +46,5 @@ if [ "$want_postgres" = "--postgres" ] && ! command -v redis-server >/dev/null 2
 fi
 
 ./hack/setup-console.sh
+./hack/setup-guardrails.sh
 .venv/bin/maasctl testenv build >/dev/null

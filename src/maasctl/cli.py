@@ -57,6 +57,14 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cleanup-job-managed-by", default=env_default("cleanup_job_managed_by", ""),
                    help="spec.managedBy of cleanup Jobs; only for clusters without a kubelet (the local "
                         "control plane's Job runner); empty in production")
+    p.add_argument("--guardrails-engine-image",
+                   default=env_default("guardrails_engine_image", d.guardrails_engine_image),
+                   help="image of the guardrails engine Deployment (NeMo Guardrails server)")
+    p.add_argument("--guardrails-engine-url", default=env_default("guardrails_engine_url", ""),
+                   help="URL the gateway calls the guardrails engine at (default: the engine Service)")
+    p.add_argument("--guardrails-check-command", default=env_default("guardrails_check_command", ""),
+                   help="command (split on spaces) that loads a guardrail configuration with the real engine "
+                        "before it is deployed, e.g. '/opt/engine/bin/python -m maasctl_guardrails_check'")
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -77,6 +85,9 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         cleanup_job_image=args.cleanup_job_image,
         cleanup_job_service_account=args.cleanup_job_service_account,
         cleanup_job_managed_by=args.cleanup_job_managed_by,
+        guardrails_engine_image=args.guardrails_engine_image,
+        guardrails_engine_url=args.guardrails_engine_url,
+        guardrails_check_command=tuple(args.guardrails_check_command.split()),
     )
 
 
@@ -117,6 +128,11 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
     gw.add_argument("--redis-url", default=env_default("redis_url", "") or None,
                     help="token counters shared by all gateway replicas (redis://host:6379/0); default: in process")
+    gw.add_argument("--guardrails-url", default=env_default("guardrails_url", "") or None,
+                    help="guardrails engine base URL (default: the URL the AuthPolicy exports)")
+    gw.add_argument("--guardrails-stream-chunk-chars", type=int,
+                    default=int(env_default("guardrails_stream_chunk_chars", "400")),
+                    help="streamed answers are checked every this many characters (0: only at the end)")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -163,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--completion-tokens", type=int, default=5)
     model.add_argument("--require-bearer", default=env_default("testmodel_require_bearer", "") or None,
                        help="upstream key the model demands")
+    model.add_argument("--block-word", dest="block_words", action="append", default=[],
+                       help="as a guard model: answer Yes (block) to Yes-or-No questions containing it (repeatable)")
+    model.add_argument("--reply", dest="replies", action="append", default=[], metavar="MESSAGE=ANSWER",
+                       help="answer MESSAGE with ANSWER instead of the echo (repeatable)")
 
     gen = sub.add_parser("gen-crds", help="regenerate the CRDs and admission policy from the pydantic models")
     gen.add_argument("--manifests", type=Path, default=Path("manifests"))
@@ -247,6 +267,7 @@ def _gateway(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
         maas_api_token=_read_secret(args.maas_api_token_file), redis_url=args.redis_url,
+        guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
     )
     return _run_async(run_gateway(settings))
 
@@ -279,7 +300,9 @@ def _testmodel(args: argparse.Namespace) -> int:
     from maasctl.testmodel import ModelServerConfig, create_app
 
     cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
-                            completion_tokens=args.completion_tokens, require_bearer=args.require_bearer)
+                            completion_tokens=args.completion_tokens, require_bearer=args.require_bearer,
+                            block_words=tuple(args.block_words),
+                            replies=tuple((m, a) for m, sep, a in (r.partition("=") for r in args.replies) if sep))
     from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 
     limits = HttpLimits()

@@ -27,6 +27,7 @@ from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane, TestUser
 from maasctl.testenv.controlplane import ManagedProcess, default_users, free_port
 from maasctl.testenv.crds import install_third_party_crds
+from maasctl.testenv.guardrails import EngineRunner, check_command, engine_venv
 from maasctl.testenv.jobrunner import DEFAULT_MANAGED_BY, JobRunner
 
 log = structlog.get_logger("maasctl.localstack")
@@ -54,6 +55,12 @@ class StackOptions:
     extra_users: tuple[TestUser, ...] = ()  # token-file users besides alice, bob and carol
     extra_apiserver_flags: tuple[str, ...] = ()  # e.g. --oidc-* for the console's OIDC sign-in
     redis_url: str | None = None  # the gateway's token counters in Redis (shared with `add_gateway` replicas)
+    # Guardrails: run the engine Deployment the controller renders (the real NeMo Guardrails server, from the
+    # virtualenv hack/setup-guardrails.sh installs) when it is installed; the test models double as guard
+    # models: a Yes-or-No question mentioning a block word is answered Yes (block).
+    guardrails: bool = True
+    guard_block_words: tuple[str, ...] = ("FORBIDDEN",)
+    model_replies: tuple[tuple[str, str], ...] = (("tell me the code", "the code is FORBIDDEN"),)
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -77,6 +84,7 @@ class LocalStack:
         self._api: k8s.ApiClient | None = None
         self.admin_token_file: Path | None = None
         self._gateway_token = self.directory / "gateway.token"
+        self.engine: EngineRunner | None = None
 
     @property
     def api(self) -> k8s.ApiClient:
@@ -122,8 +130,17 @@ class LocalStack:
             cleanup_job_managed_by=DEFAULT_MANAGED_BY, metrics_bind_address="0",
             health_probe_bind_address="0",
         )
+        venv = engine_venv() if opts.guardrails else None
+        guard_args: list[str] = []
+        if venv is not None:
+            self.engine = EngineRunner(Client(self.api), self.settings.subscription_namespace, venv,
+                                       self.directory / "guardrails")
+            self.settings = dataclasses.replace(self.settings, guardrails_check_command=check_command(venv))
+            guard_args.append(f"--guardrails-url={self.engine.url}")
         model_args = [f"--model={m}" for m in opts.model_names]
-        usage_args = [f"--prompt-tokens={opts.prompt_tokens}", f"--completion-tokens={opts.completion_tokens}"]
+        usage_args = [f"--prompt-tokens={opts.prompt_tokens}", f"--completion-tokens={opts.completion_tokens}",
+                      *(f"--block-word={w}" for w in opts.guard_block_words),
+                      *(f"--reply={m}={a}" for m, a in opts.model_replies)]
         # An external provider demanding the upstream key the gateway injects, and an in-cluster model.
         self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
                     env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})
@@ -154,6 +171,8 @@ class LocalStack:
         runner = JobRunner(Client(self.api), namespace=self.settings.leader_election_namespace,
                            env={"MAASCTL_MAAS_API_TOKEN_FILE": str(cleanup_token)})
         self._tasks.append(asyncio.create_task(runner.run(), name="job-runner"))
+        if self.engine is not None:
+            self._tasks.append(asyncio.create_task(self.engine.run(), name="guardrails-engine"))
 
     def _gateway_argv(self, port: int, redis_url: str | None) -> list[str]:
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
@@ -161,6 +180,8 @@ class LocalStack:
                 f"--gateway-namespace={self.settings.gateway_namespace}",
                 f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
+        if self.engine is not None:
+            argv.append(f"--guardrails-url={self.engine.url}")
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
     async def add_gateway(self, name: str, redis_url: str | None = None) -> str:
@@ -245,5 +266,8 @@ def controller_flags(settings: ControllerSettings) -> list[str]:
         f"--max-concurrent-reconciles={settings.max_concurrent_reconciles}",
         f"--metrics-bind-address={settings.metrics_bind_address}",
         f"--cleanup-job-managed-by={settings.cleanup_job_managed_by}",
+        f"--guardrails-engine-url={settings.guardrails_engine_url}",
+        f"--guardrails-check-command={' '.join(settings.guardrails_check_command)}",
+        f"--guardrails-engine-image={settings.guardrails_engine_image}",
     ]
     return flags

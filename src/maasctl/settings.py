@@ -38,3 +38,9 @@ class ControllerSettings:
     cleanup_job_managed_by: str = ""  # empty: the built-in Job controller; else spec.managedBy (test runner)
     cleanup_retry_base_seconds: float = 10.0
     cleanup_retry_max_seconds: float = 600.0
+    # Guardrails (docs/guardrails.md): the engine image, the URL the gateway reaches the engine at (empty: the
+    # engine Service's in-cluster URL) and the command that loads a configuration with the real engine before it
+    # is deployed (empty: only the static checks of builders.guardrails run).
+    guardrails_engine_image: str = "quay.io/opendatahub/maas-guardrails:0.24.1"
+    guardrails_engine_url: str = ""
+    guardrails_check_command: tuple[str, ...] = ()

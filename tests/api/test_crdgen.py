@@ -148,6 +148,8 @@ def test_admission_policy_namespace_is_set_at_render_time() -> None:
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [
         "maassubscriptions",
         "maasauthpolicies",
+        "guardrailssettings",
+        "guardrailconfigs",
     ]
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     other, _ = admission.manifests("tenant-a")

@@ -24,20 +24,23 @@ from tests.install.manifests import (
 MAAS = "maas.opendatahub.io"
 BILLING = "billing.opendatahub.io"
 MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
+GUARDRAILS_KINDS = ("guardrailssettings", "guardrailconfigs")
 READ = frozenset({"get", "list", "watch"})
 GENERATED = READ | {"create", "patch", "delete"}
 
 # The documented allow-list (docs/install.md, "Permissions"): (role kind, role name) -> {(group, resource): verbs}.
 EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("ClusterRole", "maas-controller"): {
-        **{(MAAS, r): READ | {"patch"} for r in MAAS_KINDS},
-        **{(MAAS, f"{r}/status"): frozenset({"patch"}) for r in MAAS_KINDS},
+        **{(MAAS, r): READ | {"patch"} for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
+        **{(MAAS, f"{r}/status"): frozenset({"patch"}) for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
         (MAAS, "maasmodelrefs/finalizers"): frozenset({"update"}),
         ("gateway.networking.k8s.io", "httproutes"): GENERATED,
         ("", "services"): GENERATED,
         ("kuadrant.io", "authpolicies"): GENERATED,
         ("kuadrant.io", "tokenratelimitpolicies"): GENERATED,
         ("llm-d.ai", "inferenceobjectives"): GENERATED,
+        ("", "configmaps"): GENERATED,
+        ("apps", "deployments"): GENERATED,
         ("gateway.networking.k8s.io", "gateways"): READ,
         ("serving.kserve.io", "llminferenceservices"): READ,
         ("inference.networking.k8s.io", "inferencepools"): READ,

@@ -1,4 +1,5 @@
-"""ValidatingAdmissionPolicy keeping MaaSSubscription and MaaSAuthPolicy in the subscription namespace.
+"""ValidatingAdmissionPolicy keeping MaaSSubscription, MaaSAuthPolicy and the guardrails kinds (GuardrailsSettings,
+GuardrailConfig) in the subscription namespace.
 
 A CRD's CEL rules cannot see the request namespace, so this rule is an in-process admission policy (no
 webhook server). The namespace is fixed when the policy is rendered, i.e. at install time; the checked-in
@@ -14,16 +15,18 @@ from typing import Any
 from maasctl.api._base import DEFAULT_SUBSCRIPTION_NAMESPACE, GROUP
 from maasctl.api._fields import DNS_LABEL_PATTERN
 from maasctl.api.authpolicy import MaaSAuthPolicy
+from maasctl.api.guardrails import GuardrailConfig, GuardrailsSettings
 from maasctl.api.subscription import MaaSSubscription
 
 POLICY_NAME = "maas-subscription-namespace"
 FILE_NAME = f"{POLICY_NAME}.yaml"
-RESTRICTED_KINDS = (MaaSSubscription, MaaSAuthPolicy)
+RESTRICTED_KINDS = (MaaSSubscription, MaaSAuthPolicy, GuardrailsSettings, GuardrailConfig)
 
 
 def message(namespace: str) -> str:
     """The denial message (also used by tests to recognise the rule)."""
-    return f"MaaSSubscription and MaaSAuthPolicy objects are only accepted in the subscription namespace {namespace}"
+    return (f"MaaSSubscription, MaaSAuthPolicy, GuardrailsSettings and GuardrailConfig objects are only accepted in "
+            f"the subscription namespace {namespace}")
 
 
 def manifests(subscription_namespace: str | None = None) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from maasctl.api._base import (
 )
 from maasctl.api._common import GroupList, PolicyPhase, ResourceRefStatus
 from maasctl.api._fields import (
+    DNS_LABEL_PATTERN,
     CostCenter,
     MeteringLabels,
     NamespaceName,
@@ -70,6 +71,35 @@ class BillingRate(CamelModel):
     )
 
 
+GUARDRAILS_CONFIG_REQUIRED = Rule(
+    rule="!self.enabled || has(self.config)",
+    message="guardrails.config is required when guardrails.enabled is true",
+)
+
+
+class ModelGuardrails(CamelModel):
+    """Guardrails for one model of the subscription (enforced only while the global switch is on)."""
+
+    model_config = ConfigDict(json_schema_extra=model_rules(GUARDRAILS_CONFIG_REQUIRED))
+
+    enabled: bool = Field(description="Check this model's requests and responses with the configuration.")
+    config: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL_PATTERN,
+        description="ID (name) of a GuardrailConfig in the subscription namespace. Required when enabled; a "
+        "missing configuration is reported as a condition, and the model's requests are refused, never passed "
+        "unchecked.",
+    )
+
+    @model_validator(mode="after")
+    def _config_when_enabled(self) -> Self:
+        if self.enabled and self.config is None:
+            raise ValueError(GUARDRAILS_CONFIG_REQUIRED.message)
+        return self
+
+
 class ModelSubscriptionRef(CamelModel):
     """A model included in the subscription, with its token budget."""
 
@@ -88,6 +118,9 @@ class ModelSubscriptionRef(CamelModel):
         "with tokenRateLimits.",
     )
     billing_rate: BillingRate | None = Field(default=None, description="Cost per token.")
+    guardrails: ModelGuardrails | None = Field(
+        default=None, description="Guardrails for this model: enabled and the GuardrailConfig to use."
+    )
 
     @model_validator(mode="after")
     def _limits_xor_unlimited(self) -> Self:
@@ -217,7 +250,8 @@ class MaaSSubscriptionStatus(CamelModel):
     conditions: Conditions | None = Field(
         default=None,
         max_length=16,
-        description="Latest observations: Ready, SpecPriorityDuplicate, InferenceObjectivesReady.",
+        description="Latest observations: Ready, SpecPriorityDuplicate, InferenceObjectivesReady, "
+        "GuardrailsReady.",
     )
     model_ref_statuses: Annotated[list[ResourceRefStatus], Field(max_length=128)] | None = Field(
         default=None, description="Per referenced MaaSModelRef: found and ready or not."

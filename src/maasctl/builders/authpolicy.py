@@ -26,6 +26,8 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    `keyId`, `selected_subscription`, `selected_subscription_namespace`, `selected_subscription_key`
    (`<sub ns>/<sub>@<model ns>/<model>`) and `organization_id` (the subscription's `organization.id`, else
    its legacy `tokenMetadata.organizationId`, else "").
+   When guardrails are on for the selected subscription's entry of this model, a second filter `guardrails`
+   tells the data plane which GuardrailConfig to check the request and response with (`contract.guardrails`).
 
 Header names in `request.headers` are lowercase (Envoy lowercases them; the local gateway must too).
 Every value interpolated into CEL goes through `cel_string`, so no user, group or name can break a predicate.
@@ -40,6 +42,7 @@ from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
 from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.views import ANY_AUTHENTICATED
 
 __all__ = [
@@ -157,6 +160,7 @@ class AuthPolicyInput:
     route: ObjectRef
     sources: tuple[AuthPolicySource, ...]
     objectives: tuple[ObjectiveBinding, ...] = ()
+    guardrails: dict[str, Any] | None = None  # the `guardrails` success filter (builders.guardrails)
 
 
 def _subjects_predicate(sources: tuple[AuthPolicySource, ...]) -> str:
@@ -304,7 +308,8 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                             }
                         },
                         "metrics": True,
-                    }
+                    },
+                    **({GUARDRAILS_FILTER: inp.guardrails} if inp.guardrails is not None else {}),
                 },
             },
         },

@@ -386,6 +386,9 @@ class UsageRecord(BaseModel):
     estimated: bool = False
     estimate_reason: Annotated[str, StringConstraints(max_length=256)] = ""
     termination: Termination = "complete"
+    # Guardrails (docs/guardrails.md): "" (not guarded), passed, blocked_input, blocked_output, fail_open
+    # (the engine failed and FailOpen let the request through), unavailable (refused: engine or config down).
+    guardrails: Annotated[str, StringConstraints(max_length=32)] = ""
 
     @field_validator("timestamp")
     @classmethod

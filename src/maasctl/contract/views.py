@@ -122,6 +122,7 @@ class SubscribedModel:
     tiers: tuple[Tier, ...] = ()
     unlimited: bool = False
     billing_per_token: str | None = None
+    guardrails: str | None = None  # the GuardrailConfig ID when guardrails are enabled for this model
 
     @property
     def key(self) -> str:
@@ -182,6 +183,7 @@ def subscription_view(obj: Mapping[str, Any]) -> SubscriptionView:
             tiers=tuple(Tier(t.limit, t.window) for t in m.token_rate_limits or ()),
             unlimited=bool(m.unlimited),
             billing_per_token=m.billing_rate.per_token if m.billing_rate else None,
+            guardrails=m.guardrails.config if m.guardrails is not None and m.guardrails.enabled else None,
         )
         for m in spec.model_refs
     )

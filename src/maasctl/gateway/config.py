@@ -40,6 +40,10 @@ class GatewaySettings:
         `max_tokens` (`contract.usage.charge_for`).
     redis_url: where the token counters live when several gateway replicas share them (`redis://host:6379/0`);
         None keeps them in this process (one replica).
+    guardrails_url: when set, the guardrails engine URL used instead of the one the AuthPolicy exports (the
+        controller writes the engine Service's in-cluster URL; locally the engine listens elsewhere).
+    guardrails_stream_chunk_chars: streamed answers of guarded models are checked every this many characters
+        (and at the end); 0 checks only at the end.
     upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
     callback_timeout: seconds per maas-api callback or TokenReview.
     token_review_ttl / token_review_negative_ttl: how long a TokenReview answer is reused (seconds).
@@ -66,6 +70,8 @@ class GatewaySettings:
     max_request_bytes: int = 10 * 1024 * 1024
     max_response_scan_bytes: int = 1024 * 1024
     completion_ceiling: int = 4096
+    guardrails_url: str | None = None  # replaces the engine URL the AuthPolicy exports (local engine)
+    guardrails_stream_chunk_chars: int = 400  # streamed answers: output rails run every this many characters
     redis_url: str | None = None
     upstream_timeout: float = 300.0
     connect_timeout: float = 10.0

@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
+from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.usage import (
     Decompressor,
     InvalidBody,
@@ -50,6 +51,9 @@ from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
 from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.guardrails import GUARDRAIL_HEADER, GuardCheck, GuardrailsClient, OutputGuard, blocked_message
+from maasctl.gateway.guardrails import error_body as guard_error_body
+from maasctl.gateway.guardrails import input_text as guard_input_text
 from maasctl.gateway.proxy import response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
 from maasctl.gateway.requestlimit import RequestLimiter, denial_response
@@ -128,6 +132,7 @@ class _Exchange:
     applied: list[AppliedLimit]
     body: PreparedBody
     reservation: Reservation
+    guard: GuardCheck | None = None  # guardrails of this request (gateway/guardrails.py)
 
 
 class Gateway:
@@ -174,6 +179,7 @@ class Gateway:
                 else LogSink()
             )
         self.sink = sink
+        self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url)
         self._cache_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -242,6 +248,13 @@ class Gateway:
         elif path == "/_gateway/readyz":
             synced = all(self.cache.informer(g).has_synced for g in WATCHED)
             await _respond(send, 200 if synced else 503, json.dumps({"synced": synced}).encode())
+        elif path == "/_gateway/metrics":  # Prometheus text format (guardrails counters among them)
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+            payload = generate_latest()
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(payload)).encode())]})
+            await send({"type": "http.response.body", "body": payload})
         elif path == "/_gateway/simulate" and scope["method"] == "POST":
             if self.settings.admin_from_loopback_only and not _is_loopback(scope):
                 await _respond(send, 403, _error_body(403, "simulate is only served to loopback clients", "forbidden"))
@@ -358,6 +371,11 @@ class Gateway:
                 return
             reservation = admitted
         exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body, reservation)
+        # --- guardrails: input rails before forwarding (gateway/guardrails.py) -----------------------------
+        binding = binding_from_filters(outcome.filters)
+        if binding is not None and not await self._guard_input(send, exchange, binding):
+            return
+        # --- end guardrails ---------------------------------------------------------------------------------
         rule = match.rule
         out_headers = upstream_headers(raw_headers, outcome.headers, forward_credentials=rule.forward_credentials,
                                        set_headers=rule.set_headers, add_headers=rule.add_headers,
@@ -372,8 +390,37 @@ class Gateway:
         timeout = match.rule.timeout if match.rule.timeout is not None else self.settings.upstream_timeout
         await self._forward(send, exchange, scope["method"], url, out_headers, timeout or None)
 
+    async def _guard_input(self, send: Send, ex: _Exchange, binding: GuardrailsBinding) -> bool:
+        """Input rails; False when the request was answered here (blocked or refused, settled and recorded)."""
+        text = guard_input_text(ex.body)
+        ex.guard = GuardCheck(binding, prompt=text or "")
+        if text is None:
+            ex.guard.outcome = "unavailable"
+            await _respond(send, 400, guard_error_body(
+                400, "guardrails apply to this model and cannot read this request body", "guardrails_unreadable"))
+            await self._finish(ex, 400, None, "refused")
+            return False
+        verdict = await self.guardrails.check(binding, "input", text)
+        ex.guard.add(verdict)
+        if verdict.allows:
+            return True
+        if verdict.outcome == "blocked":
+            ex.guard.outcome = "blocked_input"
+            await _respond(send, 400, guard_error_body(400, blocked_message(binding, verdict.rail, "request"),
+                                                       "guardrail_blocked", "input"),
+                           {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"})
+            await self._finish(ex, 400, None, "refused")
+            return False
+        ex.guard.outcome = "unavailable"
+        code = "guardrails_unavailable" if binding.ready else "guardrails_config_unavailable"
+        await _respond(send, 503, guard_error_body(503, verdict.reason, code))
+        await self._finish(ex, 503, None, "refused")
+        return False
+
     async def _forward(self, send: Send, ex: _Exchange, method: str, url: str, headers: list[tuple[str, str]],
                        timeout: float | None) -> None:
+        if ex.guard is not None:  # guardrails: output rails around the answer (gateway/guardrails.py)
+            send = OutputGuard(self.guardrails, ex.guard, send, self.settings.guardrails_stream_chunk_chars)
         client_timeout = aiohttp.ClientTimeout(total=timeout, connect=self.settings.connect_timeout)
         try:
             response = await self.upstream.request(
@@ -440,6 +487,10 @@ class Gateway:
         reservation and emit the usage record."""
         charge = charge_for(status, usage, ex.body, termination, completion_ceiling=self.settings.completion_ceiling)
         await self.limiter.settle(ex.reservation, ex.applied, charge.charged)
+        guard = ex.guard
+        if guard is not None and guard.client_status is not None:  # a guardrail replaced the upstream answer
+            status = guard.client_status if guard.client_status != 200 else status
+            termination = "refused"
         identity = ex.outcome.filters.get("identity") or {}
         if not isinstance(identity, Mapping):
             identity = {}
@@ -469,6 +520,7 @@ class Gateway:
                 estimated=charge.estimated,
                 estimate_reason=charge.estimate_reason,
                 termination=termination,
+                guardrails=guard.outcome if guard is not None else "",
                 **charge.numbers,
             )
         except ValidationError as exc:  # a value out of the record's bounds: never lose the charge silently
@@ -477,6 +529,17 @@ class Gateway:
         task = asyncio.create_task(self.sink.emit(record))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        if guard is not None and guard.prompt_tokens + guard.completion_tokens > 0:
+            # guardrails: the guard model's tokens, metered on their own record, never charged to the quota
+            guard_record = record.model_copy(update={
+                "request_id": f"{ex.request_id}-guard", "model": f"guardrails/{guard.binding.config}",
+                "input_tokens": guard.prompt_tokens, "output_tokens": guard.completion_tokens,
+                "total_tokens": guard.prompt_tokens + guard.completion_tokens, "cached_tokens": 0,
+                "reasoning_tokens": 0, "charged_tokens": 0, "estimated": False, "estimate_reason": "",
+                "status": 200, "streamed": False, "termination": "complete"})
+            task = asyncio.create_task(self.sink.emit(guard_record))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
 
 def _is_loopback(scope: Scope) -> bool:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from maasctl.contract.guardrails import binding_from_filters
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.expressions import PolicyError
@@ -94,6 +95,7 @@ class SimulationReport:
     identity: dict[str, Any] = field(default_factory=dict)
     rate_limit_policy: str | None = None
     limits: list[dict[str, Any]] = field(default_factory=list)
+    guardrails: dict[str, Any] | None = None  # the GuardrailConfig checking this request (None: not guarded)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +153,8 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
             report.subscription_error = f"{sub_info.get('error')}: {sub_info.get('message', '')}"
     identity = outcome.filters.get("identity")
     report.identity = dict(identity) if isinstance(identity, Mapping) else {}
+    guard = binding_from_filters(outcome.filters) if outcome.allowed else None  # guardrails apply?
+    report.guardrails = guard.to_json() if guard is not None else None
     if not outcome.allowed:
         report.status = outcome.status
         report.verdict = f"denied by AuthPolicy ({outcome.message}): {outcome.reason}"
@@ -213,4 +217,11 @@ def format_report(report: SimulationReport) -> str:
             f"  {limit['limit_name']} {limit['limit']}/{limit['window']}: used {limit['used']}, "
             f"remaining {limit['remaining']}, {reset}{flag}"
         )
+    guard = report.guardrails
+    if guard is None:
+        lines.append(f"{'guardrails:':<13} none (not guarded for this subscription)")
+    else:
+        state = "ready" if guard.get("ready") else "NOT AVAILABLE: requests are refused (503)"
+        lines.append(f"{'guardrails:':<13} config {guard.get('config')} ({state}), {guard.get('failurePolicy')}, "
+                     f"input and output rails, engine {guard.get('url')}")
     return "\n".join(lines)

@@ -23,3 +23,7 @@ INFERENCE_OBJECTIVE: Final = GroupVersionKind("llm-d.ai", "v1alpha2", "Inference
 INFERENCE_POOL: Final = GroupVersionKind("inference.networking.k8s.io", "v1", "InferencePool")
 SERVICE: Final = GroupVersionKind("", "v1", "Service")
 SECRET: Final = GroupVersionKind("", "v1", "Secret")
+GUARDRAILS_SETTINGS: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "GuardrailsSettings")
+GUARDRAIL_CONFIG: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "GuardrailConfig")
+CONFIG_MAP: Final = GroupVersionKind("", "v1", "ConfigMap")
+DEPLOYMENT: Final = GroupVersionKind("apps", "v1", "Deployment")

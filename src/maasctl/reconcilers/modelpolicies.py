@@ -24,6 +24,7 @@ from maasctl.builders.authpolicy import (
     build_auth_policy,
 )
 from maasctl.builders.celcheck import check_cel
+from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import (
     RateTier,
@@ -35,8 +36,9 @@ from maasctl.builders.trlp import (
 from maasctl.contract.views import AuthPolicyView, SubscriptionView
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.flowcontrol import FlowControl
+from maasctl.reconcilers.guardrails import config_ready, current_settings, engine_endpoint
 from maasctl.reconcilers.indexes import MODEL_INDEX
-from maasctl.reconcilers.kinds import MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
+from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
 from maasctl.reconcilers.routes import RouteResolution
 
 __all__ = ["ModelPolicies", "limits_for", "subscription_model_problems"]
@@ -101,6 +103,17 @@ class ModelPolicies:
                 out.append(ObjectiveBinding(ObjectRef(sub.namespace, sub.name), name))
         return tuple(out)
 
+    def guardrails(self, model: ObjectRef) -> GuardrailsAttachment:
+        """Which subscriptions of `model` check it with which GuardrailConfig (exported only while enabled)."""
+        bindings = []
+        for sub in self.subscriptions(model):
+            entry = sub.model(model.key) if sub.problem is None else None
+            if entry is not None and entry.guardrails:
+                bindings.append((ObjectRef(sub.namespace, sub.name), entry.guardrails))
+        ns = self.ctx.settings.subscription_namespace
+        ready = frozenset(c for _, c in bindings if config_ready(self.ctx.cache.get(GUARDRAIL_CONFIG, c, ns)))
+        return GuardrailsAttachment(current_settings(self.ctx), engine_endpoint(self.ctx), tuple(bindings), ready)
+
     def render(self, model: ObjectRef, res: RouteResolution) -> Rendered:
         """Both desired policies of a resolved model.
 
@@ -112,8 +125,10 @@ class ModelPolicies:
             AuthPolicySource(ObjectRef(v.namespace, v.name), tuple(sorted(v.users)), tuple(sorted(v.groups)))
             for v in self.auth_sources(model)
         )
-        auth_policy = build_auth_policy(AuthPolicyInput(model, res.route, auth, self.objectives(model)),
-                                        self.auth_settings)
+        auth_policy = build_auth_policy(
+            AuthPolicyInput(model, res.route, auth, self.objectives(model),
+                            guardrails_filter(self.guardrails(model))),
+            self.auth_settings)
         limits = tuple(
             limits
             for sub in self.subscriptions(model)

@@ -17,6 +17,7 @@ from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.externalmodel import ExternalModelReconciler
 from maasctl.reconcilers.gateway import GatewayReconciler
+from maasctl.reconcilers.guardrails import GuardrailsReconciler, singleton_request
 from maasctl.reconcilers.indexes import (
     MODEL_INDEX,
     TARGET_INDEX,
@@ -34,6 +35,8 @@ from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     EXTERNAL_MODEL,
     GATEWAY,
+    GUARDRAIL_CONFIG,
+    GUARDRAILS_SETTINGS,
     HTTP_ROUTE,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
@@ -95,6 +98,8 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(AUTH_POLICY, map_to=models_of_generated(cache))
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=models_of_generated(cache))
         .watches(INFERENCE_POOL, map_to=in_namespace)
+        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)))
+        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)))
         .complete(ModelRefReconciler(ctx)))
 
     gateway = ctx.gateway
@@ -129,5 +134,15 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(INFERENCE_POOL, map_to=by_namespace)
         .watches(LLM_INFERENCE_SERVICE, map_to=by_namespace)
         .watches(JOB, map_to=_cleanup_job_owner)
+        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))
+        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))
         .complete(SubscriptionReconciler(ctx)))
+
+    # Guardrails: one reconcile for the engine and the status of the settings and every configuration.
+    singleton = singleton_request(ctx)
+    (manager.controller("guardrails")
+        .for_(GUARDRAILS_SETTINGS)
+        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: [singleton], predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=lambda obj: [singleton], predicates=[SPEC_OR_META])
+        .complete(GuardrailsReconciler(ctx)))
     return ctx

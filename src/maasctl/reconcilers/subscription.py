@@ -31,8 +31,9 @@ from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.cleanup import KeyCleanup
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
 from maasctl.reconcilers.flowcontrol import API_RECHECK_SECONDS, FlowControl, FlowControlRetry, FlowRun
+from maasctl.reconcilers.guardrails import config_ready, current_settings
 from maasctl.reconcilers.indexes import kuadrant_ready, model_index
-from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
+from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
 from maasctl.reconcilers.routes import resolve
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
@@ -40,6 +41,7 @@ from maasctl.runtime import Request, Result, finalize, remove_condition, set_con
 from maasctl.runtime.objects import FrozenObject
 
 _MAX_MESSAGE = 1024
+GUARDRAILS_READY = "GuardrailsReady"
 
 
 class SubscriptionReconciler:
@@ -124,8 +126,40 @@ class SubscriptionReconciler:
         else:
             conditions = set_condition(conditions, type_=cond.type, status=cond.status, reason=cond.reason,
                                        message=cond.message[:4096], observed_generation=generation)
+        conditions = self.guardrails_condition(view, conditions, generation)
         status["conditions"] = conditions
         return status
+
+    def guardrails_condition(self, view: SubscriptionView, conditions: list[dict[str, Any]],
+                             generation: int) -> list[dict[str, Any]]:
+        """`GuardrailsReady`: present while a model enables guardrails; False names every model whose
+        configuration is missing or invalid (those requests are refused), or says the global switch is off."""
+        guarded = [(m.key, m.guardrails) for m in view.models if m.guardrails]
+        if not guarded:
+            return remove_condition(conditions, GUARDRAILS_READY)
+        ns = self.ctx.settings.subscription_namespace
+        settings = current_settings(self.ctx)
+        missing = [f"{model} -> {config}" for model, config in guarded
+                   if self.ctx.cache.get(GUARDRAIL_CONFIG, config, ns) is None]
+        invalid = [f"{model} -> {config}" for model, config in guarded
+                   if f"{model} -> {config}" not in missing
+                   and not config_ready(self.ctx.cache.get(GUARDRAIL_CONFIG, config, ns))]
+        if missing:
+            status, reason = "False", "GuardrailConfigNotFound"
+            message = f"GuardrailConfig not found (requests to these models are refused): {', '.join(missing)}"
+            if invalid:
+                message += f"; not ready: {', '.join(invalid)}"
+        elif invalid:
+            status, reason = "False", "GuardrailConfigNotReady"
+            message = f"GuardrailConfig not valid or not checked yet (requests are refused): {', '.join(invalid)}"
+        elif not settings.active:
+            status, reason = "False", "GuardrailsDisabled"
+            message = "guardrails are disabled globally (GuardrailsSettings): these settings have no effect"
+        else:
+            status, reason = "True", "GuardrailsEnforced"
+            message = f"guarded models: {', '.join(f'{m} -> {c}' for m, c in guarded)}"
+        return set_condition(conditions, type_=GUARDRAILS_READY, status=status, reason=reason,
+                             message=message[:4096], observed_generation=generation)
 
 
 def _limits(trlp: FrozenObject) -> set[str]:

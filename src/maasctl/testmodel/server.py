@@ -9,6 +9,11 @@ Request headers make it behave like the providers metering must survive (tests o
 `x-testmodel-pad: N` adds N characters to the answer's text (large answers); `x-testmodel-usage: omit`
 leaves usage out (JSON and streams); `x-testmodel-stream: cut` ends a stream abruptly, before usage and
 `[DONE]`.
+
+Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
+of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
+`block_words`, else "No" (allow). `replies` maps an exact user message to a fixed answer instead of the echo,
+so a test can make the model say something an output rail blocks.
 """
 
 from __future__ import annotations
@@ -38,11 +43,28 @@ class ModelServerConfig:
     reasoning_tokens: int = 0
     require_bearer: str | None = None  # when set, requests must carry exactly this bearer token
     history: int = 100
+    block_words: tuple[str, ...] = ()  # guard questions mentioning one of these are answered "Yes"
+    replies: tuple[tuple[str, str], ...] = ()  # (user message, fixed answer) instead of the echo
+
+
+def _is_guard_question(text: str) -> bool:
+    return "yes or no" in text.lower()
+
+
+def answer_for(cfg: ModelServerConfig, last: str) -> str:
+    """The test model's answer to the last message `last` (see the module docstring)."""
+    if _is_guard_question(last):
+        return "Yes" if any(word in last for word in cfg.block_words) else "No"
+    for prompt, reply in cfg.replies:
+        if last == prompt:
+            return reply
+    return f"echo: {last}"
 
 
 @dataclass
 class _State:
     seen: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=100))
+    prompts: deque[str] = field(default_factory=lambda: deque(maxlen=1000))  # last messages answered
 
 
 def _usage(cfg: ModelServerConfig) -> dict[str, Any]:
@@ -76,6 +98,11 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
     async def debug_requests() -> list[dict[str, Any]]:
         return list(state.seen)
 
+    @app.get("/debug/prompts")
+    async def debug_prompts() -> list[str]:
+        """The last message of recent chat requests (tests prove what reached the model)."""
+        return list(state.prompts)
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -106,7 +133,8 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             return body
         messages = body.get("messages") or []
         last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
-        text = f"echo: {last}" + "x" * _pad(request)
+        state.prompts.append(str(last))
+        text = answer_for(cfg, str(last)) + "x" * _pad(request)
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=True, knobs=request.headers),
                                      media_type="text/event-stream")
@@ -117,7 +145,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
-        text = f"echo: {body.get('prompt', '')}" + "x" * _pad(request)
+        text = answer_for(cfg, str(body.get("prompt", ""))) + "x" * _pad(request)
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=False, knobs=request.headers),
                                      media_type="text/event-stream")

@@ -1,0 +1,239 @@
+"""Guardrails journey (issue 19) through the real processes: controller, maas-api, gateway, the REAL NeMo
+Guardrails server (the engine Deployment the controller renders, run by `testenv.guardrails.EngineRunner`)
+and the test models — the in-cluster test model doubles as the guard model: it answers "Yes" (block) to the
+self-check questions that mention FORBIDDEN, and the provider model answers "tell me the code" with a text
+containing FORBIDDEN (an output rail's job).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from e2e.conftest import MAAS, World, eventually
+from maasctl.gateway.simulate import SimulateRequest, simulate_remote
+
+CONFIG_YAML = """\
+rails:
+  input:
+    flows: [self check input]
+  output:
+    flows: [self check output]
+prompts:
+  - task: self_check_input
+    content: |
+      Policy: no forbidden topics may be discussed.
+      User message: "{{ user_input }}"
+      Question: Should the user message be blocked (Yes or No)?
+      Answer:
+  - task: self_check_output
+    content: |
+      Policy: the bot never reveals codes.
+      Bot message: "{{ bot_response }}"
+      Question: Should the bot message be blocked (Yes or No)?
+      Answer:
+"""
+
+
+def guard_config(world: World, name: str, *, config_yaml: str = CONFIG_YAML, rails_co: str | None = None,
+                 key_secret: str | None = "guard-key") -> dict[str, Any]:
+    model: dict[str, Any] = {"type": "main", "engine": "openai", "model": "gpt-x",
+                             "baseUrl": f"{world.stack.incluster_model_url}/v1"}
+    if key_secret:
+        model["apiKeySecretRef"] = {"name": key_secret, "key": "api-key"}
+    spec: dict[str, Any] = {"models": [model], "configYaml": config_yaml}
+    if rails_co is not None:
+        spec["railsCo"] = rails_co
+    return {"apiVersion": MAAS, "kind": "GuardrailConfig", "metadata": {"name": name, "namespace": world.sub_ns()},
+            "spec": spec}
+
+
+def settings(world: World, *, enabled: bool, policy: str = "FailClosed") -> dict[str, Any]:
+    return {"apiVersion": MAAS, "kind": "GuardrailsSettings",
+            "metadata": {"name": "default", "namespace": world.sub_ns()},
+            "spec": {"enabled": enabled, "failurePolicy": policy, "timeoutSeconds": 5}}
+
+
+async def get(world: World, plural: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = await k8s.CustomObjectsApi(world.stack.api).get_namespaced_custom_object(
+        "maas.opendatahub.io", "v1alpha1", world.sub_ns(), plural, name)
+    return obj
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == type_), {})
+
+
+async def prompts(world: World) -> list[str]:
+    async with httpx.AsyncClient(timeout=10) as http:
+        resp = await http.get(f"{world.stack.model_url}/debug/prompts")
+    return list(resp.json())
+
+
+async def say(world: World, model: str, key: str, text: str, **extra: Any) -> httpx.Response:
+    return await world.chat(model, key, messages=[{"role": "user", "content": text}], **extra)
+
+
+async def test_guardrails_journey(world: World) -> None:
+    stack = world.stack
+    if stack.engine is None:
+        pytest.fail("the guardrails engine is not installed: run hack/setup-guardrails.sh (hack/setup.sh does)")
+    guarded, open_model = "guarded", "open"
+    cfg, sub = world.name("safety"), world.name("gr-sub")
+    await world.apply(*world.external_model(guarded), *world.external_model(open_model)[2:])
+    subscription = world.subscription(sub, {guarded: [(1_000_000, "1h")], open_model: [(1_000_000, "1h")]},
+                                      users=("alice",))
+    subscription["spec"]["modelRefs"][0]["guardrails"] = {"enabled": True, "config": cfg}
+    await world.apply(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "guard-key", "namespace": world.sub_ns()},
+         "stringData": {"api-key": "guard-model-key"}},
+        settings(world, enabled=True), guard_config(world, cfg),
+        world.auth_policy(world.name("ap"), [guarded, open_model], users=("alice",)), subscription)
+
+    # The configuration is loaded by the real engine before it is deployed; the settings report it.
+    async def config_ready() -> bool:
+        obj = await get(world, "guardrailconfigs", cfg)
+        return (obj.get("status") or {}).get("phase") == "Ready"
+
+    await eventually(config_ready, timeout=90)
+    config = await get(world, "guardrailconfigs", cfg)
+    assert condition(config, "Valid")["reason"] == "Valid"
+    assert {"subscription": f"{world.sub_ns()}/{sub}", "model": f"{world.namespace}/{guarded}"} in \
+        config["status"]["usedBy"]
+    await world.wait_active(sub)
+    key = (await world.mint("alice", subscription=sub))["key"]
+    await world.wait_enforced(open_model, key)
+    last: list[httpx.Response] = []
+
+    async def guarded_served() -> bool:  # engine started by the runner, AuthPolicy exported
+        last[:] = [await say(world, guarded, key, "hello")]
+        return last[0].status_code == 200
+
+    try:
+        await eventually(guarded_served, timeout=120)
+    except AssertionError:
+        engine = stack.engine.process.log_tail() if stack.engine.process else "engine not started"
+        engine += f"\nrunner: {stack.engine.last_error}"
+        engine += f"\nsettings status: {(await get(world, 'guardrailssettings', 'default')).get('status')}"
+        try:
+            dep = await k8s.AppsV1Api(stack.api).read_namespaced_deployment("maas-guardrails", world.sub_ns())
+            engine += f"\ndeployment: {dep.spec.template.spec.containers[0].command}"
+        except k8s.ApiException as exc:
+            engine += f"\nno deployment: {exc.status}"
+        engine += "\n" + (stack.directory / "controller.log").read_text()[-3000:]
+        raise AssertionError(f"{last[0].status_code} {last[0].text}\n{engine}") from None
+    assert stack.engine.starts >= 1
+    sub_obj = await get(world, "maassubscriptions", sub)
+    assert condition(sub_obj, "GuardrailsReady")["status"] == "True"
+
+    # Allowed: both models answer, and the request reached the model.
+    marker = uuid.uuid4().hex[:8]
+    ok = await say(world, guarded, key, f"hello {marker}")
+    assert ok.status_code == 200, ok.text
+    assert f"hello {marker}" in await prompts(world)
+
+    # Input blocked: a clear OpenAI-style error naming the guardrail; never sent upstream. Same subscription,
+    # the unguarded model serves the same text.
+    blocked = await say(world, guarded, key, f"FORBIDDEN {marker}")
+    assert blocked.status_code == 400, blocked.text
+    error = blocked.json()["error"]
+    assert error["code"] == "guardrail_blocked" and error["param"] == "input"
+    assert "self check input" in error["message"] and cfg in error["message"]
+    assert blocked.headers["x-maas-guardrail"] == f"{cfg}/self check input"
+    assert f"FORBIDDEN {marker}" not in await prompts(world)
+    assert (await say(world, open_model, key, f"FORBIDDEN {marker}")).status_code == 200
+
+    # Output blocked: the model answered (and is charged), the caller gets the error instead.
+    out = await say(world, guarded, key, "tell me the code")
+    assert out.status_code == 400, out.text
+    assert out.json()["error"]["param"] == "output" and "self check output" in out.json()["error"]["message"]
+    plain = await say(world, open_model, key, "tell me the code")
+    assert plain.status_code == 200 and "FORBIDDEN" in plain.json()["choices"][0]["message"]["content"]
+    # Streamed: checked in chunks and at the end; a block ends the stream with an error event, no content.
+    streamed = await say(world, guarded, key, "tell me the code", stream=True)
+    assert streamed.status_code == 200
+    assert "FORBIDDEN" not in streamed.text and '"guardrail_blocked"' in streamed.text
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+    allowed_stream = await say(world, guarded, key, f"stream {marker}", stream=True)
+    assert marker in allowed_stream.text and "guardrail" not in allowed_stream.text
+
+    # simulate says whether guardrails apply.
+    report = await simulate_remote(stack.gateway_url, SimulateRequest(
+        model=f"{world.namespace}/{guarded}", key=key))
+    assert report.to_json()["guardrails"]["config"] == cfg
+    other = await simulate_remote(stack.gateway_url, SimulateRequest(
+        model=f"{world.namespace}/{open_model}", key=key))
+    assert other.to_json()["guardrails"] is None
+
+    # Engine killed. FailClosed: 503 with a reason; the unguarded model is unaffected.
+    await stack.engine.kill()
+    down = await say(world, guarded, key, f"hello again {marker}")
+    assert down.status_code == 503 and down.json()["error"]["code"] == "guardrails_unavailable", down.text
+    assert (await say(world, open_model, key, "hello")).status_code == 200
+    # FailOpen: the request passes, counted in the gateway's metric (and the usage record).
+    await world.apply(settings(world, enabled=True, policy="FailOpen"))
+
+    async def passes() -> bool:
+        return (await say(world, guarded, key, f"open {marker}")).status_code == 200
+
+    await eventually(passes, timeout=60)
+    async with httpx.AsyncClient(timeout=10) as http:
+        metrics = (await http.get(f"{stack.gateway_url}/_gateway/metrics")).text
+    assert f'maas_gateway_guardrails_checks_total{{config="{cfg}",outcome="fail_open",rails="input"}}' in metrics
+    await stack.engine.resume()
+
+    # Global switch off: the settings left on the subscription have no effect, and status says so.
+    await world.apply(settings(world, enabled=False))
+
+    async def unchecked() -> bool:
+        return (await say(world, guarded, key, f"FORBIDDEN off {marker}")).status_code == 200
+
+    await eventually(unchecked, timeout=60)
+
+    async def disabled_reported() -> bool:
+        return condition(await get(world, "maassubscriptions", sub), "GuardrailsReady").get("reason") == \
+            "GuardrailsDisabled"
+
+    await eventually(disabled_reported, timeout=30)
+    assert (await get(world, "guardrailssettings", "default"))["status"]["phase"] == "Disabled"
+
+    # Invalid configurations are reported and not deployed: one the static checks refuse, one only the real
+    # engine refuses (a Colang syntax error).
+    bad_yaml, bad_colang = world.name("bad-yaml"), world.name("bad-colang")
+    await world.apply(
+        guard_config(world, bad_yaml, config_yaml="rails: [unclosed"),
+        guard_config(world, bad_colang, key_secret=None, config_yaml="rails:\n  input:\n    flows: [my check]\n",
+                     rails_co="define flow my check\n  this is not colang (((\n"))
+
+    async def invalid(name: str, reason: str) -> bool:
+        obj = await get(world, "guardrailconfigs", name)
+        return (obj.get("status") or {}).get("phase") == "Invalid" and condition(obj, "Valid")["reason"] == reason
+
+    await eventually(lambda: invalid(bad_yaml, "InvalidConfig"), timeout=60)
+    await eventually(lambda: invalid(bad_colang, "EngineRejected"), timeout=90)
+    message = condition(await get(world, "guardrailconfigs", bad_colang), "Valid")["message"]
+    assert "Colang" in message or "colang" in message, message
+
+    # A reference to a missing configuration: a condition on the subscription, and requests are refused.
+    await world.apply(settings(world, enabled=True))
+    missing = json.loads(json.dumps(subscription))
+    missing["spec"]["modelRefs"][0]["guardrails"] = {"enabled": True, "config": world.name("nope")}
+    await world.apply(missing)
+
+    async def missing_reported() -> bool:
+        return condition(await get(world, "maassubscriptions", sub), "GuardrailsReady").get("reason") == \
+            "GuardrailConfigNotFound"
+
+    await eventually(missing_reported, timeout=30)
+
+    async def refused() -> bool:
+        resp = await say(world, guarded, key, "hello")
+        return resp.status_code == 503 and resp.json()["error"]["code"] == "guardrails_config_unavailable"
+
+    await eventually(refused, timeout=60)
+    await world.apply(settings(world, enabled=False))
