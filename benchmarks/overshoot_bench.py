@@ -7,11 +7,12 @@ one counting in process. Each scenario gets its own subscription (100 tokens per
 costs), then C requests at once spread round-robin over its replicas. Overshoot = tokens served in the window
 beyond the limit.
 
-Then the added latency of the gateway (API key auth, subscription selection, reservation on every rate,
-settlement, usage record to maas-api): N sequential requests to the test model directly and through each
-gateway on an unlimited subscription.
+Then what the gateway costs (API key auth, subscription selection by maas-api, reservation on every rate,
+settlement, usage record to maas-api) on an unlimited subscription: N sequential requests to the test model
+directly and through the gateway with each counter store (p50/p99), and requests/s with C concurrent clients.
 
-    .venv/bin/python benchmarks/overshoot_bench.py [--concurrency 10,50,100] [--requests 300] [--json]
+    .venv/bin/python benchmarks/overshoot_bench.py [--concurrency 10,50,100] [--requests 300] [--clients 16]
+        [--max-seconds 30] [--json]
 """
 
 from __future__ import annotations
@@ -171,6 +172,25 @@ async def latencies(http: aiohttp.ClientSession, url: str, headers: dict[str, st
     return out
 
 
+async def throughput(http: aiohttp.ClientSession, url: str, headers: dict[str, str], n: int, clients: int,
+                     max_seconds: float) -> float:
+    """Requests per second that `clients` concurrent clients get, for at most `n` requests or `max_seconds`."""
+    done = 0
+    start = time.perf_counter()
+
+    async def client() -> None:
+        nonlocal done
+        while done < n and time.perf_counter() - start < max_seconds:
+            async with http.post(url, json=PAYLOAD, headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"{url}: {resp.status}")
+            done += 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done / (time.perf_counter() - start)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -214,21 +234,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             for name in ("redis-1", "in-process"):
                 await served_once(http, urls[name], bob)
             direct = {"Authorization": f"Bearer {stack.options.upstream_key}"}
-            timings = {
-                "test model directly": await latencies(http, f"{stack.model_url}/v1/chat/completions", direct,
-                                                       args.requests),
-                "gateway, in-process counters": await latencies(
-                    http, f"{urls['in-process']}/{NS}/gpt/v1/chat/completions",
-                    {"Authorization": f"Bearer {bob}"}, args.requests),
-                "gateway, Redis counters": await latencies(
-                    http, f"{urls['redis-1']}/{NS}/gpt/v1/chat/completions",
-                    {"Authorization": f"Bearer {bob}"}, args.requests),
+            paths = {
+                "test model directly": (f"{stack.model_url}/v1/chat/completions", direct),
+                "gateway, in-process counters": (f"{urls['in-process']}/{NS}/gpt/v1/chat/completions",
+                                                 {"Authorization": f"Bearer {bob}"}),
+                "gateway, Redis counters": (f"{urls['redis-1']}/{NS}/gpt/v1/chat/completions",
+                                            {"Authorization": f"Bearer {bob}"}),
             }
+            timings = {name: await latencies(http, url, headers, args.requests)
+                       for name, (url, headers) in paths.items()}
+            rates = {name: await throughput(http, url, headers, args.requests * 4, args.clients, args.max_seconds)
+                     for name, (url, headers) in paths.items()}
         return {
             "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
             "limit_tokens": LIMIT, "tokens_per_request": per_request, "bursts": rows,
             "latency_ms": {name: {"p50": round(statistics.median(v), 2), "p99": round(pct(v, 0.99), 2)}
                            for name, v in timings.items()},
+            "clients": args.clients,
+            "requests_per_second": {name: round(rate, 1) for name, rate in rates.items()},
         }
     finally:
         await stack.stop()
@@ -243,16 +266,18 @@ def render(result: dict[str, Any]) -> str:
     for r in result["bursts"]:
         lines.append(f"| {r['setup']} | {r['concurrency']} | {r['served_in_burst']} | {r['refused']} | "
                      f"{r['tokens_used']} | {r['overshoot_tokens']} |")
-    lines += ["", "| path | p50 ms | p99 ms |", "|---|---|---|"]
+    lines += ["", f"| path | p50 ms | p99 ms | requests/s ({result['clients']} clients) |", "|---|---|---|---|"]
     for name, v in result["latency_ms"].items():
-        lines.append(f"| {name} | {v['p50']} | {v['p99']} |")
+        lines.append(f"| {name} | {v['p50']} | {v['p99']} | {result['requests_per_second'][name]} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[10, 50, 100])
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--requests", type=int, default=300, help="sequential requests per path")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients for requests/s")
+    parser.add_argument("--max-seconds", type=float, default=30, help="time bound of each requests/s run")
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
     out = asyncio.run(main(ns))
