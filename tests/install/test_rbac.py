@@ -3,12 +3,15 @@ ServiceAccounts, as the API server sees them, can do what they need and nothing 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.api.install import install_crds
+from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from tests.install.manifests import (
     DEFAULT_CONTROLLER_NS,
@@ -39,8 +42,6 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("kuadrant.io", "authpolicies"): GENERATED,
         ("kuadrant.io", "tokenratelimitpolicies"): GENERATED,
         ("llm-d.ai", "inferenceobjectives"): GENERATED,
-        ("", "configmaps"): GENERATED,
-        ("apps", "deployments"): GENERATED,
         ("gateway.networking.k8s.io", "gateways"): READ,
         ("serving.kserve.io", "llminferenceservices"): READ,
         ("inference.networking.k8s.io", "inferencepools"): READ,
@@ -52,6 +53,8 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
         ("batch", "jobs"): frozenset({"create", "delete"}),
     },
+    # The guardrails engine, in the subscription namespace only.
+    ("Role", "maas-controller-guardrails"): {("", "configmaps"): GENERATED, ("apps", "deployments"): GENERATED},
     ("ClusterRole", "maas-api"): {
         ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
@@ -103,10 +106,10 @@ def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
     docs = render(overlay)
-    expected = {"maas-controller": "maas-controller", "maas-api": "maas-api",
-                "billing-controller": "billing-controller"}
+    expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
+                "maas-api": "maas-api", "billing-controller": "billing-controller"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 5
+    assert len(bindings) == 6
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
@@ -131,6 +134,13 @@ def can_i(cp: ControlPlane, sa: str, *question: str) -> bool:
 
 @pytest.fixture
 async def installed_rbac(control_plane: ControlPlane) -> AsyncIterator[ControlPlane]:
+    """The default overlay's RBAC, and the MaaS CRDs it grants on (this test may run before any other that
+    installs them)."""
+    admin = await connect(str(control_plane.kubeconfig))
+    try:
+        await install_crds(admin, subscription_namespace=DEFAULT_SUBSCRIPTION_NS)
+    finally:
+        await admin.close()
     docs = [d for d in render(MANIFESTS / "overlays" / "default")
             if d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                              "RoleBinding")]
@@ -157,7 +167,16 @@ async def test_maas_api_reviews_tokens_and_reads_maas_resources_but_writes_nothi
         assert sar.status.allowed is False
         custom = k8s.CustomObjectsApi(api)
         for plural in MAAS_KINDS:
-            await custom.list_cluster_custom_object(MAAS, "v1alpha1", plural)
+            for _ in range(60):  # a CRD just installed answers 429 while its storage initialises
+                try:
+                    await custom.list_cluster_custom_object(MAAS, "v1alpha1", plural)
+                    break
+                except k8s.ApiException as exc:
+                    if exc.status != 429:
+                        raise
+                    await asyncio.sleep(0.5)
+            else:
+                raise AssertionError(f"{plural} still initialising")
         with pytest.raises(k8s.ApiException) as denied:
             await custom.create_namespaced_custom_object(
                 MAAS, "v1alpha1", DEFAULT_SUBSCRIPTION_NS, "maassubscriptions",

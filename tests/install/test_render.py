@@ -118,5 +118,5 @@ def test_gateway_exposes_only_the_public_maas_api(overlay: Any) -> None:
 def test_examples_render_the_documented_samples() -> None:
     docs = render(MANIFESTS / "examples")
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ExternalModel", "MaaSAuthPolicy", "MaaSModelRef", "MaaSSubscription", "MaaSSubscription",
-                     "Namespace", "Secret"]
+    assert kinds == ["ExternalModel", "GuardrailConfig", "GuardrailsSettings", "MaaSAuthPolicy", "MaaSModelRef",
+                     "MaaSSubscription", "MaaSSubscription", "Namespace", "Secret", "Secret"]
