@@ -79,7 +79,7 @@ class TokenFile:
             match = _TOKEN_LINE.match(line)
             if match and match.group(1).lower() == user.lower():
                 value = shlex.split(match.group(2))
-                if len(value) == 1 and value[0]:
+                if len(value) == 1 and value[0] and not any(c.isspace() for c in value[0]):
                     return value[0]
         raise IdentityError(f"no {user.upper()}_TOKEN line in {self.describe()}")
 

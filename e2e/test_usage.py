@@ -29,7 +29,8 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
     for _ in range(3):
         assert (await world.chat("gpt", bob)).status_code == 200
     # Expected from the calls above (each answer: 10 prompt + 5 completion tokens), wait_enforced included.
-    expected = {(f"{world.sub_ns()}/{metered}", "alice"): 4, (f"{world.sub_ns()}/{unlimited}", "bob"): 4}
+    expected = {(f"{world.sub_ns()}/{metered}", world.username("alice")): 4,
+                (f"{world.sub_ns()}/{unlimited}", world.username("bob")): 4}
     admin = world.admin_headers()
 
     async def report_rows() -> dict[tuple[str, str], dict[str, Any]]:
@@ -46,7 +47,7 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
         rows = await report_rows()
         return all(rows.get(k, {}).get("requests") == n for k, n in expected.items())
 
-    await eventually(all_recorded, timeout=30)
+    await eventually(all_recorded, timeout=30, describe=lambda: f"expected request counts {expected}")
     rows = await report_rows()
     for key, calls in expected.items():
         row = rows[key]

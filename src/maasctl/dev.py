@@ -94,9 +94,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     shutil.rmtree(directory / "controlplane", ignore_errors=True)
     (directory / "maas-api.db").unlink(missing_ok=True)
     admin = TestUser(DEV_ADMIN, secrets.token_urlsafe(24), (ADMIN_GROUP, "system:authenticated"))
-    stack = LocalStack(StackOptions(directory=directory, settings=settings, gateway_port=options.gateway_port,
-                                    api_port=options.api_port, model_port=options.model_port,
-                                    incluster_model_port=options.incluster_model_port, controller_process=False, extra_users=(admin,)))
+    stack = LocalStack(StackOptions(
+        directory=directory, settings=settings, gateway_port=options.gateway_port, api_port=options.api_port,
+        model_port=options.model_port, incluster_model_port=options.incluster_model_port, controller_process=False,
+        extra_users=(admin,)))
     log.info("starting the local stack", directory=str(directory))
     await stack.start()
     try:
