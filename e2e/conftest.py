@@ -39,10 +39,13 @@ async def stack() -> AsyncIterator[Target]:
         if mode == "local":
             target = await exits.enter_async_context(local_target())
         elif mode == "external":
+            problem = ""
             try:
                 target = await exits.enter_async_context(external_target(ExternalConfig.from_env()))
             except (ConfigError, IdentityError, RuntimeError) as exc:
-                pytest.fail(str(exc), pytrace=False)
+                problem = str(exc)  # failed outside the handler: the message alone, no chained traceback
+            if problem:
+                pytest.fail(problem, pytrace=False)
         else:
             pytest.fail(f"E2E_CLUSTER must be local or external, not {mode!r} (kind is a recipe of external: "
                         "docs/e2e.md)", pytrace=False)
