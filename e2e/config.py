@@ -36,12 +36,14 @@ VARIABLES: Mapping[str, str] = {
     "E2E_MODEL_REQUEST_LOG_URL": "optional: the test model's request log (<model>/debug/requests) as this "
                                  "machine reaches it",
     "E2E_ADMIN_TOKEN_FILE": "optional: token of a maas-api administrator (usage reports)",
-    "E2E_GATEWAY_TOKEN_FILE": "optional: the gateway's token on maas-api's /internal/v1 "
-                              "(Secret maas-api-gateway-token)",
+    "E2E_GATEWAY_TOKEN_FILE": "optional: the gateway's token on maas-api's /internal/v1 (callbacks, usage "
+                              "ingest; Secret maas-api-gateway-token)",
     "E2E_KEY_CLEANUP_TOKEN_FILE": "optional: token of ServiceAccount maas-key-cleanup",
     "E2E_GATEWAY": f"<namespace>/<name> of the MaaS Gateway (default {_DEFAULTS.gateway_namespace}/"
                    f"{_DEFAULTS.gateway_name})",
     "E2E_SUBSCRIPTION_NAMESPACE": f"the subscription namespace (default {_DEFAULTS.subscription_namespace})",
+    "E2E_CONTROLLER_NAMESPACE": f"the controller's namespace, where cleanup Jobs run (default "
+                                f"{_DEFAULTS.leader_election_namespace})",
     "E2E_DATA_PLANE": "auto (default), maasctl or kuadrant: who reports that policies are enforced",
     "E2E_TIMEOUT_SCALE": "multiply every wait (default 1 with maasctl's data plane, 3 with Kuadrant)",
     "E2E_NO_SKIPS": "1: a skipped journey fails the run (CI)",
@@ -140,9 +142,10 @@ class ExternalConfig:
             "E2E_GATEWAY", f"{_DEFAULTS.gateway_namespace}/{_DEFAULTS.gateway_name}").partition("/")
         if not gateway_ns or not gateway_name:
             problems.append("E2E_GATEWAY must be <namespace>/<name>")
-        settings = ControllerSettings(gateway_name=gateway_name, gateway_namespace=gateway_ns,
-                                      subscription_namespace=env.get("E2E_SUBSCRIPTION_NAMESPACE")
-                                      or _DEFAULTS.subscription_namespace)
+        settings = ControllerSettings(
+            gateway_name=gateway_name, gateway_namespace=gateway_ns,
+            subscription_namespace=env.get("E2E_SUBSCRIPTION_NAMESPACE") or _DEFAULTS.subscription_namespace,
+            leader_election_namespace=env.get("E2E_CONTROLLER_NAMESPACE") or _DEFAULTS.leader_election_namespace)
 
         data_plane = env.get("E2E_DATA_PLANE", "auto") or "auto"
         if data_plane not in ("auto", "maasctl", "kuadrant"):

@@ -45,7 +45,7 @@ class Need(enum.Enum):
     MODEL_REQUESTS = "the test model's request log (E2E_MODEL_REQUEST_LOG_URL)"
     INCLUSTER_MODEL = "a test model without upstream key for the in-cluster model (E2E_INCLUSTER_MODEL_URL)"
     ADMIN_TOKEN = "a maas-api administrator's token (E2E_ADMIN_TOKEN_FILE)"
-    GATEWAY_TOKEN = "the gateway's token on maas-api's /internal/v1 (E2E_GATEWAY_TOKEN_FILE)"
+    GATEWAY_TOKEN = "the gateway's token on maas-api's /internal/v1, e.g. usage ingest (E2E_GATEWAY_TOKEN_FILE)"
     CLEANUP_TOKEN = "the maas-key-cleanup ServiceAccount's token (E2E_KEY_CLEANUP_TOKEN_FILE)"
     MAASCTL_DATA_PLANE = "maasctl's data plane (`maasctl gateway`) in front of the models (its /_gateway API)"
     LOCAL_STACK = "the suite's own local stack (E2E_CLUSTER=local)"
@@ -64,6 +64,7 @@ class Target:
     run_id: str
     api: k8s.ApiClient
     kubeconfig: Path
+    directory: Path  # the session's own files (logs of processes a journey starts); not the cluster's
     gateway_url: str
     api_url: str
     settings: ControllerSettings  # gateway_name, gateway_namespace, subscription_namespace
@@ -114,6 +115,7 @@ async def local_target() -> AsyncIterator[Target]:
             set_timeout_scale(1.0)
             yield Target(
                 mode="local", run_id=uuid.uuid4().hex[:8], api=stack.api, kubeconfig=stack.kubeconfig,
+                directory=directory,
                 gateway_url=stack.gateway_url, api_url=stack.api_url, settings=stack.settings,
                 model_url=stack.model_url, upstream_key=stack.options.upstream_key,
                 identities=await resolve_identities(client, tokens, {}),
@@ -151,6 +153,7 @@ async def _check_reachable(config: ExternalConfig, client: Client) -> list[str]:
 async def external_target(config: ExternalConfig) -> AsyncIterator[Target]:
     """Connect to a cluster described by `config`; at the end, remove what this run left behind."""
     api = await connect(str(config.kubeconfig))
+    scratch = tempfile.TemporaryDirectory(prefix="maasctl-e2e-external-")
     try:
         client = Client(api)
         problems = await _check_reachable(config, client)
@@ -160,6 +163,7 @@ async def external_target(config: ExternalConfig) -> AsyncIterator[Target]:
         set_timeout_scale(config.timeout_scale or data_plane.default_timeout_scale)
         target = Target(
             mode="external", run_id=uuid.uuid4().hex[:8], api=api, kubeconfig=config.kubeconfig,
+            directory=Path(scratch.name),
             gateway_url=config.gateway_url, api_url=config.api_url, settings=config.settings,
             model_url=config.model_url, upstream_key=config.upstream_key,
             identities=await resolve_identities(client, config.tokens, config.groups), data_plane=data_plane,
@@ -175,3 +179,4 @@ async def external_target(config: ExternalConfig) -> AsyncIterator[Target]:
                                    + ", ".join(left))
     finally:
         await api.close()
+        scratch.cleanup()

@@ -35,7 +35,7 @@ print(*(s.getsockname()[1] for s in socks))
 echo "==> starting maasctl dev in $dir (gateway :$gateway_port, maas-api :$api_port)"
 .venv/bin/maasctl dev --dir "$dir/dev" --gateway-port "$gateway_port" --api-port "$api_port" \
   --console-port "$console_port" --model-port "$model_port" --incluster-model-port "$incluster_port" \
-  --log-format console > "$dir/dev.out" 2>&1 &
+  --metrics-bind-address 0 --health-probe-bind-address 0 --log-format console > "$dir/dev.out" 2>&1 &
 dev_pid=$!
 deadline=$((SECONDS + ${E2E_DEV_START_TIMEOUT:-300}))
 until grep -q "maasctl dev is running" "$dir/dev.out"; do
@@ -64,6 +64,7 @@ E2E_GATEWAY_URL="$(local_url "$gateway_port")" \
 E2E_MAAS_API_URL="$(local_url "$api_port")" \
 E2E_GATEWAY=openshift-ingress/maas-default-gateway \
 E2E_SUBSCRIPTION_NAMESPACE=models-as-a-service \
+E2E_CONTROLLER_NAMESPACE=opendatahub \
 E2E_MODEL_URL="$(local_url "$model_port")" \
 E2E_INCLUSTER_MODEL_URL="$(local_url "$incluster_port")" \
 E2E_MODEL_REQUEST_LOG_URL="$(local_url "$model_port")/debug/requests" \
