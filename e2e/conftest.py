@@ -1,72 +1,108 @@
-"""End-to-end journeys: the real local control plane, the controller, maas-api, the local data plane and test
-models, each a separate process talking HTTP (`maasctl.localstack`). Each journey works in namespaces and
-objects of its own, so journeys never see each other's state.
+"""End-to-end journeys over real HTTP against a cluster: the suite's own local stack (`E2E_CLUSTER=local`, the
+default) or one someone else started (`E2E_CLUSTER=external`, configured by `E2E_*` variables: docs/e2e.md).
 
-`E2E_CLUSTER=kind` would target a kind cluster with the real Kuadrant stack (docs/e2e.md); it needs Docker
-and network access and is not run here.
+Journeys use only the `world` fixture (`World`) and `e2e.target.Need`; each works in a namespace and objects of
+its own, labelled with the run id and removed afterwards even when the journey fails.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl import samples
-from maasctl.localstack import LocalStack, StackOptions
-from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
+from e2e.cleanup import RUN_LABEL, Cleanup, labelled
+from e2e.config import ConfigError, ExternalConfig
+from e2e.identities import IdentityError
+from e2e.target import Need, Target, external_target, local_target
+from e2e.waits import eventually
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
+from maasctl.reconcilers.kinds import LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
-from maasctl.settings import ControllerSettings
+
+__all__ = ["MAAS", "Need", "World", "eventually"]
 
 MAAS = "maas.opendatahub.io/v1alpha1"
-SETTINGS = ControllerSettings(gateway_name="maas-default-gateway", gateway_namespace="maas-gateway",
-                              leader_election_namespace="opendatahub", max_concurrent_reconciles=4)
 
 
 @pytest.fixture(scope="session")
-async def stack() -> AsyncIterator[LocalStack]:
-    if os.environ.get("E2E_CLUSTER", "local") != "local":
-        pytest.fail("only E2E_CLUSTER=local runs on this machine; see docs/e2e.md for kind")
-    with tempfile.TemporaryDirectory(prefix="maasctl-e2e-") as tmp:
-        stack = LocalStack(StackOptions(directory=Path(tmp), settings=SETTINGS, controller_process=True))
-        await stack.start()
-        try:
-            client = Client(stack.api)
-            port = int(stack.gateway_url.rsplit(":", 1)[1])
-            await client.apply(samples.gateway(stack.settings, port), field_manager="e2e")
-            await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace, samples.gateway_status(),
-                               subresource="status")
-            yield stack
-        finally:
-            await stack.stop()
+async def stack() -> AsyncIterator[Target]:
+    mode = os.environ.get("E2E_CLUSTER", "local")
+    async with contextlib.AsyncExitStack() as exits:
+        if mode == "local":
+            target = await exits.enter_async_context(local_target())
+        elif mode == "external":
+            problem = ""
+            try:
+                target = await exits.enter_async_context(external_target(ExternalConfig.from_env()))
+            except (ConfigError, IdentityError, RuntimeError) as exc:
+                problem = str(exc)  # failed outside the handler: the message alone, no chained traceback
+            if problem:
+                pytest.fail(problem, pytrace=False)
+        else:
+            pytest.fail(f"E2E_CLUSTER must be local or external, not {mode!r} (kind is a recipe of external: "
+                        "docs/e2e.md)", pytrace=False)
+        yield target
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """With `E2E_NO_SKIPS=1` (CI) a skipped journey fails: a skip must never count as a pass there."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("E2E_NO_SKIPS") == "1":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in a run where every journey must run (E2E_NO_SKIPS=1): {reason}"
 
 
 @dataclass
 class World:
-    """One journey's view of the stack: its own model namespace and helpers for people and operators."""
+    """One journey's view of the cluster: its own model namespace and helpers for people and operators.
 
-    stack: LocalStack
+    Users (`alice`, `bob`, `carol`) and groups (`premium-users`, `free-users`) are logical names; the helpers
+    translate them to the cluster's (`username`, `group`), so journeys read the same in both modes.
+    """
+
+    stack: Target
     namespace: str
     suffix: str
+    cleanup: Cleanup = field(repr=False)
 
     @property
     def client(self) -> Client:
         return Client(self.stack.api)
 
+    def require(self, *needs: Need) -> None:
+        """Skip this journey, naming what is missing, unless the cluster provides every need."""
+        missing = [n.value for n in needs if self.stack.missing(n)]
+        if missing:
+            pytest.skip(f"E2E_CLUSTER={self.stack.mode} lacks " + "; ".join(missing))
+
     def token(self, user: str) -> str:
-        return self.stack.control_plane.users[user].token
+        return self.stack.identities.token(user)
+
+    def username(self, user: str) -> str:
+        """The name maas-api and the gateway see for a logical user (e.g. `system:serviceaccount:ns:alice`)."""
+        return self.stack.identities.username(user)
+
+    def group(self, name: str) -> str:
+        return self.stack.identities.group(name)
 
     async def apply(self, *objs: dict[str, Any]) -> None:
+        """Server-side apply, labelled with the run id; objects outside the namespace are deleted afterwards."""
         for obj in objs:
+            obj = labelled(obj, self.stack.run_id)
+            if obj["metadata"].get("namespace") != self.namespace:
+                self.cleanup.track(obj)
             await self.client.apply(obj, field_manager="e2e-operator")
 
     def sub_ns(self) -> str:
@@ -83,6 +119,7 @@ class World:
             resp = await http.post("/v1/api-keys", json=body, headers={"Authorization": f"Bearer {self.token(user)}"})
         assert resp.status_code == 201, resp.text
         minted: dict[str, Any] = resp.json()
+        self.cleanup.keys.append((self.token(user), str(minted["id"])))
         return minted
 
     async def chat(self, model: str, credential: str, *, headers: dict[str, str] | None = None,
@@ -98,12 +135,28 @@ class World:
         assert resp.status_code == 200, resp.text
         return sorted(m["owned_by"] for m in resp.json()["data"] if m["owned_by"].startswith(f"{self.namespace}/"))
 
+    async def model_requests(self) -> list[dict[str, Any]]:
+        """What the test model received, oldest first (skips the journey without a request log)."""
+        self.require(Need.MODEL_REQUESTS)
+        assert self.stack.model_requests_url is not None
+        async with httpx.AsyncClient(timeout=10) as http:
+            resp = await http.get(self.stack.model_requests_url)
+        assert resp.status_code == 200, f"request log {self.stack.model_requests_url}: {resp.status_code}"
+        seen: list[dict[str, Any]] = resp.json()
+        return seen
+
+    def admin_headers(self) -> dict[str, str]:
+        """Authorization of a maas-api administrator (skips the journey without one)."""
+        self.require(Need.ADMIN_TOKEN)
+        assert self.stack.admin_token_file is not None
+        return {"Authorization": f"Bearer {self.stack.admin_token_file.read_text().strip()}"}
+
     # -- operator objects ------------------------------------------------------------------------------
     def external_model(self, name: str) -> list[dict[str, Any]]:
         ns = self.namespace
         return [
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider-key", "namespace": ns},
-             "stringData": {"api-key": self.stack.options.upstream_key}},
+             "stringData": {"api-key": self.stack.upstream_key}},
             {"apiVersion": MAAS, "kind": "ExternalModel", "metadata": {"name": "provider", "namespace": ns},
              "spec": {"provider": "openai", "endpoint": f"{self.stack.model_url}/v1", "targetModel": "gpt-x",
                       "credentialRef": {"name": "provider-key"}}},
@@ -111,17 +164,35 @@ class World:
              "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}},
         ]
 
+    def workload_service(self, name: str, url: str) -> dict[str, Any]:
+        """A Service `name` in the journey's namespace whose traffic reaches the model server at `url`, on the
+        URL's port (routes must use `spec.ports[0].port`): on maasctl's data plane a ClusterIP Service annotated
+        with the URL (what it dials instead of a pod), on a real gateway an ExternalName Service (the backend
+        kind ExternalModels rely on too)."""
+        parts = urlsplit(url)
+        scheme = parts.scheme or "http"
+        port = parts.port or (443 if scheme == "https" else 80)
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
+        if not self.stack.missing(Need.MAASCTL_DATA_PLANE):
+            return {"apiVersion": "v1", "kind": "Service",
+                    "metadata": {**meta, "annotations": {LOCAL_URL_ANNOTATION: url}},
+                    "spec": {"ports": [{"name": "http", "port": port}], "selector": {"app": name}}}
+        return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+                "spec": {"type": "ExternalName", "externalName": parts.hostname,
+                         "ports": [{"name": scheme, "port": port, "protocol": "TCP", "appProtocol": scheme}]}}
+
     def in_cluster_model(self, name: str) -> list[dict[str, Any]]:
         """An LLMInferenceService `name` with the route and workload Service KServe would create (no label of
-        ours on the route), served by the stack's in-cluster test model, and its MaaSModelRef."""
+        ours on the route), served by the in-cluster test model, and its MaaSModelRef (needs INCLUSTER_MODEL)."""
+        self.require(Need.INCLUSTER_MODEL)
         ns, stack = self.namespace, self.stack
+        assert stack.incluster_model_url is not None
+        workload = self.workload_service(f"{name}-workload", stack.incluster_model_url)
+        port = workload["spec"]["ports"][0]["port"]
         return [
             {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
              "metadata": {"name": name, "namespace": ns}, "spec": {}},
-            {"apiVersion": "v1", "kind": "Service",
-             "metadata": {"name": f"{name}-workload", "namespace": ns,
-                          "annotations": {"maasctl.opendatahub.io/local-url": stack.incluster_model_url}},
-             "spec": {"ports": [{"name": "http", "port": 8000}], "selector": {"app": name}}},
+            workload,
             {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
              "metadata": {"name": f"{name}-kserve-route", "namespace": ns, "labels": {
                  "app.kubernetes.io/name": name, "app.kubernetes.io/component": "llminferenceservice-router",
@@ -131,7 +202,7 @@ class World:
                       "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{name}"}}],
                                  "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
                                      "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
-                                 "backendRefs": [{"name": f"{name}-workload", "port": 8000}]}]}},
+                                 "backendRefs": [{"name": f"{name}-workload", "port": port}]}]}},
             {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": name, "namespace": ns},
              "spec": {"modelRef": {"kind": "LLMInferenceService", "name": name}}},
         ]
@@ -148,9 +219,9 @@ class World:
                     users: tuple[str, ...] = ()) -> dict[str, Any]:
         subjects: dict[str, Any] = {}
         if groups:
-            subjects["groups"] = [{"name": g} for g in groups]
+            subjects["groups"] = [{"name": g} for g in self.stack.identities.groups(groups)]
         if users:
-            subjects["users"] = list(users)
+            subjects["users"] = self.stack.identities.usernames(users)
         return {"apiVersion": MAAS, "kind": "MaaSAuthPolicy", "metadata": {"name": name, "namespace": self.sub_ns()},
                 "spec": {"modelRefs": [{"name": m, "namespace": self.namespace} for m in models],
                          "subjects": subjects}}
@@ -159,9 +230,9 @@ class World:
                      groups: tuple[str, ...] = (), users: tuple[str, ...] = (), priority: int = 0) -> dict[str, Any]:
         owner: dict[str, Any] = {}
         if groups:
-            owner["groups"] = [{"name": g} for g in groups]
+            owner["groups"] = [{"name": g} for g in self.stack.identities.groups(groups)]
         if users:
-            owner["users"] = list(users)
+            owner["users"] = self.stack.identities.usernames(users)
         refs = []
         for model, tiers in models.items():
             ref: dict[str, Any] = {"name": model, "namespace": self.namespace}
@@ -173,39 +244,56 @@ class World:
         return {"apiVersion": MAAS, "kind": "MaaSSubscription", "metadata": {"name": name, "namespace": self.sub_ns()},
                 "spec": {"owner": owner, "modelRefs": refs, "priority": priority}}
 
+    # -- waits: one helper, the cluster's own source of truth --------------------------------------------
     async def wait_active(self, *subscriptions: str, timeout: float = 60) -> None:
         custom = k8s.CustomObjectsApi(self.stack.api)
+        last: dict[str, str] = {}
 
         async def active() -> bool:
             for sub in subscriptions:
                 obj = await custom.get_namespaced_custom_object(
                     "maas.opendatahub.io", "v1alpha1", self.sub_ns(), "maassubscriptions", sub)
-                if (obj.get("status") or {}).get("phase") != "Active":
+                status = obj.get("status") or {}
+                if status.get("phase") != "Active":
+                    ready: dict[str, Any] = next(
+                        (c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+                    last["why"] = f"{sub} is {status.get('phase') or 'without status'}: {ready.get('message', '')}"
                     return False
             return True
 
-        await eventually(active, timeout)
+        await eventually(active, timeout, describe=lambda: last.get("why", ""))
 
     async def wait_enforced(self, model: str, credential: str, timeout: float = 60) -> None:
-        """Until the gateway serves the model for this credential (policies generated and picked up)."""
+        """Until the data plane reports the model's policies in force and the gateway serves the model for this
+        credential (one successful call: 15 tokens are charged)."""
+        plane = self.stack.data_plane
+        last = {"why": "not checked yet"}
 
         async def served() -> bool:
-            return (await self.chat(model, credential)).status_code == 200
+            why = await plane.not_ready(self.namespace, model)
+            if why is not None:
+                last["why"] = why
+                return False
+            resp = await self.chat(model, credential)
+            if resp.status_code == 200:
+                return True
+            last["why"] = f"{plane.name} reports the policies in force; the gateway answers {resp.status_code}"
+            return False
 
-        await eventually(served, timeout)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 60.0, interval: float = 0.2) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
+        await eventually(served, timeout, describe=lambda: last["why"])
 
 
 @pytest.fixture
-async def world(stack: LocalStack) -> AsyncIterator[World]:
+async def world(stack: Target) -> AsyncIterator[World]:
     suffix = uuid.uuid4().hex[:6]
     namespace = f"e2e-{suffix}"
-    await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
-    yield World(stack, namespace, suffix)
+    cleanup = Cleanup(stack.client, stack.api_url)
+    cleanup.track({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(
+        metadata=k8s.V1ObjectMeta(name=namespace, labels={RUN_LABEL: stack.run_id})))
+    try:
+        yield World(stack, namespace, suffix, cleanup)
+    finally:
+        problems = await cleanup.run()
+        if problems:
+            pytest.fail("cleanup after the journey: " + "; ".join(problems), pytrace=False)

@@ -14,15 +14,18 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from e2e.conftest import MAAS, World, eventually
+from e2e.target import Target
 from maasctl.billing.api.install import install_billing_crds
-from maasctl.localstack import LocalStack, maasctl_argv
+from maasctl.localstack import maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
 BILLING = "billing.opendatahub.io/v1alpha1"
+# Starts its own billing operator next to the stack; a cluster someone else runs has its own (maasctl dev too).
+pytestmark = pytest.mark.local_stack
 
 
 @pytest.fixture(scope="module")
-async def billing_process(stack: LocalStack) -> AsyncIterator[ManagedProcess]:
+async def billing_process(stack: Target) -> AsyncIterator[ManagedProcess]:
     """`maasctl billing run` against the stack's control plane, ready (probes answer) before the journey."""
     await install_billing_crds(stack.api)
     health = free_port()

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from e2e.conftest import MAAS, World, eventually
+from e2e.conftest import MAAS, Need, World, eventually
 from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 
 CONFIG_YAML = """\
@@ -79,9 +79,13 @@ async def say(world: World, model: str, key: str, text: str, **extra: Any) -> ht
     return await world.chat(model, key, messages=[{"role": "user", "content": text}], **extra)
 
 
+@pytest.mark.local_stack  # kills and resumes the engine process
 async def test_guardrails_journey(world: World) -> None:
+    world.require(Need.LOCAL_STACK)
     stack = world.stack
-    if stack.engine is None:
+    local = stack.local
+    assert local is not None
+    if local.engine is None:
         pytest.fail("the guardrails engine is not installed: run hack/setup-guardrails.sh (hack/setup.sh does)")
     guarded, open_model = "guarded", "open"
     cfg, sub = world.name("safety"), world.name("gr-sub")
@@ -117,17 +121,17 @@ async def test_guardrails_journey(world: World) -> None:
     try:
         await eventually(guarded_served, timeout=120)
     except AssertionError:
-        engine = stack.engine.process.log_tail() if stack.engine.process else "engine not started"
-        engine += f"\nrunner: {stack.engine.last_error}"
+        engine = local.engine.process.log_tail() if local.engine.process else "engine not started"
+        engine += f"\nrunner: {local.engine.last_error}"
         engine += f"\nsettings status: {(await get(world, 'guardrailssettings', 'default')).get('status')}"
         try:
             dep = await k8s.AppsV1Api(stack.api).read_namespaced_deployment("maas-guardrails", world.sub_ns())
             engine += f"\ndeployment: {dep.spec.template.spec.containers[0].command}"
         except k8s.ApiException as exc:
             engine += f"\nno deployment: {exc.status}"
-        engine += "\n" + (stack.directory / "controller.log").read_text()[-3000:]
+        engine += "\n" + (local.directory / "controller.log").read_text()[-3000:]
         raise AssertionError(f"{last[0].status_code} {last[0].text}\n{engine}") from None
-    assert stack.engine.starts >= 1
+    assert local.engine.starts >= 1
     sub_obj = await get(world, "maassubscriptions", sub)
     assert condition(sub_obj, "GuardrailsReady")["status"] == "True"
 
@@ -171,7 +175,7 @@ async def test_guardrails_journey(world: World) -> None:
     assert other.to_json()["guardrails"] is None
 
     # Engine killed. FailClosed: 503 with a reason; the unguarded model is unaffected.
-    await stack.engine.kill()
+    await local.engine.kill()
     down = await say(world, guarded, key, f"hello again {marker}")
     assert down.status_code == 503 and down.json()["error"]["code"] == "guardrails_unavailable", down.text
     assert (await say(world, open_model, key, "hello")).status_code == 200
@@ -185,7 +189,7 @@ async def test_guardrails_journey(world: World) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         metrics = (await http.get(f"{stack.gateway_url}/_gateway/metrics")).text
     assert f'maas_gateway_guardrails_checks_total{{config="{cfg}",outcome="fail_open",rails="input"}}' in metrics
-    await stack.engine.resume()
+    await local.engine.resume()
 
     # Global switch off: the settings left on the subscription have no effect, and status says so.
     await world.apply(settings(world, enabled=False))

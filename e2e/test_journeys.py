@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from e2e.conftest import World, eventually
+from e2e.conftest import Need, World, eventually
 from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 from maasctl.reconcilers.kinds import LLM_INFERENCE_SERVICE, MAAS_SUBSCRIPTION
 
@@ -18,13 +18,13 @@ PER_CALL = 15
 async def test_publish_list_mint_and_call(world: World) -> None:
     """Operator publishes an in-cluster and an external model; the user sees exactly the entitled models,
     mints a key and gets answers from both."""
+    world.require(Need.INCLUSTER_MODEL)
     ns, stack = world.namespace, world.stack
+    assert stack.incluster_model_url is not None
     llm = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
            "metadata": {"name": "granite", "namespace": ns}, "spec": {}}
-    workload = {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "granite-workload", "namespace": ns,
-                             "annotations": {"maasctl.opendatahub.io/local-url": stack.incluster_model_url}},
-                "spec": {"ports": [{"name": "http", "port": 8000}], "selector": {"app": "granite"}}}
+    workload = world.workload_service("granite-workload", stack.incluster_model_url)
+    port = workload["spec"]["ports"][0]["port"]
     route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
              "metadata": {"name": "granite-kserve-route", "namespace": ns, "labels": {
                  "app.kubernetes.io/name": "granite", "app.kubernetes.io/component": "llminferenceservice-router",
@@ -34,7 +34,7 @@ async def test_publish_list_mint_and_call(world: World) -> None:
                       "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/granite"}}],
                                  "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
                                      "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
-                                 "backendRefs": [{"name": "granite-workload", "port": 8000}]}]}}
+                                 "backendRefs": [{"name": "granite-workload", "port": port}]}]}}
     granite_ref = {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSModelRef",
                    "metadata": {"name": "granite", "namespace": ns},
                    "spec": {"modelRef": {"kind": "LLMInferenceService", "name": "granite"}}}
@@ -88,9 +88,22 @@ async def test_limits_per_tier_and_per_user_and_unlimited(world: World) -> None:
     # The counter is per user, not per key: a second key of alice's is already over the limit.
     second_alice_key = (await world.mint("alice", subscription=minute))["key"]
     assert (await world.chat("gpt", second_alice_key)).status_code == 429
-    # An unlimited model never answers 429 but is still metered (the gateway counts it).
+    # An unlimited model never answers 429.
     statuses = [(await world.chat("gpt", bob)).status_code for _ in range(6)]
     assert statuses == [200] * 6
+
+
+async def test_simulate_explains_an_unlimited_subscription(world: World) -> None:
+    """maasctl's data plane explains which limit applies (`maasctl simulate`): an unlimited subscription is
+    still metered under its own limit name."""
+    world.require(Need.MAASCTL_DATA_PLANE)
+    await world.apply(*world.external_model("gpt"))
+    free = world.name("free")
+    await world.apply(world.auth_policy(world.name("ap"), ["gpt"], groups=("free-users",)),
+                      world.subscription(free, {"gpt": None}, groups=("free-users",)))
+    await world.wait_active(free)
+    bob = (await world.mint("bob", subscription=free))["key"]
+    await world.wait_enforced("gpt", bob)
     report = await simulate_remote(world.stack.gateway_url, SimulateRequest(model=f"{world.namespace}/gpt", key=bob))
     assert report.to_json()["limits"] == [{"limit_name": f"{world.sub_ns()}/{free}", "unlimited": True}]
 
@@ -156,13 +169,24 @@ async def test_outsiders_and_forged_identity_headers_are_rejected(world: World) 
     assert switched.status_code == 403  # a key never switches subscription (one rule with maas-api)
     ok = await world.chat("gpt", key, headers={"X-MaaS-Subscription": sub})
     assert ok.status_code == 200
-    async with httpx.AsyncClient(base_url=world.stack.model_url) as http:
-        seen = (await http.get("/debug/requests")).json()
-    last = next(r for r in reversed(seen) if r["path"] == "/v1/chat/completions")
+
+
+async def test_backend_sees_only_the_resolved_subscription_and_the_upstream_key(world: World) -> None:
+    world.require(Need.MODEL_REQUESTS)
+    await world.apply(*world.external_model("gpt"))
+    sub = world.name("premium")
+    await world.apply(world.auth_policy(world.name("ap"), ["gpt"], groups=("premium-users",)),
+                      world.subscription(sub, {"gpt": [(100000, "1m")]}, groups=("premium-users",)))
+    await world.wait_active(sub)
+    key = (await world.mint("alice", subscription=sub))["key"]
+    await world.wait_enforced("gpt", key)
+    ok = await world.chat("gpt", key, headers={"X-MaaS-Subscription": sub})
+    assert ok.status_code == 200
+    last = next(r for r in reversed(await world.model_requests()) if r["path"] == "/v1/chat/completions")
     identity = {h for h in last["headers"] if h.startswith("x-maas-")}
     assert identity == {"x-maas-subscription"}
     assert last["headers"]["x-maas-subscription"].endswith(sub)  # server-resolved, not the client's value
-    assert last["headers"]["authorization"] == f"Bearer {world.stack.options.upstream_key}"
+    assert last["headers"]["authorization"] == f"Bearer {world.stack.upstream_key}"
     assert key not in json.dumps(last)
 
 
@@ -184,6 +208,7 @@ async def test_streaming_is_charged_with_and_without_include_usage(world: World)
 
 
 async def test_key_binds_to_highest_priority_and_header_selects_for_tokens(world: World) -> None:
+    world.require(Need.MODEL_REQUESTS)
     await world.apply(*world.external_model("gpt"))
     low, high = world.name("low"), world.name("high")
     await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice",)),
@@ -195,9 +220,7 @@ async def test_key_binds_to_highest_priority_and_header_selects_for_tokens(world
     token = world.token("alice")
 
     async def charged_to() -> str:
-        async with httpx.AsyncClient(base_url=world.stack.model_url) as http:
-            seen = (await http.get("/debug/requests")).json()
-        last = next(r for r in reversed(seen) if r["path"] == "/v1/chat/completions")
+        last = next(r for r in reversed(await world.model_requests()) if r["path"] == "/v1/chat/completions")
         return str(last["headers"]["x-maas-subscription"])
 
     by_priority = await world.chat("gpt", token)

@@ -8,10 +8,11 @@ from typing import Any
 
 import httpx
 
-from e2e.conftest import World, eventually
+from e2e.conftest import Need, World, eventually
 
 
 async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(world: World) -> None:
+    world.require(Need.ADMIN_TOKEN)
     await world.apply(*world.external_model("gpt"))
     metered, unlimited = world.name("metered"), world.name("unlimited")
     await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice", "bob")),
@@ -28,9 +29,9 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
     for _ in range(3):
         assert (await world.chat("gpt", bob)).status_code == 200
     # Expected from the calls above (each answer: 10 prompt + 5 completion tokens), wait_enforced included.
-    expected = {(f"{world.sub_ns()}/{metered}", "alice"): 4, (f"{world.sub_ns()}/{unlimited}", "bob"): 4}
-    assert world.stack.admin_token_file is not None
-    admin = {"Authorization": f"Bearer {world.stack.admin_token_file.read_text().strip()}"}
+    expected = {(f"{world.sub_ns()}/{metered}", world.username("alice")): 4,
+                (f"{world.sub_ns()}/{unlimited}", world.username("bob")): 4}
+    admin = world.admin_headers()
 
     async def report_rows() -> dict[tuple[str, str], dict[str, Any]]:
         rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -46,7 +47,7 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
         rows = await report_rows()
         return all(rows.get(k, {}).get("requests") == n for k, n in expected.items())
 
-    await eventually(all_recorded, timeout=30)
+    await eventually(all_recorded, timeout=30, describe=lambda: f"expected request counts {expected}")
     rows = await report_rows()
     for key, calls in expected.items():
         row = rows[key]

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, strict typing, layer contracts (import-linter, see pyproject.toml), unit +
-# integration tests (real control plane, real PostgreSQL) and the end-to-end journeys (e2e/).
-# Same command locally and in CI.
+# integration tests (real control plane, real PostgreSQL) and the end-to-end journeys (e2e/) twice: against the
+# suite's own local stack, then in E2E_CLUSTER=external mode against a `maasctl dev` started as if it were
+# someone else's cluster (hack/e2e-dev.sh). A skipped journey fails either run (E2E_NO_SKIPS=1).
+# Same command locally and in CI; arguments go to the first pytest run. Both runs always run; either failing
+# fails the command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./hack/setup.sh --postgres
 .venv/bin/ruff check .
 .venv/bin/mypy src
 PYTHONPATH=src .venv/bin/lint-imports --no-cache >/dev/null || PYTHONPATH=src .venv/bin/lint-imports --no-cache
-exec .venv/bin/pytest tests e2e "$@"
+export E2E_NO_SKIPS=1
+status=0
+env -u E2E_CLUSTER .venv/bin/pytest tests e2e "$@" || status=$?
+echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev"
+./hack/e2e-dev.sh -q || status=$?
+exit "$status"

@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--gateway-port", type=int, default=8000)
     dev.add_argument("--api-port", type=int, default=8090)
     dev.add_argument("--console-port", type=int, default=8095)
+    dev.add_argument("--model-port", type=int, default=0, help="the external test model's port (0: a free one)")
+    dev.add_argument("--incluster-model-port", type=int, default=0,
+                     help="the in-cluster test model's port (0: a free one)")
     dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
 
     _add_api_parser(sub)
@@ -234,7 +237,7 @@ def _dev(args: argparse.Namespace) -> int:
     _configure_logging(args)
     return _run_async(run_dev(settings_from_args(args), DevOptions(
         directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, console_port=args.console_port,
-        samples=not args.no_samples)))
+        model_port=args.model_port, incluster_model_port=args.incluster_model_port, samples=not args.no_samples)))
 
 
 def _api(args: argparse.Namespace) -> int:

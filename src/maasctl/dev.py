@@ -35,6 +35,8 @@ class DevOptions:
     gateway_port: int = 8000
     api_port: int = 8090
     console_port: int = 8095
+    model_port: int = 0  # 0: a free port (the test models' URLs are in the sample objects)
+    incluster_model_port: int = 0
     samples: bool = True
 
 
@@ -93,8 +95,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     shutil.rmtree(directory / "controlplane", ignore_errors=True)
     (directory / "maas-api.db").unlink(missing_ok=True)
     admin = TestUser(DEV_ADMIN, secrets.token_urlsafe(24), (ADMIN_GROUP, "system:authenticated"))
-    stack = LocalStack(StackOptions(directory=directory, settings=settings, gateway_port=options.gateway_port,
-                                    api_port=options.api_port, controller_process=False, extra_users=(admin,)))
+    stack = LocalStack(StackOptions(
+        directory=directory, settings=settings, gateway_port=options.gateway_port, api_port=options.api_port,
+        model_port=options.model_port, incluster_model_port=options.incluster_model_port, controller_process=False,
+        extra_users=(admin,)))
     log.info("starting the local stack", directory=str(directory))
     await stack.start()
     try:

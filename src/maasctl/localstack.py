@@ -46,6 +46,7 @@ class StackOptions:
     gateway_port: int = 0
     api_port: int = 0
     model_port: int = 0
+    incluster_model_port: int = 0
     controller_process: bool = True
     database_url: str | None = None
     model_names: tuple[str, ...] = ("gpt-x", "granite")
@@ -120,7 +121,7 @@ class LocalStack:
 
         ports = {name: port or free_port() for name, port in
                  (("model", opts.model_port), ("api", opts.api_port), ("gateway", opts.gateway_port),
-                  ("incluster", 0))}
+                  ("incluster", opts.incluster_model_port))}
         self.model_url = f"http://127.0.0.1:{ports['model']}"
         self.incluster_model_url = f"http://127.0.0.1:{ports['incluster']}"
         self.api_url = f"http://127.0.0.1:{ports['api']}"

@@ -122,7 +122,8 @@ async def _truthy(value: object) -> bool:
 async def test_when_maas_api_is_down_callers_get_a_503_not_a_403_and_nothing_passes(world: World) -> None:
     key = await served_model(world)
     before = len(await _log(world))
-    api = world.stack.processes["maas-api"]
+    assert world.stack.local is not None
+    api = world.stack.local.processes["maas-api"]
     await asyncio.to_thread(api.stop)
     try:
         await asyncio.sleep(1.5)  # past the 1 s decision cache of the generated AuthPolicy
