@@ -72,4 +72,13 @@ E2E_MODEL_REQUEST_LOG_URL="$(local_url "$model_port")/debug/requests" \
 E2E_UPSTREAM_KEY=dev-upstream-key \
 E2E_GATEWAY_TOKEN_FILE="$dir/dev/gateway.token" \
 E2E_KEY_CLEANUP_TOKEN_FILE="$dir/dev/maas-key-cleanup.token" \
-  .venv/bin/pytest e2e -p no:cacheprovider -m "not local_stack" "$@"
+  .venv/bin/pytest e2e -p no:cacheprovider -m "not local_stack" "$@" || {
+  status=$?
+  # What the cluster's side said (logs carry no secrets), before the trap removes them.
+  for log in gateway maas-api controller; do
+    [[ -f "$dir/dev/$log.log" ]] || continue
+    echo "==> last warnings and errors of $log" >&2
+    grep -iE '"level": ?"(warning|error)"|unavailable|Traceback' "$dir/dev/$log.log" | tail -n 25 >&2 || true
+  done
+  exit "$status"
+}
