@@ -24,7 +24,7 @@ PREPAID = Policy(BillingMode.PREPAID, grace_amount=Decimal("5"), warning_thresho
 NO_GRACE = Policy(BillingMode.PREPAID)
 INVOICED = Policy(BillingMode.INVOICED, warning_threshold=Decimal("10"))
 SHOWBACK = Policy(BillingMode.SHOWBACK_ONLY, warning_threshold=Decimal("10"))
-ALL = list(S) + [None]
+ALL = [*list(S), None]
 
 
 def d(balance: str | None, **kw: object) -> Facts:

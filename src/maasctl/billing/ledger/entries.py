@@ -28,6 +28,7 @@ from maasctl.billing import money
 
 __all__ = [
     "ADJUSTMENTS",
+    "COMMITMENTS",
     "FUNDING",
     "MICROS",
     "REVENUE",
@@ -36,6 +37,7 @@ __all__ = [
     "Transaction",
     "adjustment",
     "balances",
+    "commitment_fee",
     "credit",
     "from_micros",
     "to_micros",
@@ -43,7 +45,8 @@ __all__ = [
     "wallet",
 ]
 
-Kind = Literal["usage", "credit", "adjustment", "payment", "reservation"]
+Kind = Literal["usage", "credit", "adjustment", "payment", "reservation", "commitment"]
+COMMITMENTS: Final = "revenue:commitments"
 REVENUE: Final = "revenue:usage"
 FUNDING: Final = "external:funding"
 ADJUSTMENTS: Final = "equity:adjustments"
@@ -129,6 +132,15 @@ def usage_charge(key: str, tenant: str, occurred_at: datetime, amount: Decimal, 
     return Transaction(key=key, kind="usage", tenant=tenant, occurred_at=occurred_at, currency=currency,
                        tokens=tokens, details=dict(details), actor="rater",
                        postings=(Posting(wallet(tenant), -amount), Posting(REVENUE, amount)))
+
+
+def commitment_fee(tenant: str, tier: str, month: str, occurred_at: datetime, amount: Decimal, *,
+                   currency: str, book: str) -> Transaction:
+    """A committed-use tier's monthly price, charged once per tenant, tier and month (`YYYY-MM`)."""
+    return Transaction(key=f"commitment:{tenant}:{tier}:{month}", kind="commitment", tenant=tenant,
+                       occurred_at=occurred_at, currency=currency, actor="rater",
+                       reason=f"committed use {tier} for {month}", details={"tier": tier, "priceBook": book},
+                       postings=(Posting(wallet(tenant), -amount), Posting(COMMITMENTS, amount)))
 
 
 def _reasoned(reason: str, actor: str) -> None:
