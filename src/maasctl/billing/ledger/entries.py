@@ -113,10 +113,11 @@ class Transaction:
         return sum((p.amount for p in self.postings if p.account == account), Decimal(0))
 
     def digest(self) -> str:
-        """A stable hash of the content (everything but the key's arrival time): same key, same digest."""
+        """A stable hash of the intent (not `occurred_at`: a manual entry retried later is the same entry, and a
+        usage record's time is fixed by its id): same key and digest, same entry."""
         payload = {
             "key": self.key, "kind": self.kind, "tenant": self.tenant, "currency": self.currency,
-            "occurred_at": self.occurred_at.isoformat(), "tokens": self.tokens, "actor": self.actor,
+            "tokens": self.tokens, "actor": self.actor,
             "reason": self.reason, "details": self.details,
             "postings": sorted([p.account, to_micros(p.amount)] for p in self.postings),
         }
