@@ -55,10 +55,14 @@ _PATH: Final = 'request.url_path.split("/")'
 
 @dataclass(frozen=True, order=True)
 class Tenant:
-    """A TenantAccount on the Plan: its name (same namespace) and the organization id requests carry."""
+    """A TenantAccount on the Plan: its name (same namespace), the organization id requests carry and, when its
+    wallet state is enforced (Frozen, Suspended, Closed), the message refused requests get and the GPU freeze
+    mode (Drain or Preempt)."""
 
     name: str
     organization: str
+    denied: str | None = None
+    gpu_freeze_mode: str = "Drain"
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,12 @@ class PlanInput:
     tenants: tuple[Tenant, ...] = ()
     target_geo: str | None = None
     gpu_flavor: str = "billing-gpu"
+    denials: tuple[tuple[str, str], ...] = ()
+    """(organization, message) of every denied tenant of the namespace: every Plan's AuthPolicy carries the
+    same messages, so whichever Plan's `response.unauthorized` wins the merge, each tenant reads its own."""
+    fallback_denial: tuple[str, str] = ('"Access to this model is not allowed"', '"forbidden"')
+    """CEL of the message and `x-ext-auth-reason` of every other denial (the reconciler passes the MaaS
+    AuthPolicy's, which the wallet denial replaces in the merged policy)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,15 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
             "when": [{"predicate": identity.authz_tenant_in(t.organization for t in inp.tenants)}],
             "patternMatching": {"patterns": patterns},
         }}
+    denied = sorted({t.organization for t in inp.tenants if t.denied})
+    if denied:
+        rules.setdefault("authorization", {})[f"billing-wallet-{inp.namespace}-{inp.name}"] = {
+            "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
+            "patternMatching": {"patterns": [
+                {"predicate": f"!({identity.AUTHZ_TENANT} in {cel_string_list(denied)})"}]},
+        }
+    if inp.denials:
+        rules["response"]["unauthorized"] = _wallet_denial(inp.denials, inp.fallback_denial)
     return _stamp({
         "apiVersion": AUTH_POLICY_API,
         "kind": "AuthPolicy",
@@ -204,19 +223,33 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
     })
 
 
+def _wallet_denial(denials: tuple[tuple[str, str], ...], fallback: tuple[str, str]) -> dict[str, Any]:
+    """`response.unauthorized` naming the denied tenant and why; any other denial keeps the MaaS message.
+
+    There is one `response.unauthorized` per effective policy: with `overrides`/`merge` this one replaces the
+    MaaS route policy's, so it repeats the MaaS expressions for every request that is not a denied tenant's."""
+    orgs = sorted(dict(denials))
+    messages = "{" + ", ".join(f"{cel_string(o)}: {cel_string(m)}" for o, m in sorted(dict(denials).items())) + "}"
+    denied = f"({identity.HAS_AUTHZ_TENANT} && {identity.AUTHZ_TENANT} in {cel_string_list(orgs)})"
+    return {
+        "code": 403,
+        "message": {"expression": f"{denied} ? {messages}[{identity.AUTHZ_TENANT}] : ({fallback[0]})"},
+        "headers": {"x-ext-auth-reason": {"expression": f'{denied} ? "billing-tenant-blocked" : ({fallback[1]})'}},
+    }
+
+
 def _cluster_queue(inp: PlanInput, tenant: Tenant, quota: int) -> dict[str, Any]:
     meta = _metadata(inp, names.queue_name(inp.namespace, tenant.name), None, owned=False)
     meta["labels"][names.TENANT_LABEL] = names.label_value(tenant.name)
-    return _stamp({
-        "apiVersion": KUEUE_API,
-        "kind": "ClusterQueue",
-        "metadata": meta,
-        "spec": {
-            "namespaceSelector": {"matchLabels": {names.TENANT_LABEL: names.label_value(tenant.organization)}},
-            "resourceGroups": [{"coveredResources": [GPU], "flavors": [
-                {"name": inp.gpu_flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}]}],
-        },
-    })
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {names.TENANT_LABEL: names.label_value(tenant.organization)}},
+        "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": inp.gpu_flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}]}],
+    }
+    if tenant.denied:
+        # Kueue: Hold stops admitting (running workloads finish: Drain); HoldAndDrain also evicts (Preempt).
+        spec["stopPolicy"] = "HoldAndDrain" if tenant.gpu_freeze_mode == "Preempt" else "Hold"
+    return _stamp({"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": meta, "spec": spec})
 
 
 def resource_flavor(name: str) -> dict[str, Any]:

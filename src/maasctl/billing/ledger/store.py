@@ -88,6 +88,7 @@ class Ledger:
     def __init__(self, engine: AsyncEngine, now: Any = None) -> None:
         self.engine = engine
         self._now = now or (lambda: datetime.now(UTC))
+        self._schema_ready = False
 
     @classmethod
     def from_url(cls, url: str) -> Ledger:
@@ -96,6 +97,12 @@ class Ledger:
     async def create_schema(self) -> None:
         async with self.engine.begin() as conn:
             await conn.run_sync(create_schema_sync)
+
+    async def ensure_schema(self) -> None:
+        """`create_schema` once per process."""
+        if not self._schema_ready:
+            await self.create_schema()
+            self._schema_ready = True
 
     async def close(self) -> None:
         await self.engine.dispose()
