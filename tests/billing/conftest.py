@@ -130,7 +130,14 @@ async def start_billing(cp: ControlPlane, settings: BillingSettings = SETTINGS) 
     api = await billing_controller_api(cp)
     clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
     manager = build_billing_manager(api, settings, clock)
-    return RunningBilling(manager, clock, asyncio.create_task(manager.run()), api)
+    running = RunningBilling(manager, clock, asyncio.create_task(manager.run()), api)
+
+    async def started() -> bool:  # its tasks exist before a test starts (no_leaks counts the ones a test starts)
+        assert not running.task.done(), running.task
+        return all(c.started for c in manager.controllers)
+
+    await eventually(started)
+    return running
 
 
 @pytest.fixture(scope="module")

@@ -49,11 +49,6 @@ async def wallets(billing_cluster: ControlPlane, billing_pg: PostgresServer) -> 
     running = await start_billing(billing_cluster, settings)
     ledger = Ledger.from_url(url)
     await ledger.create_schema()
-
-    async def started() -> bool:  # its tasks exist before the first test starts (no_leaks counts new ones)
-        return all(c.started for c in running.manager.controllers)
-
-    await eventually(started)
     try:
         yield Wallets(running, ledger, UsageStore(engine))
     finally:
