@@ -160,16 +160,20 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
         try:
             spec = PriceBookSpec.model_validate(book_spec)
             # The organization's records since the book is in force (earlier ones are reported as unpriced);
-            # refused requests are recorded too and cost nothing.
-            mine = [r for r in await reader.page(None, 100_000) if r.organization_id == org and r.ts >= effective]
+            # refused requests are recorded too and cost nothing. The gateway delivers records every 2 s.
+            served = statuses.count(200) + 4
+
+            async def delivered() -> list[Any]:
+                rows = [r for r in await reader.page(None, 100_000) if r.organization_id == org and r.ts >= effective]
+                return rows if sum(r.status == 200 for r in rows) >= served else []
+
+            mine = await _eventually_value(delivered)
             expected = Decimal(0)
             for row in mine:
                 line = rate(usage_of(row), Book(book_name, 1, spec))
                 assert isinstance(line, RatedLine)
                 expected += line.amount
-            served_calls = [r for r in mine if r.status == 200]
-            assert len(served_calls) >= statuses.count(200) + 4
-            assert expected == Decimal("0.02") * len(served_calls)
+            assert expected == Decimal("0.02") * sum(r.status == 200 for r in mine)
 
             async def settled() -> bool:
                 if await ledger.count(tenant_key) != len(mine) + 2:  # every call charged, and two credits
@@ -193,3 +197,11 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
     finally:
         for plural, name in (("tenantaccounts", tenant_name), ("plans", plan_name), ("pricebooks", book_name)):
             await custom.delete_namespaced_custom_object(GROUP, VERSION, gw_ns, plural, name)
+
+
+async def _eventually_value(check: Any, timeout: float = 60) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (value := await check()):
+        assert asyncio.get_running_loop().time() < deadline, "not reached"
+        await asyncio.sleep(0.2)
+    return value
