@@ -144,7 +144,7 @@ async def main() -> None:
     finally:
         pg.stop()
     if "--freeze" in sys.argv:
-        from benchmarks.billing_freeze import freeze_runs
+        from billing_freeze import freeze_runs  # beside this script
 
         crossings = await freeze_runs(5)
         ledger_to_403 = [c[0] for c in crossings]
