@@ -8,6 +8,7 @@ is a conflict (reported, not applied). Nothing is ever updated or deleted (the t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from typing import Any
 import structlog
 from sqlalchemy import and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from maasctl.billing.ledger.entries import Transaction, from_micros, to_micros, wallet
@@ -89,20 +91,30 @@ class Ledger:
         self.engine = engine
         self._now = now or (lambda: datetime.now(UTC))
         self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> Ledger:
         return cls(make_engine(url))
 
     async def create_schema(self) -> None:
-        async with self.engine.begin() as conn:
-            await conn.run_sync(create_schema_sync)
+        """Create what is missing. Two processes racing on SQLite (PostgreSQL takes an advisory lock): the loser
+        finds the tables on its second look."""
+        for attempt in (1, 2):
+            try:
+                async with self.engine.begin() as conn:
+                    await conn.run_sync(create_schema_sync)
+                return
+            except OperationalError as exc:
+                if attempt == 2 or "already exists" not in str(exc):
+                    raise
 
     async def ensure_schema(self) -> None:
-        """`create_schema` once per process."""
-        if not self._schema_ready:
-            await self.create_schema()
-            self._schema_ready = True
+        """`create_schema` once per process (the controllers of one process share it)."""
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await self.create_schema()
+                self._schema_ready = True
 
     async def close(self) -> None:
         await self.engine.dispose()

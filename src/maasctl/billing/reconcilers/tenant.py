@@ -12,6 +12,7 @@ AuthPolicy (and a Kueue stopPolicy), which the gateway enforces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -22,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from maasctl.api import parse
 from maasctl.billing import identity, money, rating, wallet
 from maasctl.billing.api import TenantAccount
-from maasctl.billing.api.tenant import TenantState
+from maasctl.billing.api.tenant import BillingMode, TenantState
 from maasctl.billing.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.rater import Catalog, month_start
@@ -59,10 +60,10 @@ def _signed(amount: Decimal) -> str:
 
 
 class TenantReconciler:
-    def __init__(self, ctx: BillingContext, ledger: Ledger, catalog: Any) -> None:
+    def __init__(self, ctx: BillingContext, ledger: Ledger, catalog: Callable[[], Catalog]) -> None:
         self.ctx = ctx
         self.ledger = ledger
-        self.catalog: Any = catalog  # () -> Catalog
+        self.catalog = catalog
         self._written: dict[str, str] = {}  # the balance we last wrote, per tenant (to notice edits of the mirror)
 
     async def reconcile(self, req: Request) -> Result:
@@ -99,11 +100,11 @@ class TenantReconciler:
         facts = wallet.Facts(balance, has_entries, int(old.get("consecutivePaymentFailures") or 0),
                              annotations.get(wallet.SUSPENDED_ANNOTATION), annotations.get(wallet.CLOSED_ANNOTATION))
         decision = wallet.decide(previous, policy, facts)
-        catalog: Catalog = self.catalog()
+        catalog = self.catalog()
         ref = catalog.tenants.get(identity.tenant_id(obj))
         book = catalog.book_for(ref, now) if ref is not None and ref.key == key else None
         allowance = wallet.allowance_tokens(policy, balance, highest_token_price(book))
-        runway = wallet.runway_days(balance, recent, RUNWAY_DAYS) if spec.billing_mode.value == "Prepaid" else None
+        runway = wallet.runway_days(balance, recent, RUNWAY_DAYS) if spec.billing_mode == BillingMode.PREPAID else None
         drift = self._drift(key, old)
         status: dict[str, Any] = {
             "state": decision.state.value,
