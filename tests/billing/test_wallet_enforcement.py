@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -14,14 +15,15 @@ import httpx
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
-from maasctl.billing.wallet import denial_message
+from maasctl.billing.compile import ALLOWANCE_HEADROOM, PlanInput, Tenant, compile_plan
+from maasctl.billing.wallet import allowance_bucket, denial_message
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
 from maasctl.gateway.attachment import effective_policy
 from maasctl.gateway.auth import AuthPolicyRuntime
 from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
+from maasctl.gateway.ratelimit import TokenRateLimiter, compile_token_rate_limit_policy
 
 GW_NS, MODEL_NS = "maas-gateway", "llm"
 
@@ -69,13 +71,14 @@ def callbacks(request: httpx.Request) -> httpx.Response:
                                      "organizationId": ORGS[name], "subscription": {"organizationId": ORGS[name]}})
 
 
-def compiled(*, frozen: bool, gpu: bool = False, mode: str = "Drain") -> dict[str, dict[str, Any]]:
+def compiled(*, frozen: bool, gpu: bool = False, mode: str = "Drain", allowance: int | None = None
+             ) -> dict[str, dict[str, Any]]:
     """The Plan's objects by kind (ClusterQueues by name)."""
     limits: dict[str, Any] = {"requestsPerMinute": 100, **({"gpuQuota": 1} if gpu else {})}
     spec = {"limits": limits, "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}}
     plan = parse(Plan, {"apiVersion": "billing.opendatahub.io/v1alpha1", "kind": "Plan",
                         "metadata": {"name": "basic", "namespace": GW_NS}, "spec": spec})
-    acme = Tenant("ten-acme", "acme", FROZEN if frozen else None, mode)
+    acme = Tenant("ten-acme", "acme", FROZEN if frozen else None, mode, allowance)
     out = compile_plan(PlanInput(GW_NS, "basic", "uid", plan.spec, (acme, Tenant("ten-other", "other-org")),
                                  denials=(("acme", FROZEN),) if frozen else (),
                                  fallback_denial=(maas_auth.DENIAL_MESSAGE, maas_auth.DENIAL_REASON)))
@@ -133,3 +136,29 @@ def test_a_frozen_tenants_cluster_queue_holds() -> None:
     assert drain[acme]["spec"]["stopPolicy"] == "Hold" and "stopPolicy" not in drain[other]["spec"]
     assert compiled(frozen=True, gpu=True, mode="Preempt")[acme]["spec"]["stopPolicy"] == "HoldAndDrain"
     assert "stopPolicy" not in compiled(frozen=False, gpu=True)[acme]["spec"]
+
+
+async def test_a_prepaid_allowance_bounds_spend_between_ledger_updates() -> None:
+    assert allowance_bucket(Decimal("65000")) == 32768 and allowance_bucket(Decimal("0.5")) is None
+    assert "TokenRateLimitPolicy" not in compiled(frozen=False)  # no token limits, no allowance: none
+    trlp = compiled(frozen=False, allowance=32768)["TokenRateLimitPolicy"]
+    limits = trlp["spec"]["overrides"]["limits"]
+    assert list(limits) == [f"billing/{GW_NS}/basic/allowance/ten-acme"]
+    assert limits[f"billing/{GW_NS}/basic/allowance/ten-acme"]["rates"] == [
+        {"limit": 32768 + ALLOWANCE_HEADROOM, "window": "24h"}]
+    assert "TokenRateLimitPolicy" not in compiled(frozen=True, allowance=32768)  # denied: the deny rule decides
+
+    limiter = TokenRateLimiter()
+    act = {"request": {"url_path": f"/{MODEL_NS}/granite-8b/v1/chat/completions"},
+           "auth": {"billing": {"tenant": "acme"}}}
+    policy = compile_token_rate_limit_policy(trlp)
+    applied = limiter.applicable(policy, "llm/route", act)
+    assert len(applied) == 1
+    assert limiter.applicable(policy, "llm/route", {**act, "auth": {"billing": {"tenant": "other-org"}}}) == []
+    await limiter.report(applied, 32768 + ALLOWANCE_HEADROOM + 1)  # spent past the allowance before the ledger
+    assert await limiter.check(applied) is not None  # moved: refused
+    # The ledger catches up and publishes a new allowance: a fresh count, not the tokens already charged.
+    changed = compiled(frozen=False, allowance=16384)["TokenRateLimitPolicy"]
+    changed["metadata"]["generation"] = 2  # as the API server counts the change
+    fresh = compile_token_rate_limit_policy(changed)
+    assert await limiter.check(limiter.applicable(fresh, "llm/route", act)) is None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.billing.compile import ALLOWANCE_HEADROOM
 from maasctl.billing.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger, credit
 from maasctl.maasapi import migrate
@@ -26,7 +27,7 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
 from .conftest import SETTINGS, Billing, RunningBilling, eventually, start_billing, wait_event
-from .test_plan_reconciler import AP, CQ, Cluster, gateway
+from .test_plan_reconciler import AP, CQ, TRLP, Cluster, gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 API = "billing.opendatahub.io/v1alpha1"
@@ -120,6 +121,15 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     assert obj["status"]["allowanceTokens"] == "65000"  # 0.65 at 10 per million (the highest token price)
     assert conditions(obj)["BalanceHealthy"]["status"] == "True"
     assert conditions(obj)["UsagePriced"]["status"] == "True"
+
+    # The allowance becomes the tenant's TokenRateLimitPolicy limit (a power of two, plus headroom).
+    async def allowance_limit() -> int | None:
+        trlp = await cluster.get(TRLP, "billing-plan-priority", namespace)
+        limits = ((trlp or {}).get("spec") or {}).get("overrides", {}).get("limits", {})
+        limit = limits.get(f"billing/{namespace}/priority/allowance/ten-helix")
+        return int(limit["rates"][0]["limit"]) if limit else None
+
+    assert await eventually(allowance_limit) == 32768 + ALLOWANCE_HEADROOM
 
     # Below the warning threshold: advisory only.
     await wallets.usage.ingest([usage(2, org, 100_000, 10_000)], datetime.now(UTC))

@@ -29,6 +29,7 @@ from maasctl.billing.reconcilers.context import BillingContext
 from maasctl.billing.reconcilers.plan import (
     GENERATED_KINDS,
     PlanReconciler,
+    allowance_changed,
     plan_of_generated,
     plans_of_tenant,
     wallet_state_changed,
@@ -155,6 +156,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     for kind in GENERATED_KINDS:
         builder = builder.watches(kind, map_to=plan_of_generated, predicates=[SPEC_OR_META])
     builder = builder.watches(TENANT_ACCOUNT, map_to=_plans_of_namespace(cache), predicates=[wallet_state_changed])
+    builder = builder.watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[allowance_changed])
     builder.complete(PlanReconciler(ctx))
     if ledger is not None:
         setup_wallets(manager, ctx, ledger, reader)

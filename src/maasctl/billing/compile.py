@@ -29,6 +29,7 @@ from maasctl.billing import identity, names
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
 
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
@@ -51,6 +52,8 @@ DESIRED_HASH_ANNOTATION: Final = "billing.opendatahub.io/desired-hash"
 FAIL_CLOSED_RULE: Final = "billing-plan-fail-closed"
 MODELS_LISTING: Final = '!request.url_path.endsWith("/v1/models")'
 _PATH: Final = 'request.url_path.split("/")'
+ALLOWANCE_HEADROOM: Final = 2 * DEFAULT_COMPLETION_CEILING
+"""Tokens above a wallet's allowance its limit admits: room for the gateway's reservation of one request."""
 
 
 @dataclass(frozen=True, order=True)
@@ -63,6 +66,9 @@ class Tenant:
     organization: str
     denied: str | None = None
     gpu_freeze_mode: str = "Drain"
+    allowance: int | None = None
+    """A Prepaid wallet's token allowance, as a power of two at most `status.allowanceTokens` (see
+    `wallet.allowance_bucket`): a TokenRateLimitPolicy limit bounding its spend between ledger updates."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,23 @@ def _counted_limit(inp: PlanInput, rates: list[dict[str, Any]], tokens: bool) ->
     if tokens:
         when.append({"predicate": MODELS_LISTING})
     return {"rates": rates, "counters": [{"expression": identity.TENANT}], "when": when}
+
+
+def _allowance_limits(inp: PlanInput) -> dict[str, Any]:
+    """One limit per Prepaid tenant with an allowance. Its counter carries the allowance itself, so a new
+    allowance (published after the ledger moved) starts a fresh count instead of re-counting charged tokens.
+    The limit is the allowance plus `ALLOWANCE_HEADROOM`: the gateway reserves a conservative estimate for a
+    request before it runs, and the request that crosses zero is meant to complete (seed: grace)."""
+    out: dict[str, Any] = {}
+    for t in sorted(set(inp.tenants)):
+        if not t.allowance or t.denied:
+            continue
+        out[_limit_name(inp, f"allowance/{t.name}")] = {
+            "rates": [{"limit": t.allowance + ALLOWANCE_HEADROOM, "window": "24h"}],
+            "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"allowance-{t.allowance}")}],
+            "when": [{"predicate": identity.tenant_in([t.organization])}, {"predicate": MODELS_LISTING}],
+        }
+    return out
 
 
 def _rate_limit_policy(inp: PlanInput, api_version: str, kind: str, what: str, rates: list[dict[str, Any]],
@@ -272,9 +295,16 @@ def compile_plan(inp: PlanInput) -> Compiled:
     if limits.requests_per_minute is not None:
         objects.append(_rate_limit_policy(inp, RATE_LIMIT_POLICY_API, "RateLimitPolicy", "requests",
                                           [{"limit": limits.requests_per_minute, "window": "1m"}], tokens=False))
-    if token_rates:
-        objects.append(_rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens",
-                                          token_rates, tokens=True))
+    allowances = _allowance_limits(inp)
+    if token_rates or allowances:
+        trlp = _rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens", token_rates,
+                                  tokens=True)
+        plan_limits = trlp["spec"]["overrides"]["limits"]
+        if not token_rates:
+            plan_limits.clear()
+        plan_limits.update(allowances)
+        trlp["metadata"]["annotations"].pop(DESIRED_HASH_ANNOTATION)
+        objects.append(_stamp(trlp))
     if limits.gpu_quota is not None:
         objects.extend(_cluster_queue(inp, t, limits.gpu_quota) for t in sorted(set(inp.tenants)))
     unsupported: tuple[str, ...] = ()

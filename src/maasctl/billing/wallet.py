@@ -35,6 +35,7 @@ __all__ = [
     "Decision",
     "Facts",
     "Policy",
+    "allowance_bucket",
     "allowance_tokens",
     "decide",
     "denial_message",
@@ -140,6 +141,14 @@ def allowance_tokens(policy: Policy, balance: Decimal, price_per_token: Decimal 
     if room <= 0:
         return Decimal(0)
     return money.CONTEXT.divide_int(room, price_per_token)
+
+
+def allowance_bucket(allowance: Decimal | None) -> int | None:
+    """The largest power of two at most `allowance` (None below one token): what the gateway limit uses, so the
+    generated policy changes about log2 times while a wallet drains instead of at every charge."""
+    if allowance is None or allowance < 1:
+        return None
+    return 1 << (int(allowance).bit_length() - 1)
 
 
 def runway_days(balance: Decimal, recent_spend: Decimal, days: int) -> Decimal | None:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from maasctl.api import parse
-from maasctl.billing import drift, identity, names, wallet
+from maasctl.billing import drift, identity, money, names, wallet
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
 from maasctl.billing.compile import PlanInput, Tenant, compile_plan, resource_flavor
@@ -92,6 +92,24 @@ def wallet_state_changed(event: Event) -> bool:
     return before != ((event.obj.get("status") or {}).get("state") in ENFORCED_STATES)
 
 
+def allowance_of(obj: FrozenObject) -> int | None:
+    """The allowance bucket a Prepaid tenant's limit uses (None: no limit)."""
+    if (obj.get("spec") or {}).get("billingMode") != "Prepaid":
+        return None
+    raw = (obj.get("status") or {}).get("allowanceTokens")
+    try:
+        return wallet.allowance_bucket(money.parse(raw)) if raw is not None else None
+    except money.MoneyError:
+        return None
+
+
+def allowance_changed(event: Event) -> bool:
+    """A Prepaid tenant's allowance bucket changed (its Plan's TokenRateLimitPolicy limit changes)."""
+    if event.type is not EventType.UPDATED or event.old is None:
+        return True
+    return allowance_of(event.old) != allowance_of(event.obj)
+
+
 def plan_of_generated(obj: FrozenObject) -> list[Request]:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     ns, name = labels.get(names.PLAN_NAMESPACE_LABEL), labels.get(names.PLAN_LABEL)
@@ -114,9 +132,10 @@ class PlanReconciler:
             if plan is not None and (spec.get("planRef") or {}).get("name") != plan:
                 continue
             name, org = str(obj["metadata"]["name"]), identity.tenant_id(obj)
-            state = (obj.get("status") or {}).get("state")
+            status = obj.get("status") or {}
+            state = status.get("state")
             denied = wallet.denial_message(name, org, TenantState(state)) if state in ENFORCED_STATES else None
-            out.append(Tenant(name, org, denied, str(spec.get("gpuFreezeMode") or "Drain")))
+            out.append(Tenant(name, org, denied, str(spec.get("gpuFreezeMode") or "Drain"), allowance_of(obj)))
         return tuple(sorted(out))
 
     def target(self, plan: Plan, namespace: str) -> FrozenObject | None:
@@ -324,4 +343,5 @@ class PlanReconciler:
             await self.ctx.event(obj, "Warning" if bad else "Normal", cond["reason"], cond["message"][:1024])
 
 
-__all__ = ["PlanReconciler", "is_ours", "plan_of_generated", "plans_of_tenant", "wallet_state_changed"]
+__all__ = ["PlanReconciler", "allowance_changed", "allowance_of", "is_ours", "plan_of_generated", "plans_of_tenant",
+           "wallet_state_changed"]
