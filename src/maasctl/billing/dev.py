@@ -47,8 +47,8 @@ async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, g
                         settings: BillingSettings | None = None) -> asyncio.Task[int]:
     """Install the billing CRDs, start `maasctl billing run` in this loop (until `stop`) and apply samples."""
     await install_billing_crds(stack.api)
-    ledger_url = f"sqlite+aiosqlite:///{stack.directory / 'billing-ledger.db'}"
-    usage_url = stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory / 'maas-api.db'}"
+    ledger_url = f"sqlite+aiosqlite:///{stack.directory.joinpath('billing-ledger.db')}"
+    usage_url = stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory.joinpath('maas-api.db')}"
     base = settings or BillingSettings(ledger_url=ledger_url, usage_database_url=usage_url)
     settings = dataclasses.replace(base, kubeconfig=kubeconfig, metrics_bind_address="0",
                                    health_probe_bind_address="0")
