@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +18,12 @@ from maasctl.billing.api import GROUP, KINDS, VERSION
 from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.app import build_billing_manager
 from maasctl.billing.clock import ManualClock
+from maasctl.billing.ledger import Ledger
 from maasctl.billing.settings import BillingSettings
 from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from maasctl.testenv.postgres import PostgresServer, start_postgres
 from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api
 
 PLURAL = {kind.__name__: kind.crd.plural for kind in KINDS}
@@ -126,7 +130,14 @@ async def start_billing(cp: ControlPlane, settings: BillingSettings = SETTINGS) 
     api = await billing_controller_api(cp)
     clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
     manager = build_billing_manager(api, settings, clock)
-    return RunningBilling(manager, clock, asyncio.create_task(manager.run()), api)
+    running = RunningBilling(manager, clock, asyncio.create_task(manager.run()), api)
+
+    async def started() -> bool:  # its tasks exist before a test starts (no_leaks counts the ones a test starts)
+        assert not running.task.done(), running.task
+        return all(c.started for c in manager.controllers)
+
+    await eventually(started)
+    return running
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +185,35 @@ async def wait_event(api: k8s.ApiClient, namespace: str, name: str, reason: str,
 
     note: str = await eventually(found)
     return note
+
+
+# -- the ledger on SQLite and on a real PostgreSQL server -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def billing_pg() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL cluster for the billing tests (Debian binaries, or testcontainers on request)."""
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database per test: file SQLite, or a new database on the session PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    server: PostgresServer = request.getfixturevalue("billing_pg")
+    return await server.acreate_database(f"l_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
+    led = Ledger.from_url(ledger_url)
+    await led.create_schema()
+    try:
+        yield led
+    finally:
+        await led.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 
 import structlog
 from kubernetes_asyncio import client as k8s
@@ -22,12 +23,32 @@ from maasctl.billing.kinds import (
     RESOURCE_FLAVOR,
     TENANT_ACCOUNT,
 )
+from maasctl.billing.ledger import Ledger
+from maasctl.billing.rater import Catalog, Rater, build_catalog
 from maasctl.billing.reconcilers.context import BillingContext
-from maasctl.billing.reconcilers.plan import GENERATED_KINDS, PlanReconciler, plan_of_generated, plans_of_tenant
+from maasctl.billing.reconcilers.plan import (
+    GENERATED_KINDS,
+    PlanReconciler,
+    allowance_changed,
+    plan_of_generated,
+    plans_of_tenant,
+    wallet_state_changed,
+)
 from maasctl.billing.reconcilers.pricebook import PriceBookReconciler
+from maasctl.billing.reconcilers.rater import RATER_KEY, RaterReconciler, tenant_enqueuer
+from maasctl.billing.reconcilers.tenant import TenantReconciler
 from maasctl.billing.settings import BillingSettings
 from maasctl.billing.timers import Timers
-from maasctl.runtime import Cache, LeaderElectionLost, LeaderElectionOptions, Manager, ManagerOptions, Request
+from maasctl.billing.usage_source import UsageReader
+from maasctl.runtime import (
+    Cache,
+    LeaderElectionLost,
+    LeaderElectionOptions,
+    Manager,
+    ManagerOptions,
+    Request,
+    thaw,
+)
 from maasctl.runtime.connect import connect
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
@@ -66,11 +87,54 @@ def _same_namespace(cache: Cache) -> MapFunc:
     return map_to
 
 
-def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | None = None) -> BillingContext:
-    """Register the billing controllers with `manager`; `clock` defaults to real time."""
+def catalog_from_cache(cache: Cache) -> Callable[[], Catalog]:
+    """A function building the rating catalog from the cache's current billing objects and Gateway regions."""
+
+    def build() -> Catalog:
+        geo: dict[str, str] = {}
+        for gvk, kind in ((GATEWAY, "Gateway"), (HTTP_ROUTE, "HTTPRoute")):
+            for obj in cache.list(gvk):
+                meta = obj["metadata"]
+                label = (meta.get("labels") or {}).get(names.GEO_LABEL)
+                if label:
+                    geo[f"{meta.get('namespace')}/{kind}/{meta['name']}"] = str(label)
+        return build_catalog([thaw(o) for o in cache.list(TENANT_ACCOUNT)], [thaw(o) for o in cache.list(PLAN)],
+                             [thaw(o) for o in cache.list(PRICE_BOOK)], geo)
+
+    return build
+
+
+def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader: UsageReader | None) -> None:
+    """The TenantAccount (wallet) controller, and the rater when maas-api's usage database is known."""
+    catalog = catalog_from_cache(manager.cache)
+    tenants = (manager.controller("tenantaccount")
+               .for_(TENANT_ACCOUNT, predicates=[SPEC_OR_META])
+               .complete(TenantReconciler(ctx, ledger, catalog)))
+    if reader is None:
+        return
+    enqueue = tenant_enqueuer(tenants.queue.add)
+    rater = Rater(reader, ledger, catalog, on_page=lambda report: enqueue(report.tenants))
+    rating_ctl = (manager.controller("rater")
+                  .for_(TENANT_ACCOUNT, predicates=[_never])
+                  .watches(TENANT_ACCOUNT, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])
+                  .watches(PRICE_BOOK, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])
+                  .max_concurrent_reconciles(1)
+                  .complete(RaterReconciler(ctx, rater)))
+    rating_ctl.queue.add(RATER_KEY)
+
+
+def _never(_: object) -> bool:
+    return False
+
+
+def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | None = None,
+                  ledger: Ledger | None = None, reader: UsageReader | None = None) -> BillingContext:
+    """Register the billing controllers with `manager`; `clock` defaults to real time. With a `ledger`, the
+    wallets too (and the rater, with a `reader` of maas-api's usage records)."""
     clock = clock or SystemClock()
     ctx = BillingContext(cache=manager.cache, client=manager.client, applier=manager.applier,
-                         events=manager.event_recorder("billing-controller"), clock=clock, settings=settings)
+                         events=manager.event_recorder("billing-controller"), clock=clock, settings=settings,
+                         ledger=ledger, usage=reader)
     book_timers = Timers(clock)
     siblings = _same_namespace(manager.cache)
     books = (manager.controller("pricebook")
@@ -91,7 +155,11 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
                .watches(HTTP_ROUTE, map_to=_plans_targeting(cache, "HTTPRoute"), predicates=[SPEC_OR_META]))
     for kind in GENERATED_KINDS:
         builder = builder.watches(kind, map_to=plan_of_generated, predicates=[SPEC_OR_META])
+    builder = builder.watches(TENANT_ACCOUNT, map_to=_plans_of_namespace(cache), predicates=[wallet_state_changed])
+    builder = builder.watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[allowance_changed])
     builder.complete(PlanReconciler(ctx))
+    if ledger is not None:
+        setup_wallets(manager, ctx, ledger, reader)
     return ctx
 
 
@@ -111,10 +179,26 @@ def _plans_targeting(cache: Cache, kind: str) -> MapFunc:
     return map_to
 
 
-def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: Clock | None = None) -> Manager:
+def _plans_of_namespace(cache: Cache) -> MapFunc:
+    """A wallet state change concerns every Plan of the namespace (each carries all denial messages)."""
+
+    def map_to(obj: FrozenObject) -> list[Request]:
+        return [Request.for_object(p) for p in cache.list(PLAN, obj["metadata"].get("namespace"))]
+
+    return map_to
+
+
+def build_billing(api: k8s.ApiClient, settings: BillingSettings, clock: Clock | None = None
+                  ) -> tuple[Manager, BillingContext]:
+    """The Manager with the billing controllers; the context holds the ledger and usage reader to close."""
     manager = Manager(api, manager_options(settings))
-    setup_billing(manager, settings, clock)
-    return manager
+    ledger = Ledger.from_url(settings.ledger_url) if settings.ledger_url else None
+    reader = UsageReader.from_url(settings.usage_database_url) if ledger and settings.usage_database_url else None
+    return manager, setup_billing(manager, settings, clock, ledger, reader)
+
+
+def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: Clock | None = None) -> Manager:
+    return build_billing(api, settings, clock)[0]
 
 
 async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = None) -> int:
@@ -125,9 +209,11 @@ async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = No
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     api = await connect(settings.kubeconfig)
+    ctx: BillingContext | None = None
     try:
-        manager = build_billing_manager(api, settings)
-        log.info("starting billing controller", server=api.configuration.host)
+        manager, ctx = build_billing(api, settings)
+        log.info("starting billing controller", server=api.configuration.host, wallets=ctx.ledger is not None,
+                 rating=ctx.usage is not None)
         runner = asyncio.create_task(manager.run(), name="billing manager")
         stopper = asyncio.create_task(stop.wait(), name="stop")
         done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -142,5 +228,7 @@ async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = No
             log.error("leader election lost; exiting so a fresh process can compete again")
             return 1
     finally:
+        if ctx is not None:
+            await ctx.close()
         await api.close()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from maasctl.billing.ledger_cli import register_ledger
 from maasctl.billing.settings import BillingSettings
 from maasctl.settings import env_default
 
@@ -40,8 +41,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                      default=int(env_default("billing_dependency_recheck_seconds",
                                              str(d.dependency_recheck_seconds))),
                      help="how often a Plan is looked at again while Kuadrant or Kueue CRDs are missing")
+    run.add_argument("--ledger-url", default=env_default("billing_ledger_url", "") or None,
+                     help="the ledger database (postgresql+asyncpg://... or sqlite+aiosqlite:///path); unset: no "
+                     "wallets, no rating")
+    run.add_argument("--usage-database-url", default=env_default("billing_usage_database_url", "") or None,
+                     help="maas-api's database, read-only, where the usage records to rate are (unset: no rating)")
+    run.add_argument("--rate-interval-seconds", type=int,
+                     default=int(env_default("billing_rate_interval_seconds", str(d.rate_interval_seconds))),
+                     help="how often the rater looks for new usage records")
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
+    register_ledger(sub)
     return billing
 
 
@@ -58,12 +68,20 @@ def settings_from_args(args: argparse.Namespace) -> BillingSettings:
         log_level=args.log_level,
         gpu_flavor=args.gpu_flavor,
         dependency_recheck_seconds=args.dependency_recheck_seconds,
+        ledger_url=args.ledger_url,
+        usage_database_url=args.usage_database_url,
+        rate_interval_seconds=args.rate_interval_seconds,
     )
 
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run `maasctl billing <command>`; returns the exit code."""
     import asyncio
+
+    if args.billing_command == "ledger":
+        from maasctl.billing.ledger_cli import run_ledger
+
+        return int(asyncio.run(run_ledger(args)))
 
     from maasctl.billing.app import run_billing
     from maasctl.logging import configure_logging

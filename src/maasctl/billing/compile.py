@@ -29,6 +29,7 @@ from maasctl.billing import identity, names
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
 
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
@@ -51,14 +52,23 @@ DESIRED_HASH_ANNOTATION: Final = "billing.opendatahub.io/desired-hash"
 FAIL_CLOSED_RULE: Final = "billing-plan-fail-closed"
 MODELS_LISTING: Final = '!request.url_path.endsWith("/v1/models")'
 _PATH: Final = 'request.url_path.split("/")'
+ALLOWANCE_HEADROOM: Final = 2 * DEFAULT_COMPLETION_CEILING
+"""Tokens above a wallet's allowance its limit admits: room for the gateway's reservation of one request."""
 
 
 @dataclass(frozen=True, order=True)
 class Tenant:
-    """A TenantAccount on the Plan: its name (same namespace) and the organization id requests carry."""
+    """A TenantAccount on the Plan: its name (same namespace), the organization id requests carry and, when its
+    wallet state is enforced (Frozen, Suspended, Closed), the message refused requests get and the GPU freeze
+    mode (Drain or Preempt)."""
 
     name: str
     organization: str
+    denied: str | None = None
+    gpu_freeze_mode: str = "Drain"
+    allowance: int | None = None
+    """A Prepaid wallet's token allowance, as a power of two at most `status.allowanceTokens` (see
+    `wallet.allowance_bucket`): a TokenRateLimitPolicy limit bounding its spend between ledger updates."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,12 @@ class PlanInput:
     tenants: tuple[Tenant, ...] = ()
     target_geo: str | None = None
     gpu_flavor: str = "billing-gpu"
+    denials: tuple[tuple[str, str], ...] = ()
+    """(organization, message) of every denied tenant of the namespace: every Plan's AuthPolicy carries the
+    same messages, so whichever Plan's `response.unauthorized` wins the merge, each tenant reads its own."""
+    fallback_denial: tuple[str, str] = ('"Access to this model is not allowed"', '"forbidden"')
+    """CEL of the message and `x-ext-auth-reason` of every other denial (the reconciler passes the MaaS
+    AuthPolicy's, which the wallet denial replaces in the merged policy)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +169,23 @@ def _counted_limit(inp: PlanInput, rates: list[dict[str, Any]], tokens: bool) ->
     return {"rates": rates, "counters": [{"expression": identity.TENANT}], "when": when}
 
 
+def _allowance_limits(inp: PlanInput) -> dict[str, Any]:
+    """One limit per Prepaid tenant with an allowance. Its counter carries the allowance itself, so a new
+    allowance (published after the ledger moved) starts a fresh count instead of re-counting charged tokens.
+    The limit is the allowance plus `ALLOWANCE_HEADROOM`: the gateway reserves a conservative estimate for a
+    request before it runs, and the request that crosses zero is meant to complete (seed: grace)."""
+    out: dict[str, Any] = {}
+    for t in sorted(set(inp.tenants)):
+        if not t.allowance or t.denied:
+            continue
+        out[_limit_name(inp, f"allowance/{t.name}")] = {
+            "rates": [{"limit": t.allowance + ALLOWANCE_HEADROOM, "window": "24h"}],
+            "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"allowance-{t.allowance}")}],
+            "when": [{"predicate": identity.tenant_in([t.organization])}, {"predicate": MODELS_LISTING}],
+        }
+    return out
+
+
 def _rate_limit_policy(inp: PlanInput, api_version: str, kind: str, what: str, rates: list[dict[str, Any]],
                        tokens: bool) -> dict[str, Any]:
     return _stamp({
@@ -196,6 +229,15 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
             "when": [{"predicate": identity.authz_tenant_in(t.organization for t in inp.tenants)}],
             "patternMatching": {"patterns": patterns},
         }}
+    denied = sorted({t.organization for t in inp.tenants if t.denied})
+    if denied:
+        rules.setdefault("authorization", {})[f"billing-wallet-{inp.namespace}-{inp.name}"] = {
+            "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
+            "patternMatching": {"patterns": [
+                {"predicate": f"!({identity.AUTHZ_TENANT} in {cel_string_list(denied)})"}]},
+        }
+    if inp.denials:
+        rules["response"]["unauthorized"] = _wallet_denial(inp.denials, inp.fallback_denial)
     return _stamp({
         "apiVersion": AUTH_POLICY_API,
         "kind": "AuthPolicy",
@@ -204,19 +246,33 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
     })
 
 
+def _wallet_denial(denials: tuple[tuple[str, str], ...], fallback: tuple[str, str]) -> dict[str, Any]:
+    """`response.unauthorized` naming the denied tenant and why; any other denial keeps the MaaS message.
+
+    There is one `response.unauthorized` per effective policy: with `overrides`/`merge` this one replaces the
+    MaaS route policy's, so it repeats the MaaS expressions for every request that is not a denied tenant's."""
+    orgs = sorted(dict(denials))
+    messages = "{" + ", ".join(f"{cel_string(o)}: {cel_string(m)}" for o, m in sorted(dict(denials).items())) + "}"
+    denied = f"({identity.HAS_AUTHZ_TENANT} && {identity.AUTHZ_TENANT} in {cel_string_list(orgs)})"
+    return {
+        "code": 403,
+        "message": {"expression": f"{denied} ? {messages}[{identity.AUTHZ_TENANT}] : ({fallback[0]})"},
+        "headers": {"x-ext-auth-reason": {"expression": f'{denied} ? "billing-tenant-blocked" : ({fallback[1]})'}},
+    }
+
+
 def _cluster_queue(inp: PlanInput, tenant: Tenant, quota: int) -> dict[str, Any]:
     meta = _metadata(inp, names.queue_name(inp.namespace, tenant.name), None, owned=False)
     meta["labels"][names.TENANT_LABEL] = names.label_value(tenant.name)
-    return _stamp({
-        "apiVersion": KUEUE_API,
-        "kind": "ClusterQueue",
-        "metadata": meta,
-        "spec": {
-            "namespaceSelector": {"matchLabels": {names.TENANT_LABEL: names.label_value(tenant.organization)}},
-            "resourceGroups": [{"coveredResources": [GPU], "flavors": [
-                {"name": inp.gpu_flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}]}],
-        },
-    })
+    spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {names.TENANT_LABEL: names.label_value(tenant.organization)}},
+        "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": inp.gpu_flavor, "resources": [{"name": GPU, "nominalQuota": quota}]}]}],
+    }
+    if tenant.denied:
+        # Kueue: Hold stops admitting (running workloads finish: Drain); HoldAndDrain also evicts (Preempt).
+        spec["stopPolicy"] = "HoldAndDrain" if tenant.gpu_freeze_mode == "Preempt" else "Hold"
+    return _stamp({"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": meta, "spec": spec})
 
 
 def resource_flavor(name: str) -> dict[str, Any]:
@@ -239,9 +295,16 @@ def compile_plan(inp: PlanInput) -> Compiled:
     if limits.requests_per_minute is not None:
         objects.append(_rate_limit_policy(inp, RATE_LIMIT_POLICY_API, "RateLimitPolicy", "requests",
                                           [{"limit": limits.requests_per_minute, "window": "1m"}], tokens=False))
-    if token_rates:
-        objects.append(_rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens",
-                                          token_rates, tokens=True))
+    allowances = _allowance_limits(inp)
+    if token_rates or allowances:
+        trlp = _rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens", token_rates,
+                                  tokens=True)
+        plan_limits = trlp["spec"]["overrides"]["limits"]
+        if not token_rates:
+            plan_limits.clear()
+        plan_limits.update(allowances)
+        trlp["metadata"]["annotations"].pop(DESIRED_HASH_ANNOTATION)
+        objects.append(_stamp(trlp))
     if limits.gpu_quota is not None:
         objects.extend(_cluster_queue(inp, t, limits.gpu_quota) for t in sorted(set(inp.tenants)))
     unsupported: tuple[str, ...] = ()

@@ -25,3 +25,13 @@ class BillingSettings:
     """Kueue ResourceFlavor the per-tenant ClusterQueues draw nvidia.com/gpu from (created when missing)."""
     dependency_recheck_seconds: int = 15
     """How often a Plan is looked at again while Kuadrant's or Kueue's CRDs are missing."""
+    ledger_url: str | None = None
+    """The ledger's database; None: no wallets and no rating (Billing I behaviour)."""
+    usage_database_url: str | None = None
+    """maas-api's database (read-only) holding the usage records to rate; None: no rating."""
+    rate_interval_seconds: int = 2
+    """How often the rater looks for new usage records (it is also woken when a TenantAccount changes)."""
+    balance_stale_seconds: int = 300
+    """A balance mirror older than this (the ledger could not be read) is reported with BalanceStale."""
+    wallet_resync_seconds: int = 60
+    """How often every TenantAccount's status is refreshed from the ledger even without new usage."""

@@ -48,6 +48,8 @@ from maasctl.contract.views import ANY_AUTHENTICATED
 __all__ = [
     "API_KEY_PREFIX",
     "API_VERSION",
+    "DENIAL_MESSAGE",
+    "DENIAL_REASON",
     "GROUPS_EXPRESSION",
     "IS_API_KEY",
     "KIND",
@@ -103,6 +105,8 @@ _DENIAL_MESSAGE: Final = (
     f'({_SELECT_FAILED} && has({_SUB}.message)) ? {_SUB}.message : "Access to this model is not allowed"'
 )
 _DENIAL_REASON: Final = f'{_SELECT_FAILED} ? {_SUB}.error : "forbidden"'
+DENIAL_MESSAGE: Final = _DENIAL_MESSAGE  # read by billing, whose wallet denials fall back to the MaaS message
+DENIAL_REASON: Final = _DENIAL_REASON
 _ORGANIZATION: Final = (
     f'((has({_SUB}.organizationId) && {_SUB}.organizationId != null) ? {_SUB}.organizationId : "")'
 )

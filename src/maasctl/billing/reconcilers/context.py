@@ -9,7 +9,9 @@ from typing import Any, Literal
 import structlog
 
 from maasctl.billing.clock import Clock
+from maasctl.billing.ledger import Ledger
 from maasctl.billing.settings import BillingSettings
+from maasctl.billing.usage_source import UsageReader
 from maasctl.runtime import Applier, Cache, Client, EventRecorder, GroupVersionKind
 from maasctl.runtime.informer import InformerState
 
@@ -24,6 +26,15 @@ class BillingContext:
     events: EventRecorder
     clock: Clock
     settings: BillingSettings
+    ledger: Ledger | None = None
+    usage: UsageReader | None = None
+
+    async def close(self) -> None:
+        """Release the ledger's and the usage reader's database connections."""
+        if self.usage is not None:
+            await self.usage.close()
+        if self.ledger is not None:
+            await self.ledger.close()
 
     def now_rfc3339(self) -> str:
         return self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")

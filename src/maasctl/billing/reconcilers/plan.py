@@ -16,8 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from maasctl.api import parse
-from maasctl.billing import drift, identity, names
+from maasctl.billing import drift, identity, money, names, wallet
 from maasctl.billing.api import Plan
+from maasctl.billing.api.tenant import TenantState
 from maasctl.billing.compile import PlanInput, Tenant, compile_plan, resource_flavor
 from maasctl.billing.kinds import (
     CLUSTER_QUEUE,
@@ -30,15 +31,18 @@ from maasctl.billing.kinds import (
     TENANT_ACCOUNT,
 )
 from maasctl.billing.reconcilers.context import BillingContext, log
+from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.celcheck import check_cel
 from maasctl.contract.cel import CelError
 from maasctl.runtime import GroupVersionKind, Invalid, NotFound, Request, Result, set_condition, thaw
+from maasctl.runtime.informer import Event, EventType
 from maasctl.runtime.objects import FrozenObject
 
 COMPILED, DRIFTED, ADOPTION_CONFLICT = "Compiled", "Drifted", "AdoptionConflict"
 KUADRANT_NOT_INSTALLED, GATEWAY_NOT_FOUND, UNSUPPORTED_FIELD = "KuadrantNotInstalled", "GatewayNotFound", \
     "UnsupportedField"
 GENERATED_KINDS = (*KUADRANT_KINDS, CLUSTER_QUEUE)
+ENFORCED_STATES = frozenset(str(s) for s in wallet.ENFORCED)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,32 @@ def plans_of_tenant(obj: FrozenObject) -> list[Request]:
     return [Request(obj["metadata"].get("namespace"), str(ref))] if ref else []
 
 
+def wallet_state_changed(event: Event) -> bool:
+    """A TenantAccount entered or left an enforced wallet state (or appeared/went away in one)."""
+    if event.type is not EventType.UPDATED or event.old is None:
+        return True
+    before = (event.old.get("status") or {}).get("state") in ENFORCED_STATES
+    return before != ((event.obj.get("status") or {}).get("state") in ENFORCED_STATES)
+
+
+def allowance_of(obj: FrozenObject) -> int | None:
+    """The allowance bucket a Prepaid tenant's limit uses (None: no limit)."""
+    if (obj.get("spec") or {}).get("billingMode") != "Prepaid":
+        return None
+    raw = (obj.get("status") or {}).get("allowanceTokens")
+    try:
+        return wallet.allowance_bucket(money.parse(raw)) if raw is not None else None
+    except money.MoneyError:
+        return None
+
+
+def allowance_changed(event: Event) -> bool:
+    """A Prepaid tenant's allowance bucket changed (its Plan's TokenRateLimitPolicy limit changes)."""
+    if event.type is not EventType.UPDATED or event.old is None:
+        return True
+    return allowance_of(event.old) != allowance_of(event.obj)
+
+
 def plan_of_generated(obj: FrozenObject) -> list[Request]:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     ns, name = labels.get(names.PLAN_NAMESPACE_LABEL), labels.get(names.PLAN_LABEL)
@@ -94,11 +124,18 @@ class PlanReconciler:
         self._reverted: dict[str, tuple[int, str]] = {}
 
     # -- inputs ----------------------------------------------------------------------------------------
-    def tenants(self, namespace: str, plan: str) -> tuple[Tenant, ...]:
+    def tenants(self, namespace: str, plan: str | None) -> tuple[Tenant, ...]:
+        """The Plan's tenants (all of the namespace's when `plan` is None), with their wallet denial if any."""
         out = []
         for obj in self.ctx.cache.list(TENANT_ACCOUNT, namespace):
-            if ((obj.get("spec") or {}).get("planRef") or {}).get("name") == plan:
-                out.append(Tenant(str(obj["metadata"]["name"]), identity.tenant_id(obj)))
+            spec = obj.get("spec") or {}
+            if plan is not None and (spec.get("planRef") or {}).get("name") != plan:
+                continue
+            name, org = str(obj["metadata"]["name"]), identity.tenant_id(obj)
+            status = obj.get("status") or {}
+            state = status.get("state")
+            denied = wallet.denial_message(name, org, TenantState(state)) if state in ENFORCED_STATES else None
+            out.append(Tenant(name, org, denied, str(spec.get("gpuFreezeMode") or "Drain"), allowance_of(obj)))
         return tuple(sorted(out))
 
     def target(self, plan: Plan, namespace: str) -> FrozenObject | None:
@@ -128,7 +165,9 @@ class PlanReconciler:
         geo = ((target or {}).get("metadata") or {}).get("labels", {}).get(names.GEO_LABEL)
         compiled = compile_plan(PlanInput(
             namespace=namespace, name=req.name, uid=str(obj["metadata"].get("uid", "")), spec=plan.spec,
-            tenants=self.tenants(namespace, req.name), target_geo=geo, gpu_flavor=ctx.settings.gpu_flavor))
+            tenants=self.tenants(namespace, req.name), target_geo=geo, gpu_flavor=ctx.settings.gpu_flavor,
+            denials=tuple(sorted({(t.organization, t.denied) for t in self.tenants(namespace, None) if t.denied})),
+            fallback_denial=(maas_auth.DENIAL_MESSAGE, maas_auth.DENIAL_REASON)))
         try:
             for desired in compiled.objects:
                 check_cel(desired)
@@ -304,4 +343,5 @@ class PlanReconciler:
             await self.ctx.event(obj, "Warning" if bad else "Normal", cond["reason"], cond["message"][:1024])
 
 
-__all__ = ["PlanReconciler", "is_ours", "plan_of_generated", "plans_of_tenant"]
+__all__ = ["PlanReconciler", "allowance_changed", "allowance_of", "is_ours", "plan_of_generated", "plans_of_tenant",
+           "wallet_state_changed"]

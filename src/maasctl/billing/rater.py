@@ -1,0 +1,262 @@
+"""The rater: reads maas-api's new usage records, rates each against the PriceBook in force for its tenant and
+writes the charges to the ledger, idempotently.
+
+One pass (`Rater.run_once`): from the saved cursor minus a lag window, page through the records in
+`(received_at, id)` order; skip those the ledger already knows (`usage:<record id>`); find each record's
+tenant (the TenantAccount whose organization id the record carries; none: not charged, showback only), its
+PriceBook at the record's time (`priceBookPin`, else the Plan's book followed through in-force successors),
+its region (the Plan target's `billing.opendatahub.io/geo` label) and its month-to-date tokens; rate
+(`rating.rate`, pure); then write the page's charges, the unpriced records and the new cursor in ONE database
+transaction. A crash loses at most the page in flight; the next pass re-reads it and the natural keys drop
+whatever had been written. The `Catalog` is a snapshot of the billing objects (pure, built from dicts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import structlog
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from maasctl.api import parse
+from maasctl.billing import identity, lifecycle, rating
+from maasctl.billing.api import Plan, PriceBook, TenantAccount
+from maasctl.billing.ledger import entries
+from maasctl.billing.ledger.store import Ledger, Unpriced
+from maasctl.billing.usage_source import UsageReader, UsageRow
+
+__all__ = ["COMMITTED_USE_ANNOTATION", "Catalog", "PassReport", "Rater", "TenantRef", "build_catalog"]
+
+log = structlog.get_logger("maasctl.billing.rater")
+COMMITTED_USE_ANNOTATION = "billing.opendatahub.io/committed-use"
+CURSOR = "usage"
+RATED = Counter("maasctl_billing_rated_records_total", "Usage records rated into the ledger", ["result"])
+UNPRICED = Counter("maasctl_billing_unpriced_records_total", "Usage records no SKU prices (reported, not charged)",
+                   ["namespace", "tenant"])
+
+
+@dataclass(frozen=True)
+class TenantRef:
+    namespace: str
+    name: str
+    organization: str
+    pin: str | None = None
+    plan_book: str | None = None
+    geo: str = ""
+    committed_tier: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class _BookEntry:
+    facts: lifecycle.Book
+    book: rating.Book
+
+
+@dataclass
+class Catalog:
+    """The billing objects rating needs, by organization and namespace."""
+
+    tenants: dict[str, TenantRef] = field(default_factory=dict)  # organization id -> tenant
+    books: dict[str, dict[str, _BookEntry]] = field(default_factory=dict)  # namespace -> name -> book
+    provider_costs: dict[str, dict[str, Mapping[str, Decimal]]] = field(default_factory=dict)  # ns -> secret
+
+    def tenant_for(self, organization: str) -> TenantRef | None:
+        return self.tenants.get(organization) if organization else None
+
+    def book_for(self, tenant: TenantRef, when: datetime) -> rating.Book | None:
+        """The PriceBook in force for `tenant` at `when` (its pin, else follow its Plan's book)."""
+        books = self.books.get(tenant.namespace, {})
+        facts = {n: b.facts for n, b in books.items()}
+        name = lifecycle.book_in_use(lifecycle.TenantUse(tenant.name, tenant.pin, tenant.plan_book), facts, when)
+        if name is None or name not in books:
+            return None
+        entry = books[name]
+        if tenant.pin and not lifecycle.in_force(entry.facts, when):
+            return None  # a pinned book is used from its effectiveFrom on
+        return entry.book
+
+
+def build_catalog(tenants: Iterable[Mapping[str, Any]], plans: Iterable[Mapping[str, Any]],
+                  books: Iterable[Mapping[str, Any]], gateway_geo: Mapping[str, str] | None = None,
+                  provider_costs: Mapping[str, dict[str, Mapping[str, Decimal]]] | None = None) -> Catalog:
+    """A catalog from the objects (unparseable ones are skipped). `gateway_geo` maps `ns/kind/name` of a Plan
+    target to its region label."""
+    catalog = Catalog(provider_costs=dict(provider_costs or {}))
+    for obj in books:
+        try:
+            model = parse(PriceBook, dict(obj))
+        except ValidationError:
+            continue
+        meta = model.metadata
+        if meta.creation_timestamp is None:
+            continue
+        ns = str(meta.namespace)
+        facts = lifecycle.Book(str(meta.name), meta.creation_timestamp, model.spec.effective_from,
+                               model.spec.notice_days, model.spec.supersedes)
+        catalog.books.setdefault(ns, {})[str(meta.name)] = _BookEntry(
+            facts, rating.Book(str(meta.name), int(meta.generation or 0), model.spec))
+    plan_info: dict[tuple[str, str], tuple[str | None, str]] = {}
+    for obj in plans:
+        try:
+            plan = parse(Plan, dict(obj))
+        except ValidationError:
+            continue
+        ns = str(plan.metadata.namespace)
+        ref = plan.spec.target_ref
+        geo = (gateway_geo or {}).get(f"{ns}/{ref.kind}/{ref.name}", "")
+        plan_info[(ns, str(plan.metadata.name))] = (plan.spec.price_book_ref, geo)
+    for obj in sorted(tenants, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])):
+        try:
+            tenant = parse(TenantAccount, dict(obj))
+        except ValidationError:
+            continue
+        ns = str(tenant.metadata.namespace)
+        org = identity.tenant_id(obj)
+        book, geo = plan_info.get((ns, tenant.spec.plan_ref.name), (None, ""))
+        annotations = tenant.metadata.annotations or {}
+        tref = TenantRef(ns, str(tenant.metadata.name), org, tenant.spec.price_book_pin, book, geo,
+                         annotations.get(COMMITTED_USE_ANNOTATION) or None)
+        if org in catalog.tenants:
+            log.warning("two TenantAccounts answer to one organization; the first is charged", organization=org,
+                        charged=catalog.tenants[org].key, ignored=tref.key)
+            continue
+        catalog.tenants[org] = tref
+    return catalog
+
+
+def usage_of(row: UsageRow) -> rating.Usage:
+    return rating.Usage(record_id=row.id, time=row.ts, model=row.model, status=row.status,
+                        input_tokens=row.input_tokens, cached_tokens=row.cached_tokens,
+                        output_tokens=row.output_tokens, reasoning_tokens=row.reasoning_tokens,
+                        total_tokens=row.total_tokens, estimated=row.estimated,
+                        estimate_reason=row.estimate_reason, termination=row.termination)
+
+
+def month_start(when: datetime) -> datetime:
+    return when.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class PassReport:
+    read: int = 0
+    charged: int = 0
+    unpriced: int = 0
+    skipped: int = 0  # no tenant: showback only
+    known: int = 0
+    tenants: set[str] = field(default_factory=set)
+
+
+class Rater:
+    """Rates new usage records into the ledger, one page per database transaction."""
+
+    def __init__(self, reader: UsageReader, ledger: Ledger, catalog: Callable[[], Catalog], *,
+                 page_size: int = 500, lag: timedelta = timedelta(seconds=30),
+                 on_page: Callable[[PassReport], None] | None = None) -> None:
+        self.reader = reader
+        self.ledger = ledger
+        self.catalog = catalog
+        self.page_size = page_size
+        self.lag = lag
+        self.on_page = on_page
+
+    async def run_once(self, max_pages: int | None = None) -> PassReport:
+        """Rate every record not rated yet (up to `max_pages` pages); return what happened."""
+        report = PassReport()
+        saved = await self.ledger.cursor(CURSOR)
+        after = (saved[0] - self.lag, "") if saved is not None else None
+        pages = 0
+        months: dict[tuple[str, datetime], int] = {}
+        while max_pages is None or pages < max_pages:
+            rows = await self.reader.page(after, self.page_size)
+            if not rows:
+                break
+            pages += 1
+            after = (rows[-1].received_at, rows[-1].id)
+            page = await self._rate_page(rows, months)
+            newest = max(r.received_at for r in rows)
+            async with self.ledger.engine.begin() as conn:
+                await self.ledger.post(page.txs, conn=conn)
+                await self.ledger.mark_unpriced(page.unpriced, conn=conn)
+                if saved is None or newest > saved[0]:
+                    await self.ledger.set_cursor(CURSOR, newest, rows[-1].id, conn)
+                    saved = (newest, rows[-1].id)
+            report.read += len(rows)
+            report.charged += page.charged
+            report.unpriced += len(page.unpriced)
+            report.skipped += page.skipped
+            report.known += page.known
+            report.tenants |= page.tenants
+            RATED.labels("charged").inc(page.charged)
+            RATED.labels("unpriced").inc(len(page.unpriced))
+            if self.on_page is not None and page.tenants:
+                self.on_page(PassReport(len(rows), page.charged, len(page.unpriced), page.skipped, page.known,
+                                        set(page.tenants)))
+            if len(rows) < self.page_size:
+                break
+        if report.charged or report.unpriced:
+            log.info("rated usage", read=report.read, charged=report.charged, unpriced=report.unpriced,
+                     tenants=len(report.tenants))
+        return report
+
+    async def _rate_page(self, rows: Sequence[UsageRow], months: dict[tuple[str, datetime], int]) -> _Page:
+        page = _Page()
+        known = await self.ledger.known([f"usage:{r.id}" for r in rows])
+        catalog = self.catalog()
+        for row in rows:
+            if f"usage:{row.id}" in known:
+                page.known += 1
+                continue
+            tenant = catalog.tenant_for(row.organization_id)
+            if tenant is None:
+                page.skipped += 1
+                continue
+            page.tenants.add(tenant.key)
+            book = catalog.book_for(tenant, row.ts)
+            if book is None:
+                page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts,
+                                              f"no PriceBook is in force for tenant {tenant.name} at "
+                                              f"{row.ts.isoformat()}"))
+                UNPRICED.labels(tenant.namespace, tenant.name).inc()
+                continue
+            month = (tenant.key, month_start(row.ts))
+            if month not in months:
+                months[month] = await self.ledger.tokens(tenant.key, month[1], month[1] + timedelta(days=32))
+            ctx = rating.Context(geo=tenant.geo, month_tokens_before=months[month],
+                                 committed_tier=tenant.committed_tier,
+                                 provider_costs=catalog.provider_costs.get(tenant.namespace, {}))
+            line = rating.rate(usage_of(row), book, ctx)
+            if isinstance(line, rating.Unpriced):
+                page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts, line.reason))
+                UNPRICED.labels(tenant.namespace, tenant.name).inc()
+                continue
+            months[month] += line.tokens
+            page.txs.append(entries.usage_charge(f"usage:{row.id}", tenant.key, row.ts, line.amount,
+                                                 currency=line.currency, tokens=line.tokens, details=line.details()))
+            if tenant.committed_tier is not None:
+                fee = rating.committed_fee(book.spec, tenant.committed_tier)
+                if fee is not None:
+                    page.txs.append(entries.commitment_fee(
+                        tenant.key, tenant.committed_tier, month[1].strftime("%Y-%m"), month[1], fee,
+                        currency=line.currency, book=book.name))
+            page.charged += 1
+        return page
+
+
+@dataclass
+class _Page:
+    txs: list[entries.Transaction] = field(default_factory=list)
+    unpriced: list[Unpriced] = field(default_factory=list)
+    tenants: set[str] = field(default_factory=set)
+    charged: int = 0
+    skipped: int = 0
+    known: int = 0
+

@@ -1,0 +1,38 @@
+"""The rater as a controller: one key (`rater`), one worker, leader only. Each reconcile is one pass of
+`Rater.run_once`; the tenants it charged are enqueued on the TenantAccount controller so their status (and
+so enforcement) follows within one reconcile. It runs again every `rate_interval_seconds`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from maasctl.billing.rater import Rater
+from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.runtime import Request, Result
+
+__all__ = ["RATER_KEY", "RaterReconciler"]
+
+RATER_KEY: Final = Request(None, "rater")
+
+
+class RaterReconciler:
+    def __init__(self, ctx: BillingContext, rater: Rater) -> None:
+        self.ctx = ctx
+        self.rater = rater
+
+    async def reconcile(self, req: Request) -> Result:
+        if req != RATER_KEY:
+            return Result.done()
+        await self.rater.ledger.ensure_schema()
+        await self.rater.run_once()
+        return Result.requeue_after(self.ctx.settings.rate_interval_seconds)
+
+
+def tenant_enqueuer(add: Callable[[Request], None]) -> Callable[[set[str]], None]:
+    def enqueue(tenants: set[str]) -> None:
+        for key in tenants:
+            ns, _, name = key.partition("/")
+            add(Request(ns, name))
+
+    return enqueue

@@ -1,0 +1,163 @@
+"""TenantAccount reconciler: the wallet's status mirrors the ledger; the state comes from `wallet.decide`.
+
+Per reconcile: read the balance, month-to-date and recent spend and the unpriced records from the ledger;
+decide the state (pure); work out `allowanceTokens` (balance plus grace at the highest token price of the book
+in force) and `runwayDays` (last 7 days' spend); write status and conditions (`BalanceHealthy`, `BalanceStale`,
+`ReconcileDrift`, `UsagePriced`); an Event when the state changes. The rater enqueues the tenants it charged,
+so a balance crossing zero reaches the status within one reconcile; a resync every `wallet_resync_seconds`
+catches the rest. When the ledger cannot be read the status keeps its last balance and says `BalanceStale`.
+Enforcement is not done here: the Plan reconciler turns an enforced state into a deny rule of the Plan's
+AuthPolicy (and a Kueue stopPolicy), which the gateway enforces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
+
+from maasctl.api import parse
+from maasctl.billing import identity, money, rating, wallet
+from maasctl.billing.api import TenantAccount
+from maasctl.billing.api.tenant import BillingMode, TenantState
+from maasctl.billing.kinds import TENANT_ACCOUNT
+from maasctl.billing.ledger import Ledger
+from maasctl.billing.rater import Catalog, month_start
+from maasctl.billing.reconcilers.context import BillingContext, log
+from maasctl.runtime import Request, Result, set_condition, thaw
+from maasctl.runtime.objects import FrozenObject
+
+__all__ = ["RUNWAY_DAYS", "TenantReconciler", "highest_token_price"]
+
+BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED = (
+    "BalanceHealthy", "BalanceStale", "ReconcileDrift", "UsagePriced")
+RUNWAY_DAYS = 7
+_RETRY_SECONDS = 5
+
+
+def highest_token_price(book: rating.Book | None) -> Decimal | None:
+    """The highest price of one token among the book's SKUs (what `allowanceTokens` divides by)."""
+    if book is None:
+        return None
+    best: Decimal | None = None
+    for sku in book.spec.skus:
+        divisors = rating.unit_divisors(sku.unit)
+        if divisors is None:
+            continue
+        for dim, rate in sku.rates.items():
+            if dim in rating.TOKEN_DIMENSIONS:
+                price = money.CONTEXT.divide(rate, Decimal(divisors[0]))
+                best = price if best is None or price > best else best
+    return best
+
+
+def _signed(amount: Decimal) -> str:
+    return format(money.quantize(amount), "f")
+
+
+class TenantReconciler:
+    def __init__(self, ctx: BillingContext, ledger: Ledger, catalog: Callable[[], Catalog]) -> None:
+        self.ctx = ctx
+        self.ledger = ledger
+        self.catalog = catalog
+        self._written: dict[str, str] = {}  # the balance we last wrote, per tenant (to notice edits of the mirror)
+
+    async def reconcile(self, req: Request) -> Result:
+        ctx = self.ctx
+        obj = ctx.cache.get(TENANT_ACCOUNT, req.name, req.namespace)
+        if obj is None:
+            self._written.pop(req.key, None)
+            return Result.done()
+        try:
+            tenant = parse(TenantAccount, thaw(obj))
+        except ValidationError as exc:
+            await ctx.event(obj, "Warning", "InvalidTenantAccount", f"cannot read this TenantAccount: {exc}"[:1024])
+            return Result.done()
+        key = f"{req.namespace}/{req.name}"
+        now = ctx.clock.now()
+        old = obj.get("status") or {}
+        try:
+            await self.ledger.ensure_schema()
+            balance = await self.ledger.balance(key)
+            has_entries = await self.ledger.count(key) > 0
+            mtd = await self.ledger.spend(key, month_start(now))
+            recent = await self.ledger.spend(key, now - timedelta(days=RUNWAY_DAYS))
+            unpriced, latest = await self.ledger.unpriced(key, limit=1)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("ledger unavailable", tenant=key, error=str(exc)[:300])
+            await ctx.apply_status(obj, self.stale(obj, str(exc)))
+            return Result.requeue_after(_RETRY_SECONDS)
+        spec = tenant.spec
+        grace = spec.grace_policy
+        policy = wallet.Policy(spec.billing_mode, grace.grace_amount if grace else Decimal(0),
+                               grace.warning_threshold if grace else None)
+        annotations = tenant.metadata.annotations or {}
+        previous = TenantState(old["state"]) if old.get("state") in set(TenantState) else None
+        facts = wallet.Facts(balance, has_entries, int(old.get("consecutivePaymentFailures") or 0),
+                             annotations.get(wallet.SUSPENDED_ANNOTATION), annotations.get(wallet.CLOSED_ANNOTATION))
+        decision = wallet.decide(previous, policy, facts)
+        catalog = self.catalog()
+        ref = catalog.tenants.get(identity.tenant_id(obj))
+        book = catalog.book_for(ref, now) if ref is not None and ref.key == key else None
+        allowance = wallet.allowance_tokens(policy, balance, highest_token_price(book))
+        runway = wallet.runway_days(balance, recent, RUNWAY_DAYS) if spec.billing_mode == BillingMode.PREPAID else None
+        drift = self._drift(key, old)
+        status: dict[str, Any] = {
+            "state": decision.state.value,
+            "balance": _signed(balance),
+            "balanceObservedAt": ctx.now_rfc3339(),
+            "mtdSpend": money.fmt(money.quantize(mtd)),
+            "runwayDays": money.fmt(runway) if runway is not None else None,
+            "allowanceTokens": money.fmt(allowance) if allowance is not None else None,
+            "observedGeneration": int(obj["metadata"].get("generation", 0)),
+            "conditions": self.conditions(obj, decision, drift, unpriced, latest[0].reason if latest else ""),
+        }
+        await ctx.apply_status(obj, {k: v for k, v in status.items() if v is not None})
+        self._written[key] = status["balance"]
+        if previous != decision.state:
+            enforced = decision.state in wallet.ENFORCED
+            await ctx.event(obj, "Warning" if enforced else "Normal", decision.state.value,
+                            f"{previous.value if previous else 'new'} -> {decision.state.value}: {decision.message}")
+            log.info("tenant state", tenant=key, state=decision.state.value,
+                     previous=previous.value if previous else None, balance=status["balance"])
+        return Result.requeue_after(ctx.settings.wallet_resync_seconds)
+
+    def _drift(self, key: str, old: dict[str, Any]) -> str | None:
+        """A message when the mirror in status is not what this controller last wrote (someone edited it)."""
+        found, ours = old.get("balance"), self._written.get(key)
+        if ours is None or found is None or found == ours:
+            return None
+        return f"status.balance was {found}, but the ledger said {ours} when it was last written: rewritten"
+
+    def conditions(self, obj: FrozenObject, decision: wallet.Decision, drift: str | None, unpriced: int,
+                   example: str) -> Any:
+        generation = int(obj["metadata"].get("generation", 0))
+        now = self.ctx.now_rfc3339()
+
+        def cond(conds: Any, type_: str, status: str, reason: str, message: str) -> Any:
+            return set_condition(conds, type_=type_, status=status, reason=reason, message=message[:4096],
+                                 observed_generation=generation, now=now)
+
+        healthy = decision.state in (TenantState.ACTIVE,)
+        c = cond((obj.get("status") or {}).get("conditions"), BALANCE_HEALTHY, "True" if healthy else "False",
+                 decision.reason, decision.message)
+        c = cond(c, BALANCE_STALE, "False", "BalanceFresh", "the balance mirrors the ledger")
+        c = cond(c, RECONCILE_DRIFT, "True" if drift else "False", "MirrorEdited" if drift else "InSync",
+                 drift or "the status balance matches the ledger")
+        c = cond(c, USAGE_PRICED, "False" if unpriced else "True", "UnpricedUsage" if unpriced else "AllPriced",
+                 f"{unpriced} usage record(s) could not be priced and were not charged; latest: {example}"
+                 if unpriced else "every usage record was priced")
+        return c
+
+    def stale(self, obj: FrozenObject, error: str) -> dict[str, Any]:
+        generation = int(obj["metadata"].get("generation", 0))
+        old = obj.get("status") or {}
+        conditions = set_condition(old.get("conditions"), type_=BALANCE_STALE, status="True",
+                                   reason="LedgerUnavailable",
+                                   message=f"the ledger cannot be read; balance as of {old.get('balanceObservedAt')}: "
+                                   f"{error}"[:1024], observed_generation=generation, now=self.ctx.now_rfc3339())
+        return {"conditions": conditions}

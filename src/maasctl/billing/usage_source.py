@@ -1,0 +1,90 @@
+"""A small, read-only view of maas-api's usage records, for rating (billing never imports maas-api).
+
+maas-api keeps one immutable row per request in its `usage_records` table (PostgreSQL, or SQLite embedded);
+the id is the gateway's request id and `received_at` is when maas-api stored it. This module mirrors the
+columns rating needs (never `latency_ms`, the only float) and only ever SELECTs them, in `(received_at, id)`
+order, keyset-paginated. Records become visible in commit order, which `received_at` does not follow exactly
+(two maas-api replicas, a slow transaction), so the rater re-reads a short lag window before its cursor and
+skips what its ledger already knows: the ledger's natural keys make the overlap harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from maasctl.billing.ledger.schema import UTCDateTime
+
+__all__ = ["UsageReader", "UsageRow", "usage_records"]
+
+usage_records = Table(
+    "usage_records",
+    MetaData(),
+    Column("id", String(64), primary_key=True),
+    Column("ts", UTCDateTime, nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    Column("subscription", String(317), nullable=False),
+    Column("organization_id", String(253), nullable=False),
+    Column("model", String(317), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("reasoning_tokens", BigInteger, nullable=False),
+    Column("total_tokens", BigInteger, nullable=False),
+    Column("estimated", Boolean, nullable=False),
+    Column("estimate_reason", String(256), nullable=False),
+    Column("termination", String(32), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    id: str
+    ts: datetime
+    received_at: datetime
+    subscription: str
+    organization_id: str
+    model: str
+    status: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+    estimated: bool
+    estimate_reason: str
+    termination: str
+
+
+class UsageReader:
+    """Reads maas-api's usage records (SELECT only)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def from_url(cls, url: str) -> UsageReader:
+        return cls(create_async_engine(url, pool_pre_ping=not url.startswith("sqlite")))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def page(self, after: tuple[datetime, str] | None, limit: int) -> list[UsageRow]:
+        """Up to `limit` records strictly after `(received_at, id)` (or from the start), in that order."""
+        t = usage_records
+        stmt = select(*t.c).order_by(t.c.received_at, t.c.id).limit(limit)
+        if after is not None:
+            at, rid = after
+            stmt = stmt.where(or_(t.c.received_at > at, and_(t.c.received_at == at, t.c.id > rid)))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, subscription=str(r.subscription),
+                         organization_id=str(r.organization_id), model=str(r.model), status=int(r.status),
+                         input_tokens=int(r.input_tokens), cached_tokens=int(r.cached_tokens),
+                         output_tokens=int(r.output_tokens), reasoning_tokens=int(r.reasoning_tokens),
+                         total_tokens=int(r.total_tokens), estimated=bool(r.estimated),
+                         estimate_reason=str(r.estimate_reason), termination=str(r.termination)) for r in rows]

@@ -1,0 +1,44 @@
+"""`maasctl billing ledger`: audited manual entries (reason, actor, idempotent id), show and verify."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "maasctl.cli", "billing", "ledger", f"--ledger-url={url}", *args],
+                          capture_output=True, text=True, timeout=60, check=False, env={"USER": "ops-alice",
+                                                                                         "PATH": "/usr/bin:/bin"})
+
+
+def test_credit_adjust_show_verify(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    t = ["--tenant", "gw/ten-helix"]
+    first = cli("credit", *t, "--amount", "25.00", "--reason", "welcome credit", "--id", "welcome", url=url)
+    assert first.returncode == 0, first.stderr
+    assert "credit:welcome recorded; balance of gw/ten-helix: 25.000000" in first.stdout
+    again = cli("credit", *t, "--amount", "25.00", "--reason", "welcome credit", "--id", "welcome", url=url)
+    assert "already recorded; balance of gw/ten-helix: 25.000000" in again.stdout
+    other = cli("credit", *t, "--amount", "30", "--reason", "typo", "--id", "welcome", url=url)
+    assert other.returncode == 1 and "already used for a different entry" in other.stderr
+    fix = cli("adjust", *t, "--amount", "-2.5", "--reason", "goodwill reversed", "--id", "fix-1",
+              "--actor", "ops-bob", url=url)
+    assert fix.returncode == 0 and "balance of gw/ten-helix: 22.500000" in fix.stdout
+    bad = cli("credit", *t, "--amount", "1.5e3", "--reason", "x", "--id", "x", url=url)
+    assert bad.returncode == 2 and "refused" in bad.stderr
+    blank = cli("credit", *t, "--amount", "1", "--reason", "  ", "--id", "y", url=url)
+    assert blank.returncode == 2 and "reason" in blank.stderr
+    missing = cli("credit", *t, "--amount", "1", "--id", "z", url=url)
+    assert missing.returncode == 2 and "--reason" in missing.stderr
+    table = cli("show", *t, url=url)
+    assert "balance 22.500000" in table.stdout and "goodwill reversed, by ops-bob" in table.stdout
+    assert "welcome credit, by ops-alice" in table.stdout
+    shown = json.loads(cli("show", *t, "-o", "json", url=url).stdout)
+    assert shown["balance"] == "22.500000"
+    assert [(e["key"], e["amount"], e["actor"]) for e in shown["entries"]] == [
+        ("adjustment:fix-1", "-2.500000", "ops-bob"), ("credit:welcome", "25.000000", "ops-alice")]
+    verify = cli("verify", url=url)
+    assert verify.returncode == 0 and "the ledger balances" in verify.stdout

@@ -1,0 +1,124 @@
+"""The wallet state machine: every edge between the eight states, for each billing mode, and the helpers."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from maasctl.billing.api.tenant import BillingMode, TenantState
+from maasctl.billing.wallet import (
+    DUNNING_LIMIT,
+    Facts,
+    Policy,
+    allowance_tokens,
+    decide,
+    denial_message,
+    runway_days,
+)
+
+S = TenantState
+PREPAID = Policy(BillingMode.PREPAID, grace_amount=Decimal("5"), warning_threshold=Decimal("10"))
+NO_GRACE = Policy(BillingMode.PREPAID)
+INVOICED = Policy(BillingMode.INVOICED, warning_threshold=Decimal("10"))
+SHOWBACK = Policy(BillingMode.SHOWBACK_ONLY, warning_threshold=Decimal("10"))
+ALL = [*list(S), None]
+
+
+def d(balance: str | None, **kw: object) -> Facts:
+    return Facts(balance=None if balance is None else Decimal(balance), **kw)  # type: ignore[arg-type]
+
+
+# (from, policy, facts, to): every edge the seed's rules allow, from each state a rule can leave.
+EDGES = [
+    (None, PREPAID, d(None), S.PENDING),
+    (S.PENDING, PREPAID, d("0", has_entries=False), S.PENDING),
+    (S.PENDING, PREPAID, d("100"), S.ACTIVE),
+    (S.PENDING, PREPAID, d("10"), S.WARNING),
+    (S.PENDING, PREPAID, d("-1"), S.GRACE),
+    (S.PENDING, PREPAID, d("-5.000001"), S.FROZEN),
+    (S.ACTIVE, PREPAID, d("10.000000"), S.WARNING),
+    (S.ACTIVE, PREPAID, d("-0.000001"), S.GRACE),
+    (S.ACTIVE, PREPAID, d("-6"), S.FROZEN),
+    (S.ACTIVE, NO_GRACE, d("0"), S.ACTIVE),  # zero is not crossed yet
+    (S.ACTIVE, NO_GRACE, d("-0.000001"), S.FROZEN),  # the request that crossed zero completed; frozen now
+    (S.WARNING, PREPAID, d("10.000001"), S.ACTIVE),
+    (S.WARNING, PREPAID, d("-5"), S.GRACE),
+    (S.WARNING, PREPAID, d("-5.1"), S.FROZEN),
+    (S.GRACE, PREPAID, d("-5.000001"), S.FROZEN),
+    (S.GRACE, PREPAID, d("50"), S.ACTIVE),
+    (S.GRACE, PREPAID, d("1"), S.WARNING),
+    (S.FROZEN, PREPAID, d("100"), S.ACTIVE),  # credit added: unfrozen at once
+    (S.FROZEN, PREPAID, d("5"), S.WARNING),
+    (S.FROZEN, PREPAID, d("-4"), S.GRACE),
+    (S.ACTIVE, PREPAID, d("100", payment_failures=1), S.DUNNING),
+    (S.WARNING, PREPAID, d("5", payment_failures=2), S.DUNNING),
+    (S.DUNNING, PREPAID, d("100", payment_failures=DUNNING_LIMIT), S.FROZEN),
+    (S.DUNNING, PREPAID, d("-6", payment_failures=1), S.FROZEN),  # balance decides first
+    (S.DUNNING, PREPAID, d("100", payment_failures=0), S.ACTIVE),  # a payment succeeded
+    (S.FROZEN, PREPAID, d("100", payment_failures=0), S.ACTIVE),
+    (S.ACTIVE, INVOICED, d("-1000"), S.ACTIVE),  # accrues, never enforced by balance
+    (S.ACTIVE, INVOICED, d("-1000", payment_failures=1), S.DUNNING),
+    (S.DUNNING, INVOICED, d("-1000", payment_failures=DUNNING_LIMIT), S.FROZEN),
+    (S.FROZEN, INVOICED, d("0", payment_failures=0), S.ACTIVE),
+    (S.PENDING, SHOWBACK, d("-99999"), S.ACTIVE),
+    (S.ACTIVE, SHOWBACK, d("-5", payment_failures=5), S.ACTIVE),  # showback is never enforced
+    (S.ACTIVE, PREPAID, d("100", suspended="fraud review"), S.SUSPENDED),
+    (S.FROZEN, PREPAID, d("-100", suspended="fraud review"), S.SUSPENDED),
+    (S.ACTIVE, SHOWBACK, d("0", suspended="terms"), S.SUSPENDED),
+    (S.SUSPENDED, PREPAID, d("100"), S.ACTIVE),  # suspension lifted
+    (S.SUSPENDED, PREPAID, d("-100"), S.FROZEN),
+    (S.ACTIVE, PREPAID, d("100", closed="customer left"), S.CLOSED),
+    (S.SUSPENDED, PREPAID, d("100", suspended="x", closed="done"), S.CLOSED),
+    (S.CLOSED, PREPAID, d("100"), S.CLOSED),  # final
+    (S.CLOSED, INVOICED, d(None), S.CLOSED),
+]
+
+
+@pytest.mark.parametrize(("previous", "policy", "facts", "expected"), EDGES)
+def test_edge(previous: TenantState | None, policy: Policy, facts: Facts, expected: TenantState) -> None:
+    decision = decide(previous, policy, facts)
+    assert decision.state == expected, decision
+    assert decision.message and decision.reason
+    assert decision.enforced == (expected in (S.FROZEN, S.SUSPENDED, S.CLOSED))
+
+
+def test_every_state_is_reached_and_left() -> None:
+    reached = {to for _, _, _, to in EDGES}
+    left = {frm for frm, _, _, to in EDGES if frm != to}
+    assert reached == set(S)
+    assert left >= set(S) - {S.CLOSED}
+
+
+@given(st.sampled_from(ALL), st.sampled_from([PREPAID, NO_GRACE, INVOICED, SHOWBACK]),
+       st.decimals(min_value=-1000, max_value=1000, places=6), st.integers(0, 5), st.booleans())
+def test_property_only_prepaid_balance_or_payments_enforce(previous: TenantState | None, policy: Policy,
+                                                           balance: Decimal, failures: int, funded: bool) -> None:
+    decision = decide(previous, policy, Facts(balance, has_entries=funded, payment_failures=failures))
+    if previous == S.CLOSED:
+        assert decision.state == S.CLOSED
+    elif decision.enforced:
+        assert policy.mode != BillingMode.SHOWBACK_ONLY
+        assert failures >= DUNNING_LIMIT or (policy.mode == BillingMode.PREPAID and balance < -policy.grace_amount)
+    else:
+        assert policy.mode != BillingMode.PREPAID or balance >= -policy.grace_amount or not funded
+
+
+def test_denial_message_names_the_tenant_why_and_how_to_fix() -> None:
+    msg = denial_message("ten-helix", "helix", S.FROZEN)
+    assert "ten-helix" in msg and "helix" in msg and "Frozen" in msg and "credit" in msg
+    assert "Suspended" in denial_message("t", "o", S.SUSPENDED)
+    assert "Closed" in denial_message("t", "o", S.CLOSED)
+
+
+def test_allowance_and_runway() -> None:
+    per_token = Decimal("0.00001")  # 10 per million
+    assert allowance_tokens(PREPAID, Decimal("1"), per_token) == Decimal(600000)  # (1 + 5 grace) / price
+    assert allowance_tokens(PREPAID, Decimal("-7"), per_token) == 0
+    assert allowance_tokens(INVOICED, Decimal("1"), per_token) is None
+    assert allowance_tokens(PREPAID, Decimal("1"), None) is None
+    assert runway_days(Decimal("70"), Decimal("70"), 7) == Decimal("7.0")
+    assert runway_days(Decimal("70"), Decimal(0), 7) is None
+    assert runway_days(Decimal("-1"), Decimal("5"), 7) == 0
