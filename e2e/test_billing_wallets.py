@@ -17,7 +17,8 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from e2e.conftest import World, eventually
+from e2e.conftest import Need, World, eventually
+from e2e.target import Target
 from maasctl.billing import money
 from maasctl.billing.api import PriceBookSpec
 from maasctl.billing.api.install import install_billing_crds
@@ -29,6 +30,8 @@ from maasctl.localstack import LocalStack, maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
 BILLING = "billing.opendatahub.io/v1alpha1"
+# Starts its own billing operator on the local stack's databases; a cluster someone else runs has its own.
+pytestmark = pytest.mark.local_stack
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"
 
 
@@ -41,15 +44,17 @@ def ledger_url(stack: LocalStack) -> str:
 
 
 @pytest.fixture(scope="module")
-async def wallet_billing(stack: LocalStack) -> AsyncIterator[ManagedProcess]:
+async def wallet_billing(stack: Target) -> AsyncIterator[ManagedProcess]:
     """`maasctl billing run` with a ledger and maas-api's usage database, ready before the journey."""
+    assert stack.local is not None, "local_stack journey"
+    local = stack.local
     await install_billing_crds(stack.api)
     health = free_port()
     proc = ManagedProcess("billing-wallets", maasctl_argv(
         "billing", "run", f"--kubeconfig={stack.kubeconfig}", "--metrics-bind-address=0",
         f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json",
         f"--leader-election-namespace={stack.settings.leader_election_namespace}",
-        f"--ledger-url={ledger_url(stack)}", f"--usage-database-url={usage_url(stack)}",
+        f"--ledger-url={ledger_url(local)}", f"--usage-database-url={usage_url(local)}",
         "--rate-interval-seconds=1"), stack.directory / "billing-wallets.log")
     proc.start()
     try:
@@ -78,7 +83,10 @@ async def ledger_cli(stack: LocalStack, *args: str) -> str:
 
 async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_restores_it(
         wallet_billing: ManagedProcess, world: World) -> None:
+    world.require(Need.LOCAL_STACK)
     stack = world.stack
+    local = stack.local
+    assert local is not None
     gw_ns, gw = stack.settings.gateway_namespace, stack.settings.gateway_name
     org, sub_name = world.name("helix"), world.name("helix-sub")
     plan_name, tenant_name, book_name = world.name("wallet"), world.name("ten-helix"), world.name("pb")
@@ -120,7 +128,7 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
 
     try:
         await asyncio.sleep(max(0.0, (effective - datetime.now(UTC)).total_seconds() + 0.1))  # book in force
-        out = await ledger_cli(stack, "credit", "--tenant", tenant_key, "--amount", "0.05", "--reason",
+        out = await ledger_cli(local, "credit", "--tenant", tenant_key, "--amount", "0.05", "--reason",
                                "trial credit", "--id", f"trial-{world.suffix}", "--actor", "e2e-operator")
         assert "balance of" in out and "0.050000" in out
         await eventually(lambda: in_state("Active"), 60)
@@ -144,7 +152,7 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
         assert obj["status"]["state"] == "Frozen" and Decimal(obj["status"]["balance"]) < 0
 
         # The operator credits the wallet: calls succeed again.
-        await ledger_cli(stack, "credit", "--tenant", tenant_key, "--amount", "5", "--reason", "top-up",
+        await ledger_cli(local, "credit", "--tenant", tenant_key, "--amount", "5", "--reason", "top-up",
                          "--id", f"topup-{world.suffix}", "--actor", "e2e-operator")
 
         async def served() -> bool:
@@ -155,17 +163,17 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
             assert (await world.chat("gpt", key)).status_code == 200
 
         # Ledger, status and usage agree to the last micro-unit (once the last calls are rated).
-        ledger = Ledger.from_url(ledger_url(stack))
-        reader = UsageReader.from_url(usage_url(stack))
+        ledger = Ledger.from_url(ledger_url(local))
+        reader = UsageReader.from_url(usage_url(local))
         try:
             spec = PriceBookSpec.model_validate(book_spec)
             # The organization's records since the book is in force (earlier ones are reported as unpriced);
             # refused requests are recorded too and cost nothing. The gateway delivers records every 2 s.
-            served = statuses.count(200) + 4
+            served_calls = statuses.count(200) + 4
 
             async def delivered() -> list[Any]:
                 rows = [r for r in await reader.page(None, 100_000) if r.organization_id == org and r.ts >= effective]
-                return rows if sum(r.status == 200 for r in rows) >= served else []
+                return rows if sum(r.status == 200 for r in rows) >= served_calls else []
 
             mine = await _eventually_value(delivered)
             expected = Decimal(0)
@@ -189,7 +197,7 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
             status = (await tenant())["status"]
             assert status["state"] == "Active" and Decimal(status["balance"]) == balance
             assert Decimal(status["mtdSpend"]) == expected
-            shown = await ledger_cli(stack, "show", "--tenant", tenant_key)
+            shown = await ledger_cli(local, "show", "--tenant", tenant_key)
             assert f"balance {balance}" in shown and "top-up, by e2e-operator" in shown
         finally:
             await reader.close()
