@@ -217,7 +217,7 @@ async def test_model_published_after_its_subscription_is_picked_up(
     async def failed_not_found() -> bool:
         obj = await objs.get("MaaSSubscription", SUB_NS, sub)
         status = (obj or {}).get("status") or {}
-        return status.get("phase") == "Failed" and status["modelRefStatuses"][0]["reason"] == "ModelNotFound"
+        return status.get("phase") == "Failed" and status["modelRefStatuses"][0]["reason"] == "NotFound"
 
     await eventually(failed_not_found)
     await publish_external(objs, kube, namespace, "late")

@@ -73,20 +73,20 @@ SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
 OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
 API_KEY_PREFIX: Final = "Bearer sk-oai-"
 
-_X_API_KEY: Final = "request.headers['x-api-key']"
-_HAS_X_API_KEY: Final = "'x-api-key' in request.headers"
+_X_API_KEY: Final = 'request.headers["x-api-key"]'
+_HAS_X_API_KEY: Final = '"x-api-key" in request.headers'
 _BEARER_KEY: Final = (
     "has(request.headers.authorization)"
     f" && request.headers.authorization.startsWith({cel_string(API_KEY_PREFIX)})"
 )
 _HEADER_KEY: Final = (
-    f"!has(request.headers.authorization) && {_HAS_X_API_KEY} && {_X_API_KEY}.startsWith('sk-oai-')"
+    f"!has(request.headers.authorization) && {_HAS_X_API_KEY} && {_X_API_KEY}.startsWith({cel_string('sk-oai-')})"
 )
 IS_API_KEY: Final = f"({_BEARER_KEY}) || ({_HEADER_KEY})"
 API_KEY_EXPRESSION: Final = f"(({_BEARER_KEY}) ? request.headers.authorization.substring(7) : {_X_API_KEY})"
 _ONE_CREDENTIAL: Final = (
     f"!({_HAS_X_API_KEY} && has(request.headers.authorization))"
-    f" || request.headers.authorization == 'Bearer ' + {_X_API_KEY}"
+    f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
 )
 _KEY: Final = "auth.metadata.apiKeyValidation"
 _SUB: Final = "auth.metadata.subscriptionInfo"

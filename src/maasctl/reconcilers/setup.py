@@ -18,14 +18,17 @@ from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.externalmodel import ExternalModelReconciler
 from maasctl.reconcilers.gateway import GatewayReconciler
 from maasctl.reconcilers.indexes import (
+    ALIAS_INDEX,
     MODEL_INDEX,
     TARGET_INDEX,
+    alias_index,
     model_index,
     models_by_target,
     models_in_namespace,
     models_of_generated,
     models_of_source,
     requests,
+    siblings_by_alias,
     sources_in_namespace,
     sources_of_model,
     target_index,
@@ -37,7 +40,7 @@ from maasctl.reconcilers.kinds import (
     HTTP_ROUTE,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
-    LLM_INFERENCE_SERVICE,
+    LLM_INFERENCE_SERVICES,
     MAAS_AUTH_POLICY,
     MAAS_MODEL_REF,
     MAAS_SUBSCRIPTION,
@@ -78,16 +81,20 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     ctx = Context(cache=cache, client=manager.client, applier=manager.applier,
                   events=manager.event_recorder("maas-controller"), settings=settings)
     cache.add_index(MAAS_MODEL_REF, TARGET_INDEX, target_index)
+    cache.add_index(MAAS_MODEL_REF, ALIAS_INDEX, alias_index)
     cache.add_index(MAAS_AUTH_POLICY, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, MODEL_INDEX, model_index)
     in_namespace = models_in_namespace(cache)
 
-    (manager.controller("maasmodelref")
+    models = (manager.controller("maasmodelref")
         .for_(MAAS_MODEL_REF, predicates=[SPEC_OR_META])
         .owns(HTTP_ROUTE)
         .owns(SERVICE)
-        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel"))
-        .watches(LLM_INFERENCE_SERVICE, map_to=models_by_target(cache, "LLMInferenceService"))
+        .watches(MAAS_MODEL_REF, map_to=siblings_by_alias(cache))
+        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel")))
+    for llm_version in LLM_INFERENCE_SERVICES:  # each version the cluster serves (seed 001 registers v1alpha1)
+        models = models.watches(llm_version, map_to=models_by_target(cache, "LLMInferenceService"))
+    (models
         .watches(HTTP_ROUTE, map_to=_kserve_route_to_models(cache))
         .watches(GATEWAY, map_to=lambda gw: requests(cache.list(MAAS_MODEL_REF)))
         .watches(MAAS_AUTH_POLICY, map_to=models_of_source, predicates=[SPEC_OR_META])
@@ -127,7 +134,8 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(HTTP_ROUTE, map_to=by_namespace)
         .watches(INFERENCE_OBJECTIVE, map_to=by_namespace)
         .watches(INFERENCE_POOL, map_to=by_namespace)
-        .watches(LLM_INFERENCE_SERVICE, map_to=by_namespace)
+        .watches(LLM_INFERENCE_SERVICES[0], map_to=by_namespace)
+        .watches(LLM_INFERENCE_SERVICES[1], map_to=by_namespace)
         .watches(JOB, map_to=_cleanup_job_owner)
         .complete(SubscriptionReconciler(ctx)))
     return ctx

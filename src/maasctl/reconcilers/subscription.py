@@ -34,7 +34,7 @@ from maasctl.reconcilers.flowcontrol import API_RECHECK_SECONDS, FlowControl, Fl
 from maasctl.reconcilers.indexes import kuadrant_ready, model_index
 from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
-from maasctl.reconcilers.routes import resolve
+from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
 from maasctl.runtime import Request, Result, finalize, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
@@ -86,7 +86,7 @@ class SubscriptionReconciler:
                                 f"MaaSSubscriptions count only in namespace {self.ctx.settings.subscription_namespace}")
         res = resolve(self.ctx.cache, model, self.ctx.gateway)
         if not res.resolved:
-            return ModelOutcome(model, res.reason != "ModelNotFound", res.reason, res.message)
+            return ModelOutcome(model, res.reason != MODEL_NOT_FOUND, res.reason, res.message)
         name = names.trlp_name(model.name)
         generated = ObjectRef(model.namespace, name)
         live = self.ctx.cache.peek(TOKEN_RATE_LIMIT_POLICY, name, model.namespace)
