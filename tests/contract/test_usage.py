@@ -23,6 +23,7 @@ from maasctl.contract.usage import (
     UsageRecord,
     charge_for,
     prepare_body,
+    set_top_level_model,
     usage_numbers,
 )
 
@@ -192,6 +193,7 @@ def test_answers_of_a_renamed_model_name_the_published_model() -> None:
               b"data: [DONE]\n\n")
     out = filt.feed(stream[:20]) + filt.feed(stream[20:]) + filt.close()
     assert b"gpt-4o" not in out and out.count(b'"model":"company-chat"') == 2
+    assert out == stream.replace(b'"gpt-4o-2024"', b'"company-chat"').replace(b'"gpt-4o"', b'"company-chat"')
     assert b"event: x\r\ndata: " in out and out.endswith(b"data: [DONE]\n\n")
     assert filt.usage == {"total_tokens": 7} and filt.done
 
@@ -204,3 +206,15 @@ def test_answers_of_a_renamed_model_name_the_published_model() -> None:
     odd = JsonModelRewriter("company-chat", limit=1024)
     odd.feed(b"not json")
     assert odd.close() == b"not json"
+
+
+def test_only_the_top_level_model_value_changes_and_every_other_byte_stays() -> None:
+    raw = b'{"id": "x", "model" : "gpt-4o",\n "choices": [{"model": "inner", "text": "\\"model\\": \\"a\\""}]}'
+    edited = set_top_level_model(raw, "company-chat")
+    assert edited == raw.replace(b'"gpt-4o"', b'"company-chat"')
+    assert json.loads(edited)["choices"][0]["model"] == "inner"
+    twice = b'{"model":"a","x":1,"model":"b"}'  # duplicate keys: a parser may read either one
+    assert set_top_level_model(twice, "p") == b'{"model":"p","x":1,"model":"p"}'
+    assert set_top_level_model(b'data: {"model":"a"}\n', "p") == b'data: {"model":"p"}\n'
+    for bad in (b'{"choices": [{"model": "a"}]}', b'{"model": 5}', b'{"model": "a', b"[]"):
+        assert set_top_level_model(bad, "p") is None

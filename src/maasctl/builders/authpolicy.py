@@ -6,8 +6,8 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
 1. Authentication. `Authorization: Bearer sk-oai-...` is a MaaS API key (`api-keys`, taken as is and validated
    by maas-api in step 2), and so is `x-api-key: sk-oai-...` without an `Authorization` header (Anthropic-style
    clients; `contract.edge.presented_credential` is the same rule in maas-api); any other bearer token is a
-   Kubernetes token checked with a TokenReview (`kubernetes-tokens`). Both headers naming different
-   credentials are refused (`one-credential`).
+   Kubernetes token checked with a TokenReview (`kubernetes-tokens`). A MaaS key in `x-api-key` beside an
+   `Authorization` naming another credential is refused (`one-credential`).
 2. Metadata (HTTP callbacks to maas-api, cached, authenticated with the gateway's shared token from the Secret
    `AuthSettings.gateway_token_secret` through `sharedSecretRef`):
    - `apiKeyValidation` (API keys only): `POST <maas-api>/internal/v1/api-keys/validate` with `{"key": ...}`;
@@ -85,7 +85,7 @@ _HEADER_KEY: Final = (
 IS_API_KEY: Final = f"({_BEARER_KEY}) || ({_HEADER_KEY})"
 API_KEY_EXPRESSION: Final = f"(({_BEARER_KEY}) ? request.headers.authorization.substring(7) : {_X_API_KEY})"
 _ONE_CREDENTIAL: Final = (
-    f"!({_HAS_X_API_KEY} && has(request.headers.authorization))"
+    f"!({_HAS_X_API_KEY} && has(request.headers.authorization) && {_X_API_KEY}.startsWith({cel_string('sk-oai-')}))"
     f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
 )
 _KEY: Final = "auth.metadata.apiKeyValidation"

@@ -80,20 +80,19 @@ class ConflictingCredentials(ValueError):
 def presented_credential(authorization: str | None, x_api_key: str | None) -> str | None:
     """The one credential a client presents (the same rule as the generated AuthPolicy):
     `Authorization: Bearer <token>` (an API key or a Kubernetes token), else `x-api-key: sk-oai-...` (an API
-    key, as Anthropic-style clients send it). Both present must name the same credential
-    (`ConflictingCredentials`); an `x-api-key` that is not a MaaS API key is no credential."""
+    key, as Anthropic-style clients send it). An `x-api-key` that is not a MaaS API key is no credential (and
+    never forwarded); a MaaS API key in `x-api-key` beside an `Authorization` naming something else is
+    refused (`ConflictingCredentials`), never guessed."""
     bearer: str | None = None
     if authorization is not None:
         scheme, _, rest = authorization.strip().partition(" ")
         bearer = rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
-    header_key = x_api_key.strip() if x_api_key is not None else None
-    if header_key is not None and authorization is not None and header_key != bearer:
-        raise ConflictingCredentials("Authorization and x-api-key carry different credentials")
-    if bearer is not None:
+    header_key = x_api_key.strip() if x_api_key is not None else ""
+    if not header_key.startswith(API_KEY_PREFIX):
         return bearer
-    if header_key is not None and header_key.startswith(API_KEY_PREFIX):
-        return header_key
-    return None
+    if authorization is not None and header_key != bearer:
+        raise ConflictingCredentials("Authorization and x-api-key carry different credentials")
+    return header_key
 
 
 class AmbiguousPath(ValueError):

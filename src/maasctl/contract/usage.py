@@ -56,6 +56,7 @@ __all__ = [
     "UsageRecord",
     "charge_for",
     "prepare_body",
+    "set_top_level_model",
     "usage_numbers",
 ]
 
@@ -297,10 +298,80 @@ class SseUsageFilter:
             self.usage = chunk["usage"]
             if self._drop and not chunk.get("choices"):
                 return b""
-        if renaming and isinstance(chunk.get("model"), str) and chunk["model"] != self._rename:
-            chunk["model"] = self._rename
-            return _with_data(event, json.dumps(chunk, separators=(",", ":"), ensure_ascii=False).encode())
+        new = self._rename
+        if new is not None and isinstance(chunk.get("model"), str) and chunk["model"] != new:
+            lines = event.splitlines(keepends=True)
+            data_lines = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
+            if len(data_lines) == 1:
+                edited = set_top_level_model(lines[data_lines[0]], new)
+                if edited is not None:
+                    lines[data_lines[0]] = edited
+                    return b"".join(lines)
+            chunk["model"] = new
+            return _with_data(event, json.dumps(chunk, ensure_ascii=False).encode())
         return event
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The index after the JSON string that starts at `data[start]` (`"`), or -1 when it is cut off."""
+    escaped = False
+    for i in range(start + 1, len(data)):
+        c = data[i]
+        if escaped:
+            escaped = False
+        elif c == 0x5C:
+            escaped = True
+        elif c == 0x22:
+            return i + 1
+    return -1
+
+
+def set_top_level_model(data: bytes, name: str) -> bytes | None:
+    """`data` (one JSON object, possibly after an SSE `data:` prefix) with every top-level `"model"` string
+    value replaced by `name` and every other byte kept; None when it has none or is not well formed."""
+    spans: list[tuple[int, int]] = []
+    depth, i = 0, 0
+    while i < len(data):
+        c = data[i]
+        if c == 0x22:
+            end = _string_end(data, i)
+            if end < 0:
+                return None
+            if depth == 1:
+                after = end
+                while after < len(data) and data[after] in b" \t\r\n":
+                    after += 1
+                if after < len(data) and data[after] == 0x3A:  # a key
+                    try:
+                        key = json.loads(data[i:end])
+                    except (ValueError, UnicodeDecodeError):
+                        return None
+                    value = after + 1
+                    while value < len(data) and data[value] in b" \t\r\n":
+                        value += 1
+                    if key == "model" and value < len(data) and data[value] == 0x22:
+                        value_end = _string_end(data, value)
+                        if value_end < 0:
+                            return None
+                        spans.append((value, value_end))
+                        i = value_end
+                        continue
+            i = end
+            continue
+        if c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+        i += 1
+    if not spans:
+        return None
+    replacement = json.dumps(name, ensure_ascii=False).encode()
+    out, last = [], 0
+    for start, end in spans:
+        out += [data[last:start], replacement]
+        last = end
+    out.append(data[last:])
+    return b"".join(out)
 
 
 def _with_data(event: bytes, data: bytes) -> bytes:
@@ -346,8 +417,11 @@ class JsonModelRewriter:
             return held
         if not isinstance(answer, dict) or not isinstance(answer.get("model"), str):
             return held
+        edited = set_top_level_model(held, self._rename)
+        if edited is not None:
+            return edited
         answer["model"] = self._rename
-        return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(answer, ensure_ascii=False).encode()
 
 
 def _object_at(data: bytes, start: int) -> Any:
