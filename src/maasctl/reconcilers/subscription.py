@@ -95,7 +95,7 @@ class SubscriptionReconciler:
             return ModelOutcome(model, True, "Invalid", "; ".join(problems), generated, False,
                                 kuadrant_ready(live)[1])
         ready, reason = kuadrant_ready(live)
-        if live is not None and limit_name(ObjectRef(view.namespace, view.name)) not in _limits(live):
+        if live is not None and limit_name(ObjectRef(view.namespace, view.name), model) not in _limits(live):
             ready, reason = False, "LimitNotRendered"
         return ModelOutcome(model, True, "Valid", res.message, generated, ready, reason)
 
