@@ -347,7 +347,7 @@ async def test_metrics_and_access_log_without_secrets(client: httpx.AsyncClient)
 
 
 async def test_health_and_openapi(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/health")).json() == {"status": "ok"}
+    assert (await client.get("/health")).json() == {"status": "healthy"}
     doc = (await client.get("/openapi.json")).json()
     assert "/v1/api-keys" in doc["paths"] and "/internal/v1/api-keys/validate" in doc["paths"]
 

@@ -17,6 +17,8 @@ from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents, third_party_crd_files, wait_established
 from tests.reconcilers.conftest import (
+    GATEWAY_NAME,
+    GATEWAY_NS,
     SUB_NS,
     Objects,
     RunningController,
@@ -107,6 +109,10 @@ async def test_v1alpha1_manifests_apply_where_both_versions_are_served(
     await _ready_status(kube, "v1alpha1", namespace, "granite", {"url": "https://granite.example.test", **READY})
     mr = await eventually(lambda: _phase(objs, namespace, "granite", "Ready"))
     assert mr["status"]["resolvedModelAlias"] == "granite"
+    # the reference's flat route fields, besides maasctl's lists
+    assert (mr["status"]["httpRouteName"], mr["status"]["httpRouteNamespace"]) == ("granite-kserve-route", namespace)
+    assert (mr["status"]["httpRouteGatewayName"], mr["status"]["httpRouteGatewayNamespace"]) == (
+        GATEWAY_NAME, GATEWAY_NS)
     # KServe (v1alpha2) reports the served model name under status.addresses[].models: that is the alias
     await _ready_status(kube, "v1alpha2", namespace, "granite", {
         "addresses": [{"url": "https://granite.example.test", "models": [{"name": "ibm/granite"}]}]})
@@ -219,3 +225,32 @@ async def test_subscription_reports_a_missing_model_as_not_found(
     assert sub["status"]["phase"] == "Failed"
     await objs.delete("MaaSSubscription", SUB_NS, name)
 
+
+
+async def test_shared_priority_is_flagged_on_both_subscriptions(
+    controller: RunningController, objs: Objects, namespace: str
+) -> None:
+    """SpecPriorityDuplicate (the reference's condition): True/SharedPriority while two subscriptions of the
+    namespace share `spec.priority`, cleared on both when one moves."""
+    a, b = (f"p-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    odd_priority = 7000 + int(uuid.uuid4().hex[:3], 16)  # no other test's subscription shares it
+    for name in (a, b):
+        sub = subscription(name, [(namespace, "m")], "g")
+        sub["spec"]["priority"] = odd_priority
+        await objs.create(sub)
+
+    async def duplicate(name: str, state: str) -> dict[str, Any] | None:
+        sub = await objs.get("MaaSSubscription", SUB_NS, name)
+        conds = {c["type"]: c for c in ((sub or {}).get("status") or {}).get("conditions") or ()}
+        cond = conds.get("SpecPriorityDuplicate")
+        return sub if cond is not None and cond["status"] == state else None
+
+    first = await eventually(lambda: duplicate(a, "True"))
+    assert _condition(first, "SpecPriorityDuplicate")["reason"] == "SharedPriority"
+    assert b in _condition(first, "SpecPriorityDuplicate")["message"]
+    await eventually(lambda: duplicate(b, "True"))
+    await objs.patch("MaaSSubscription", SUB_NS, b, {"spec": {"priority": odd_priority + 1}})
+    for name in (a, b):
+        await eventually(lambda name=name: duplicate(name, "False"))  # type: ignore[misc]
+    for name in (a, b):
+        await objs.delete("MaaSSubscription", SUB_NS, name)

@@ -288,7 +288,7 @@ class CleanupResponse(Response):
 
 
 class Health(Response):
-    status: Literal["ok"] = "ok"
+    status: Literal["healthy"] = "healthy"
 
 
 class SubscriptionInfo(Response):

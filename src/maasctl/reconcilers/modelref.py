@@ -196,6 +196,9 @@ class ModelRefReconciler:
             status["endpoint"] = res.endpoint
         if res.route is not None:
             status["httpRoutes"] = [{"name": res.route.name, "namespace": res.route.namespace}]
+            status["httpRouteName"], status["httpRouteNamespace"] = res.route.name, res.route.namespace
         if res.gateways:
             status["gateways"] = [{"name": g.name, "namespace": g.namespace} for g in res.gateways]
+            status["httpRouteGatewayName"] = res.gateways[0].name
+            status["httpRouteGatewayNamespace"] = res.gateways[0].namespace
         return status

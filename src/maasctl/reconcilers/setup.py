@@ -75,6 +75,19 @@ def _cleanup_job_owner(job: FrozenObject) -> list[Request]:
     return [Request(*key.split("/", 1)) for key in str(value).split(",") if "/" in key]
 
 
+def _same_priority(cache: Cache) -> MapFunc:
+    """A subscription (old and new spec) -> the others of its namespace with that priority
+    (`SpecPriorityDuplicate` on both sides)."""
+
+    def map_to(sub: FrozenObject) -> list[Request]:
+        ns, name = sub["metadata"]["namespace"], sub["metadata"]["name"]
+        priority = (sub.get("spec") or {}).get("priority", 0)
+        return [Request.for_object(o) for o in cache.list(MAAS_SUBSCRIPTION, ns)
+                if o["metadata"]["name"] != name and (o.get("spec") or {}).get("priority", 0) == priority]
+
+    return map_to
+
+
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
     """Wire the MaaSModelRef, Gateway, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
@@ -129,6 +142,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(cache), predicates=[SPEC_OR_META])
         .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(HTTP_ROUTE, map_to=by_namespace)

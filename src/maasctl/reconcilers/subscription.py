@@ -6,8 +6,11 @@ valid and present in that policy (`tokenRateLimitStatuses`, the Active/Degraded/
 
 Request priority (`inferencePriority` -> InferenceObjectives, see flowcontrol.py) is synced per model and
 published in the same single status apply (`flowControlStatuses`, condition `InferenceObjectivesReady`, the
-Degraded rule); stale objectives are pruned after the status is written. Deletion (the `finalize` helper)
-prunes the objectives and waits for the key cleanup Job (cleanup.py) before the finalizer goes.
+Degraded rule); stale objectives are pruned after the status is written. The condition `SpecPriorityDuplicate`
+(the reference's) is True (`SharedPriority`) while another subscription of the namespace has the same
+`spec.priority`: a caller entitled to both gets `multiple_subscriptions` until it names one. Deletion (the
+`finalize` helper) prunes the objectives and waits for the key cleanup Job (cleanup.py) before the finalizer
+goes.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from maasctl.reconcilers.kinds import HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
 from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
-from maasctl.runtime import Request, Result, finalize, remove_condition, set_condition
+from maasctl.runtime import Request, Result, finalize, is_deleting, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
 
 _MAX_MESSAGE = 1024
@@ -124,8 +127,35 @@ class SubscriptionReconciler:
         else:
             conditions = set_condition(conditions, type_=cond.type, status=cond.status, reason=cond.reason,
                                        message=cond.message[:4096], observed_generation=generation)
+        peers = same_priority_peers(self.ctx, obj)
+        if peers:
+            listed = ", ".join(peers[:5]) + (f" and {len(peers) - 5} more" if len(peers) > 5 else "")
+            conditions = set_condition(
+                conditions, type_=SPEC_PRIORITY_DUPLICATE, status="True", reason="SharedPriority",
+                message=f"priority {view.priority} is shared with {listed}; callers entitled to several of them "
+                "must choose one (X-MaaS-Subscription, or subscription when minting a key)"[:4096],
+                observed_generation=generation)
+        else:
+            conditions = set_condition(conditions, type_=SPEC_PRIORITY_DUPLICATE, status="False",
+                                       reason="NoDuplicatePeers", message="no other subscription has this priority",
+                                       observed_generation=generation)
         status["conditions"] = conditions
         return status
+
+
+SPEC_PRIORITY_DUPLICATE = "SpecPriorityDuplicate"
+
+
+def _priority(obj: FrozenObject) -> int:
+    value = (obj.get("spec") or {}).get("priority", 0)
+    return value if isinstance(value, int) else 0
+
+
+def same_priority_peers(ctx: Context, obj: FrozenObject) -> list[str]:
+    """Names of the other live subscriptions in `obj`'s namespace with the same `spec.priority`."""
+    me, priority = obj["metadata"]["name"], _priority(obj)
+    return sorted(str(o["metadata"]["name"]) for o in ctx.cache.list(MAAS_SUBSCRIPTION, obj["metadata"]["namespace"])
+                  if o["metadata"]["name"] != me and not is_deleting(o) and _priority(o) == priority)
 
 
 def _limits(trlp: FrozenObject) -> set[str]:
