@@ -115,7 +115,8 @@ async def test_key_shapes_follow_the_reference(world: World) -> None:
     assert listed[0]["id"] == minted["id"]
 
     cfg = (await api(world, "GET", "/v1/api-keys/config", token=world.token("alice"))).json()
-    assert cfg["max_expiration_days"] > 0 and cfg["ephemeral_max_expiration"] == "1h"
+    assert isinstance(cfg["max_expiration_days"], int) and cfg["max_expiration_days"] > 0
+    assert cfg["ephemeral_max_expiration"] == "1h"
 
 
 async def test_search_takes_labels_contain(world: World) -> None:
@@ -136,6 +137,8 @@ async def test_revoking_twice_is_404_and_errors_have_the_reference_shape(world: 
     assert first.status_code == 200 and first.json()["status"] == "revoked"
     again = await api(world, "DELETE", f"/v1/api-keys/{key_id}", token=bearer)
     assert again.status_code == 404
+    assert key_id not in {k["id"] for k in await _search(world, "alice")}  # search lists active keys by default
+    assert key_id in {k["id"] for k in await _search(world, "alice", filters={"status": ["revoked"]})}
     assert set(again.json()["error"]) >= {"message", "type"} and again.json()["error"]["type"] == "not_found_error"
     for body in ({"name": "k", "color": "blue"}, {"name": 5}, {"name": "k", "labels": {"bad key!": "v"}}):
         r = await api(world, "POST", "/v1/api-keys", token=bearer, json=body)

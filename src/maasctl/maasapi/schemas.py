@@ -94,7 +94,8 @@ class KeyList(Response):
 
 
 class SearchFilters(Request):
-    status: list[KeyStatus] = Field(default_factory=list, max_length=3)
+    status: list[KeyStatus] = Field(default_factory=list, max_length=3,
+                                    description="Statuses to include; active keys only when empty or absent")
     subscription: SubscriptionName | None = None
     name_contains: Annotated[str, StringConstraints(max_length=128)] | None = None
     description_contains: Annotated[str, StringConstraints(max_length=1024)] | None = None
@@ -154,7 +155,7 @@ class KeyConfig(BaseModel):
     """The reference's snake_case `{max_expiration_days, ephemeral_max_expiration}` plus maasctl's
     `default_expiration` and `key_format`."""
 
-    max_expiration_days: float
+    max_expiration_days: int | float = Field(description="Whole days as an integer, as in the reference")
     ephemeral_max_expiration: str
     default_expiration: str
     key_format: str = "sk-oai-<id>_<secret>"

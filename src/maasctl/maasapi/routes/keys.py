@@ -32,7 +32,7 @@ router = APIRouter(tags=["api-keys"], responses=ERROR_RESPONSES)
 async def key_config(st: StateDep, _: TokenCaller) -> KeyConfig:
     s = st.settings
     return KeyConfig(
-        max_expiration_days=s.max_expiration.total_seconds() / 86400,
+        max_expiration_days=days if (days := s.max_expiration.total_seconds() / 86400) % 1 else int(days),
         default_expiration=keys.format_duration(s.effective_default_expiration),
         ephemeral_max_expiration=keys.format_duration(s.ephemeral_max_expiration),
     )
@@ -99,7 +99,7 @@ async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) ->
     recs, more = await st.keys().search(
         SearchQuery(
             owner=owner,
-            statuses=tuple(dict.fromkeys(f.status)),
+            statuses=tuple(dict.fromkeys(f.status or ("active",))),  # the reference: active keys unless asked
             subscription=sub,
             name_contains=f.name_contains,
             description_contains=f.description_contains,
