@@ -92,7 +92,7 @@ async def test_limits_per_tier_and_per_user_and_unlimited(world: World) -> None:
     statuses = [(await world.chat("gpt", bob)).status_code for _ in range(6)]
     assert statuses == [200] * 6
     report = await simulate_remote(world.stack.gateway_url, SimulateRequest(model=f"{world.namespace}/gpt", key=bob))
-    assert report.to_json()["limits"] == [{"limit_name": f"{world.sub_ns()}/{free}", "unlimited": True}]
+    assert report.to_json()["limits"] == [{"limit_name": f"{world.sub_ns()}-{free}-gpt-tokens", "unlimited": True}]
 
 
 async def test_independent_counters_for_users_of_one_subscription(world: World) -> None:
