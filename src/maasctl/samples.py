@@ -43,11 +43,11 @@ def models(settings: ControllerSettings, model_url: str, incluster_url: str) -> 
     return [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider-key", "namespace": ns},
          "stringData": {"api-key": UPSTREAM_KEY}},
-        {"apiVersion": MAAS, "kind": "ExternalModel", "metadata": {"name": "test-provider", "namespace": ns},
+        {"apiVersion": MAAS, "kind": "ExternalModel", "metadata": {"name": EXTERNAL_MODEL, "namespace": ns},
          "spec": {"provider": "openai", "endpoint": f"{model_url}/v1", "targetModel": EXTERNAL_MODEL,
                   "credentialRef": {"name": "provider-key"}}},
         {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": EXTERNAL_MODEL, "namespace": ns},
-         "spec": {"modelRef": {"kind": "ExternalModel", "name": "test-provider"}}},
+         "spec": {"modelRef": {"kind": "ExternalModel", "name": EXTERNAL_MODEL}}},
         {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
          "metadata": {"name": IN_CLUSTER_MODEL, "namespace": ns}, "spec": {}},
         {"apiVersion": "v1", "kind": "Service",

@@ -271,7 +271,7 @@ INVALID: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
     (
         "external-endpoint-no-scheme",
         model("seed004-external-model-no-key", lambda s: s.update(endpoint="host/v1")),
-        "endpoint must be an absolute http(s) URL",
+        "endpoint must be a host name",
     ),
     (
         "external-target-model-quote",

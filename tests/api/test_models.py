@@ -184,6 +184,10 @@ def test_priorities_are_int32(field: str) -> None:
         ("https://host/v1", True),
         ("https://api.example.com", True),
         ("http://10.0.0.1:8000/v1", True),
+        ("api.openai.com", True),  # the reference's host form (port/TLS from annotations)
+        ("localhost", True),
+        ("api.openai.com:443", False),
+        ("-bad.example", False),
         ("ftp://host/v1", False),
         ("host/v1", False),
         ("https://host/v1?x=1", False),
@@ -191,14 +195,14 @@ def test_priorities_are_int32(field: str) -> None:
         ('https://host/v1"', False),
     ],
 )
-def test_external_model_endpoint_is_an_http_base_url(endpoint: str, ok: bool) -> None:
+def test_external_model_endpoint_is_an_http_base_url_or_a_host(endpoint: str, ok: bool) -> None:
     obj = examples.example("seed004-external-model-no-key")
     obj["spec"]["endpoint"] = endpoint
     model = KIND_BY_NAME["ExternalModel"]
     if ok:
         parse(model, obj)
     else:
-        with pytest.raises(ValidationError, match="endpoint must be an absolute http"):
+        with pytest.raises(ValidationError, match=r"endpoint must be a host name .* or an absolute http"):
             parse(model, obj)
 
 

@@ -130,7 +130,8 @@ def test_plan_limits_merge_into_the_route_token_limits() -> None:
     plan_trlp = plan_objects(tokensPerMinute=50)["TokenRateLimitPolicy"]
     effective = effective_policy([plan_trlp], [stamp(route_trlp, "trlp", "2026-01-01T00:00:00Z")])
     assert effective is not None
-    assert set(effective["spec"]["limits"]) == {"models-as-a-service/premium", f"billing/{GW_NS}/basic/tokens"}
+    assert set(effective["spec"]["limits"]) == {"models-as-a-service-premium-granite-8b-tokens",
+                                                f"billing/{GW_NS}/basic/tokens"}
 
 
 async def test_request_limits_count_per_tenant_and_refuse_over_the_limit() -> None:

@@ -84,8 +84,8 @@ def test_checker_catches_mistakes() -> None:
     """The schema check itself can fail: a misspelt field, a bad window and a broken CEL rule are reported."""
     trlp = _trlp()
     assert trlp is not None
-    trlp["spec"]["limits"]["maas/free"]["rates"][0]["window"] = "1d"
-    trlp["spec"]["limits"]["maas/free"]["counter"] = []
+    trlp["spec"]["limits"]["maas-free-granite-tokens"]["rates"][0]["window"] = "1d"
+    trlp["spec"]["limits"]["maas-free-granite-tokens"]["counter"] = []
     errors = validate_object("kuadrant-operator-v1.5.2/kuadrant.io_tokenratelimitpolicies.yaml", trlp)
     assert any("1d" in e for e in errors) and any("counter" in e for e in errors)
     route = _route()

@@ -42,6 +42,9 @@ def test_exact_route() -> None:
             "namespace": "llm",
             "labels": LABELS | {"app.kubernetes.io/component": "external-model-route"},
             "annotations": {
+                "maas.opendatahub.io/published-model": "openai",
+                "maas.opendatahub.io/target-model": "openai",
+                "maas.opendatahub.io/model-aliases": "gpt-4o",
                 "maas.opendatahub.io/upstream-key-secret": "openai-key",
                 "maas.opendatahub.io/upstream-key-secret-key": "api-key",
             },
@@ -118,7 +121,7 @@ def test_plain_http_port_timeout_hostnames_and_owner() -> None:
     assert route["spec"]["rules"][0]["backendRefs"][0]["port"] == 8080
     assert route["spec"]["rules"][0]["timeouts"] == {"request": "1h30m"}
     assert route["spec"]["hostnames"] == ["a.example.com", "b.example.com"]
-    assert "annotations" not in route["metadata"]
+    assert not any("upstream-key" in a for a in route["metadata"]["annotations"])
     for obj in (service, route):
         assert obj["metadata"]["ownerReferences"] == [{
             "apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSModelRef", "name": "gpt-4o",
@@ -172,3 +175,20 @@ def test_invalid_inputs(inp: ExternalRouteInput) -> None:
 def test_wildcard_hostname_accepted() -> None:
     route = build_external_route(replace(BASE, hostnames=("*.example.com",)))
     assert route["spec"]["hostnames"] == ["*.example.com"]
+
+
+def test_published_and_target_model_names() -> None:
+    """The route names the model clients call (the ExternalModel) and the provider's name for it; the
+    `external-model` label names the ExternalModel, never the provider's model."""
+    inp = replace(BASE, external_model="company-chat", target_model="gpt-4o-2024-08-06")
+    route = build_external_route(inp)
+    assert route["metadata"]["labels"]["maas.opendatahub.io/external-model"] == "company-chat"
+    annotations = route["metadata"]["annotations"]
+    assert annotations["maas.opendatahub.io/published-model"] == "company-chat"
+    assert annotations["maas.opendatahub.io/target-model"] == "gpt-4o-2024-08-06"
+    assert annotations["maas.opendatahub.io/model-aliases"] == "gpt-4o"  # the MaaSModelRef's name
+    same = build_external_route(replace(BASE, model=ObjectRef("llm", "openai"), external_model="openai"))
+    assert "maas.opendatahub.io/model-aliases" not in same["metadata"]["annotations"]
+    for bad in ("", "x" * 254, 'say "hi"', "a\nb", "back\\slash"):
+        with pytest.raises(InvalidInputError):
+            build_external_route(replace(BASE, target_model=bad))

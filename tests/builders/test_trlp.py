@@ -15,6 +15,7 @@ from maasctl.builders.trlp import (
     SubscriptionLimits,
     TokenRateLimitInput,
     build_token_rate_limit_policy,
+    limit_name,
     subscription_problems,
 )
 from maasctl.builders.validation import InvalidInputError
@@ -59,7 +60,7 @@ def test_exact_object() -> None:
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "granite-kserve-route"},
             "limits": {
-                "maas/free": {
+                "maas-free-granite-tokens": {
                     "rates": [{"limit": 100, "window": "1m"}],
                     "counters": [{"expression": "auth.identity.userid"}],
                     "when": [
@@ -67,7 +68,7 @@ def test_exact_object() -> None:
                         {"predicate": '!request.url_path.endsWith("/v1/models")'},
                     ],
                 },
-                "maas/premium": {
+                "maas-premium-granite-tokens": {
                     "rates": [{"limit": 1000, "window": "1m"}, {"limit": 100000, "window": "24h"}],
                     "counters": [{"expression": "auth.identity.userid"}],
                     "when": [
@@ -93,7 +94,7 @@ def test_no_subscriptions_means_no_policy() -> None:
 def test_unlimited_is_metered_but_not_limited() -> None:
     limits = build(UNLIMITED)["spec"]["limits"]
     assert limits == {
-        "maas/vip": {
+        "maas-vip-granite-tokens": {
             "rates": [],
             "counters": [{"expression": "auth.identity.userid"}],
             "when": [
@@ -171,12 +172,12 @@ def matching_limits(policy: dict[str, Any], identity: dict[str, Any], path: str)
 def test_models_listing_is_never_counted() -> None:
     identity = {"selected_subscription_key": "maas/free@llm/granite", "userid": "u"}
     policy = build(FREE, PREMIUM)
-    assert matching_limits(policy, identity, "/llm/granite/v1/chat/completions") == ["maas/free"]
+    assert matching_limits(policy, identity, "/llm/granite/v1/chat/completions") == ["maas-free-granite-tokens"]
     assert matching_limits(policy, identity, "/llm/granite/v1/models") == []
     # text in the query string never makes a completion look like a listing (it would go uncounted)
     for path in ("/llm/granite/v1/chat/completions?x=/v1/models", "/llm/granite/v1/completions?/v1/models",
                  "/llm/granite/v1/chat/completions?a=1&b=/llm/granite/v1/models"):
-        assert matching_limits(policy, identity, path) == ["maas/free"], path
+        assert matching_limits(policy, identity, path) == ["maas-free-granite-tokens"], path
 
 
 def test_limits_of_several_billion_tokens_render() -> None:
@@ -184,7 +185,7 @@ def test_limits_of_several_billion_tokens_render() -> None:
     big = SubscriptionLimits(ObjectRef("maas", "big"), (RateTier(5_000_000_000, "24h"),))
     assert subscription_problems(big) == ()
     policy = build(big)
-    assert policy["spec"]["limits"]["maas/big"]["rates"] == [{"limit": 5_000_000_000, "window": "24h"}]
+    assert policy["spec"]["limits"]["maas-big-granite-tokens"]["rates"] == [{"limit": 5_000_000_000, "window": "24h"}]
 
 
 def test_counter_is_per_user() -> None:
@@ -215,9 +216,9 @@ def test_aggregation_is_order_independent(subs: list[SubscriptionLimits], rnd: A
     rnd.shuffle(shuffled)
     first, second = build(*subs), build(*shuffled)
     assert first == second
-    assert set(first["spec"]["limits"]) == {s.subscription.key for s in subs}
+    assert set(first["spec"]["limits"]) == {limit_name(s.subscription, MODEL) for s in subs}
     for sub in subs:
-        rates = first["spec"]["limits"][sub.subscription.key]["rates"]
+        rates = first["spec"]["limits"][limit_name(sub.subscription, MODEL)]["rates"]
         assert sorted((r["limit"], r["window"]) for r in rates) == sorted((t.limit, t.window) for t in sub.tiers)
 
 
@@ -269,5 +270,5 @@ def test_end_to_end_exactly_the_selected_subscription_is_charged(
         return
     assert outcome.status == 200
     assert matching_limits(trlp, outcome.identity, "/llm/granite/v1/chat/completions") == [
-        expected.subscription.key
+        f"{expected.subscription.namespace}-{expected.subscription.name}-granite-tokens"
     ]

@@ -22,20 +22,21 @@ async def test_publish_subscribe_call_report_export(world: ConsoleWorld, browser
     sub_id = f"{world.stack.settings.subscription_namespace}/{sub}"
     admin = browser
 
-    # The administrator imports the provider and publishes two of its models.
+    # The administrator imports the provider and publishes two of its models, one under a name of its own.
     admin.sign_in_with_token(world.token("ops"))
     await admin.until(lambda: "ops" in admin.text("header"))
     import_service(admin, "provider", ns, f"{world.stack.model_url}/v1", world.stack.options.upstream_key)
     await admin.until(lambda: admin.path.endswith("/publish"), what="publish form")
     admin.fill("models-0-name", "gpt-x")
-    admin.fill("models-1-name", "granite")
+    admin.fill("models-1-name", "team-chat")
+    admin.fill("models-1-target", "granite")
     admin.button("Save")
     await admin.until(lambda: admin.path == "/admin/models/services", what="published")
 
     # ... and sells them to every authenticated user.
     admin.go("/admin/subscriptions/new")
     await fill_subscription(admin, sub, f"{ns}/gpt-x", "100M per Hour, 1000M per Day", users="*")
-    i = row_index(admin, f"{ns}/granite")
+    i = row_index(admin, f"{ns}/team-chat")
     admin.click(f"#model-{i}-include")
     admin.fill(f"model-{i}-tiers", "100M per Hour, 1000M per Day")
     admin.button("Save")
@@ -61,10 +62,10 @@ async def test_publish_subscribe_call_report_export(world: ConsoleWorld, browser
 
         await user.until(listed, timeout=90, what="both models callable")
         user.screenshot("journey-user-models")
-        for model in ("gpt-x", "granite"):
+        for model in ("gpt-x", "team-chat"):  # the renamed one is called, and answers, by its published name
             command = user.one(f".model[data-model='{model}'] pre.curl").text
             answer = await run_curl(command, key)
-            assert answer.get("object") == "chat.completion", answer
+            assert answer.get("object") == "chat.completion" and answer.get("model") == model, answer
 
         def charted() -> bool:
             user.go(f"/my/subscriptions/{sub_id}?range=1d")
@@ -99,7 +100,7 @@ async def test_publish_subscribe_call_report_export(world: ConsoleWorld, browser
     text = await admin.until(downloaded, what="CSV downloaded")
     rows = list(csv.DictReader(io.StringIO(text)))
     by_model = {r["model"]: int(r["total_tokens"]) for r in rows}
-    assert by_model.get(f"{ns}/gpt-x", 0) > 0 and by_model.get(f"{ns}/granite", 0) > 0, rows
+    assert by_model.get(f"{ns}/gpt-x", 0) > 0 and by_model.get(f"{ns}/team-chat", 0) > 0, rows
 
     # The console's log names users and events, never a credential.
     log = (world.stack.directory / "console.log").read_text()

@@ -14,12 +14,16 @@ from maasctl.contract.usage import (
     TAIL_BYTES,
     Decompressor,
     InvalidBody,
+    JsonModelRewriter,
     JsonUsageScanner,
+    ModelMismatch,
+    ModelRename,
     PreparedBody,
     SseUsageFilter,
     UsageRecord,
     charge_for,
     prepare_body,
+    set_top_level_model,
     usage_numbers,
 )
 
@@ -148,3 +152,69 @@ def test_the_record_is_validated_where_it_is_made() -> None:
     assert UsageRecord.model_validate(record.to_json()) == record
     with pytest.raises(ValueError):
         UsageRecord(timestamp=1.0, request_id="bad id", status=200)
+
+
+# --- renamed models (ExternalModel targetModel) ---------------------------------------------------------
+
+RENAME = ModelRename(published="company-chat", target="gpt-4o", aliases=("chat-ref",))
+
+
+@pytest.mark.parametrize("sent", ["company-chat", "gpt-4o", "chat-ref"])
+def test_a_renamed_model_goes_upstream_under_the_providers_name(sent: str) -> None:
+    prepared = prepare_body(json.dumps({"model": sent, "stream": True, "messages": []}).encode(), RENAME)
+    body = json.loads(prepared.content)
+    assert body["model"] == "gpt-4o" and body["stream"] is True
+    assert prepared.model == "company-chat" and prepared.response_model == "company-chat"
+
+
+@pytest.mark.parametrize("sent", ["gpt-4o-expensive", "", "COMPANY-CHAT", None, 5, ["company-chat"], {"a": 1}])
+def test_any_other_model_is_refused_never_forwarded(sent: object) -> None:
+    with pytest.raises(ModelMismatch):
+        prepare_body(json.dumps({"model": sent, "messages": []}).encode(), RENAME)
+
+
+def test_a_body_without_model_gets_the_providers_name_and_odd_bodies_are_refused() -> None:
+    assert json.loads(prepare_body(b'{"messages": []}', RENAME).content)["model"] == "gpt-4o"
+    assert prepare_body(b"", RENAME).content == b""  # GET /v1/models and friends
+    for raw in (b"model=gpt-4o-expensive", b"[1]", b'{"model": ', b"\xff"):
+        with pytest.raises(InvalidBody):
+            prepare_body(raw, RENAME)
+    same = ModelRename("gpt-4o", "gpt-4o")
+    assert prepare_body(b"model=x", same).content == b"model=x"  # not renamed: nothing to rewrite
+    assert prepare_body(b'{"model":"gpt-4o"}', same).response_model is None
+    with pytest.raises(ModelMismatch):
+        prepare_body(b'{"model":"other"}', same)
+
+
+def test_answers_of_a_renamed_model_name_the_published_model() -> None:
+    filt = SseUsageFilter(drop_usage_chunk=False, rename_to="company-chat")
+    stream = (b'data: {"id":"1","model":"gpt-4o-2024","choices":[{"delta":{"content":"hi"}}]}\n\n'
+              b'event: x\r\ndata: {"model":"gpt-4o","choices":[],"usage":{"total_tokens":7}}\r\n\r\n'
+              b"data: [DONE]\n\n")
+    out = filt.feed(stream[:20]) + filt.feed(stream[20:]) + filt.close()
+    assert b"gpt-4o" not in out and out.count(b'"model":"company-chat"') == 2
+    assert out == stream.replace(b'"gpt-4o-2024"', b'"company-chat"').replace(b'"gpt-4o"', b'"company-chat"')
+    assert b"event: x\r\ndata: " in out and out.endswith(b"data: [DONE]\n\n")
+    assert filt.usage == {"total_tokens": 7} and filt.done
+
+    rewriter = JsonModelRewriter("company-chat", limit=1024)
+    answer = json.dumps({"id": "c", "model": "gpt-4o-2024", "choices": [], "usage": {"total_tokens": 3}}).encode()
+    assert rewriter.feed(answer[:10]) == b"" and rewriter.feed(answer[10:]) == b""
+    assert json.loads(rewriter.close())["model"] == "company-chat"
+    big = JsonModelRewriter("company-chat", limit=8)
+    assert big.feed(answer[:10]) == answer[:10] and big.feed(answer[10:]) == answer[10:] and big.close() == b""
+    odd = JsonModelRewriter("company-chat", limit=1024)
+    odd.feed(b"not json")
+    assert odd.close() == b"not json"
+
+
+def test_only_the_top_level_model_value_changes_and_every_other_byte_stays() -> None:
+    raw = b'{"id": "x", "model" : "gpt-4o",\n "choices": [{"model": "inner", "text": "\\"model\\": \\"a\\""}]}'
+    edited = set_top_level_model(raw, "company-chat")
+    assert edited == raw.replace(b'"gpt-4o"', b'"company-chat"')
+    assert json.loads(edited)["choices"][0]["model"] == "inner"
+    twice = b'{"model":"a","x":1,"model":"b"}'  # duplicate keys: a parser may read either one
+    assert set_top_level_model(twice, "p") == b'{"model":"p","x":1,"model":"p"}'
+    assert set_top_level_model(b'data: {"model":"a"}\n', "p") == b'data: {"model":"p"}\n'
+    for bad in (b'{"choices": [{"model": "a"}]}', b'{"model": 5}', b'{"model": "a', b"[]"):
+        assert set_top_level_model(bad, "p") is None

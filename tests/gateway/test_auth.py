@@ -109,7 +109,8 @@ async def test_decisions_are_reused_only_for_the_same_relevant_request_attribute
     async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
         rt = AuthPolicyRuntime(http, review, callback_secret="gw")
         p = policy()
-        assert p.deps.header_values == {"authorization", "x-maas-subscription"} and p.deps.header_names
+        assert p.deps.header_values == {"authorization", "x-api-key", "x-maas-subscription"}
+        assert p.deps.header_names
         assert not p.deps.all_headers
         first = await rt.check(p, req("Bearer sk-oai-good", content_length="10"))
         again = await rt.check(p, req("Bearer sk-oai-good", content_length="99"))

@@ -41,7 +41,7 @@ async def counts(store: KeyStore) -> tuple[int, int, int]:
 
 async def test_mint_validate_and_show_once(client: httpx.AsyncClient, store: KeyStore, clock: Clock) -> None:
     created = await mint(client, labels={"team": "ml"}, description="d", expiresIn="7d")
-    assert created["key"].startswith("sk-oai-") and created["subscription"] == f"{NS}/premium"
+    assert created["key"].startswith("sk-oai-") and created["subscription"] == "premium"
     assert created["keyPrefix"] == f"sk-oai-{created['id'][:12]}..."
     assert datetime.fromisoformat(created["expiresAt"]) - datetime.fromisoformat(created["createdAt"]) == \
         timedelta(days=7)
@@ -58,9 +58,9 @@ async def test_mint_validate_and_show_once(client: httpx.AsyncClient, store: Key
 
 
 async def test_mint_named_subscription_and_default_tie_break(client: httpx.AsyncClient) -> None:
-    assert (await mint(client, subscription="free"))["subscription"] == f"{NS}/free"
+    assert (await mint(client, subscription="free"))["subscription"] == "free"
     assert (await mint(client, "bob"))["subscription"] == "other-ns/bobs"  # "broken" is Failed
-    assert (await mint(client, "carol"))["subscription"] == f"{NS}/everyone"  # "*" owner
+    assert (await mint(client, "carol"))["subscription"] == "everyone"  # "*" owner
 
 
 @pytest.mark.parametrize(
@@ -74,12 +74,14 @@ async def test_mint_named_subscription_and_default_tie_break(client: httpx.Async
         ("alice", {"name": "k", "expiresIn": "0d"}, 400, "invalid_expiration"),
         ("alice", {"ephemeral": True, "expiresIn": "2h"}, 400, "invalid_expiration"),
         ("alice", {"description": "no name"}, 400, "invalid_request"),
-        ("alice", {"name": "k", "color": "blue"}, 422, "invalid_request"),
-        ("alice", {"name": "k", "labels": {"bad key!": "v"}}, 422, "invalid_request"),
-        ("alice", {"name": "k", "labels": {f"k{i}": "v" for i in range(51)}}, 422, "invalid_request"),
-        ("alice", {"name": "x" * 129}, 422, "invalid_request"),
-        ("alice", {"name": "k", "expiresIn": 30}, 422, "invalid_request"),
-        ("alice", {"name": "k", "subscription": "UPPER/Case"}, 422, "invalid_request"),
+        ("alice", {"name": "k", "color": "blue"}, 400, "invalid_request"),
+        ("alice", {"name": "k", "labels": {"bad key!": "v"}}, 400, "invalid_request"),
+        ("alice", {"name": "k", "labels": {f"k{i}": "v" for i in range(51)}}, 400, "invalid_request"),
+        ("alice", {"name": "x" * 129}, 400, "invalid_request"),
+        ("alice", {"name": "k", "expiresIn": 30.5}, 400, "invalid_request"),
+        ("alice", {"name": "k", "expiresIn": 0}, 400, "invalid_expiration"),
+        ("alice", {"name": "k", "expiresIn": True}, 400, "invalid_request"),
+        ("alice", {"name": "k", "subscription": "UPPER/Case"}, 400, "invalid_request"),
     ],
 )
 async def test_mint_bad_input_is_4xx_with_code_and_stores_nothing(
@@ -98,7 +100,7 @@ async def test_malformed_json_and_wrong_content(client: httpx.AsyncClient, store
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = await client.post("/v1/api-keys", content=b"[1, 2]", headers={**auth("alice"),
                                                                      "content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
     assert await counts(store) == (0, 0, 0)
 
 
@@ -141,7 +143,7 @@ async def test_validate_never_leaks_existence(client: httpx.AsyncClient, clock: 
                                                "username": None, "groups": None, "keyId": None, "keyName": None,
                                                "subscription": None}
     r = await client.post("/internal/v1/api-keys/validate", json={"key": "x" * 300}, headers=GW)
-    assert r.status_code == 422
+    assert r.status_code == 400
 
 
 async def test_revoked_and_expired_keys_stop_working(client: httpx.AsyncClient, clock: Clock) -> None:
@@ -157,9 +159,11 @@ async def test_revoked_and_expired_keys_stop_working(client: httpx.AsyncClient, 
     assert (await validate(client, b["key"])) ["reason"] == "expired"
     expired = (await client.get(f"/v1/api-keys/{b['id']}", headers=auth("alice"))).json()
     assert expired["status"] == "expired"
-    # revoking again is idempotent, the first revocation's audit data stays
+    # revoking again is 404 (as in the reference); the first revocation's audit data stays
     r = await client.delete(f"/v1/api-keys/{a['id']}", params={"reason": "again"}, headers=auth("alice"))
-    assert r.status_code == 200 and r.json()["revokeReason"] == "leaked"
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    shown = (await client.get(f"/v1/api-keys/{a['id']}", headers=auth("alice"))).json()
+    assert shown["status"] == "revoked" and shown["revokeReason"] == "leaked"
 
 
 async def test_other_users_keys_are_404_admin_sees_them(client: httpx.AsyncClient) -> None:
@@ -196,12 +200,17 @@ async def test_search_filters_and_pagination(client: httpx.AsyncClient) -> None:
 
     r = (await search(pagination={"limit": 2})).json()
     assert len(r["data"]) == 2 and r["has_more"] is True
-    r = (await search(pagination={"limit": 2, "offset": 4})).json()
-    assert len(r["data"]) == 1 and r["has_more"] is False
+    r = (await search(pagination={"limit": 2, "offset": 2})).json()  # active keys only by default: k1..k4
+    assert len(r["data"]) == 2 and r["has_more"] is False
+    r = (await search(filters={"status": ["active", "revoked", "expired"]}, pagination={"limit": 2, "offset": 4}))
+    assert len(r.json()["data"]) == 1
     r = (await search(filters={"status": ["revoked"]})).json()
     assert [k["name"] for k in r["data"]] == ["k0"]
-    r = (await search(filters={"labels": {"i": "1"}}, sort={"by": "name", "order": "asc"})).json()
-    assert [k["name"] for k in r["data"]] == ["k1", "k3"]
+    for labels in ({"labelsContain": {"i": "1"}}, {"labels": {"i": "1"}}):  # the reference's name, and ours
+        r = (await search(filters=labels, sort={"by": "name", "order": "asc"})).json()
+        assert [k["name"] for k in r["data"]] == ["k1", "k3"]
+    both = await search(filters={"labelsContain": {"i": "1"}, "labels": {"i": "0"}})
+    assert both.status_code == 400
     r = (await search(filters={"includeEphemeral": True, "nameContains": "ep"})).json()
     assert [k["name"] for k in r["data"]] == ["eph"]
     r = (await search(filters={"subscription": "free"})).json()
@@ -210,11 +219,11 @@ async def test_search_filters_and_pagination(client: httpx.AsyncClient) -> None:
     assert bad.status_code == 403 and bad.json()["error"]["code"] == "forbidden"
     r = (await search("admin", filters={"username": "bob"})).json()
     assert [k["name"] for k in r["data"]] == ["bob-key"]
-    assert len((await search("admin", pagination={"limit": 100})).json()["data"]) == 6
+    assert len((await search("admin", pagination={"limit": 100})).json()["data"]) == 5  # the active ones
     for body in ({"pagination": {"limit": 101}}, {"filters": {"status": ["gone"]}}, {"sort": {"by": "id"}},
                  {"filters": {"unknown": 1}}, {"page": 1}):
         r = await search(**body)
-        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request", body
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", body
 
 
 async def test_bulk_revoke_rules_and_dry_run(client: httpx.AsyncClient, store: KeyStore) -> None:
@@ -228,33 +237,42 @@ async def test_bulk_revoke_rules_and_dry_run(client: httpx.AsyncClient, store: K
     assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
     r = await bulk("alice", subscription="free")
     assert r.status_code == 403
-    r = (await bulk("alice", dryRun=True)).json()
-    assert r["dryRun"] and r["revokedCount"] == 2 and sorted(r["keyIds"]) == sorted([a1["id"], a2["id"]])
+    r = (await bulk("alice", username="alice", dryRun=True)).json()
+    assert r == {"revokedCount": 2, "dryRun": True, "message": r["message"]}  # counts only, no key ids
     assert (await validate(client, a1["key"]))["valid"]
     r = (await bulk("admin", subscription=f"{NS}/free", reason="plan ended")).json()
-    assert r["revokedCount"] == 1 and r["keyIds"] == [a2["id"]]
+    assert r["revokedCount"] == 1 and not r["dryRun"]
     assert (await validate(client, a2["key"]))["reason"] == "revoked"
     assert (await validate(client, a1["key"]))["valid"]
-    r = (await bulk("alice")).json()
-    assert r["revokedCount"] == 1 and r["keyIds"] == [a1["id"]]
+    for empty in ({}, {"dryRun": False}, {"reason": "x"}):  # an empty filter never revokes anything
+        r = await bulk("alice", **empty)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", empty
+    assert (await validate(client, a1["key"]))["valid"]
+    r = (await bulk("alice", username="alice")).json()
+    assert r["revokedCount"] == 1
+    assert (await validate(client, a1["key"]))["reason"] == "revoked"
     assert (await validate(client, b1["key"]))["valid"]
     assert [e.action for e in await store.events(a2["id"])] == ["minted", "bulk_revoked"]
     r = (await bulk("admin", username="bob")).json()
-    assert r["keyIds"] == [b1["id"]]
+    assert r["revokedCount"] == 1
+    assert (await validate(client, b1["key"]))["reason"] == "revoked"
 
 
 async def test_subscriptions_for_token_and_key(client: httpx.AsyncClient) -> None:
     r = (await client.get("/v1/subscriptions", headers=auth("alice"))).json()
-    assert [s["id"] for s in r["data"]] == [f"{NS}/premium", f"{NS}/free", f"{NS}/everyone"]
-    premium = r["data"][0]
-    assert premium["priority"] == 10 and premium["phase"] == "Active"
-    assert premium["modelRefs"][0] == {"name": "granite", "namespace": "llm", "billingRate": None,
-                                       "tokenRateLimits": [{"limit": 50000, "window": "1m"}]}
+    assert [s["subscription_id_header"] for s in r] == ["premium", "free", "everyone"]
+    premium = r[0]
+    assert premium["priority"] == 10 and premium["phase"] == "Active" and premium["namespace"] == NS
+    assert premium["subscription_description"] == "premium"
+    assert premium["model_refs"][0] == {"name": "granite", "namespace": "llm", "unlimited": False,
+                                        "token_rate_limits": [{"limit": 50000, "window": "1m"}]}
     key = await mint(client, subscription="free")
     r = (await client.get("/v1/subscriptions", headers={"Authorization": f"Bearer {key['key']}"})).json()
-    assert [s["id"] for s in r["data"]] == [f"{NS}/free"]
+    assert [s["subscription_id_header"] for s in r] == ["free"]
     r = (await client.get("/v1/subscriptions", headers=auth("carol"))).json()
-    assert [s["id"] for s in r["data"]] == [f"{NS}/everyone"]
+    assert [s["subscription_id_header"] for s in r] == ["everyone"]
+    r = (await client.get("/v1/subscriptions", headers=auth("bob"))).json()
+    assert "other-ns/bobs" in [s["subscription_id_header"] for s in r]  # outside the namespace: ns/name
 
 
 async def test_select_callback(client: httpx.AsyncClient) -> None:
@@ -283,7 +301,7 @@ async def test_select_callback(client: httpx.AsyncClient) -> None:
     r = await select_(username="carol", groups=[], model="llm/granite")
     assert r["error"] == "not_found" and r["message"]
     bad = await client.post("/internal/v1/subscriptions/select", json={"groups": []}, headers=GW)
-    assert bad.status_code == 422
+    assert bad.status_code == 400
 
 
 async def test_subscription_scoped_revocation(client: httpx.AsyncClient) -> None:
@@ -306,8 +324,8 @@ async def test_ephemeral_keys_short_lived_and_hidden(client: httpx.AsyncClient) 
     listed = (await client.get("/v1/api-keys", params={"includeEphemeral": "true"}, headers=auth("alice"))).json()
     assert [k["id"] for k in listed["data"]] == [e["id"]]
     cfg = (await client.get("/v1/api-keys/config", headers=auth("alice"))).json()
-    assert cfg == {"maxExpirationDays": 90.0, "defaultExpiration": "90d", "ephemeralMaxExpiration": "1h",
-                   "keyFormat": "sk-oai-<id>_<secret>"}
+    assert cfg == {"max_expiration_days": 90.0, "default_expiration": "90d", "ephemeral_max_expiration": "1h",
+                   "key_format": "sk-oai-<id>_<secret>"}
 
 
 async def test_metrics_and_access_log_without_secrets(client: httpx.AsyncClient) -> None:
@@ -331,7 +349,7 @@ async def test_metrics_and_access_log_without_secrets(client: httpx.AsyncClient)
 
 
 async def test_health_and_openapi(client: httpx.AsyncClient) -> None:
-    assert (await client.get("/health")).json() == {"status": "ok"}
+    assert (await client.get("/health")).json() == {"status": "healthy"}
     doc = (await client.get("/openapi.json")).json()
     assert "/v1/api-keys" in doc["paths"] and "/internal/v1/api-keys/validate" in doc["paths"]
 
@@ -361,9 +379,9 @@ async def test_validate_route_errors_are_json_with_codes(client: httpx.AsyncClie
     r = await client.post(path, content=b"{", headers={"content-type": "application/json", **GW})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = await client.post(path, json={"key": "k", "other": 1}, headers=GW)
-    assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "other"
+    assert r.status_code == 400 and r.json()["error"]["details"][0]["field"] == "other"
     r = await client.post(path, content=b"key=x", headers={"content-type": "application/x-www-form-urlencoded", **GW})
-    assert r.status_code == 422
+    assert r.status_code == 400
     r = await client.post(path, json={"key": "x" * 10_000})
     assert r.status_code == 413
     assert (await client.get(path)).status_code == 405

@@ -65,7 +65,7 @@ def test_validate_fast_path_agrees_with_the_pydantic_contract(body: Any) -> None
         expected = 200
         ValidateRequest.model_validate(json.loads(raw))
     except ValidationError:
-        expected = 422
+        expected = 400
     status, result = parse_validate_body(raw, True)
     assert status == expected, (body, result)
     if status == 200:
@@ -77,4 +77,4 @@ def test_validate_fast_path_rejects_non_json() -> None:
 
     assert parse_validate_body(b'{"key": ', True)[0] == 400
     assert parse_validate_body(b"\xff\xfe", True)[0] == 400
-    assert parse_validate_body(b'{"key": "x"}', False)[0] == 422
+    assert parse_validate_body(b'{"key": "x"}', False)[0] == 400

@@ -66,14 +66,18 @@ def test_hash_is_keyed_and_bound_to_id() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("30d", timedelta(days=30)), ("12h", timedelta(hours=12)), ("90m", timedelta(minutes=90)),
-     ("45s", timedelta(seconds=45)), ("2w", timedelta(weeks=2))],
+     ("45s", timedelta(seconds=45)), ("2w", timedelta(weeks=2)),
+     # the reference's forms: fractions, combinations, a JSON number of seconds
+     ("1.5d", timedelta(hours=36)), ("2.5h", timedelta(minutes=150)), ("2h30m", timedelta(minutes=150)),
+     ("1h45m30s", timedelta(hours=1, minutes=45, seconds=30)), (86400, timedelta(days=1))],
 )
-def test_parse_duration(text: str, expected: timedelta) -> None:
+def test_parse_duration(text: str | int, expected: timedelta) -> None:
     assert keys.parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "0d", "-1d", "1.5h", "10", "d", "1y", "1 d", "1D", "99999999d", "1h30m"])
-def test_parse_duration_rejects(bad: str) -> None:
+@pytest.mark.parametrize("bad", ["", "0d", "-1d", "10", "d", "1y", "1 d", "1D", "99999999d", "1h 30m", "0.1s",
+                                 ".5h", "1.h", 0, -5, True, 10**12])
+def test_parse_duration_rejects(bad: str | int) -> None:
     with pytest.raises(keys.BadDuration):
         keys.parse_duration(bad)
 

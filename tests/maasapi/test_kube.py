@@ -171,7 +171,7 @@ async def test_full_api_with_real_identity(
         assert r.status_code == 201, r.text
         key = r.json()
         # highest priority among alice's (other tests' subscriptions may exist: only ours are Active+owned)
-        assert key["subscription"] == f"{sub_namespace}/{subscriptions}-gold"
+        assert key["subscription"] == f"{subscriptions}-gold"
         r = await c.post("/v1/api-keys", json={"name": "k", "subscription": f"{subscriptions}-bob"},
                          headers=tok["alice"])
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_subscription"

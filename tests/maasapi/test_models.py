@@ -116,7 +116,7 @@ async def test_models_filtered_by_probe_with_callers_header(models_client: httpx
     # 2xx and 405 are included; 401/500/slow/Pending/not-in-subscription are not
     assert sorted(by_id) == ["alice-only-alias", "noget-alias", "ok-alias"]
     assert by_id["ok-alias"]["owned_by"] == "llm/ok" and by_id["ok-alias"]["object"] == "model"
-    assert by_id["ok-alias"]["subscriptions"] == [f"{NS}/premium", f"{NS}/free"]
+    assert by_id["ok-alias"]["subscriptions"] == [{"name": "premium"}, {"name": "free"}]
     assert elapsed < 2.0, "a slow model must not hold the list beyond the probe timeout / deadline"
     assert all(auth_header == "Bearer alice-token" for _, auth_header, _ in model_servers.seen)
     assert "pending" not in {m for m, _, _ in model_servers.seen}
@@ -129,7 +129,8 @@ async def test_models_subscription_header_and_api_key(models_client: httpx.Async
     assert sorted(m["id"] for m in r.json()["data"]) == ["alice-only-alias", "ok-alias"]
     assert {sub for _, _, sub in model_servers.seen} == {"free"}
     r = await models_client.get("/v1/models", headers={**auth("carol"), "X-MaaS-Subscription": "free"})
-    assert r.status_code == 404 and r.json()["error"]["code"] == "subscription_not_found"
+    assert r.status_code == 403 and r.json()["error"]["code"] == "subscription_not_found"
+    assert r.json()["error"]["type"] == "permission_error"
     r = await models_client.get("/v1/models", headers=auth("carol"))
     assert r.json()["data"] == []
     key = (await models_client.post("/v1/api-keys", json={"name": "k", "subscription": "free"},

@@ -149,7 +149,7 @@ async def test_malformed_batches_are_rejected_whole(env: Env, mutate: Any, field
     records = make_records(10)
     mutate(records[5])
     r = await post(env, records)
-    assert r.status_code == 422
+    assert r.status_code == 400
     body = r.json()["error"]
     assert body["code"] == "invalid_request" and any(d["field"].startswith(field) for d in body["details"])
     assert await row_counts(env.store) == (0, 0, 0)  # the 9 good records were not stored either
@@ -165,10 +165,10 @@ async def test_oversized_unauthenticated_and_odd_batches_are_rejected(env: Env) 
     future = make_records(2)
     future[1]["timestamp"] = (NOW + timedelta(hours=2)).isoformat()
     r = await post(env, future)
-    assert r.status_code == 422 and r.json()["error"]["code"] == "timestamp_in_future"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "timestamp_in_future"
     assert r.json()["error"]["details"] == [{"field": "records.1.timestamp"}]
     r = await post(env, [])
-    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
     r = await env.client.post("/internal/v1/usage", content=b'{"records": [',
                                 headers={**GW, "Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
@@ -243,7 +243,7 @@ async def test_report_is_for_admins_and_validates_ranges(env: Env) -> None:
            {"from": "2000-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}]
     for params in bad:
         r = await env.client.get("/v1/usage/report", params=params, headers=auth("admin"))
-        assert r.status_code == 422, params
+        assert r.status_code == 400, params
         assert r.json()["error"]["code"] in {"invalid_time_range", "invalid_request"}
 
 
@@ -306,7 +306,7 @@ async def test_csv_export_is_for_admins_and_empty_exports_have_a_header(env: Env
     r = await env.client.get("/v1/usage/export", params={"groupBy": "model", "by": "month"}, headers=auth("admin"))
     assert r.status_code == 200 and r.text == ",".join(["period_start", "period_end", "model", *CSV_COUNTS]) + "\r\n"
     bad = await env.client.get("/v1/usage/export", params={"groupBy": "team"}, headers=auth("admin"))
-    assert bad.status_code == 422
+    assert bad.status_code == 400
 
 
 # --- per-subscription view ---------------------------------------------------------------------------------

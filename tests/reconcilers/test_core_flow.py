@@ -137,8 +137,8 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
             return trlp
         return None
 
-    trlp = await eventually(lambda: trlp_has({f"{SUB_NS}/{s1}", f"{SUB_NS}/{s2}"}))
-    premium = trlp["spec"]["limits"][f"{SUB_NS}/{s1}"]
+    trlp = await eventually(lambda: trlp_has({f"{SUB_NS}-{s1}-m1-tokens", f"{SUB_NS}-{s2}-m1-tokens"}))
+    premium = trlp["spec"]["limits"][f"{SUB_NS}-{s1}-m1-tokens"]
     assert [(r["limit"], r["window"]) for r in premium["rates"]] == [(5000, "1m"), (5000, "24h")]
     assert premium["counters"] == [{"expression": "auth.identity.userid"}]
     assert trlp["spec"]["targetRef"]["kind"] == "HTTPRoute"
@@ -162,7 +162,7 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
 
     # Deleting one subscription rebuilds the model's policy for the other; deleting both removes it.
     await objs.delete("MaaSSubscription", SUB_NS, s2)
-    await eventually(lambda: trlp_has({f"{SUB_NS}/{s1}"}))
+    await eventually(lambda: trlp_has({f"{SUB_NS}-{s1}-m1-tokens"}))
     await objs.delete("MaaSAuthPolicy", SUB_NS, ap2)
     await eventually(lambda: ap_has({"premium-users"}))
     await objs.delete("MaaSSubscription", SUB_NS, s1)
@@ -180,7 +180,7 @@ async def test_drift_is_reverted_and_opted_out_objects_are_left_alone(
     await publish_external(objs, kube, namespace, "m2")
     sub = f"s-{uid()}"
     await objs.create(subscription(sub, [(namespace, "m2")], "free-users", 100))
-    key = f"{SUB_NS}/{sub}"
+    key = f"{SUB_NS}-{sub}-m2-tokens"
 
     async def limit_is(value: int) -> bool:
         trlp = await objs.get("TokenRateLimitPolicy", namespace, "maas-trlp-m2")
@@ -217,7 +217,7 @@ async def test_model_published_after_its_subscription_is_picked_up(
     async def failed_not_found() -> bool:
         obj = await objs.get("MaaSSubscription", SUB_NS, sub)
         status = (obj or {}).get("status") or {}
-        return status.get("phase") == "Failed" and status["modelRefStatuses"][0]["reason"] == "ModelNotFound"
+        return status.get("phase") == "Failed" and status["modelRefStatuses"][0]["reason"] == "NotFound"
 
     await eventually(failed_not_found)
     await publish_external(objs, kube, namespace, "late")

@@ -57,15 +57,15 @@ async def test_subscriptions_created_at_once_are_all_in_every_later_policy_versi
             await asyncio.gather(*(objs.create(subscription(s, [(namespace, m) for m in models], "g", 100 + i))
                                    for i, s in enumerate(batch)))
             created.extend(batch)
-            want = {f"{SUB_NS}/{s}" for s in created}
+            want = {m: {f"{SUB_NS}-{s}-{m}-tokens" for s in created} for m in models}
 
-            async def complete(want: set[str] = want) -> bool:
-                return all(h and want <= h[-1] for h in histories.values())
+            async def complete(want: dict[str, set[str]] = want) -> bool:
+                return all(h and want[m] <= h[-1] for m, h in histories.items())
 
             await eventually(complete)
         for model, history in histories.items():
             assert _never_lost(history) == [], f"{model}: a limit disappeared from a later version: {history}"
-            assert history[-1] == {f"{SUB_NS}/{s}" for s in created}
+            assert history[-1] == {f"{SUB_NS}-{s}-{model}-tokens" for s in created}
     finally:
         for task in recorders:
             task.cancel()

@@ -25,6 +25,9 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Absolute http(s) URL with a host and an optional path, no query, fragment, user info or whitespace.
 ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.\-\[\]:]+(/[^\s?#\x22\x27\x5c]*)?$"
+# A host name alone (the reference's ExternalModel form: an FQDN, port and TLS from annotations).
+HOSTNAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$"
+PROVIDER_ENDPOINT_PATTERN = f"({ENDPOINT_PATTERN})|({HOSTNAME_PATTERN})"
 
 MAX_TOKEN_LIMIT = 1_000_000_000_000
 
@@ -99,6 +102,16 @@ _URL_RULE = (
     "or whitespace (e.g. https://api.example.com/v1)"
 )
 Endpoint = Annotated[str, Field(max_length=2048), Matches(ENDPOINT_PATTERN, "endpoint" + _URL_RULE)]
+ProviderEndpoint = Annotated[
+    str,
+    Field(min_length=1, max_length=2048),
+    Matches(
+        PROVIDER_ENDPOINT_PATTERN,
+        "endpoint must be a host name (e.g. api.openai.com; port and TLS from the maas.opendatahub.io/port and "
+        "maas.opendatahub.io/tls annotations) or an absolute http(s) URL with the API base path, without query, "
+        "fragment, quotes or whitespace (e.g. https://api.example.com/v1)",
+    ),
+]
 EndpointOverride = Annotated[str, Field(max_length=2048), Matches(ENDPOINT_PATTERN, "endpointOverride" + _URL_RULE)]
 
 LABELS_RULE = KubeSchema(

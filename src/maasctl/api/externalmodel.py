@@ -8,9 +8,13 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from maasctl.api._base import AGE_COLUMN, CamelModel, Conditions, CrdInfo, Generation, KubeObject, PrinterColumn
-from maasctl.api._fields import DNS_LABEL_PATTERN, Endpoint, ObjectName, safe
+from maasctl.api._fields import DNS_LABEL_PATTERN, ObjectName, ProviderEndpoint, safe
 
 DEFAULT_API_KEY_FIELD = "api-key"
+PORT_ANNOTATION = "maas.opendatahub.io/port"
+"""Host-form endpoints: the provider's port (default 443 with TLS, 80 without), as in the reference."""
+TLS_ANNOTATION = "maas.opendatahub.io/tls"
+"""Host-form endpoints: "false" reaches the provider over plain HTTP (default "true"), as in the reference."""
 
 
 class ExternalModelPhase(StrEnum):
@@ -47,9 +51,11 @@ class ExternalModelSpec(CamelModel):
         pattern=DNS_LABEL_PATTERN,
         description="Provider identifier, e.g. openai, anthropic or vllm (lowercase DNS label).",
     )
-    endpoint: Endpoint = Field(
+    endpoint: ProviderEndpoint = Field(
         description="Provider's OpenAI-compatible base URL including its API base path, e.g. "
-        "https://api.example.com/v1; requests are sent to <endpoint>/chat/completions and similar."
+        "https://api.example.com/v1 (requests are sent to <endpoint>/chat/completions and similar), or, as in "
+        "the reference MaaS, a host name alone such as api.openai.com: https on port 443 with base path /v1 "
+        "unless the annotations maas.opendatahub.io/port and maas.opendatahub.io/tls (\"false\") say otherwise."
     )
     target_model: Annotated[str, Field(min_length=1, max_length=253), safe("targetModel")] = Field(
         description="Model name the provider expects in the request body's model field."
@@ -82,7 +88,7 @@ class ExternalModel(KubeObject):
         printer_columns=(
             PrinterColumn("Provider", ".spec.provider", description="Provider identifier."),
             PrinterColumn("Target Model", ".spec.targetModel", description="Provider's model name."),
-            PrinterColumn("Endpoint", ".spec.endpoint", description="Provider base URL."),
+            PrinterColumn("Endpoint", ".spec.endpoint", description="Provider base URL or host name."),
             PrinterColumn("Phase", ".status.phase", description="Lifecycle phase."),
             AGE_COLUMN,
         ),

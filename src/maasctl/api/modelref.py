@@ -88,6 +88,17 @@ class MaaSModelRefStatus(CamelModel):
     )
     http_routes: RefList | None = Field(default=None, description="HTTPRoutes through which the model is served.")
     gateways: RefList | None = Field(default=None, description="Gateways the model's HTTPRoutes are attached to.")
+    http_route_name: str | None = Field(
+        default=None, max_length=253, description="Name of the model's HTTPRoute (the reference's field; the "
+        "first of httpRoutes)."
+    )
+    http_route_namespace: str | None = Field(default=None, max_length=63, description="Namespace of that HTTPRoute.")
+    http_route_gateway_name: str | None = Field(
+        default=None, max_length=253, description="Gateway that HTTPRoute is attached to (the first of gateways)."
+    )
+    http_route_gateway_namespace: str | None = Field(
+        default=None, max_length=63, description="Namespace of that Gateway."
+    )
     conditions: Conditions | None = Field(
         default=None, max_length=16, description="Latest observations: Ready and kind-specific conditions."
     )

@@ -4,8 +4,10 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
 `maas-auth-<maasmodelref-name>` in the route's namespace. What it does, in Authorino's order:
 
 1. Authentication. `Authorization: Bearer sk-oai-...` is a MaaS API key (`api-keys`, taken as is and validated
-   by maas-api in step 2); any other bearer token is a Kubernetes token checked with a TokenReview
-   (`kubernetes-tokens`).
+   by maas-api in step 2), and so is `x-api-key: sk-oai-...` without an `Authorization` header (Anthropic-style
+   clients; `contract.edge.presented_credential` is the same rule in maas-api); any other bearer token is a
+   Kubernetes token checked with a TokenReview (`kubernetes-tokens`). A MaaS key in `x-api-key` beside an
+   `Authorization` naming another credential is refused (`one-credential`).
 2. Metadata (HTTP callbacks to maas-api, cached, authenticated with the gateway's shared token from the Secret
    `AuthSettings.gateway_token_secret` through `sharedSecretRef`):
    - `apiKeyValidation` (API keys only): `POST <maas-api>/internal/v1/api-keys/validate` with `{"key": ...}`;
@@ -46,6 +48,7 @@ from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.views import ANY_AUTHENTICATED
 
 __all__ = [
+    "API_KEY_EXPRESSION",
     "API_KEY_PREFIX",
     "API_VERSION",
     "DENIAL_MESSAGE",
@@ -75,9 +78,20 @@ SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
 OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
 API_KEY_PREFIX: Final = "Bearer sk-oai-"
 
-IS_API_KEY: Final = (
+_X_API_KEY: Final = 'request.headers["x-api-key"]'
+_HAS_X_API_KEY: Final = '"x-api-key" in request.headers'
+_BEARER_KEY: Final = (
     "has(request.headers.authorization)"
     f" && request.headers.authorization.startsWith({cel_string(API_KEY_PREFIX)})"
+)
+_HEADER_KEY: Final = (
+    f"!has(request.headers.authorization) && {_HAS_X_API_KEY} && {_X_API_KEY}.startsWith({cel_string('sk-oai-')})"
+)
+IS_API_KEY: Final = f"({_BEARER_KEY}) || ({_HEADER_KEY})"
+API_KEY_EXPRESSION: Final = f"(({_BEARER_KEY}) ? request.headers.authorization.substring(7) : {_X_API_KEY})"
+_ONE_CREDENTIAL: Final = (
+    f"!({_HAS_X_API_KEY} && has(request.headers.authorization) && {_X_API_KEY}.startsWith({cel_string('sk-oai-')}))"
+    f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
 )
 _KEY: Final = "auth.metadata.apiKeyValidation"
 _SUB: Final = "auth.metadata.subscriptionInfo"
@@ -237,7 +251,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     return {
         "authentication": {
             "api-keys": {
-                "plain": {"expression": "request.headers.authorization"},
+                "plain": {"expression": API_KEY_EXPRESSION},
                 "when": [{"predicate": IS_API_KEY}],
                 "priority": 0,
             },
@@ -252,11 +266,11 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
             "apiKeyValidation": {
                 "http": _http(
                     _callback_url(settings.maas_api_url, VALIDATE_PATH),
-                    '{"key": request.headers.authorization.substring(7)}',
+                    f'{{"key": {API_KEY_EXPRESSION}}}',
                     settings.gateway_token_secret,
                 ),
                 "when": [{"predicate": IS_API_KEY}],
-                **_cache("request.headers.authorization", ttl),
+                **_cache(API_KEY_EXPRESSION, ttl),
                 "priority": 0,
             },
             "subscriptionInfo": {
@@ -270,6 +284,10 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         "authorization": {
             "no-client-identity-headers": {
                 "patternMatching": {"patterns": [{"predicate": _NO_CLIENT_IDENTITY_HEADERS}]},
+                "priority": 0,
+            },
+            "one-credential": {
+                "patternMatching": {"patterns": [{"predicate": _ONE_CREDENTIAL}]},
                 "priority": 0,
             },
             "api-key-valid": {

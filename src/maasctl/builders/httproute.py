@@ -10,6 +10,12 @@ implementation we target resolves, and the one upstream MaaS uses). The route:
 - rewrites `Host` to the provider host (`urlRewrite.hostname`; needed for TLS SNI and virtual hosting);
 - bounds the request with `timeouts.request` (default 300s).
 
+The model name: clients send the published name (the ExternalModel's name, `status.resolvedModelAlias`); the
+provider expects `targetModel`. The route carries both (`maas.opendatahub.io/published-model`,
+`maas.opendatahub.io/target-model`, plus the MaaSModelRef's name as an alias) and the gateway rewrites the
+request body's `model` to the provider's name and the answer's back (`contract.usage.ModelRename`); the label
+`maas.opendatahub.io/external-model` names the ExternalModel.
+
 The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
 `maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
 (`upstream_key_secret_patch`), so the gateway component that injects keys can find it. No key value is ever
@@ -26,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from maasctl.api._fields import has_unsafe_chars
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import (
@@ -59,6 +66,8 @@ COMPONENT_SERVICE: Final = "external-model-backend"
 class ExternalRouteInput:
     """A MaaSModelRef of kind ExternalModel, resolved against its ExternalModel.
 
+    `external_model` is the ExternalModel's name (the published model name), `target_model` the provider's
+    model name (None: the same as the published one).
     `host` is the provider FQDN, `base_path` the provider's OpenAI-compatible base path (what `/v1` maps to),
     `credential_secret` the name of the Secret with the provider key (same namespace; None = no key).
     `path_prefix` overrides `/<model ns>/<model name>`. `owner` is the MaaSModelRef, for ownerReferences.
@@ -77,6 +86,7 @@ class ExternalRouteInput:
     credential_secret: str | None = None
     credential_key: str = "api-key"
     owner: OwnerRef | None = None
+    target_model: str | None = None
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -107,6 +117,10 @@ def _validate(inp: ExternalRouteInput) -> None:
     check_dns_label(inp.model.namespace, "MaaSModelRef namespace")
     check_hostname(inp.host, "provider host")
     check_dns_subdomain(inp.gateway.name, "Gateway name")
+    check_dns_subdomain(inp.external_model, "ExternalModel name")
+    target = inp.target_model
+    if target is not None and (not target or len(target) > 253 or has_unsafe_chars(target)):
+        raise InvalidInputError(f"target model {target!r} is not a usable model name")
     check_dns_label(inp.gateway.namespace, "Gateway namespace")
     for hostname in inp.hostnames:
         check_hostname(hostname.removeprefix("*."), "route hostname")
@@ -138,11 +152,16 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
     """The HTTPRoute publishing the external model on the gateway."""
     _validate(inp)
     meta = _metadata(inp, names.external_route_name(inp.model.name), COMPONENT_ROUTE)
+    annotations = {
+        names.PUBLISHED_MODEL_ANNOTATION: inp.external_model,
+        names.TARGET_MODEL_ANNOTATION: inp.target_model or inp.external_model,
+    }
+    if inp.model.name != inp.external_model:
+        annotations[names.MODEL_ALIASES_ANNOTATION] = inp.model.name
     if inp.credential_secret is not None:
-        meta["annotations"] = {
-            names.UPSTREAM_KEY_SECRET_ANNOTATION: inp.credential_secret,
-            names.UPSTREAM_KEY_FIELD_ANNOTATION: inp.credential_key,
-        }
+        annotations[names.UPSTREAM_KEY_SECRET_ANNOTATION] = inp.credential_secret
+        annotations[names.UPSTREAM_KEY_FIELD_ANNOTATION] = inp.credential_key
+    meta["annotations"] = annotations
     spec: dict[str, Any] = {
         "parentRefs": [
             {

@@ -3,10 +3,12 @@
 Kuadrant enforces one TRLP per target, so every subscription of a model lands in the same policy:
 
 - name `maas-trlp-<maasmodelref-name>` in the route's namespace, targeting the model's HTTPRoute;
-- one limit per subscription, keyed `<sub ns>/<sub name>`, whose `when` matches the subscription identity the
-  AuthPolicy exported (`auth.identity.selected_subscription_key == "<sub ns>/<sub>@<model ns>/<model>"`) and
-  skips `/v1/models` listings (they carry no usage), matched on `request.url_path` (the canonical path,
-  never the query string, which a client could use to look like a listing);
+- one limit per subscription, keyed `<sub ns>-<sub name>-<model name>-tokens` as in the reference (unique: all
+  rendered subscriptions share the subscription namespace, and a clash is refused), whose `when` matches the
+  subscription identity the AuthPolicy exported
+  (`auth.identity.selected_subscription_key == "<sub ns>/<sub>@<model ns>/<model>"`) and skips `/v1/models`
+  listings (they carry no usage), matched on `request.url_path` (the canonical path, never the query string,
+  which a client could use to look like a listing);
 - every `{limit, window}` tier of the subscription is a rate of that limit, so all tiers are enforced;
 - counters on `auth.identity.userid`: the quota is per user within a subscription;
 - an `unlimited` subscription gets a limit with the same predicate and counter but no rates: nothing is
@@ -106,9 +108,10 @@ def subscription_problems(limits: SubscriptionLimits) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def limit_name(subscription: ObjectRef) -> str:
-    """The `spec.limits` key of a subscription: `<ns>/<name>` (unique: neither part may contain '/')."""
-    return subscription.key
+def limit_name(subscription: ObjectRef, model: ObjectRef) -> str:
+    """The `spec.limits` key of a subscription in a model's policy: `<sub ns>-<sub name>-<model>-tokens`
+    (the reference's name)."""
+    return f"{subscription.namespace}-{subscription.name}-{model.name}-tokens"
 
 
 def subscription_predicate(subscription: ObjectRef, model: ObjectRef) -> str:
@@ -150,9 +153,9 @@ def build_token_rate_limit_policy(inp: TokenRateLimitInput) -> dict[str, Any] | 
         problems = subscription_problems(sub)
         if problems:
             raise InvalidInputError(f"subscription {sub.subscription.key}: {'; '.join(problems)}")
-        key = limit_name(sub.subscription)
+        key = limit_name(sub.subscription, inp.model)
         if key in limits:
-            raise InvalidInputError(f"subscription {key} is listed twice")
+            raise InvalidInputError(f"limit {key} would be rendered twice (subscription {sub.subscription.key})")
         limits[key] = _limit(sub, inp.model)
 
     labels = names.model_labels(inp.model, PART_OF, COMPONENT)

@@ -63,7 +63,9 @@ class UserMaasApi:
         return resp.json()
 
     async def subscriptions(self) -> list[dict[str, Any]]:
-        return list((await self._call("GET", "/v1/subscriptions")).get("data") or [])
+        """`/v1/subscriptions` (the reference's snake_case items) in the console's own terms."""
+        items = await self._call("GET", "/v1/subscriptions")
+        return [_subscription(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
     async def models(self, subscription: str | None = None) -> list[dict[str, Any]]:
         """Models the user can call (through `subscription` when given: the X-MaaS-Subscription header)."""
@@ -113,6 +115,29 @@ class UserMaasApi:
             yield resp
         finally:
             await resp.aclose()
+
+
+def _subscription(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A `SubscriptionListItem` as the pages use it: `id` (`namespace/name`), `name`, `namespace`,
+    `displayName`, `description`, `priority`, `phase`, `modelRefs[{name, namespace, tokenRateLimits}]`."""
+    namespace = str(item.get("namespace") or "")
+    name = str(item.get("subscription_id_header") or "").rpartition("/")[2]
+    display = item.get("display_name")
+    description = item.get("subscription_description")
+    return {
+        "id": f"{namespace}/{name}",
+        "name": name,
+        "namespace": namespace,
+        "displayName": display,
+        "description": description if description not in (None, display, name) else None,
+        "priority": item.get("priority", 0),
+        "phase": item.get("phase"),
+        "modelRefs": [
+            {"name": m.get("name"), "namespace": m.get("namespace"), "unlimited": bool(m.get("unlimited")),
+             "tokenRateLimits": list(m.get("token_rate_limits") or [])}
+            for m in item.get("model_refs") or [] if isinstance(m, dict)
+        ],
+    }
 
 
 def _clean(params: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = [
+    "API_KEY_HEADER",
+    "API_KEY_PREFIX",
     "CREDENTIAL_HEADERS",
     "FORWARD_CREDENTIALS_ANNOTATION",
     "HOP_BY_HOP",
@@ -37,14 +39,18 @@ __all__ = [
     "OBJECTIVE_HEADER",
     "SUBSCRIPTION_HEADER",
     "AmbiguousPath",
+    "ConflictingCredentials",
     "canonical_path",
     "forbidden_client_header",
     "normalized_name",
+    "presented_credential",
     "server_decided",
     "upstream_headers",
 ]
 
 SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
+API_KEY_HEADER: Final = "x-api-key"
+API_KEY_PREFIX: Final = "sk-oai-"
 OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
 FORWARD_CREDENTIALS_ANNOTATION: Final = "maas.opendatahub.io/forward-credentials"
 MAX_PATH: Final = 4096
@@ -65,6 +71,28 @@ _DROP_ALWAYS: Final = HOP_BY_HOP | {"host", "content-length", "expect"}
 _ENCODED_DELIMITERS: Final = re.compile(rb"%(2f|5c|25)", re.IGNORECASE)
 _PERCENT: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
 _UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+class ConflictingCredentials(ValueError):
+    """`Authorization` and `x-api-key` carry different credentials: the request is refused, never guessed."""
+
+
+def presented_credential(authorization: str | None, x_api_key: str | None) -> str | None:
+    """The one credential a client presents (the same rule as the generated AuthPolicy):
+    `Authorization: Bearer <token>` (an API key or a Kubernetes token), else `x-api-key: sk-oai-...` (an API
+    key, as Anthropic-style clients send it). An `x-api-key` that is not a MaaS API key is no credential (and
+    never forwarded); a MaaS API key in `x-api-key` beside an `Authorization` naming something else is
+    refused (`ConflictingCredentials`), never guessed."""
+    bearer: str | None = None
+    if authorization is not None:
+        scheme, _, rest = authorization.strip().partition(" ")
+        bearer = rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
+    header_key = x_api_key.strip() if x_api_key is not None else ""
+    if not header_key.startswith(API_KEY_PREFIX):
+        return bearer
+    if authorization is not None and header_key != bearer:
+        raise ConflictingCredentials("Authorization and x-api-key carry different credentials")
+    return header_key
 
 
 class AmbiguousPath(ValueError):

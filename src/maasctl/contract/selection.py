@@ -32,6 +32,7 @@ __all__ = [
     "Selection",
     "SelectionCode",
     "find",
+    "format_ref",
     "parse_ref",
     "rank",
     "select_subscription",
@@ -74,6 +75,12 @@ def parse_ref(text: str, default_namespace: str) -> tuple[str, str]:
     """`ns/name` -> (ns, name); a bare `name` -> (default_namespace, name)."""
     namespace, _, name = text.strip().rpartition("/")
     return (namespace or default_namespace, name)
+
+
+def format_ref(namespace: str, name: str, default_namespace: str) -> str:
+    """The inverse of `parse_ref`: the bare name in `default_namespace` (how the reference names a
+    subscription), `ns/name` anywhere else."""
+    return name if namespace == default_namespace else f"{namespace}/{name}"
 
 
 def find(subs: Iterable[SubscriptionView], ref: str, default_namespace: str) -> SubscriptionView | None:

@@ -3,7 +3,11 @@ charged when it cannot be read, and the usage record every process shares (gatew
 
 Counting cannot be switched off by the client:
 - `prepare_body`: any JSON object body (whatever the Content-Type) is parsed once and re-serialised, so the
-  backend receives exactly what the gateway decided (no duplicate keys, no type games). A streaming request —
+  backend receives exactly what the gateway decided (no duplicate keys, no type games). On a route that
+  publishes a model under its own name (`ModelRename`: an ExternalModel whose `targetModel` differs), `model`
+  must name the published model (or one of its aliases) — anything else is `ModelMismatch` (404), so a caller
+  can never reach, or be billed as, another of the provider's models — and is rewritten to the provider's
+  name; a non-JSON body cannot be rewritten and is refused. A streaming request —
   `stream` true, 1, "true", "1", "yes", "on" in any case — is sent with `stream: true` and
   `stream_options.include_usage: true`; the usage chunk this adds is hidden from a client that did not ask for
   it. JSON nested deeper than `MAX_JSON_DEPTH` is refused (`InvalidBody`, 400).
@@ -12,6 +16,8 @@ Counting cannot be switched off by the client:
 - `JsonUsageScanner` reads `usage` from a JSON answer of any size with bounded memory: the whole body when it
   is small, else the last `TAIL_BYTES` (where OpenAI-compatible servers put `usage`). `SseUsageFilter` takes the
   last `usage` of an event stream, event by event.
+- Answers of a renamed model name the published model, not the provider's: `SseUsageFilter(rename_to=...)`
+  rewrites each event's top-level `model`, `JsonModelRewriter` a JSON answer's (up to a size bound).
 - When usage cannot be read from a served (2xx) answer — the backend omitted it, the stream was cut, the client
   went away — `charge_for` returns a conservative estimate: the prompt estimate (request bytes / 4) plus the
   request's `max_tokens` (or `max_completion_tokens`), else the configured completion ceiling. Never 0 or 1; the
@@ -40,13 +46,17 @@ __all__ = [
     "Charge",
     "Decompressor",
     "InvalidBody",
+    "JsonModelRewriter",
     "JsonUsageScanner",
+    "ModelMismatch",
+    "ModelRename",
     "PreparedBody",
     "SseUsageFilter",
     "Termination",
     "UsageRecord",
     "charge_for",
     "prepare_body",
+    "set_top_level_model",
     "usage_numbers",
 ]
 
@@ -67,9 +77,32 @@ class InvalidBody(ValueError):
     """A request body the gateway refuses to interpret (answered 400)."""
 
 
+class ModelMismatch(InvalidBody):
+    """The body names another model than the route serves (answered 404 `model_not_found`)."""
+
+
+@dataclass(frozen=True)
+class ModelRename:
+    """The model a route serves: clients call it `published` (or one of `aliases`), the provider `target`."""
+
+    published: str
+    target: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> frozenset[str]:
+        return frozenset((self.published, self.target, *self.aliases))
+
+    @property
+    def renamed(self) -> bool:
+        return self.published != self.target
+
+
 @dataclass(frozen=True)
 class PreparedBody:
-    """The body that goes upstream and what counting needs to know about it."""
+    """The body that goes upstream and what counting needs to know about it. `model` is the name the client
+    used (the published one on a renamed route); `response_model`, when set, replaces the provider's model
+    name in the answer."""
 
     content: bytes
     streaming: bool = False
@@ -77,6 +110,7 @@ class PreparedBody:
     model: str | None = None
     max_tokens: int | None = None
     prompt_estimate: int = 0
+    response_model: str | None = None
 
 
 def _truthy(value: Any) -> bool:
@@ -122,11 +156,22 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     return False
 
 
-def prepare_body(raw: bytes) -> PreparedBody:
-    """Normalise an OpenAI-style request (see the module docstring). Raises InvalidBody."""
+def _not_rewritable(raw: bytes, rename: ModelRename | None, estimate: int) -> PreparedBody:
+    if rename is not None and rename.renamed and raw.strip():
+        raise InvalidBody(f"model {rename.published!r} is served under another name upstream: send a JSON object")
+    return PreparedBody(raw, prompt_estimate=estimate)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)[:64]
+    return repr(text[:64] + ("..." if len(text) > 64 else ""))
+
+
+def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
+    """Normalise an OpenAI-style request (see the module docstring). Raises InvalidBody (ModelMismatch)."""
     estimate = max(1, len(raw) // 4)
     if raw.lstrip()[:1] != b"{":
-        return PreparedBody(raw, prompt_estimate=estimate)
+        return _not_rewritable(raw, rename, estimate)
     if _too_deep(raw, MAX_JSON_DEPTH):
         raise InvalidBody(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -134,10 +179,19 @@ def prepare_body(raw: bytes) -> PreparedBody:
     except RecursionError as exc:
         raise InvalidBody("the JSON body is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError):
-        return PreparedBody(raw, prompt_estimate=estimate)
+        return _not_rewritable(raw, rename, estimate)
     if not isinstance(body, dict):
-        return PreparedBody(raw, prompt_estimate=estimate)
+        return _not_rewritable(raw, rename, estimate)
     model = body.get("model") if isinstance(body.get("model"), str) else None
+    response_model = None
+    if rename is not None:
+        sent = body.get("model")
+        if "model" in body and not (isinstance(sent, str) and sent in rename.accepted):
+            raise ModelMismatch(f"model {_short(body['model'])} is not served here; this route serves "
+                                f"{rename.published!r}")
+        body["model"] = rename.target
+        model = rename.published
+        response_model = rename.published if rename.renamed else None
     max_tokens = _max_tokens(body)
     streaming = _truthy(body.get("stream"))
     injected = False
@@ -149,7 +203,7 @@ def prepare_body(raw: bytes) -> PreparedBody:
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         injected = not asked
     content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    return PreparedBody(content, streaming, injected, model, max_tokens, estimate)
+    return PreparedBody(content, streaming, injected, model, max_tokens, estimate, response_model)
 
 
 # --- the answer ----------------------------------------------------------------------------------------
@@ -186,11 +240,13 @@ class Decompressor:
 
 
 class SseUsageFilter:
-    """Splits an SSE byte stream into events, remembers the last `usage`, drops the injected usage chunk.
-    An event larger than 4 MiB is passed through unparsed (its usage, if any, is then unreadable)."""
+    """Splits an SSE byte stream into events, remembers the last `usage`, drops the injected usage chunk and,
+    with `rename_to`, writes that name into each event's top-level `model`. An event larger than 4 MiB is
+    passed through unparsed (its usage, if any, is then unreadable)."""
 
-    def __init__(self, drop_usage_chunk: bool) -> None:
+    def __init__(self, drop_usage_chunk: bool, rename_to: str | None = None) -> None:
         self._drop = drop_usage_chunk
+        self._rename = rename_to
         self._buffer = b""
         self.usage: Any = None
         self.done = False  # saw `data: [DONE]`
@@ -205,8 +261,9 @@ class SseUsageFilter:
                 break
             event = self._buffer[: cut + sep]
             self._buffer = self._buffer[cut + sep:]
-            if self._keep(event):
-                out.append(event)
+            kept = self._process(event)
+            if kept:
+                out.append(kept)
         if len(self._buffer) > _MAX_EVENT_BYTES:
             out.append(self._buffer)
             self._buffer = b""
@@ -215,28 +272,156 @@ class SseUsageFilter:
     def close(self) -> bytes:
         """Whatever is left (an unterminated last event)."""
         rest, self._buffer = self._buffer, b""
-        return rest if rest and self._keep(rest) else b""
+        return self._process(rest) if rest else b""
 
     def _boundary(self) -> tuple[int, int]:
         candidates = [(self._buffer.find(s), len(s)) for s in (b"\n\n", b"\r\n\r\n", b"\r\r")]
         found = [c for c in candidates if c[0] >= 0]
         return min(found) if found else (-1, 0)
 
-    def _keep(self, event: bytes) -> bool:
+    def _process(self, event: bytes) -> bytes:
+        """The event to forward (b"" to drop it)."""
         data = b"".join(line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:"))
         if data.strip() == b"[DONE]":
             self.done = True
-            return True
-        if not data or b'"usage"' not in data:
-            return True
+            return event
+        renaming = self._rename is not None and b'"model"' in data
+        if not data or (b'"usage"' not in data and not renaming):
+            return event
         try:
             chunk = json.loads(data)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            return True
-        if not isinstance(chunk, dict) or not chunk.get("usage"):
-            return True
-        self.usage = chunk["usage"]
-        return not (self._drop and not chunk.get("choices"))
+            return event
+        if not isinstance(chunk, dict):
+            return event
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+            if self._drop and not chunk.get("choices"):
+                return b""
+        new = self._rename
+        if new is not None and isinstance(chunk.get("model"), str) and chunk["model"] != new:
+            lines = event.splitlines(keepends=True)
+            data_lines = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
+            if len(data_lines) == 1:
+                edited = set_top_level_model(lines[data_lines[0]], new)
+                if edited is not None:
+                    lines[data_lines[0]] = edited
+                    return b"".join(lines)
+            chunk["model"] = new
+            return _with_data(event, json.dumps(chunk, ensure_ascii=False).encode())
+        return event
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The index after the JSON string that starts at `data[start]` (`"`), or -1 when it is cut off."""
+    escaped = False
+    for i in range(start + 1, len(data)):
+        c = data[i]
+        if escaped:
+            escaped = False
+        elif c == 0x5C:
+            escaped = True
+        elif c == 0x22:
+            return i + 1
+    return -1
+
+
+def set_top_level_model(data: bytes, name: str) -> bytes | None:
+    """`data` (one JSON object, possibly after an SSE `data:` prefix) with every top-level `"model"` string
+    value replaced by `name` and every other byte kept; None when it has none or is not well formed."""
+    spans: list[tuple[int, int]] = []
+    depth, i = 0, 0
+    while i < len(data):
+        c = data[i]
+        if c == 0x22:
+            end = _string_end(data, i)
+            if end < 0:
+                return None
+            if depth == 1:
+                after = end
+                while after < len(data) and data[after] in b" \t\r\n":
+                    after += 1
+                if after < len(data) and data[after] == 0x3A:  # a key
+                    try:
+                        key = json.loads(data[i:end])
+                    except (ValueError, UnicodeDecodeError):
+                        return None
+                    value = after + 1
+                    while value < len(data) and data[value] in b" \t\r\n":
+                        value += 1
+                    if key == "model" and value < len(data) and data[value] == 0x22:
+                        value_end = _string_end(data, value)
+                        if value_end < 0:
+                            return None
+                        spans.append((value, value_end))
+                        i = value_end
+                        continue
+            i = end
+            continue
+        if c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+        i += 1
+    if not spans:
+        return None
+    replacement = json.dumps(name, ensure_ascii=False).encode()
+    out, last = [], 0
+    for start, end in spans:
+        out += [data[last:start], replacement]
+        last = end
+    out.append(data[last:])
+    return b"".join(out)
+
+
+def _with_data(event: bytes, data: bytes) -> bytes:
+    """`event` with its data lines replaced by one `data:` line (other fields and the separator kept)."""
+    body = event.rstrip(b"\r\n")
+    separator = event[len(body):] or b"\n\n"
+    newline = b"\r\n" if b"\r\n" in separator else b"\n"
+    lines = [line for line in body.splitlines() if not line.startswith(b"data:")]
+    return newline.join([*lines, b"data: " + data]) + separator
+
+
+class JsonModelRewriter:
+    """A JSON answer with its top-level `model` replaced by `rename_to`. Holds at most `limit` bytes: a larger
+    answer is passed on as received (and keeps the provider's name)."""
+
+    def __init__(self, rename_to: str, limit: int) -> None:
+        self._rename = rename_to
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._passing = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to forward now (nothing until the whole answer is known, unless it is too large)."""
+        if self._passing:
+            return chunk
+        self._parts.append(chunk)
+        self._size += len(chunk)
+        if self._size > self._limit:
+            self._passing = True
+            held, self._parts = b"".join(self._parts), []
+            return held
+        return b""
+
+    def close(self) -> bytes:
+        """The (rewritten) answer, or what is still held."""
+        held, self._parts = b"".join(self._parts), []
+        if self._passing or not held:
+            return held
+        try:
+            answer = json.loads(held)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return held
+        if not isinstance(answer, dict) or not isinstance(answer.get("model"), str):
+            return held
+        edited = set_top_level_model(held, self._rename)
+        if edited is not None:
+            return edited
+        answer["model"] = self._rename
+        return json.dumps(answer, ensure_ascii=False).encode()
 
 
 def _object_at(data: bytes, start: int) -> Any:

@@ -13,6 +13,8 @@ following Gateway API semantics for the features maasctl emits:
   `maasctl.opendatahub.io/local-url` -> that URL (how a ClusterIP model is reached from a laptop).
   Several refs are picked by weight. A rule whose refs all fail to resolve answers 500, as the spec asks.
 - `timeouts.request` bounds the upstream call.
+- an ExternalModel route's published and target model names (`contract.labels`) become the rule's
+  `rename`: the body's `model` is checked and rewritten (`contract.usage.prepare_body`).
 
 The table is immutable; the gateway rebuilds it when a watched object changes.
 """
@@ -27,11 +29,15 @@ from typing import Any, Final
 
 from maasctl.contract.edge import FORWARD_CREDENTIALS_ANNOTATION
 from maasctl.contract.labels import (
+    MODEL_ALIASES_ANNOTATION,
     MODEL_LABEL,
     MODEL_NAMESPACE_LABEL,
+    PUBLISHED_MODEL_ANNOTATION,
+    TARGET_MODEL_ANNOTATION,
     UPSTREAM_KEY_FIELD_ANNOTATION,
     UPSTREAM_KEY_SECRET_ANNOTATION,
 )
+from maasctl.contract.usage import ModelRename
 from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 
@@ -85,6 +91,7 @@ class RouteRule:
     forward_credentials: bool = False  # a non-model route (e.g. maas-api) that keeps the caller's credentials
     upstream_key_field: str = "api-key"
     model: str | None = None  # namespace/name of the MaaSModelRef, from the route's labels
+    rename: ModelRename | None = None  # published vs provider model name (ExternalModel routes)
     created: str = ""
 
     @property
@@ -319,6 +326,11 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
     model = None
     if labels.get(MODEL_LABEL):
         model = f"{labels.get(MODEL_NAMESPACE_LABEL, ns)}/{labels[MODEL_LABEL]}"
+    rename = None
+    published = annotations.get(PUBLISHED_MODEL_ANNOTATION)
+    if published:
+        aliases = tuple(a.strip() for a in str(annotations.get(MODEL_ALIASES_ANNOTATION) or "").split(",") if a.strip())
+        rename = ModelRename(str(published), str(annotations.get(TARGET_MODEL_ANNOTATION) or published), aliases)
     spec = route.get("spec", {})
     hostnames = tuple(str(h).lower() for h in spec.get("hostnames") or ())
     rules = spec.get("rules") or [{}]
@@ -337,6 +349,7 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             and not labels.get(MODEL_LABEL),
             "upstream_key_field": annotations.get(UPSTREAM_KEY_FIELD_ANNOTATION) or "api-key",
             "model": model,
+            "rename": rename,
             "created": str(meta.get("creationTimestamp", "")),
             **_filters(rule),
         }

@@ -38,7 +38,9 @@ from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.usage import (
     Decompressor,
     InvalidBody,
+    JsonModelRewriter,
     JsonUsageScanner,
+    ModelMismatch,
     PreparedBody,
     SseUsageFilter,
     Termination,
@@ -329,7 +331,10 @@ class Gateway:
         except ConnectionResetError:
             return
         try:
-            body = prepare_body(raw)
+            body = prepare_body(raw, match.rule.rename)
+        except ModelMismatch as exc:
+            await _respond(send, 404, _error_body(404, str(exc), "model_not_found"))
+            return
         except InvalidBody as exc:
             await _respond(send, 400, _error_body(400, str(exc), "invalid_body"))
             return
@@ -441,14 +446,19 @@ class Gateway:
         plain = decoder.readable and decoder.identity
         # The stream is edited (the injected usage chunk dropped) only when it is not compressed; otherwise it
         # goes through as sent and a decompressed copy is scanned.
-        filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain) if sse else None
+        rename_to = ex.body.response_model if plain else None  # a renamed model's answers name the published one
+        filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain, rename_to=rename_to) if sse else None
         scanner = None if sse else JsonUsageScanner(self.settings.max_response_scan_bytes)
+        json_answer = "json" in response.headers.get("content-type", "")
+        rewriter = (JsonModelRewriter(rename_to, self.settings.max_response_scan_bytes)
+                    if rename_to is not None and not sse and json_answer else None)
         raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
         termination: Termination = "complete"
         sent_start = False
         try:
+            changed = (sse and plain) or rewriter is not None
             await send({"type": "http.response.start", "status": status,
-                        "headers": response_headers(raw_headers, body_changed=sse and plain)})
+                        "headers": response_headers(raw_headers, body_changed=changed)})
             sent_start = True
             async for chunk in response.content.iter_any():
                 if filt is not None and plain:
@@ -457,9 +467,11 @@ class Gateway:
                     filt.feed(decoder.feed(chunk))
                 elif scanner is not None:
                     scanner.feed(decoder.feed(chunk))
+                    if rewriter is not None:
+                        chunk = rewriter.feed(chunk)
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            tail = filt.close() if filt is not None and plain else b""
+            tail = filt.close() if filt is not None and plain else rewriter.close() if rewriter is not None else b""
             await send({"type": "http.response.body", "body": tail})
             if filt is not None and not filt.done and filt.usage is None:
                 termination = "truncated"

@@ -20,7 +20,7 @@ from maasctl.maasapi.errors import install_error_handlers
 from maasctl.maasapi.fastpath import VALIDATE_PATH, ValidateFastPath
 from maasctl.maasapi.gatewayauth import gateway_token_valid
 from maasctl.maasapi.metrics import ApiMetrics
-from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware
+from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware, IdentityHeaderMiddleware
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
@@ -99,5 +99,6 @@ def create_app(
     app.add_middleware(ValidateFastPath, handler=lambda key: internal.validate_payload(state, key),
                        authorized=gateway_caller, route=validate_route)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(IdentityHeaderMiddleware)
     app.add_middleware(AccessLogMiddleware, metrics=state.metrics)
     return app

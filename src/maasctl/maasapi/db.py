@@ -64,6 +64,7 @@ api_keys = Table(
     Column("revoked_by", String(253), nullable=True),
     Column("revoke_reason", Text, nullable=True),
     Column("groups_verified_at", UTCDateTime, nullable=True),  # None: created_at
+    Column("last_used_at", UTCDateTime, nullable=True),  # None: never used (written at most once a minute)
 )
 Index("ix_api_keys_owner_created", api_keys.c.owner, api_keys.c.created_at)
 Index("ix_api_keys_subscription", api_keys.c.subscription_namespace, api_keys.c.subscription_name)

@@ -1,7 +1,8 @@
 """What every maas-api route depends on: the app state, the caller's identity and the admin check.
 
 Identity: `Authorization: Bearer <token>` is an API key (validated against the store) or a Kubernetes token
-(TokenReview through the `Authenticator`). Key management needs a user token (`TokenCaller`): an API key
+(TokenReview through the `Authenticator`); an API key may also come in `x-api-key` (`contract.edge.
+presented_credential`, the gateway's rule too). Key management needs a user token (`TokenCaller`): an API key
 cannot mint, list or revoke keys.
 """
 
@@ -14,6 +15,7 @@ from typing import Annotated, Any
 import httpx
 from fastapi import Depends, Header, Request
 
+from maasctl.contract.edge import ConflictingCredentials, presented_credential
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Authenticator, Identity
@@ -36,14 +38,13 @@ __all__ = [
 ]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    s: {"description": d, "content": {"application/json": {"example": error_body("code", "message")}}}
+    s: {"description": d, "content": {"application/json": {"example": error_body("code", "message", status=s)}}}
     for s, d in (
-        (400, "Bad request"),
+        (400, "Bad request: invalid JSON or a schema violation"),
         (401, "Unauthenticated"),
         (403, "Forbidden"),
         (404, "Not found"),
         (413, "Body too large"),
-        (422, "Schema violation"),
     )
 }
 
@@ -74,11 +75,17 @@ StateDep = Annotated[AppState, Depends(_state)]
 
 
 async def caller_identity(
-    request: Request, st: StateDep, authorization: Annotated[str | None, Header()] = None
+    request: Request,
+    st: StateDep,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header(description="A MaaS API key, instead of Authorization")] = None,
 ) -> Identity:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise ApiError(401, "unauthenticated", "missing bearer token", None)
-    token = authorization[7:].strip()
+    try:
+        token = presented_credential(authorization, x_api_key)
+    except ConflictingCredentials as exc:
+        raise ApiError(401, "conflicting_credentials", str(exc)) from None
+    if not token:
+        raise ApiError(401, "unauthenticated", "missing bearer token or x-api-key", None)
     identity: Identity | None
     if keys.looks_like_key(token):
         result = await st.keys().validate(token)

@@ -1,5 +1,8 @@
-"""JSON errors with a stable `code` and a human `message`; handlers never echo request input (it may
-contain a key)."""
+"""JSON errors in the OpenAI shape the reference MaaS API uses: `{"error": {"message", "type", "code"}}` —
+`type` the error class of the HTTP status (`invalid_request_error`, `authentication_error`,
+`permission_error`, `not_found_error`, `server_error`, ...), `code` a stable machine-readable code, `message`
+for humans. Schema violations are 400 like the reference (never 422). Handlers never echo request input (it
+may contain a key)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ log = structlog.get_logger("maasctl.maasapi")
 
 
 class ApiError(Exception):
-    """An error answered to the client as `{"error": {"code", "message"}}` with `status`."""
+    """An error answered to the client as `{"error": {"message", "type", "code"}}` with `status`."""
 
     def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
         super().__init__(message)
@@ -25,8 +28,28 @@ class ApiError(Exception):
         self.details = details
 
 
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    406: "invalid_request_error",
+    408: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    """The OpenAI-style error class of an HTTP status."""
+    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(code: str, message: str, details: Any = None, *, status: int = 400) -> dict[str, Any]:
+    body: dict[str, Any] = {"message": message, "type": error_type(status), "code": code}
     if details is not None:
         body["details"] = details
     return {"error": body}
@@ -61,20 +84,22 @@ _STATUS_CODES = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
+        return JSONResponse(error_body(exc.code, exc.message, exc.details, status=exc.status),
+                            status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         code, message, details = _validation_details(exc)
-        return JSONResponse(error_body(code, message, details), status_code=400 if code == "invalid_json" else 422)
+        return JSONResponse(error_body(code, message, details), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse(error_body(code, message, status=exc.status_code), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled_error", error_type=type(exc).__name__)
-        return JSONResponse(error_body("internal_error", "internal server error"), status_code=500)
+        return JSONResponse(error_body("internal_error", "internal server error", status=500), status_code=500)

@@ -4,7 +4,7 @@ Dependency resolution and pydantic request/response handling cost more than the 
 1,000 validations/s on a shared 2-core machine that overhead decides whether requests queue. This ASGI
 layer answers exactly that route with the same contract as the FastAPI route it shadows (which stays for
 the OpenAPI document): 401 without the gateway's token (`maasapi.gatewayauth`), a JSON object with exactly one
-string field `key` (<= 256 chars), 400 `invalid_json` for unparsable bodies, 422 `invalid_request` for other
+string field `key` (<= 256 chars), 400 `invalid_json` for unparsable bodies, 400 `invalid_request` for other
 shapes, 200 with the validation result otherwise.
 Access log, metrics and the body limit still wrap it.
 """
@@ -45,7 +45,7 @@ def _json_content_type(scope: Scope) -> bool:
 def parse_validate_body(raw: bytes, json_ok: bool) -> tuple[int, str | dict[str, Any]]:
     """(200, key) or (status, error body) — the same answers the pydantic model would give."""
     if not json_ok:
-        return 422, error_body(
+        return 400, error_body(
             "invalid_request",
             "the request does not match the schema",
             [{"field": "", "type": "model_attributes_type", "message": "expected a JSON object"}],
@@ -67,7 +67,7 @@ def parse_validate_body(raw: bytes, json_ok: bool) -> tuple[int, str | dict[str,
         problem = {"field": "key", "type": "string_too_long", "message": f"at most {MAX_KEY_CHARS} characters"}
     else:
         return 200, data["key"]
-    return 422, error_body("invalid_request", "the request does not match the schema", [problem])
+    return 400, error_body("invalid_request", "the request does not match the schema", [problem])
 
 
 class ValidateFastPath:
@@ -88,7 +88,7 @@ class ValidateFastPath:
             scope["route"] = self.route
         auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), None)
         if not self.authorized(auth):
-            body = json.dumps(error_body("unauthenticated", "a valid gateway token is required")).encode()
+            body = json.dumps(error_body("unauthenticated", "a valid gateway token is required", status=401)).encode()
             await send({"type": "http.response.start", "status": 401, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                 (b"www-authenticate", b'Bearer realm="maas-api-internal"')]})
@@ -108,7 +108,7 @@ class ValidateFastPath:
             try:
                 payload = await self.handler(result)
             except ApiError as exc:
-                status, payload = exc.status, error_body(exc.code, exc.message)
+                status, payload = exc.status, error_body(exc.code, exc.message, status=exc.status)
         body = json.dumps(payload, separators=(",", ":")).encode()
         await send(
             {

@@ -14,6 +14,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 
 PREFIX = "sk-oai-"
 HASH_ALGORITHM = "hmac-sha256-v1"
@@ -24,7 +25,9 @@ ID_LEN = 22  # ceil(128 / log2(62))
 SECRET_LEN = 43  # ceil(256 / log2(62))
 _KEY_RE = re.compile(rf"^{PREFIX}([0-9A-Za-z]{{{ID_LEN}}})_([0-9A-Za-z]{{{SECRET_LEN}}})$")
 _ID_RE = re.compile(rf"^[0-9A-Za-z]{{{ID_LEN}}}$")
-_DURATION_RE = re.compile(r"^([1-9][0-9]{0,5})([smhdw])$")
+_DURATION_RE = re.compile(r"^(?:[0-9]{1,6}(?:\.[0-9]{1,6})?[smhdw]){1,5}$")
+_DURATION_PART = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?)([smhdw])")
+MAX_DURATION_SECONDS = 100 * 365 * 86400
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -89,12 +92,23 @@ class BadDuration(ValueError):
     """An expiry string that is not `<n><s|m|h|d|w>`."""
 
 
-def parse_duration(text: str) -> timedelta:
-    """'30d', '12h', '90m', '45s', '2w' -> timedelta. Rejects zero, negatives, fractions and other units."""
-    m = _DURATION_RE.fullmatch(text) if isinstance(text, str) else None
-    if not m:
-        raise BadDuration(f"invalid duration {text!r}: expected <number><s|m|h|d|w>, e.g. '30d' or '12h'")
-    return timedelta(seconds=int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+def parse_duration(value: str | int) -> timedelta:
+    """A key lifetime as the reference accepts it: '30d', '12h', '90m', '45s', '2w', fractions ('1.5d'),
+    combinations ('2h30m', '1h45m30s'), or a JSON integer of seconds (86400). Whole seconds; zero, negatives,
+    other units and absurd lengths are refused."""
+    if isinstance(value, bool):
+        raise BadDuration("invalid duration: expected a string such as '30d' or a number of seconds")
+    if isinstance(value, int):
+        seconds = Decimal(value)
+    elif isinstance(value, str) and _DURATION_RE.fullmatch(value):
+        seconds = sum((Decimal(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value)), Decimal(0))
+    else:
+        raise BadDuration(f"invalid duration {value!r}: expected <number><s|m|h|d|w> (e.g. '30d', '1.5h', "
+                          "'2h30m') or a number of seconds")
+    whole = int(seconds)
+    if not 1 <= whole <= MAX_DURATION_SECONDS:
+        raise BadDuration(f"invalid duration {value!r}: must be between one second and {MAX_DURATION_SECONDS}s")
+    return timedelta(seconds=whole)
 
 
 def format_duration(value: timedelta) -> str:

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: request body limit, access log and HTTP metrics.
+"""Pure ASGI middleware: identity headers refused, request body limit, access log and HTTP metrics.
 
 The access log carries method, route template, status, duration and the caller's username when known —
 never headers, bodies or query strings (those can carry keys or tokens)."""
@@ -13,6 +13,8 @@ import structlog
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from maasctl.contract.edge import forbidden_client_header
+from maasctl.maasapi.errors import error_body
 from maasctl.maasapi.metrics import ApiMetrics
 
 access_log = structlog.get_logger("maasctl.maasapi.access")
@@ -26,9 +28,7 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 def _too_large_body(limit: int) -> bytes:
-    return json.dumps(
-        {"error": {"code": "request_too_large", "message": f"request body exceeds {limit} bytes"}}
-    ).encode()
+    return json.dumps(error_body("request_too_large", f"request body exceeds {limit} bytes", status=413)).encode()
 
 
 class BodyLimitMiddleware:
@@ -88,6 +88,32 @@ class BodyLimitMiddleware:
         except BodyTooLarge:
             if not started:
                 await self._reject(send)
+
+
+async def _send_json(send: Send, status: int, payload: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class IdentityHeaderMiddleware:
+    """Refuses (400 `forbidden_header`) any request carrying a header only the gateway may decide
+    (`contract.edge.server_decided`: `X-MaaS-Username`, `X-MaaS-Group`, `Impersonate-*`, ...), the same rule the
+    gateway applies at the edge. maas-api never takes identity from headers; a client sending them is refused,
+    not silently ignored, so a forged identity can never look like it worked (and nothing is minted)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = (name.decode("latin-1") for name, _ in scope.get("headers", []))
+            forbidden = forbidden_client_header(names)
+            if forbidden is not None:
+                message = f"header {forbidden!r} is decided by the gateway and may not be sent"
+                await _send_json(send, 400, json.dumps(error_body("forbidden_header", message)).encode())
+                return
+        await self.app(scope, receive, send)
 
 
 class AccessLogMiddleware:

@@ -72,7 +72,8 @@ async def probe(
     if not model.endpoint:
         return False
     url, with_credentials = probe_target(model.endpoint, gateway_origins, gateway_path(model))
-    sent = dict(headers) if with_credentials else {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    credentials = ("authorization", "x-api-key")
+    sent = dict(headers) if with_credentials else {k: v for k, v in headers.items() if k.lower() not in credentials}
     try:
         r = await asyncio.wait_for(http.get(url, headers=sent), timeout)
     except (TimeoutError, httpx.HTTPError):

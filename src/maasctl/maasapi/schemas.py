@@ -1,11 +1,14 @@
-"""Request and response bodies. Requests forbid unknown fields; JSON uses camelCase like the upstream API."""
+"""Request and response bodies, in the shapes of the reference MaaS API (opendatahub-io/models-as-a-service,
+its public OpenAPI description): camelCase for keys and models, the snake_case items of `/v1/subscriptions`,
+OpenAI lists. maasctl-only fields are additions a reference client ignores (docs/compatibility.md). Requests
+forbid unknown fields."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
@@ -40,8 +43,10 @@ class MintRequest(Request):
     name: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     description: Annotated[str, StringConstraints(max_length=1024)] = ""
     subscription: SubscriptionName | None = None
-    expires_in: Annotated[str, StringConstraints(max_length=16)] | None = Field(
-        default=None, description="Lifetime such as '30d', '12h', '90m' (bounded by the configured maximum)"
+    expires_in: Annotated[str, StringConstraints(max_length=32)] | Annotated[int, Field(strict=True)] | None = Field(
+        default=None,
+        description="Lifetime such as '30d', '12h', '1.5d', '2h30m', or a number of seconds (bounded by the "
+        "configured maximum)",
     )
     ephemeral: bool = False
     labels: Labels = Field(default_factory=dict)
@@ -52,7 +57,8 @@ class MintResponse(Response):
     key_prefix: str
     id: str
     name: str
-    subscription: str
+    subscription: str = Field(description="MaaSSubscription name bound to the key (namespace/name outside the "
+                              "subscription namespace)")
     created_at: datetime
     expires_at: datetime
     ephemeral: bool
@@ -60,17 +66,22 @@ class MintResponse(Response):
 
 
 class KeyView(Response):
+    """A key's metadata (the reference's `ApiKey`: `creationDate`/`expirationDate`, the subscription by name)."""
+
     id: str
     key_prefix: str
     name: str
     description: str
     username: str
-    subscription: str
+    groups: list[str] = Field(description="The owner's groups as last confirmed (at mint, or by the owner's token)")
+    subscription: str = Field(description="MaaSSubscription name (namespace/name outside the subscription "
+                              "namespace)")
     status: KeyStatus
     ephemeral: bool
     labels: dict[str, str]
-    created_at: datetime
-    expires_at: datetime
+    creation_date: datetime
+    expiration_date: datetime
+    last_used_at: datetime | None = None
     revoked_at: datetime | None = None
     revoked_by: str | None = None
     revoke_reason: str | None = None
@@ -83,19 +94,34 @@ class KeyList(Response):
 
 
 class SearchFilters(Request):
-    status: list[KeyStatus] = Field(default_factory=list, max_length=3)
+    status: list[KeyStatus] = Field(default_factory=list, max_length=3,
+                                    description="Statuses to include; active keys only when empty or absent")
     subscription: SubscriptionName | None = None
     name_contains: Annotated[str, StringConstraints(max_length=128)] | None = None
     description_contains: Annotated[str, StringConstraints(max_length=1024)] | None = None
-    labels: Labels = Field(default_factory=dict)
+    labels_contain: Labels = Field(
+        default_factory=dict, description="Keys carrying all of these label key/value pairs (the reference's name)"
+    )
+    labels: Labels = Field(default_factory=dict, description="Deprecated spelling of labelsContain")
     include_ephemeral: bool = False
     username: Annotated[str, StringConstraints(min_length=1, max_length=253)] | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
 
 
+    @model_validator(mode="after")
+    def _one_label_filter(self) -> SearchFilters:
+        if self.labels and self.labels_contain:
+            raise ValueError("give labelsContain or labels, not both")
+        return self
+
+    @property
+    def label_filter(self) -> dict[str, str]:
+        return self.labels_contain or self.labels
+
+
 class SearchSort(Request):
-    by: Literal["created_at", "expires_at", "name"] = "created_at"
+    by: Literal["created_at", "expires_at", "last_used_at", "name"] = "created_at"
     order: Literal["asc", "desc"] = "desc"
 
 
@@ -118,16 +144,20 @@ class BulkRevokeRequest(Request):
 
 
 class BulkRevokeResponse(Response):
+    """Counts only (no key ids, also on a dry run): the audit log records which keys were revoked."""
+
     revoked_count: int
-    key_ids: list[str]
     dry_run: bool
     message: str
 
 
-class KeyConfig(Response):
-    max_expiration_days: float
-    default_expiration: str
+class KeyConfig(BaseModel):
+    """The reference's snake_case `{max_expiration_days, ephemeral_max_expiration}` plus maasctl's
+    `default_expiration` and `key_format`."""
+
+    max_expiration_days: int | float = Field(description="Whole days as an integer, as in the reference")
     ephemeral_max_expiration: str
+    default_expiration: str
     key_format: str = "sk-oai-<id>_<secret>"
 
 
@@ -159,6 +189,8 @@ class ModelRefView(Response):
 
 
 class SubscriptionView(Response):
+    """A subscription as the select callback returns it to the gateway (internal)."""
+
     id: str
     name: str
     namespace: str
@@ -172,9 +204,41 @@ class SubscriptionView(Response):
     labels: dict[str, str]
 
 
-class SubscriptionList(Response):
-    object: Literal["list"] = "list"
-    data: list[SubscriptionView]
+class Snake(BaseModel):
+    """The reference's snake_case items (`/v1/subscriptions`, `/v1/model/{id}/subscriptions`)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class RateLimitItem(Snake):
+    limit: int
+    window: str
+
+
+class BillingRateItem(Snake):
+    per_token: str
+
+
+class ModelRefItem(Snake):
+    name: str = Field(description="Name of the MaaSModelRef")
+    namespace: str = Field(description="Namespace of the MaaSModelRef")
+    token_rate_limits: list[RateLimitItem]
+    unlimited: bool = Field(default=False, description="maasctl: no token budget (usage is still metered)")
+    billing_rate: BillingRateItem | None = None
+
+
+class SubscriptionListItem(Snake):
+    subscription_id_header: str = Field(description="The value to send in X-MaaS-Subscription (the name; "
+                                        "namespace/name outside the subscription namespace)")
+    subscription_description: str = Field(description="Description annotation, else display name, else name")
+    display_name: str | None = None
+    priority: int
+    model_refs: list[ModelRefItem]
+    organization_id: str | None = None
+    cost_center: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    namespace: str = Field(description="maasctl: the subscription's namespace")
+    phase: str = Field(description="maasctl: the subscription's phase (Pending, Active, Degraded, Failed, ...)")
 
 
 class SelectRequest(Request):
@@ -225,18 +289,30 @@ class CleanupResponse(Response):
 
 
 class Health(Response):
-    status: Literal["ok"] = "ok"
+    status: Literal["healthy"] = "healthy"
+
+
+class SubscriptionInfo(Response):
+    name: str
+    display_name: str | None = None
+    description: str | None = None
+
+
+class ModelDetails(Response):
+    display_name: str | None = None
+    description: str | None = None
 
 
 class ModelView(Response):
-    id: str
+    id: str = Field(description="The name clients send in the request's model field (the model's resolved alias)")
     object: Literal["model"] = "model"
     created: int
-    owned_by: str = Field(alias="owned_by")
+    owned_by: str = Field(alias="owned_by", description="namespace/name of the MaaSModelRef")
     kind: str
     url: str | None
     ready: bool
-    subscriptions: list[str]
+    model_details: ModelDetails | None = None
+    subscriptions: list[SubscriptionInfo]
 
 
 class ModelList(Response):

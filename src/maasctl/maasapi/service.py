@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import structlog
+
 from maasctl.contract.selection import SelectionCode, select_subscription
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
@@ -25,8 +27,11 @@ from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery
 
 Clock = Callable[[], datetime]
+log = structlog.get_logger("maasctl.maasapi")
 
 GROUP_REFRESH_INTERVAL = timedelta(minutes=1)
+LAST_USED_DEBOUNCE = timedelta(minutes=1)
+"""`lastUsedAt` is written at most once per key and minute (per replica): one UPDATE, not one per request."""
 
 # A well-formed hash of nothing: compared against when the key id does not exist, so unknown ids and wrong
 # secrets take the same path and time.
@@ -42,7 +47,7 @@ class MintInput:
     name: str | None
     description: str
     subscription: str | None
-    expires_in: str | None
+    expires_in: str | int | None
     ephemeral: bool
     labels: dict[str, str]
 
@@ -61,8 +66,9 @@ class KeyService:
         self.clock = clock
         self._pepper = settings.pepper_bytes()
         self._group_refreshes: dict[tuple[str, tuple[str, ...]], datetime] = {}
+        self._last_used: dict[str, datetime] = {}
 
-    def lifetime(self, expires_in: str | None, ephemeral: bool) -> timedelta:
+    def lifetime(self, expires_in: str | int | None, ephemeral: bool) -> timedelta:
         """Requested lifetime, defaulted and bounded by the configured maxima."""
         limit = self.settings.ephemeral_max_expiration if ephemeral else self.settings.max_expiration
         default = (
@@ -142,7 +148,21 @@ class KeyService:
             return Validation(False, status, record)
         if now - record.groups_as_of > self.settings.key_groups_max_age:
             return Validation(False, "groups_stale", record)
+        await self._touch(record, now)
         return Validation(True, None, record)
+
+    async def _touch(self, record: KeyRecord, now: datetime) -> None:
+        """Record the use for `lastUsedAt`, debounced (in memory per replica, and in the UPDATE itself)."""
+        seen = self._last_used.get(record.id) or record.last_used_at
+        if seen is not None and now - seen < LAST_USED_DEBOUNCE:
+            return
+        if len(self._last_used) > 100_000:
+            self._last_used.clear()
+        self._last_used[record.id] = now
+        try:
+            await self.store.touch(record.id, now, LAST_USED_DEBOUNCE)
+        except Exception as exc:  # best effort: a use that cannot be recorded never fails the validation
+            log.warning("last_used_not_recorded", key_id=record.id, error_type=type(exc).__name__)
 
     async def refresh_groups(self, caller: Identity) -> None:
         """The owner just proved their current groups with a Kubernetes token: put them on their keys (at most
@@ -167,8 +187,11 @@ class KeyService:
         return record
 
     async def revoke(self, caller: Identity, key_id: str, admin: bool, reason: str | None) -> KeyRecord:
+        """Revoke an active (or expired) key. A key that is already revoked is 404, as in the reference: only
+        the call that revoked it succeeds, so a client can tell that its own call took effect."""
         record = await self.get_visible(caller, key_id, admin)
-        await self.store.revoke(record.id, caller.username, reason or "revoked by request", self.clock())
+        if not await self.store.revoke(record.id, caller.username, reason or "revoked by request", self.clock()):
+            raise ApiError(404, "not_found", "API key not found or already revoked")
         fresh = await self.store.get(record.id)
         assert fresh is not None
         return fresh

@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
 
 from sqlalchemy import and_, delete, event, exists, func, insert, or_, select, update
@@ -40,6 +40,7 @@ class KeyRecord:
     revoke_reason: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     groups_verified_at: datetime | None = None
+    last_used_at: datetime | None = None
 
     @property
     def groups_as_of(self) -> datetime:
@@ -80,7 +81,7 @@ class SearchQuery:
     created_after: datetime | None = None
     created_before: datetime | None = None
     expires_before: datetime | None = None
-    sort: Literal["created_at", "expires_at", "name"] = "created_at"
+    sort: Literal["created_at", "expires_at", "last_used_at", "name"] = "created_at"
     descending: bool = True
     limit: int = 50
     offset: int = 0
@@ -109,6 +110,7 @@ def _record(row: Any, labels: dict[str, str] | None = None) -> KeyRecord:
         revoke_reason=m["revoke_reason"],
         labels=labels or {},
         groups_verified_at=m["groups_verified_at"],
+        last_used_at=m["last_used_at"],
     )
 
 
@@ -207,6 +209,7 @@ class _PgKeyLookup:
             revoked_by=row["revoked_by"],
             revoke_reason=row["revoke_reason"],
             groups_verified_at=_aware(row["groups_verified_at"]),
+            last_used_at=_aware(row["last_used_at"]),
         )
 
     async def close(self) -> None:
@@ -340,9 +343,11 @@ class KeyStore:
         sort_col = {
             "created_at": api_keys.c.created_at,
             "expires_at": api_keys.c.expires_at,
+            "last_used_at": api_keys.c.last_used_at,
             "name": api_keys.c.name,
         }[q.sort]
-        order = [sort_col.desc(), api_keys.c.id.desc()] if q.descending else [sort_col.asc(), api_keys.c.id.asc()]
+        order = ([sort_col.desc().nulls_last(), api_keys.c.id.desc()] if q.descending
+                 else [sort_col.asc().nulls_last(), api_keys.c.id.asc()])  # never-used keys last
         stmt = (
             select(*_KEY_COLUMNS).where(*self._conditions(q, now)).order_by(*order).limit(q.limit + 1).offset(q.offset)
         )
@@ -364,6 +369,17 @@ class KeyStore:
         async with self.engine.begin() as conn:
             result = await conn.execute(stmt)
         return int(result.rowcount or 0)
+
+    async def touch(self, key_id: str, now: datetime, debounce: timedelta) -> None:
+        """Record a use of the key, unless one was recorded less than `debounce` ago (one cheap UPDATE)."""
+        stmt = (
+            update(api_keys)
+            .where(api_keys.c.id == key_id,
+                   or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < now - debounce))
+            .values(last_used_at=now)
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(stmt)
 
     async def revoke(self, key_id: str, actor: str, reason: str, now: datetime) -> bool:
         """Soft-delete one key; False if it was already revoked (the row and audit trail stay)."""

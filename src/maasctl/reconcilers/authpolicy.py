@@ -13,7 +13,7 @@ from maasctl.contract.views import AuthPolicyView
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
 from maasctl.reconcilers.indexes import kuadrant_ready, model_index
 from maasctl.reconcilers.kinds import AUTH_POLICY, HTTP_ROUTE, MAAS_AUTH_POLICY
-from maasctl.reconcilers.routes import resolve
+from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
 from maasctl.runtime import Request, Result, has_finalizer, is_deleting, remove_finalizer
 from maasctl.runtime.objects import FrozenObject
@@ -48,7 +48,7 @@ class AuthPolicyReconciler:
                                 f"MaaSAuthPolicies count only in namespace {self.ctx.settings.subscription_namespace}")
         res = resolve(self.ctx.cache, model, self.ctx.gateway)
         if not res.resolved:
-            return ModelOutcome(model, res.reason != "ModelNotFound", res.reason, res.message)
+            return ModelOutcome(model, res.reason != MODEL_NOT_FOUND, res.reason, res.message)
         name = names.authpolicy_name(model.name)
         generated = ObjectRef(model.namespace, name)
         ready, reason = kuadrant_ready(self.ctx.cache.peek(AUTH_POLICY, name, model.namespace))

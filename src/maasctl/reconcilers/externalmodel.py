@@ -15,6 +15,7 @@ from maasctl.api import ExternalModel, ExternalModelPhase, parse
 from maasctl.builders import names
 from maasctl.reconcilers.context import FINALIZER, Context
 from maasctl.reconcilers.kinds import EXTERNAL_MODEL, SECRET
+from maasctl.reconcilers.routes import provider_endpoint
 from maasctl.runtime import (
     NotFound,
     Request,
@@ -49,6 +50,10 @@ class ExternalModelReconciler:
         phase, reason, message = ExternalModelPhase.READY, "Ready", f"provider {em.spec.provider}, no credentials"
         requeue: float | None = None
         ref = em.spec.credential_ref
+        try:
+            provider_endpoint(str(em.spec.endpoint), em.metadata.annotations)
+        except ValueError as exc:
+            phase, reason, message, ref = ExternalModelPhase.FAILED, "InvalidEndpoint", str(exc), None
         if ref is not None:
             secret = await self._secret(ref.name, req.namespace or "")
             key = ref.key or "api-key"

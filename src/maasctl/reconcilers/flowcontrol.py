@@ -41,8 +41,8 @@ from maasctl.builders.status import (
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.context import Context
-from maasctl.reconcilers.kinds import INFERENCE_OBJECTIVE, INFERENCE_POOL, LLM_INFERENCE_SERVICE, MAAS_MODEL_REF
-from maasctl.reconcilers.routes import resolve
+from maasctl.reconcilers.kinds import INFERENCE_OBJECTIVE, INFERENCE_POOL, MAAS_MODEL_REF
+from maasctl.reconcilers.routes import MODEL_NOT_FOUND, llm_inference_service, resolve
 from maasctl.runtime import ApiError, NotFound, is_deleting
 from maasctl.runtime.informer import InformerState
 from maasctl.runtime.objects import FrozenObject
@@ -99,7 +99,7 @@ class FlowControl:
             return _replace(base, external=True)
         if target.get("kind") != "LLMInferenceService":
             return _replace(base, scheduled=False)
-        llm = cache.peek(LLM_INFERENCE_SERVICE, str(target.get("name", "")), model.namespace)
+        llm = llm_inference_service(cache, str(target.get("name", "")), model.namespace)
         if llm is None:
             return base
         spec_scheduler = ((llm.get("spec") or {}).get("router") or {}).get("scheduler")
@@ -119,7 +119,7 @@ class FlowControl:
         pool = ObjectRef(model.namespace, str(ref["name"]))
         res = resolve(cache, model, self.gateway)
         if cache.peek(INFERENCE_POOL, pool.name, pool.namespace) is None or res.reason in (
-            "RouteNotFound", "BackendNotFound", "ModelNotFound"
+            "RouteNotFound", "BackendNotFound", MODEL_NOT_FOUND
         ):
             return base
         name = objective_name(subscription_ref(sub), pool)

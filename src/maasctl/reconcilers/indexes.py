@@ -3,6 +3,8 @@
 - `MODEL_INDEX` on MaaSAuthPolicy and MaaSSubscription: `<ns>/<name>` of every model the spec references, so
   a model's reconcile finds all its sources, and a source's status finds its models.
 - `TARGET_INDEX` on MaaSModelRef: `<ns>/<kind>/<name>` of the object that serves it.
+- `ALIAS_INDEX` on MaaSModelRef: its `status.resolvedModelAlias` (the name clients send), so a model finds the
+  others publishing the same name (`siblings_by_alias`).
 - Generated objects carry `maas.opendatahub.io/model` and `model-namespace` labels: `model_of_generated`
   maps them back to the MaaSModelRef that renders them (no bookkeeping annotations).
 """
@@ -20,6 +22,7 @@ from maasctl.runtime.objects import FrozenObject
 
 MODEL_INDEX = "maas.model"
 TARGET_INDEX = "maas.target"
+ALIAS_INDEX = "maas.alias"
 
 
 def model_keys(refs: Iterable[Mapping[str, Any]] | None) -> list[str]:
@@ -36,6 +39,24 @@ def target_index(obj: FrozenObject) -> list[str]:
     target = (obj.get("spec") or {}).get("modelRef") or {}
     ns = obj["metadata"]["namespace"]
     return [f"{ns}/{target.get('kind')}/{target.get('name')}"] if target.get("name") else []
+
+
+def alias_index(obj: FrozenObject) -> list[str]:
+    alias = (obj.get("status") or {}).get("resolvedModelAlias")
+    return [str(alias)] if alias else []
+
+
+def siblings_by_alias(cache: Cache) -> MapFunc:
+    """A MaaSModelRef (any change, status included) -> the others publishing the same name, so a conflict
+    appears and clears on both sides."""
+
+    def map_to(obj: FrozenObject) -> list[Request]:
+        me = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        return [Request.for_object(o) for key in alias_index(obj)
+                for o in cache.list(MAAS_MODEL_REF, index=(ALIAS_INDEX, key))
+                if (o["metadata"]["namespace"], o["metadata"]["name"]) != me]
+
+    return map_to
 
 
 def requests(objs: Iterable[FrozenObject]) -> list[Request]:

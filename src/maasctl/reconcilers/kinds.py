@@ -1,4 +1,8 @@
-"""The kinds the reconcilers read and write, in the versions the target CRDs store."""
+"""The kinds the reconcilers read and write, in the versions the target CRDs store.
+
+LLMInferenceService is read in both versions KServe has served (`v1alpha2`, storage since KServe v0.17, and
+`v1alpha1`, what older clusters and seed 001 register): the controller watches each version the cluster serves
+(an unserved one waits for its CRD) and `routes.llm_inference_service` prefers `v1alpha2`."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")
 AUTH_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "AuthPolicy")
 TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
 LLM_INFERENCE_SERVICE: Final = GroupVersionKind("serving.kserve.io", "v1alpha2", "LLMInferenceService")
+LLM_INFERENCE_SERVICE_V1ALPHA1: Final = GroupVersionKind("serving.kserve.io", "v1alpha1", "LLMInferenceService")
+LLM_INFERENCE_SERVICES: Final = (LLM_INFERENCE_SERVICE, LLM_INFERENCE_SERVICE_V1ALPHA1)
 INFERENCE_OBJECTIVE: Final = GroupVersionKind("llm-d.ai", "v1alpha2", "InferenceObjective")
 INFERENCE_POOL: Final = GroupVersionKind("inference.networking.k8s.io", "v1", "InferencePool")
 SERVICE: Final = GroupVersionKind("", "v1", "Service")

@@ -4,6 +4,10 @@ its TokenRateLimitPolicy (from all the MaaSAuthPolicies and MaaSSubscriptions th
 
 Unpublishing removes everything generated for the model; the auth policies and subscriptions that reference
 it are re-enqueued by their watches and report it NotFound.
+
+Status also carries `resolvedModelAlias` (the name clients send as `model`, `routes.model_alias`) and the
+informational condition `ModelIdentityUnique` (the reference's): False with reason `ModelNameConflict`, and a
+Warning Event, while another MaaSModelRef publishes the same name; the model keeps being served.
 """
 
 from __future__ import annotations
@@ -18,18 +22,19 @@ from maasctl.builders.refs import ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import CelError
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
+from maasctl.reconcilers.indexes import ALIAS_INDEX
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     EXTERNAL_MODEL,
     HTTP_ROUTE,
-    LLM_INFERENCE_SERVICE,
+    LLM_INFERENCE_SERVICES,
     MAAS_MODEL_REF,
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
 )
 from maasctl.reconcilers.modelpolicies import ModelPolicies
-from maasctl.reconcilers.routes import RouteResolution, resolve, split_endpoint
-from maasctl.runtime import Request, Result, finalize, set_condition, thaw
+from maasctl.reconcilers.routes import RouteResolution, model_alias, provider_endpoint, resolve
+from maasctl.runtime import Request, Result, finalize, is_deleting, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
 
@@ -49,10 +54,11 @@ class ModelRefReconciler:
         ctx = self.ctx
         model = ObjectRef(str(obj["metadata"]["namespace"]), str(obj["metadata"]["name"]))
         mr = parse(MaaSModelRef, thaw(obj))
-        needed = [HTTP_ROUTE]
+        missing = ctx.missing_apis(HTTP_ROUTE)
         if mr.spec.model_ref.kind == ModelKind.LLM_INFERENCE_SERVICE:
-            needed.append(LLM_INFERENCE_SERVICE)
-        missing = ctx.missing_apis(*needed)
+            absent = ctx.missing_apis(*LLM_INFERENCE_SERVICES)
+            if len(absent) == len(LLM_INFERENCE_SERVICES):  # served in neither version
+                missing += absent
         if missing:
             note = f"required API not installed: {', '.join(missing)}; waiting for it"
             status = self._status(obj, RouteResolution(model, "DependencyMissing", note), None)
@@ -69,8 +75,33 @@ class ModelRefReconciler:
         status = self._status(obj, resolution, problem)
         if mr.spec.endpoint_override and status["phase"] == ModelPhase.READY:
             status["endpoint"] = str(mr.spec.endpoint_override)
+        await self._identity(obj, status)
         await ctx.write_status(obj, status)
         return Result.requeue_after(requeue) if requeue else Result.done()
+
+    async def _identity(self, obj: FrozenObject, status: dict[str, Any]) -> None:
+        """`resolvedModelAlias` and `ModelIdentityUnique`: does another MaaSModelRef publish the same name?"""
+        alias = model_alias(self.ctx.cache, obj)
+        me = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        others = sorted(
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+            for o in self.ctx.cache.list(MAAS_MODEL_REF, index=(ALIAS_INDEX, alias))
+            if (o["metadata"]["namespace"], o["metadata"]["name"]) != me and not is_deleting(o)
+        )
+        generation = int(obj["metadata"].get("generation", 0))
+        if others:
+            listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            message = f"model name {alias!r} is also published by {listed}; clients cannot tell them apart"
+            was = next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                        if c.get("type") == "ModelIdentityUnique"), None)
+            if was is None or was.get("status") != "False" or was.get("message") != message:
+                await self.ctx.event(obj, "Warning", "ModelNameConflict", message)
+            state, reason = "False", "ModelNameConflict"
+        else:
+            state, reason, message = "True", "UniqueIdentity", f"no other MaaSModelRef publishes {alias!r}"
+        status["resolvedModelAlias"] = alias
+        status["conditions"] = set_condition(status.get("conditions"), type_="ModelIdentityUnique", status=state,
+                                             reason=reason, message=message, observed_generation=generation)
 
     async def _sync_policies(self, obj: FrozenObject, model: ObjectRef, res: RouteResolution) -> float | None:
         """Apply (or delete) the model's AuthPolicy and TokenRateLimitPolicy; a requeue delay while Kuadrant's
@@ -103,11 +134,16 @@ class ModelRefReconciler:
             await self._delete_external(obj, model)
             return None
         em = parse(ExternalModel, thaw(em_obj))
-        host, port, tls, base_path = split_endpoint(str(em.spec.endpoint))
+        try:
+            host, port, tls, base_path = provider_endpoint(str(em.spec.endpoint), em.metadata.annotations)
+        except ValueError as exc:
+            await self.ctx.event(obj, "Warning", "InvalidExternalModel", str(exc))
+            return str(exc)
         meta = obj["metadata"]
         inp = ExternalRouteInput(
             model=model,
-            external_model=em.spec.target_model,
+            external_model=str(em_obj["metadata"]["name"]),
+            target_model=em.spec.target_model,
             host=host,
             port=port,
             tls=tls,
@@ -160,6 +196,9 @@ class ModelRefReconciler:
             status["endpoint"] = res.endpoint
         if res.route is not None:
             status["httpRoutes"] = [{"name": res.route.name, "namespace": res.route.namespace}]
+            status["httpRouteName"], status["httpRouteNamespace"] = res.route.name, res.route.namespace
         if res.gateways:
             status["gateways"] = [{"name": g.name, "namespace": g.namespace} for g in res.gateways]
+            status["httpRouteGatewayName"] = res.gateways[0].name
+            status["httpRouteGatewayNamespace"] = res.gateways[0].namespace
         return status

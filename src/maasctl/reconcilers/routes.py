@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from maasctl.api.externalmodel import PORT_ANNOTATION, TLS_ANNOTATION
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
-from maasctl.reconcilers.kinds import EXTERNAL_MODEL, GATEWAY, HTTP_ROUTE, LLM_INFERENCE_SERVICE, MAAS_MODEL_REF
+from maasctl.reconcilers.kinds import EXTERNAL_MODEL, GATEWAY, HTTP_ROUTE, LLM_INFERENCE_SERVICES, MAAS_MODEL_REF
 from maasctl.runtime import Cache, is_deleting
+from maasctl.runtime.objects import FrozenObject
 
 KSERVE_ROUTE_LABELS = {
     "app.kubernetes.io/component": "llminferenceservice-router",
@@ -23,11 +25,45 @@ KSERVE_ROUTE_LABELS = {
 }
 
 
+MODEL_NOT_FOUND = "NotFound"
+
+
+def llm_inference_service(cache: Cache, name: str, namespace: str) -> FrozenObject | None:
+    """The LLMInferenceService in whichever version the cluster serves (`v1alpha2` first, then `v1alpha1`)."""
+    for gvk in LLM_INFERENCE_SERVICES:
+        obj = cache.peek(gvk, name, namespace)
+        if obj is not None:
+            return obj
+    return None
+
+
+def model_alias(cache: Cache, mr: FrozenObject) -> str:
+    """The name clients send in `model` for a MaaSModelRef (`status.resolvedModelAlias`): an ExternalModel's
+    name; an LLMInferenceService's served model name (`status.addresses[].models[].name`, else
+    `spec.model.name`), else its name; the MaaSModelRef's own name when the backend is not known yet."""
+    target = (mr.get("spec") or {}).get("modelRef") or {}
+    kind, name, ns = target.get("kind"), str(target.get("name") or ""), str(mr["metadata"]["namespace"])
+    if kind == "ExternalModel" and name:
+        return name
+    if kind == "LLMInferenceService" and name:
+        llm = llm_inference_service(cache, name, ns)
+        if llm is None:
+            return name
+        for address in (llm.get("status") or {}).get("addresses") or ():
+            for served in address.get("models") or ():
+                if isinstance(served, Mapping) and served.get("name"):
+                    return str(served["name"])[:253]
+        spec_name = ((llm.get("spec") or {}).get("model") or {}).get("name")
+        return str(spec_name)[:253] if spec_name else name
+    return str(mr["metadata"]["name"])
+
+
 @dataclass(frozen=True)
 class RouteResolution:
     """Where a model is served, or why that is not known yet.
 
-    reason: Resolved | ModelNotFound | BackendNotFound | RouteNotFound | NotOnGateway | UnknownKind
+    reason: Resolved | NotFound (the MaaSModelRef, as the reference names it) | BackendNotFound | RouteNotFound |
+    NotOnGateway | UnknownKind
     """
 
     model: ObjectRef
@@ -92,7 +128,7 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolut
     """The route of `model` and whether its backend is ready, from cached objects only."""
     mr = cache.peek(MAAS_MODEL_REF, model.name, model.namespace)
     if mr is None or is_deleting(mr):
-        return RouteResolution(model, "ModelNotFound", f"MaaSModelRef {model.key} not found")
+        return RouteResolution(model, MODEL_NOT_FOUND, f"MaaSModelRef {model.key} not found")
     target = (mr.get("spec") or {}).get("modelRef") or {}
     kind, name = target.get("kind"), target.get("name", "")
     if kind == "ExternalModel":
@@ -112,7 +148,7 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolut
             endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True,
         )
     if kind == "LLMInferenceService":
-        llm = cache.peek(LLM_INFERENCE_SERVICE, name, model.namespace)
+        llm = llm_inference_service(cache, name, model.namespace)
         if llm is None:
             return RouteResolution(model, "BackendNotFound",
                                    f"LLMInferenceService {model.namespace}/{name} not found")
@@ -141,3 +177,23 @@ def split_endpoint(url: str) -> tuple[str, int, bool, str]:
     tls = parts.scheme == "https"
     port = parts.port or (443 if tls else 80)
     return parts.hostname or "", port, tls, parts.path or "/"
+
+
+HOST_FORM_BASE_PATH = "/v1"
+
+
+def provider_endpoint(endpoint: str, annotations: Mapping[str, str] | None) -> tuple[str, int, bool, str]:
+    """(host, port, tls, base path) of an ExternalModel's `spec.endpoint`: a base URL as is; a host name alone
+    (the reference's form) is https on 443 with base path `/v1` unless `maas.opendatahub.io/tls: "false"`
+    (then http, port 80) or `maas.opendatahub.io/port` say otherwise. Raises ValueError for bad annotations."""
+    if "://" in endpoint:
+        return split_endpoint(endpoint)
+    notes = annotations or {}
+    tls_text = str(notes.get(TLS_ANNOTATION, "true")).strip().lower()
+    if tls_text not in ("true", "false"):
+        raise ValueError(f'annotation {TLS_ANNOTATION} must be "true" or "false", not {tls_text[:32]!r}')
+    tls = tls_text == "true"
+    port_text = str(notes.get(PORT_ANNOTATION, "443" if tls else "80")).strip()
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"annotation {PORT_ANNOTATION} must be a port number 1-65535, not {port_text[:32]!r}")
+    return endpoint.lower().rstrip("."), int(port_text), tls, HOST_FORM_BASE_PATH

@@ -19,14 +19,17 @@ from maasctl.reconcilers.externalmodel import ExternalModelReconciler
 from maasctl.reconcilers.gateway import GatewayReconciler
 from maasctl.reconcilers.guardrails import GuardrailsReconciler, singleton_request
 from maasctl.reconcilers.indexes import (
+    ALIAS_INDEX,
     MODEL_INDEX,
     TARGET_INDEX,
+    alias_index,
     model_index,
     models_by_target,
     models_in_namespace,
     models_of_generated,
     models_of_source,
     requests,
+    siblings_by_alias,
     sources_in_namespace,
     sources_of_model,
     target_index,
@@ -40,7 +43,7 @@ from maasctl.reconcilers.kinds import (
     HTTP_ROUTE,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
-    LLM_INFERENCE_SERVICE,
+    LLM_INFERENCE_SERVICES,
     MAAS_AUTH_POLICY,
     MAAS_MODEL_REF,
     MAAS_SUBSCRIPTION,
@@ -75,22 +78,39 @@ def _cleanup_job_owner(job: FrozenObject) -> list[Request]:
     return [Request(*key.split("/", 1)) for key in str(value).split(",") if "/" in key]
 
 
+def _same_priority(cache: Cache) -> MapFunc:
+    """A subscription (old and new spec) -> the others of its namespace with that priority
+    (`SpecPriorityDuplicate` on both sides)."""
+
+    def map_to(sub: FrozenObject) -> list[Request]:
+        ns, name = sub["metadata"]["namespace"], sub["metadata"]["name"]
+        priority = (sub.get("spec") or {}).get("priority", 0)
+        return [Request.for_object(o) for o in cache.list(MAAS_SUBSCRIPTION, ns)
+                if o["metadata"]["name"] != name and (o.get("spec") or {}).get("priority", 0) == priority]
+
+    return map_to
+
+
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
     """Wire the MaaSModelRef, Gateway, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
     ctx = Context(cache=cache, client=manager.client, applier=manager.applier,
                   events=manager.event_recorder("maas-controller"), settings=settings)
     cache.add_index(MAAS_MODEL_REF, TARGET_INDEX, target_index)
+    cache.add_index(MAAS_MODEL_REF, ALIAS_INDEX, alias_index)
     cache.add_index(MAAS_AUTH_POLICY, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, MODEL_INDEX, model_index)
     in_namespace = models_in_namespace(cache)
 
-    (manager.controller("maasmodelref")
+    models = (manager.controller("maasmodelref")
         .for_(MAAS_MODEL_REF, predicates=[SPEC_OR_META])
         .owns(HTTP_ROUTE)
         .owns(SERVICE)
-        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel"))
-        .watches(LLM_INFERENCE_SERVICE, map_to=models_by_target(cache, "LLMInferenceService"))
+        .watches(MAAS_MODEL_REF, map_to=siblings_by_alias(cache))
+        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel")))
+    for llm_version in LLM_INFERENCE_SERVICES:  # each version the cluster serves (seed 001 registers v1alpha1)
+        models = models.watches(llm_version, map_to=models_by_target(cache, "LLMInferenceService"))
+    (models
         .watches(HTTP_ROUTE, map_to=_kserve_route_to_models(cache))
         .watches(GATEWAY, map_to=lambda gw: requests(cache.list(MAAS_MODEL_REF)))
         .watches(MAAS_AUTH_POLICY, map_to=models_of_source, predicates=[SPEC_OR_META])
@@ -127,12 +147,14 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(cache), predicates=[SPEC_OR_META])
         .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(HTTP_ROUTE, map_to=by_namespace)
         .watches(INFERENCE_OBJECTIVE, map_to=by_namespace)
         .watches(INFERENCE_POOL, map_to=by_namespace)
-        .watches(LLM_INFERENCE_SERVICE, map_to=by_namespace)
+        .watches(LLM_INFERENCE_SERVICES[0], map_to=by_namespace)
+        .watches(LLM_INFERENCE_SERVICES[1], map_to=by_namespace)
         .watches(JOB, map_to=_cleanup_job_owner)
         .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))
         .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))

@@ -22,7 +22,7 @@ class ModelOutcome:
 
     model: ObjectRef
     found: bool
-    reason: str  # Valid | Invalid | ModelNotFound | RouteNotFound | ... (RouteResolution reasons)
+    reason: str  # Valid | Invalid | NotFound | RouteNotFound | ... (RouteResolution reasons)
     message: str
     generated: ObjectRef | None = None
     generated_ready: bool = False

@@ -6,8 +6,11 @@ valid and present in that policy (`tokenRateLimitStatuses`, the Active/Degraded/
 
 Request priority (`inferencePriority` -> InferenceObjectives, see flowcontrol.py) is synced per model and
 published in the same single status apply (`flowControlStatuses`, condition `InferenceObjectivesReady`, the
-Degraded rule); stale objectives are pruned after the status is written. Deletion (the `finalize` helper)
-prunes the objectives and waits for the key cleanup Job (cleanup.py) before the finalizer goes.
+Degraded rule); stale objectives are pruned after the status is written. The condition `SpecPriorityDuplicate`
+(the reference's) is True (`SharedPriority`) while another subscription of the namespace has the same
+`spec.priority`: a caller entitled to both gets `multiple_subscriptions` until it names one. Deletion (the
+`finalize` helper) prunes the objectives and waits for the key cleanup Job (cleanup.py) before the finalizer
+goes.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from maasctl.reconcilers.guardrails import config_ready, current_settings
 from maasctl.reconcilers.indexes import kuadrant_ready, model_index
 from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
-from maasctl.reconcilers.routes import resolve
+from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
-from maasctl.runtime import Request, Result, finalize, remove_condition, set_condition
+from maasctl.runtime import Request, Result, finalize, is_deleting, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
 
 _MAX_MESSAGE = 1024
@@ -88,7 +91,7 @@ class SubscriptionReconciler:
                                 f"MaaSSubscriptions count only in namespace {self.ctx.settings.subscription_namespace}")
         res = resolve(self.ctx.cache, model, self.ctx.gateway)
         if not res.resolved:
-            return ModelOutcome(model, res.reason != "ModelNotFound", res.reason, res.message)
+            return ModelOutcome(model, res.reason != MODEL_NOT_FOUND, res.reason, res.message)
         name = names.trlp_name(model.name)
         generated = ObjectRef(model.namespace, name)
         live = self.ctx.cache.peek(TOKEN_RATE_LIMIT_POLICY, name, model.namespace)
@@ -97,7 +100,7 @@ class SubscriptionReconciler:
             return ModelOutcome(model, True, "Invalid", "; ".join(problems), generated, False,
                                 kuadrant_ready(live)[1])
         ready, reason = kuadrant_ready(live)
-        if live is not None and limit_name(ObjectRef(view.namespace, view.name)) not in _limits(live):
+        if live is not None and limit_name(ObjectRef(view.namespace, view.name), model) not in _limits(live):
             ready, reason = False, "LimitNotRendered"
         return ModelOutcome(model, True, "Valid", res.message, generated, ready, reason)
 
@@ -127,6 +130,18 @@ class SubscriptionReconciler:
             conditions = set_condition(conditions, type_=cond.type, status=cond.status, reason=cond.reason,
                                        message=cond.message[:4096], observed_generation=generation)
         conditions = self.guardrails_condition(view, conditions, generation)
+        peers = same_priority_peers(self.ctx, obj)
+        if peers:
+            listed = ", ".join(peers[:5]) + (f" and {len(peers) - 5} more" if len(peers) > 5 else "")
+            conditions = set_condition(
+                conditions, type_=SPEC_PRIORITY_DUPLICATE, status="True", reason="SharedPriority",
+                message=f"priority {view.priority} is shared with {listed}; callers entitled to several of them "
+                "must choose one (X-MaaS-Subscription, or subscription when minting a key)"[:4096],
+                observed_generation=generation)
+        else:
+            conditions = set_condition(conditions, type_=SPEC_PRIORITY_DUPLICATE, status="False",
+                                       reason="NoDuplicatePeers", message="no other subscription has this priority",
+                                       observed_generation=generation)
         status["conditions"] = conditions
         return status
 
@@ -160,6 +175,21 @@ class SubscriptionReconciler:
             message = f"guarded models: {', '.join(f'{m} -> {c}' for m, c in guarded)}"
         return set_condition(conditions, type_=GUARDRAILS_READY, status=status, reason=reason,
                              message=message[:4096], observed_generation=generation)
+
+
+SPEC_PRIORITY_DUPLICATE = "SpecPriorityDuplicate"
+
+
+def _priority(obj: FrozenObject) -> int:
+    value = (obj.get("spec") or {}).get("priority", 0)
+    return value if isinstance(value, int) else 0
+
+
+def same_priority_peers(ctx: Context, obj: FrozenObject) -> list[str]:
+    """Names of the other live subscriptions in `obj`'s namespace with the same `spec.priority`."""
+    me, priority = obj["metadata"]["name"], _priority(obj)
+    return sorted(str(o["metadata"]["name"]) for o in ctx.cache.list(MAAS_SUBSCRIPTION, obj["metadata"]["namespace"])
+                  if o["metadata"]["name"] != me and not is_deleting(o) and _priority(o) == priority)
 
 
 def _limits(trlp: FrozenObject) -> set[str]:

@@ -1,8 +1,8 @@
 """OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming.
 
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
-costs. The server remembers the headers of recent requests (`GET /debug/requests`) so tests can prove
-which headers reached the backend. It is a test double for a model, never for Kubernetes or a database.
+costs. The server remembers the headers (and the body's `model`) of recent requests (`GET /debug/requests`) so
+tests can prove what reached the backend. It is a test double for a model, never for Kubernetes or a database.
 
 Request headers make it behave like the providers metering must survive (tests only):
 `x-testmodel-encoding: gzip|deflate` compresses the answer whatever the request accepted;
@@ -89,7 +89,9 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
     @app.middleware("http")
     async def remember(request: Request, call_next: Any) -> Any:
         if not request.url.path.startswith(("/debug", "/health")):
-            state.seen.append({"path": request.url.path, "headers": dict(request.headers)})
+            entry: dict[str, Any] = {"path": request.url.path, "headers": dict(request.headers)}
+            request.state.seen = entry  # the handler adds the body's model name
+            state.seen.append(entry)
             if cfg.require_bearer and request.headers.get("authorization") != f"Bearer {cfg.require_bearer}":
                 return _error(401, "missing or wrong upstream credentials", "invalid_api_key")
         return await call_next(request)
@@ -122,6 +124,9 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object", "invalid_json")
         model = body.get("model")
+        seen = getattr(request.state, "seen", None)
+        if isinstance(seen, dict):
+            seen["model"] = model
         if model not in cfg.models:
             return _error(404, f"model {model!r} is not served here", "model_not_found")
         return body

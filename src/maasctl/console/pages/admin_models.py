@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from maasctl.api import DISPLAY_NAME_ANNOTATION, dump
 from maasctl.console import catalog, forms
-from maasctl.console.kube import EXTERNAL_MODEL, LLM_SERVICE, MODEL_REF, SUBSCRIPTION, KubeError, UserKube
+from maasctl.console.kube import EXTERNAL_MODEL, LLM_SERVICES, MODEL_REF, SUBSCRIPTION, KubeError, UserKube
 from maasctl.console.web import Admin, console, flash, kube_as, redirect, render
 
 router = APIRouter()
@@ -65,8 +65,16 @@ async def published_models(request: Request, identity: Admin, type: str = "all")
 async def _unpublished_services(kube: UserKube) -> list[dict[str, str]]:
     published = {(r["namespace"], r["target"]) for r in map(model_row, await kube.list(MODEL_REF))
                  if r["kind"] == "LLMInferenceService"}
-    services = [{"namespace": _meta(o).get("namespace", ""), "name": _meta(o).get("name", "")}
-                for o in await kube.list(LLM_SERVICE)]
+    services: list[dict[str, str]] = []
+    for version in LLM_SERVICES:  # a cluster serving only v1alpha1 (older KServe, seed 001) answers 404 for v1alpha2
+        try:
+            found = await kube.list(version)
+        except KubeError as exc:
+            if exc.status == 404:
+                continue
+            raise
+        services = [{"namespace": _meta(o).get("namespace", ""), "name": _meta(o).get("name", "")} for o in found]
+        break
     return sorted((s for s in services if (s["namespace"], s["name"]) not in published),
                   key=lambda s: (s["namespace"], s["name"]))
 

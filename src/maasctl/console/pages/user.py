@@ -113,7 +113,8 @@ async def mint_key(request: Request, identity: User,
         try:
             minted = await api.mint(name, subscription or None, expires_in)
         except MaasApiError as exc:
-            field = "subscription" if "subscription" in exc.code else "name" if exc.status == 422 else "_form"
+            field = ("subscription" if "subscription" in exc.code
+                     else "name" if exc.code == "invalid_request" else "_form")
             errors[field] = str(exc)
         else:
             session = ensure_session(request)
@@ -180,7 +181,8 @@ async def models_page(request: Request, identity: User) -> Response:
         for sub in await api.subscriptions():
             for m in await api.models(sub["id"]):
                 entry = models.setdefault(m["owned_by"], {**m, "subscriptions": []})
-                entry["subscriptions"] = sorted({*entry["subscriptions"], *m.get("subscriptions", [])})
+                names = (str(s.get("name")) for s in m.get("subscriptions") or [] if isinstance(s, dict))
+                entry["subscriptions"] = sorted({*entry["subscriptions"], *names})
     except MaasApiError as exc:
         error = str(exc)
     rows = [{**m, "curl": curl_for(m)} for _, m in sorted(models.items())]

@@ -10,7 +10,7 @@ from maasctl.contract.selection import parse_ref
 from maasctl.maasapi import keys
 from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, is_admin, subscriptions_of
 from maasctl.maasapi.errors import ApiError
-from maasctl.maasapi.routes.views import key_view
+from maasctl.maasapi.routes.views import key_subscription, key_view
 from maasctl.maasapi.schemas import (
     BulkRevokeRequest,
     BulkRevokeResponse,
@@ -32,7 +32,7 @@ router = APIRouter(tags=["api-keys"], responses=ERROR_RESPONSES)
 async def key_config(st: StateDep, _: TokenCaller) -> KeyConfig:
     s = st.settings
     return KeyConfig(
-        max_expiration_days=s.max_expiration.total_seconds() / 86400,
+        max_expiration_days=days if (days := s.max_expiration.total_seconds() / 86400) % 1 else int(days),
         default_expiration=keys.format_duration(s.effective_default_expiration),
         ephemeral_max_expiration=keys.format_duration(s.ephemeral_max_expiration),
     )
@@ -56,7 +56,7 @@ async def mint_key(body: MintRequest, st: StateDep, caller: TokenCaller) -> Mint
         key_prefix=keys.display_prefix(rec.id),
         id=rec.id,
         name=rec.name,
-        subscription=rec.subscription,
+        subscription=key_subscription(rec, st),
         created_at=rec.created_at,
         expires_at=rec.expires_at,
         ephemeral=rec.ephemeral,
@@ -64,7 +64,7 @@ async def mint_key(body: MintRequest, st: StateDep, caller: TokenCaller) -> Mint
     )
 
 
-@router.get("/v1/api-keys", response_model=KeyList)
+@router.get("/v1/api-keys", response_model=KeyList, response_model_exclude_none=True)
 async def list_keys(
     st: StateDep,
     caller: TokenCaller,
@@ -85,7 +85,7 @@ async def list_keys(
     return KeyList(data=[key_view(r, st) for r in recs], has_more=more)
 
 
-@router.post("/v1/api-keys/search", response_model=KeyList)
+@router.post("/v1/api-keys/search", response_model=KeyList, response_model_exclude_none=True)
 async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) -> KeyList:
     f = body.filters
     owner: str | None = caller.username
@@ -99,11 +99,11 @@ async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) ->
     recs, more = await st.keys().search(
         SearchQuery(
             owner=owner,
-            statuses=tuple(dict.fromkeys(f.status)),
+            statuses=tuple(dict.fromkeys(f.status or ("active",))),  # the reference: active keys unless asked
             subscription=sub,
             name_contains=f.name_contains,
             description_contains=f.description_contains,
-            labels=f.labels,
+            labels=f.label_filter,
             include_ephemeral=f.include_ephemeral,
             created_after=f.created_after,
             created_before=f.created_before,
@@ -118,12 +118,14 @@ async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) ->
 
 @router.post("/v1/api-keys/bulk-revoke", response_model=BulkRevokeResponse)
 async def bulk_revoke(body: BulkRevokeRequest, st: StateDep, caller: TokenCaller) -> BulkRevokeResponse:
+    """Revoke every active key of a user, of a subscription (admins), or both. An empty filter is refused
+    (400): it never means "all of my keys"; revoking your own keys names your username, as in the reference."""
+    if body.username is None and body.subscription is None:
+        raise ApiError(400, "invalid_request", "bulk revoke needs a username, a subscription or both")
     username = body.username
-    if body.subscription is not None or (username is not None and username != caller.username):
-        if not await is_admin(st, caller):
-            raise ApiError(403, "forbidden", "only admins can revoke other users' or a subscription's keys")
-    elif username is None:
-        username = caller.username
+    others = body.subscription is not None or (username is not None and username != caller.username)
+    if others and not await is_admin(st, caller):
+        raise ApiError(403, "forbidden", "only admins can revoke other users' or a subscription's keys")
     sub = parse_ref(body.subscription, st.settings.subscription_namespace) if body.subscription else None
     ids = await st.keys().store.revoke_many(
         owner=username,
@@ -135,19 +137,22 @@ async def bulk_revoke(body: BulkRevokeRequest, st: StateDep, caller: TokenCaller
     )
     if not body.dry_run:
         st.metrics.revocations.labels("bulk").inc(len(ids))
-    verb = "would be revoked" if body.dry_run else "revoked"
-    return BulkRevokeResponse(
-        revoked_count=len(ids), key_ids=ids, dry_run=body.dry_run, message=f"{len(ids)} API key(s) {verb}"
-    )
+    scope = " and".join(part for part in (
+        f" of user {username}" if username is not None else "",
+        f" bound to subscription {body.subscription}" if body.subscription is not None else "",
+    ) if part)
+    message = (f"dry run: {len(ids)} active API key(s){scope} would be revoked" if body.dry_run
+               else f"{len(ids)} active API key(s){scope} revoked")
+    return BulkRevokeResponse(revoked_count=len(ids), dry_run=body.dry_run, message=message)
 
 
-@router.get("/v1/api-keys/{key_id}", response_model=KeyView)
+@router.get("/v1/api-keys/{key_id}", response_model=KeyView, response_model_exclude_none=True)
 async def get_key(key_id: Annotated[str, Path(max_length=64)], st: StateDep, caller: TokenCaller) -> KeyView:
     admin = await is_admin(st, caller)
     return key_view(await st.keys().get_visible(caller, key_id, admin), st)
 
 
-@router.delete("/v1/api-keys/{key_id}", response_model=KeyView)
+@router.delete("/v1/api-keys/{key_id}", response_model=KeyView, response_model_exclude_none=True)
 async def revoke_key(
     key_id: Annotated[str, Path(max_length=64)],
     st: StateDep,

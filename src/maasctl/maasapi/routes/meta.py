@@ -23,5 +23,5 @@ async def health(st: StateDep) -> Health:
 @router.get("/metrics", include_in_schema=False)
 async def metrics(st: StateDep) -> Response:
     if not st.settings.metrics_enabled:
-        return JSONResponse(error_body("not_found", "metrics disabled"), status_code=404)
+        return JSONResponse(error_body("not_found", "metrics disabled", status=404), status_code=404)
     return Response(generate_latest(st.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,4 +1,11 @@
-"""`/v1/models`: the models a caller can use, checked by probing each with the caller's own credentials."""
+"""`/v1/models`: the models a caller can use, checked by probing each with the caller's own credentials.
+
+The reference's shape: `id` is the name clients send as `model` (the MaaSModelRef's `status.resolvedModelAlias`,
+e.g. the ExternalModel's name), `owned_by` the MaaSModelRef as `namespace/name`, `subscriptions[]` objects
+`{name, displayName, description}`, `modelDetails` from the MaaSModelRef's display annotations. A token caller
+naming a subscription it cannot use (unknown or not its own) gets 403, as in the reference; an API key with a
+different `X-MaaS-Subscription` than its own is 403 `access_denied` (`contract.selection`, the gateway's rule).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,13 @@ from maasctl.contract.selection import find, rank
 from maasctl.maasapi.deps import ERROR_RESPONSES, Caller, StateDep, subscriptions_of
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.models import accessible
-from maasctl.maasapi.schemas import ModelList, ModelView
+from maasctl.maasapi.routes.views import subscription_info
+from maasctl.maasapi.schemas import ModelDetails, ModelList, ModelView, SubscriptionInfo
 
 router = APIRouter(tags=["models"], responses=ERROR_RESPONSES)
 
 
-@router.get("/v1/models", response_model=ModelList)
+@router.get("/v1/models", response_model=ModelList, response_model_exclude_none=True)
 async def list_models(
     request: Request,
     response: Response,
@@ -36,20 +44,21 @@ async def list_models(
     elif x_maas_subscription:
         wanted = find(subs, x_maas_subscription, default_ns)
         if wanted is None or not wanted.entitles(caller.username, caller.groups):
-            raise ApiError(404, "subscription_not_found", "subscription not found or not accessible")
+            raise ApiError(403, "subscription_not_found", "subscription not found or not accessible")
         chosen = [wanted] if wanted.usable else []
     else:
         chosen = [s for s in subs if s.entitles(caller.username, caller.groups) and s.usable]
-    serving: dict[str, list[str]] = {}
+    serving: dict[str, list[SubscriptionInfo]] = {}
     for sub in rank(chosen):
         for ref in sub.models:
-            serving.setdefault(ref.key, []).append(sub.key)
+            serving.setdefault(ref.key, []).append(subscription_info(sub, default_ns))
     try:
         all_models = await st.models.list_models()
     except Exception as exc:
         raise ApiError(503, "models_unavailable", "models cannot be read right now") from exc
     candidates = [m for m in all_models if m.key in serving and m.ready]
-    headers = {"Authorization": request.headers.get("authorization", "")}
+    headers = {name: value for name, value in (("Authorization", request.headers.get("authorization")),
+                                                ("X-Api-Key", request.headers.get("x-api-key"))) if value}
     if x_maas_subscription:
         headers["X-MaaS-Subscription"] = x_maas_subscription
     allowed = await accessible(
@@ -69,6 +78,8 @@ async def list_models(
                 kind=m.kind,
                 url=m.endpoint,
                 ready=True,
+                model_details=ModelDetails(display_name=m.display_name, description=m.description)
+                if m.display_name or m.description else None,
                 subscriptions=serving[m.key],
             )
             for m in allowed

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from maasctl.contract.selection import format_ref
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.deps import AppState
-from maasctl.maasapi.schemas import KeyView, ModelRefView, TokenRateLimitView
+from maasctl.maasapi.schemas import (
+    BillingRateItem,
+    KeyView,
+    ModelRefItem,
+    ModelRefView,
+    RateLimitItem,
+    SubscriptionInfo,
+    SubscriptionListItem,
+    TokenRateLimitView,
+)
 from maasctl.maasapi.schemas import SubscriptionView as SubscriptionOut
 from maasctl.maasapi.store import KeyRecord
+
+
+def key_subscription(rec: KeyRecord, st: AppState) -> str:
+    """The key's subscription as the reference names it (bare name in the subscription namespace)."""
+    return format_ref(rec.subscription_namespace, rec.subscription_name, st.settings.subscription_namespace)
 
 
 def key_view(rec: KeyRecord, st: AppState) -> KeyView:
@@ -17,12 +32,14 @@ def key_view(rec: KeyRecord, st: AppState) -> KeyView:
         name=rec.name,
         description=rec.description,
         username=rec.owner,
-        subscription=rec.subscription,
+        groups=list(rec.groups),
+        subscription=key_subscription(rec, st),
         status=rec.status(st.keys().clock()),
         ephemeral=rec.ephemeral,
         labels=rec.labels,
-        created_at=rec.created_at,
-        expires_at=rec.expires_at,
+        creation_date=rec.created_at,
+        expiration_date=rec.expires_at,
+        last_used_at=rec.last_used_at,
         revoked_at=rec.revoked_at,
         revoked_by=rec.revoked_by,
         revoke_reason=rec.revoke_reason,
@@ -30,6 +47,7 @@ def key_view(rec: KeyRecord, st: AppState) -> KeyView:
 
 
 def subscription_out(sub: SubscriptionView) -> SubscriptionOut:
+    """The internal shape (select callback)."""
     return SubscriptionOut(
         id=sub.key,
         name=sub.name,
@@ -51,3 +69,34 @@ def subscription_out(sub: SubscriptionView) -> SubscriptionOut:
         cost_center=sub.cost_center,
         labels=sub.label_map,
     )
+
+
+def subscription_item(sub: SubscriptionView, default_namespace: str) -> SubscriptionListItem:
+    """The reference's `SubscriptionListItem` (plus maasctl's `namespace`, `phase` and `unlimited`)."""
+    return SubscriptionListItem(
+        subscription_id_header=format_ref(sub.namespace, sub.name, default_namespace),
+        subscription_description=sub.description or sub.display_name or sub.name,
+        display_name=sub.display_name,
+        priority=sub.priority,
+        model_refs=[
+            ModelRefItem(
+                name=m.name,
+                namespace=m.namespace,
+                token_rate_limits=[RateLimitItem(limit=t.limit, window=t.window) for t in m.tiers],
+                unlimited=m.unlimited,
+                billing_rate=BillingRateItem(per_token=m.billing_per_token) if m.billing_per_token else None,
+            )
+            for m in sub.models
+        ],
+        organization_id=sub.organization_id,
+        cost_center=sub.cost_center,
+        labels=sub.label_map,
+        namespace=sub.namespace,
+        phase=sub.phase or "Pending",
+    )
+
+
+def subscription_info(sub: SubscriptionView, default_namespace: str) -> SubscriptionInfo:
+    """A subscription as `/v1/models` lists it under a model."""
+    return SubscriptionInfo(name=format_ref(sub.namespace, sub.name, default_namespace),
+                            display_name=sub.display_name, description=sub.description)

@@ -15,8 +15,8 @@ configured token ingestion is refused (401), never open.
 
 Idempotency: `request_id` (a uuid4 the gateway makes per request) is the primary key; a retried batch is
 stored once (`duplicates` in the answer). Bounds: at most `usage_max_batch_records` records
-(413 `batch_too_large`) and `max_body_bytes` of body (413 `request_too_large`); schema errors are 422
-`invalid_request` naming `records.<index>.<field>`; records timestamped more than an hour ahead are 422
+(413 `batch_too_large`) and `max_body_bytes` of body (413 `request_too_large`); schema errors are 400
+`invalid_request` naming `records.<index>.<field>`; records timestamped more than an hour ahead are 400
 `timestamp_in_future`; a database failure is 503 `usage_store_unavailable` (the gateway keeps and retries).
 
 Organization id: stored as sent. The gateway fills it from the selected subscription's `organization.id`,

@@ -105,7 +105,7 @@ def _range(ctx: UsageContext, name: str | None, start: datetime | None, end: dat
     try:
         return ranges.resolve(ctx.clock(), name, start, end, whole_days=whole_days)
     except ranges.RangeError as exc:
-        raise ApiError(422, exc.code, str(exc)) from exc
+        raise ApiError(400, exc.code, str(exc)) from exc
 
 
 def _counts(t: Totals) -> dict[str, int]:
@@ -182,7 +182,7 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
     UserQ = Annotated[str | None, Query(max_length=253, description="case-insensitive username search")]
     errors: dict[int | str, dict[str, Any]] = {
         s: {"description": d} for s, d in ((401, "Unauthenticated"), (403, "Forbidden"), (404, "Not found"),
-                                            (413, "Too large"), (422, "Invalid"), (503, "Unavailable"))
+                                            (413, "Too large"), (503, "Unavailable"))
     }
 
     async def require_admin(ctx: UsageContext, caller: Identity, what: str) -> None:
@@ -201,7 +201,7 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         future = [i for i, e in enumerate(entries) if e.ts > now + FUTURE_SKEW]
         if future:
             ctx.metrics.rejected.labels("timestamp_in_future").inc()
-            raise ApiError(422, "timestamp_in_future", "records are timestamped in the future",
+            raise ApiError(400, "timestamp_in_future", "records are timestamped in the future",
                            [{"field": f"records.{i}.timestamp"} for i in future[:20]])
         try:
             result = await ctx.store().ingest(entries, now)
