@@ -22,7 +22,8 @@ def cap(amount: str, period: str = "Monthly", **thresholds: str) -> BudgetCap:
 
 
 def test_periods_are_utc_calendar_periods() -> None:
-    assert period_bounds(BudgetPeriod.DAILY, T0) == (datetime(2026, 9, 17, tzinfo=UTC), datetime(2026, 9, 18, tzinfo=UTC))
+    assert period_bounds(BudgetPeriod.DAILY, T0) == (datetime(2026, 9, 17, tzinfo=UTC),
+                                                     datetime(2026, 9, 18, tzinfo=UTC))
     assert period_bounds(BudgetPeriod.WEEKLY, T0) == (datetime(2026, 9, 14, tzinfo=UTC),
                                                       datetime(2026, 9, 21, tzinfo=UTC))
     assert period_bounds(BudgetPeriod.MONTHLY, T0) == (datetime(2026, 9, 1, tzinfo=UTC),
