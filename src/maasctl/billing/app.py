@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 from kubernetes_asyncio import client as k8s
@@ -19,8 +20,10 @@ from maasctl.billing.kinds import (
     HTTP_ROUTE,
     KUADRANT_KINDS,
     KUEUE_KINDS,
+    NODE,
     PLAN,
     PRICE_BOOK,
+    RESERVATION,
     RESOURCE_FLAVOR,
     TENANT_ACCOUNT,
 )
@@ -43,6 +46,7 @@ from maasctl.billing.reconcilers.plan import (
 )
 from maasctl.billing.reconcilers.pricebook import PriceBookReconciler
 from maasctl.billing.reconcilers.rater import RATER_KEY, RaterReconciler, tenant_enqueuer
+from maasctl.billing.reconcilers.reservation import ReservationReconciler, reservation_state_changed
 from maasctl.billing.reconcilers.tenant import TenantReconciler
 from maasctl.billing.settings import BillingSettings
 from maasctl.billing.timers import Timers
@@ -58,6 +62,7 @@ from maasctl.runtime import (
 )
 from maasctl.runtime.connect import connect
 from maasctl.runtime.controller import MapFunc
+from maasctl.runtime.informer import Event, EventType
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
 
@@ -194,9 +199,39 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     # A budget's Throttle or Freeze starts or ends: every Plan of the namespace (each carries the 403 texts).
     builder = builder.watches(BUDGET_POLICY, map_to=_plans_of_namespace(cache), predicates=[enforcement_changed])
     builder.complete(PlanReconciler(ctx))
+    setup_reservations(manager, ctx)
     if ledger is not None:
         setup_wallets(manager, ctx, ledger, reader)
     return ctx
+
+
+def _node_capacity(obj: FrozenObject) -> tuple[Any, ...]:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return (tuple(sorted(labels.items())), (obj.get("spec") or {}).get("unschedulable"),
+            ((obj.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu"))
+
+
+def _capacity_changed(event: Event) -> bool:
+    return event.type is not EventType.UPDATED or event.old is None or \
+        _node_capacity(event.old) != _node_capacity(event.obj)
+
+
+def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
+    """The Reservation controller (one worker: it recomputes every tenant's reservation queue each time)."""
+    cache = manager.cache
+    timers = Timers(ctx.clock)
+
+    def every_reservation(_: FrozenObject) -> list[Request]:
+        return [Request.for_object(o) for o in cache.list(RESERVATION)]
+
+    ctl = (manager.controller("reservation")
+           .for_(RESERVATION, predicates=[SPEC_OR_META])
+           .watches(RESERVATION, map_to=every_reservation, predicates=[any_of(reservation_state_changed, deletion)])
+           .watches(NODE, map_to=every_reservation, predicates=[_capacity_changed])
+           .watches(TENANT_ACCOUNT, map_to=every_reservation, predicates=[SPEC_OR_META])
+           .max_concurrent_reconciles(1)
+           .complete(ReservationReconciler(ctx, ctx.ledger, catalog_from_cache(cache), timers)))
+    timers.bind(ctl.queue)
 
 
 TARGET_INDEX = "billing.target"
