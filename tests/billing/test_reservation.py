@@ -3,6 +3,7 @@ Preemptible overbooking and reclaim, the lifecycle, the Kueue queue and the pror
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -143,3 +144,18 @@ def test_the_tenant_queue_holds_guaranteed_as_nominal_and_preemptible_as_borrowa
                                             "billing.opendatahub.io/geo": "us-east"}
     assert rsv.flavor_name(rsv.Pool("us-east", "H200/MIG:3g")) != rsv.flavor_name(rsv.Pool("us-east", "h200-mig-3g"))
     assert rsv.reservation_queue("ns", "t", "o", {})["spec"]["resourceGroups"] == []
+
+
+def test_the_lender_queue_holds_what_no_active_guaranteed_reservation_holds() -> None:
+    other = rsv.Pool("eu-west", "h100")
+    active = [ask("g", 6, SEP, OCT), ask("p", 4, SEP, OCT, ReservationClass.PREEMPTIBLE),
+              dataclasses.replace(ask("x", 3, SEP, OCT), pool=other)]
+    free = rsv.unreserved({POOL: 8, other: 2}, active)
+    assert free == {other: 0, POOL: 2}  # never below zero (nodes may go away)
+    q = rsv.lender_queue(free)
+    assert q["metadata"]["name"] == rsv.LENDER_QUEUE and q["spec"]["cohortName"] == rsv.COHORT
+    assert "namespaceSelector" not in q["spec"]  # Kueue's null selector: no workload of its own
+    assert q["spec"]["resourceGroups"][0]["flavors"] == [
+        {"name": rsv.flavor_name(other), "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 0}]},
+        {"name": rsv.flavor_name(POOL), "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]}]
+    assert rsv.lender_queue({})["spec"]["resourceGroups"] == []

@@ -131,6 +131,14 @@ async def test_capacity_lifecycle_kueue_and_charges(reservations: Reservations, 
         flavor = rsv.flavor_name(pool)
         await eventually(lambda: quota([{"name": flavor, "resources": [
             {"name": "nvidia.com/gpu", "nominalQuota": 6, "borrowingLimit": 2}]}]))
+
+        async def lent(want: int) -> bool:
+            q = await cluster.get(CQ, rsv.LENDER_QUEUE)
+            groups = ((q or {}).get("spec") or {}).get("resourceGroups") or []
+            return {f["name"]: f["resources"][0]["nominalQuota"] for g in groups for f in g["flavors"]}.get(
+                flavor) == want
+
+        await eventually(lambda: lent(2))  # the GPUs no Guaranteed reservation holds: what the spot borrows
         q = await cluster.get(CQ, queue)
         assert q is not None and q["spec"]["cohortName"] == rsv.COHORT
         assert q["spec"]["namespaceSelector"] == {"matchLabels": {"billing.opendatahub.io/tenant": "helix"}}
@@ -162,6 +170,7 @@ async def test_capacity_lifecycle_kueue_and_charges(reservations: Reservations, 
         await eventually(lambda: state("second", "Active"))
         await eventually(lambda: quota([{"name": flavor, "resources": [
             {"name": "nvidia.com/gpu", "nominalQuota": 4, "borrowingLimit": 0}]}]))
+        await eventually(lambda: lent(4))
         clock.set(datetime(2026, 10, 1, tzinfo=UTC))
         # Second: 16 of September's 30 days, then 14 of October's 31 (rounded once, half-even, 6 places).
         want = {"big:2026-09": Decimal("12000.000000"), "spot:2026-09": Decimal("560.000000"),
@@ -171,6 +180,7 @@ async def test_capacity_lifecycle_kueue_and_charges(reservations: Reservations, 
         clock.set(datetime(2026, 10, 15, tzinfo=UTC))
         second = await eventually(lambda: state("second", "Expired"))
         await eventually(lambda: quota([]))
+        await eventually(lambda: lent(8))
         assert await charges() == want  # every reconcile since charged nothing twice
         assert await reservations.ledger.balance(tenant_key) == -sum(want.values())
         assert await reservations.ledger.verify() == []

@@ -19,8 +19,10 @@ The rules (docs/billing.md, "Reservations"):
   Expired (after the window) > Active (in the window, confirmed) > Confirmed (before the window) > Requested.
 - **Kueue.** Per tenant one ClusterQueue `billing-rsv-<ns>-<tenant>` in cohort `billing-reservations`, with one
   ResourceFlavor per pool (`billing-gpu-<region>-<product>`, nodeLabels selecting the pool): nominalQuota = the
-  active Guaranteed GPUs, borrowingLimit = the active Preemptible GPUs not reclaimed. Kueue itself reclaims borrowed
-  capacity first (`reclaimWithinCohort`).
+  active Guaranteed GPUs, borrowingLimit = the active Preemptible GPUs not reclaimed. A lender ClusterQueue
+  `billing-rsv-unreserved` in the cohort holds each pool's GPUs no active Guaranteed reservation holds, for no
+  namespace: what Preemptible reservations borrow. Kueue itself reclaims borrowed capacity first
+  (`reclaimWithinCohort`).
 - **Charges.** `monthlyPrice` per UTC calendar month the window touches, prorated by the seconds of the month it
   covers: `monthlyPrice * covered / seconds in that month`, rounded once half-even to 6 places (`money.quantize`).
   A month's charge is due once its part of the window has begun (a reservation is billed regardless of
@@ -45,6 +47,7 @@ __all__ = [
     "CANCELLED_ANNOTATION",
     "COHORT",
     "GPU",
+    "LENDER_QUEUE",
     "PRODUCT_LABELS",
     "REGION_LABELS",
     "Admission",
@@ -55,6 +58,7 @@ __all__ = [
     "capacities",
     "due",
     "flavor_name",
+    "lender_queue",
     "lifecycle",
     "month_segments",
     "next_transition",
@@ -63,6 +67,7 @@ __all__ = [
     "reclaim",
     "reservation_flavor",
     "reservation_queue",
+    "unreserved",
 ]
 
 GPU: Final = "nvidia.com/gpu"
@@ -70,6 +75,7 @@ PRODUCT_LABELS: Final = ("billing.opendatahub.io/gpu-sku", "nvidia.com/gpu.produ
 REGION_LABELS: Final = ("billing.opendatahub.io/geo", "topology.kubernetes.io/region")
 CANCELLED_ANNOTATION: Final = "billing.opendatahub.io/cancelled"
 COHORT: Final = "billing-reservations"
+LENDER_QUEUE: Final = "billing-rsv-unreserved"
 KUEUE_API: Final = "kueue.x-k8s.io/v1beta2"
 SECOND: Final = timedelta(seconds=1)
 
@@ -295,3 +301,22 @@ def reservation_queue(namespace: str, tenant: str, organization: str,
     }
     return {"apiVersion": KUEUE_API, "kind": "ClusterQueue",
             "metadata": {"name": queue_name(namespace, tenant), "labels": labels}, "spec": spec}
+
+
+def unreserved(capacity: Mapping[Pool, int], active: Iterable[Ask]) -> dict[Pool, int]:
+    """GPUs of each pool that no active Guaranteed reservation holds (what Preemptible ones borrow)."""
+    held: dict[Pool, int] = {}
+    for a in active:
+        if a.klass == ReservationClass.GUARANTEED:
+            held[a.pool] = held.get(a.pool, 0) + a.count
+    return {p: max(0, capacity.get(p, 0) - held.get(p, 0)) for p in sorted(set(capacity) | set(held))}
+
+
+def lender_queue(free: Mapping[Pool, int]) -> dict[str, Any]:
+    """The cohort's lender: each pool's unreserved GPUs as nominal quota, admitting no workload of its own (no
+    namespaceSelector: Kueue's null selector selects no namespace), so tenants' queues borrow them."""
+    flavors = [{"name": flavor_name(pool), "resources": [{"name": GPU, "nominalQuota": gpus}]}
+               for pool, gpus in sorted(free.items())]
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": LENDER_QUEUE, "labels": _labels()},
+            "spec": {"cohortName": COHORT,
+                     "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}] if flavors else []}}

@@ -5,7 +5,8 @@ Per reconcile (one worker: every reconcile recomputes the tenants' reservation q
 never apply different snapshots): admit the reservation in its pool among the pool's reservations; derive its
 state from the window; charge each month of the window that has begun (ledger key
 `reservation:<ns>/<name>:<YYYY-MM>`, idempotent: a retry or a crash never charges twice); apply every tenant's
-reservation ClusterQueue and the pools' ResourceFlavors (and delete queues of tenants without reservations);
+reservation ClusterQueue, the lender queue of unreserved GPUs and the pools' ResourceFlavors (and delete queues
+of tenants without reservations);
 write status (`state`, `cancelledAt`, `capacityCheck`, conditions `CapacityConfirmed`, `KueueSynced`, `Charged`)
 and an Event per state change. Requeued at the next transition (window start, end, a new month) through timers,
 so a ManualClock drives the whole lifecycle; siblings in the pool are enqueued when one's state changes.
@@ -242,8 +243,12 @@ class ReservationReconciler:
             else:
                 p += granted.get(v.key, 0)
             quota[v.ask.pool] = (g, p)
-        wanted = set()
+        free = rsv.unreserved(capacity, [a for asks in active_by_pool.values() for a in asks])
+        wanted = {rsv.LENDER_QUEUE}
         try:
+            for pool in free:
+                await self.ensure_flavor(pool)
+            await ctx.applier.apply(rsv.lender_queue(free))
             for (ns, tenant), quota in sorted(tenants.items(), key=lambda t: t[0]):
                 tenant_obj = ctx.cache.get(TENANT_ACCOUNT, tenant, ns)
                 org = identity.tenant_id(tenant_obj) if tenant_obj is not None else tenant
