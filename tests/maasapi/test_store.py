@@ -36,18 +36,32 @@ async def test_migrations_are_at_head_and_idempotent(store: KeyStore) -> None:
     assert {"api_keys", "api_key_labels", "api_key_events", "alembic_version"} <= tables
 
 
-async def test_downgrade_and_upgrade_again(store: KeyStore) -> None:
+async def downgrade(store: KeyStore, revision: str) -> None:
     from alembic import command
 
     async with store.engine.begin() as conn:
         def down(c: object) -> None:
             cfg = migrate.alembic_config()
             cfg.attributes["connection"] = c
-            command.downgrade(cfg, "base")
+            command.downgrade(cfg, revision)
         await conn.run_sync(down)
+
+
+async def test_downgrade_and_upgrade_again(store: KeyStore) -> None:
+    await downgrade(store, "base")
     assert await migrate.current_revision(store.engine) is None
     await migrate.upgrade(store.engine)
     assert await migrate.current_revision(store.engine) == migrate.head_revision()
+
+
+async def test_0006_copies_the_labels_of_keys_minted_before_onto_their_row(store: KeyStore) -> None:
+    labelled, plain = record(labels={"project": "rag", "team": "ml"}), record(name="plain")
+    for rec in (labelled, plain):
+        await store.insert(rec, actor="alice")
+    await downgrade(store, "0005_key_last_used")  # the row's copy is gone; api_key_labels keeps them
+    await migrate.upgrade(store.engine)
+    assert await store.get(labelled.id, with_labels=False) == labelled  # the validation hot path sees them
+    assert await store.get(plain.id, with_labels=False) == plain
 
 
 async def test_insert_and_get_round_trip(store: KeyStore) -> None:

@@ -30,5 +30,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("api_keys") as batch:
-        batch.drop_column("labels")
+    # A plain DROP COLUMN (SQLite has it since 3.35): batch mode would copy api_keys to a new table and drop the
+    # old one, and on SQLite (foreign keys on) that drop cascades to api_key_labels, losing every key's labels.
+    op.execute("ALTER TABLE api_keys DROP COLUMN labels")
