@@ -5,19 +5,16 @@ models outside its modelScopes are refused (403), and another organization is no
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from e2e.billing_operator import billing_operator
 from e2e.conftest import MAAS, World, eventually
 from e2e.target import Target
-from maasctl.billing.api.install import install_billing_crds
-from maasctl.localstack import maasctl_argv
-from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.testenv.controlplane import ManagedProcess
 
 BILLING = "billing.opendatahub.io/v1alpha1"
 # Starts its own billing operator next to the stack; a cluster someone else runs has its own (maasctl dev too).
@@ -27,27 +24,8 @@ pytestmark = pytest.mark.local_stack
 @pytest.fixture(scope="module")
 async def billing_process(stack: Target) -> AsyncIterator[ManagedProcess]:
     """`maasctl billing run` against the stack's control plane, ready (probes answer) before the journey."""
-    await install_billing_crds(stack.api)
-    health = free_port()
-    proc = ManagedProcess("billing", maasctl_argv(
-        "billing", "run", f"--kubeconfig={stack.kubeconfig}", "--metrics-bind-address=0",
-        f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json",
-        f"--leader-election-namespace={stack.settings.leader_election_namespace}"),
-        stack.directory / "billing.log")
-    proc.start()
-    try:
-        async def ready() -> bool:
-            assert proc.alive(), proc.log_tail()
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(ready, 60)
+    async with billing_operator(stack, "billing", ledger=False) as proc:
         yield proc
-    finally:
-        await asyncio.to_thread(proc.stop)
 
 
 def subscription(world: World, name: str, users: tuple[str, ...], org: str) -> dict[str, Any]:

@@ -17,59 +17,28 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from e2e.billing_operator import billing_operator, ledger_url, org_subscription, tenant_objects, usage_url
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
 from maasctl.billing import money
 from maasctl.billing.api import PriceBookSpec
-from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.rater import usage_of
 from maasctl.billing.rating import Book, RatedLine, rate
 from maasctl.billing.usage_source import UsageReader
-from maasctl.localstack import LocalStack, maasctl_argv
-from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.localstack import LocalStack
+from maasctl.testenv.controlplane import ManagedProcess
 
-BILLING = "billing.opendatahub.io/v1alpha1"
 # Starts its own billing operator on the local stack's databases; a cluster someone else runs has its own.
 pytestmark = pytest.mark.local_stack
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"
 
 
-def usage_url(stack: LocalStack) -> str:
-    return stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory / 'maas-api.db'}"
-
-
-def ledger_url(stack: LocalStack) -> str:
-    return f"sqlite+aiosqlite:///{stack.directory / 'billing-ledger.db'}"
-
-
 @pytest.fixture(scope="module")
 async def wallet_billing(stack: Target) -> AsyncIterator[ManagedProcess]:
     """`maasctl billing run` with a ledger and maas-api's usage database, ready before the journey."""
-    assert stack.local is not None, "local_stack journey"
-    local = stack.local
-    await install_billing_crds(stack.api)
-    health = free_port()
-    proc = ManagedProcess("billing-wallets", maasctl_argv(
-        "billing", "run", f"--kubeconfig={stack.kubeconfig}", "--metrics-bind-address=0",
-        f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json",
-        f"--leader-election-namespace={stack.settings.leader_election_namespace}",
-        f"--ledger-url={ledger_url(local)}", f"--usage-database-url={usage_url(local)}",
-        "--rate-interval-seconds=1"), stack.directory / "billing-wallets.log")
-    proc.start()
-    try:
-        async def ready() -> bool:
-            assert proc.alive(), proc.log_tail()
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(ready, 60)
+    async with billing_operator(stack, "billing-wallets") as proc:
         yield proc
-    finally:
-        await asyncio.to_thread(proc.stop)
 
 
 async def ledger_cli(stack: LocalStack, *args: str) -> str:
@@ -87,15 +56,11 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
     stack = world.stack
     local = stack.local
     assert local is not None
-    gw_ns, gw = stack.settings.gateway_namespace, stack.settings.gateway_name
+    gw_ns = stack.settings.gateway_namespace
     org, sub_name = world.name("helix"), world.name("helix-sub")
     plan_name, tenant_name, book_name = world.name("wallet"), world.name("ten-helix"), world.name("pb")
     tenant_key = f"{gw_ns}/{tenant_name}"
-    await world.apply(*world.external_model("gpt"))
-    sub = world.subscription(sub_name, {"gpt": [(10_000_000, "1m")]}, users=("alice",))
-    sub["spec"]["organization"] = {"id": org}
-    await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice",)), sub)
-    await world.wait_active(sub_name)
+    await org_subscription(world, sub_name, org)
     key = (await world.mint("alice", subscription=sub_name))["key"]
     await world.wait_enforced("gpt", key)
 
@@ -104,18 +69,8 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
     book_spec = {"currency": "USD", "effectiveFrom": effective.strftime("%Y-%m-%dT%H:%M:%SZ"), "noticeDays": 0,
                  "skus": [{"sku": "gpt", "unit": "per-1M-tokens",
                            "rates": {"prompt_tokens": "1000", "completion_tokens": "2000"}}]}
-    objects: list[dict[str, Any]] = [
-        {"apiVersion": BILLING, "kind": "PriceBook", "metadata": {"name": book_name, "namespace": gw_ns},
-         "spec": book_spec},
-        {"apiVersion": BILLING, "kind": "Plan", "metadata": {"name": plan_name, "namespace": gw_ns},
-         "spec": {"limits": {"requestsPerMinute": 1000}, "priceBookRef": book_name,
-                  "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}}},
-        {"apiVersion": BILLING, "kind": "TenantAccount",
-         "metadata": {"name": tenant_name, "namespace": gw_ns,
-                      "labels": {"billing.opendatahub.io/organization-id": org}},
-         "spec": {"displayName": "Helix", "planRef": {"name": plan_name}, "billingMode": "Prepaid",
-                  "priceBookPin": book_name}},
-    ]
+    objects = tenant_objects(world, book=book_name, plan=plan_name, tenant=tenant_name, org=org,
+                             book_spec=book_spec, limits={"requestsPerMinute": 1000}, billing_mode="Prepaid")
     await world.apply(*objects)
     custom = k8s.CustomObjectsApi(stack.api)
 

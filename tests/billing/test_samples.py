@@ -20,7 +20,7 @@ KIND_BY_NAME = {kind.__name__: kind for kind in KINDS}
 
 def test_samples_are_valid_billing_objects() -> None:
     objs = billing_samples("gw-ns", "gw", datetime(2026, 1, 1, tzinfo=UTC))
-    assert {o["kind"] for o in objs} == {"PriceBook", "Plan", "TenantAccount"}
+    assert {o["kind"] for o in objs} == {"PriceBook", "Plan", "TenantAccount", "BudgetPolicy"}
     for obj in objs:
         parse(KIND_BY_NAME[obj["kind"]], obj)
         assert obj["metadata"]["namespace"] == "gw-ns"

@@ -62,8 +62,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     },
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
-        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts")},
-        **{(BILLING, f"{r}/status"): frozenset({"patch"}) for r in ("pricebooks", "plans", "tenantaccounts")},
+        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+        **{(BILLING, f"{r}/status"): frozenset({"patch"})
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+        ("", "nodes"): READ,
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
         ("kueue.x-k8s.io", "resourceflavors"): READ | {"create", "patch"},

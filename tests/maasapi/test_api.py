@@ -48,7 +48,7 @@ async def test_mint_validate_and_show_once(client: httpx.AsyncClient, store: Key
     v = await validate(client, created["key"])
     assert v == {"valid": True, "reason": None, "userId": created["id"], "username": "alice",
                  "groups": ["premium-users", "system:authenticated"], "keyId": created["id"], "keyName": "my-key",
-                 "subscription": f"{NS}/premium"}
+                 "subscription": f"{NS}/premium", "labels": {"team": "ml"}}
     shown = (await client.get(f"/v1/api-keys/{created['id']}", headers=auth("alice"))).json()
     assert "key" not in shown and created["key"] not in str(shown)
     assert shown["status"] == "active" and shown["labels"] == {"team": "ml"} and shown["username"] == "alice"
@@ -141,7 +141,7 @@ async def test_validate_never_leaks_existence(client: httpx.AsyncClient, clock: 
     for key in (wrong_secret, unknown, "garbage", ""):
         assert await validate(client, key) == {"valid": False, "reason": "invalid_key", "userId": None,
                                                "username": None, "groups": None, "keyId": None, "keyName": None,
-                                               "subscription": None}
+                                               "subscription": None, "labels": None}
     r = await client.post("/internal/v1/api-keys/validate", json={"key": "x" * 300}, headers=GW)
     assert r.status_code == 400
 

@@ -29,25 +29,39 @@ def record(owner: str = "alice", *, sub: str = "premium", name: str = "k", creat
 
 
 async def test_migrations_are_at_head_and_idempotent(store: KeyStore) -> None:
-    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0005_key_last_used"
+    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0006_key_labels_inline"
     await migrate.upgrade(store.engine)  # a second replica starting later finds nothing to do
     async with store.engine.connect() as conn:
         tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
     assert {"api_keys", "api_key_labels", "api_key_events", "alembic_version"} <= tables
 
 
-async def test_downgrade_and_upgrade_again(store: KeyStore) -> None:
+async def downgrade(store: KeyStore, revision: str) -> None:
     from alembic import command
 
     async with store.engine.begin() as conn:
         def down(c: object) -> None:
             cfg = migrate.alembic_config()
             cfg.attributes["connection"] = c
-            command.downgrade(cfg, "base")
+            command.downgrade(cfg, revision)
         await conn.run_sync(down)
+
+
+async def test_downgrade_and_upgrade_again(store: KeyStore) -> None:
+    await downgrade(store, "base")
     assert await migrate.current_revision(store.engine) is None
     await migrate.upgrade(store.engine)
     assert await migrate.current_revision(store.engine) == migrate.head_revision()
+
+
+async def test_0006_copies_the_labels_of_keys_minted_before_onto_their_row(store: KeyStore) -> None:
+    labelled, plain = record(labels={"project": "rag", "team": "ml"}), record(name="plain")
+    for rec in (labelled, plain):
+        await store.insert(rec, actor="alice")
+    await downgrade(store, "0005_key_last_used")  # the row's copy is gone; api_key_labels keeps them
+    await migrate.upgrade(store.engine)
+    assert await store.get(labelled.id, with_labels=False) == labelled  # the validation hot path sees them
+    assert await store.get(plain.id, with_labels=False) == plain
 
 
 async def test_insert_and_get_round_trip(store: KeyStore) -> None:
@@ -56,7 +70,8 @@ async def test_insert_and_get_round_trip(store: KeyStore) -> None:
     got = await store.get(rec.id)
     assert got == rec
     assert got.created_at.tzinfo is not None and got.created_at == NOW
-    assert (await store.get(rec.id, with_labels=False)) == KeyRecord(**{**rec.__dict__, "labels": {}})
+    # The validation hot path reads the key's row only: its labels are on the row too (migration 0006).
+    assert (await store.get(rec.id, with_labels=False)) == rec
     assert await store.get("nope") is None
     events = await store.events(rec.id)
     assert [(e.action, e.actor) for e in events] == [("minted", "alice")]

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 from kubernetes_asyncio import client as k8s
@@ -14,17 +15,26 @@ from kubernetes_asyncio import client as k8s
 from maasctl.billing import names
 from maasctl.billing.clock import Clock, SystemClock
 from maasctl.billing.kinds import (
+    BUDGET_POLICY,
     GATEWAY,
     HTTP_ROUTE,
     KUADRANT_KINDS,
     KUEUE_KINDS,
+    NODE,
     PLAN,
     PRICE_BOOK,
+    RESERVATION,
     RESOURCE_FLAVOR,
     TENANT_ACCOUNT,
 )
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import Catalog, Rater, build_catalog
+from maasctl.billing.rater import Catalog, PassReport, Rater, build_catalog
+from maasctl.billing.reconcilers.budget import (
+    BUDGET_TENANT_INDEX,
+    BudgetReconciler,
+    budget_tenant_key,
+    enforcement_changed,
+)
 from maasctl.billing.reconcilers.context import BillingContext
 from maasctl.billing.reconcilers.plan import (
     GENERATED_KINDS,
@@ -36,6 +46,7 @@ from maasctl.billing.reconcilers.plan import (
 )
 from maasctl.billing.reconcilers.pricebook import PriceBookReconciler
 from maasctl.billing.reconcilers.rater import RATER_KEY, RaterReconciler, tenant_enqueuer
+from maasctl.billing.reconcilers.reservation import ReservationReconciler, reservation_state_changed
 from maasctl.billing.reconcilers.tenant import TenantReconciler
 from maasctl.billing.settings import BillingSettings
 from maasctl.billing.timers import Timers
@@ -51,6 +62,7 @@ from maasctl.runtime import (
 )
 from maasctl.runtime.connect import connect
 from maasctl.runtime.controller import MapFunc
+from maasctl.runtime.informer import Event, EventType
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
 
@@ -110,10 +122,18 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
     tenants = (manager.controller("tenantaccount")
                .for_(TENANT_ACCOUNT, predicates=[SPEC_OR_META])
                .complete(TenantReconciler(ctx, ledger, catalog)))
+    budgets = setup_budgets(manager, ctx, ledger, reader)
     if reader is None:
         return
     enqueue = tenant_enqueuer(tenants.queue.add)
-    rater = Rater(reader, ledger, catalog, on_page=lambda report: enqueue(report.tenants))
+
+    def charged(report: PassReport) -> None:
+        enqueue(report.tenants)
+        for key in report.tenants:
+            for obj in manager.cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key)):
+                budgets(Request.for_object(obj))
+
+    rater = Rater(reader, ledger, catalog, on_page=charged)
     rating_ctl = (manager.controller("rater")
                   .for_(TENANT_ACCOUNT, predicates=[_never])
                   .watches(TENANT_ACCOUNT, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])
@@ -121,6 +141,24 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
                   .max_concurrent_reconciles(1)
                   .complete(RaterReconciler(ctx, rater)))
     rating_ctl.queue.add(RATER_KEY)
+
+
+def setup_budgets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader: UsageReader | None
+                  ) -> Callable[[Request], None]:
+    """The BudgetPolicy controller; returns how to enqueue a budget (the rater wakes its tenant's budgets)."""
+    cache = manager.cache
+    timers = Timers(ctx.clock)
+
+    def budgets_of_tenant(obj: FrozenObject) -> list[Request]:
+        key = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+        return [Request.for_object(b) for b in cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key))]
+
+    ctl = (manager.controller("budgetpolicy")
+           .for_(BUDGET_POLICY, predicates=[SPEC_OR_META])
+           .watches(TENANT_ACCOUNT, map_to=budgets_of_tenant, predicates=[SPEC_OR_META])
+           .complete(BudgetReconciler(ctx, ledger, reader, timers)))
+    timers.bind(ctl.queue)
+    return ctl.queue.add
 
 
 def _never(_: object) -> bool:
@@ -147,6 +185,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
 
     cache = manager.cache
     cache.add_index(PLAN, TARGET_INDEX, _target_key)
+    cache.add_index(BUDGET_POLICY, BUDGET_TENANT_INDEX, budget_tenant_key)
     cache.informer(RESOURCE_FLAVOR)  # so the reconciler sees our ResourceFlavor without asking the server
     builder = (manager.controller("plan")
                .for_(PLAN, predicates=[SPEC_OR_META])
@@ -157,10 +196,42 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
         builder = builder.watches(kind, map_to=plan_of_generated, predicates=[SPEC_OR_META])
     builder = builder.watches(TENANT_ACCOUNT, map_to=_plans_of_namespace(cache), predicates=[wallet_state_changed])
     builder = builder.watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[allowance_changed])
+    # A budget's Throttle or Freeze starts or ends: every Plan of the namespace (each carries the 403 texts).
+    builder = builder.watches(BUDGET_POLICY, map_to=_plans_of_namespace(cache), predicates=[enforcement_changed])
     builder.complete(PlanReconciler(ctx))
+    setup_reservations(manager, ctx)
     if ledger is not None:
         setup_wallets(manager, ctx, ledger, reader)
     return ctx
+
+
+def _node_capacity(obj: FrozenObject) -> tuple[Any, ...]:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return (tuple(sorted(labels.items())), (obj.get("spec") or {}).get("unschedulable"),
+            ((obj.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu"))
+
+
+def _capacity_changed(event: Event) -> bool:
+    return event.type is not EventType.UPDATED or event.old is None or \
+        _node_capacity(event.old) != _node_capacity(event.obj)
+
+
+def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
+    """The Reservation controller (one worker: it recomputes every tenant's reservation queue each time)."""
+    cache = manager.cache
+    timers = Timers(ctx.clock)
+
+    def every_reservation(_: FrozenObject) -> list[Request]:
+        return [Request.for_object(o) for o in cache.list(RESERVATION)]
+
+    ctl = (manager.controller("reservation")
+           .for_(RESERVATION, predicates=[SPEC_OR_META])
+           .watches(RESERVATION, map_to=every_reservation, predicates=[any_of(reservation_state_changed, deletion)])
+           .watches(NODE, map_to=every_reservation, predicates=[_capacity_changed])
+           .watches(TENANT_ACCOUNT, map_to=every_reservation, predicates=[SPEC_OR_META])
+           .max_concurrent_reconciles(1)
+           .complete(ReservationReconciler(ctx, ctx.ledger, catalog_from_cache(cache), timers)))
+    timers.bind(ctl.queue)
 
 
 TARGET_INDEX = "billing.target"

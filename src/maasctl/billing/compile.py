@@ -28,12 +28,14 @@ from typing import Any, Final
 from maasctl.billing import identity, names
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
+from maasctl.billing.budget import throttled_tokens_per_minute
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
 
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
     "FAIL_CLOSED_RULE",
+    "BudgetAction",
     "PlanInput",
     "Tenant",
     "compile_plan",
@@ -71,6 +73,18 @@ class Tenant:
     `wallet.allowance_bucket`): a TokenRateLimitPolicy limit bounding its spend between ledger updates."""
 
 
+@dataclass(frozen=True, order=True)
+class BudgetAction:
+    """A BudgetPolicy whose Throttle or Freeze is in force (docs/billing.md, "Budgets"): its tenant's
+    organization, the key labels it covers (empty: every request of the tenant) and, for Freeze, the 403 text."""
+
+    name: str
+    organization: str
+    selector: tuple[tuple[str, str], ...]
+    action: str  # "Throttle" or "Freeze"
+    message: str = ""
+
+
 @dataclass(frozen=True)
 class PlanInput:
     """Everything a Plan's objects depend on. `target_geo` is the target's billing.opendatahub.io/geo label."""
@@ -86,6 +100,9 @@ class PlanInput:
     """(organization, message) of every denied tenant of the namespace: every Plan's AuthPolicy carries the
     same messages, so whichever Plan's `response.unauthorized` wins the merge, each tenant reads its own."""
     fallback_denial: tuple[str, str] = ('"Access to this model is not allowed"', '"forbidden"')
+    budgets: tuple[BudgetAction, ...] = ()
+    """Budgets in force in the namespace: each Plan carries every Freeze's message (as for wallet denials), and
+    the rules and limits of its own tenants' budgets."""
     """CEL of the message and `x-ext-auth-reason` of every other denial (the reconciler passes the MaaS
     AuthPolicy's, which the wallet denial replaces in the merged policy)."""
 
@@ -186,6 +203,36 @@ def _allowance_limits(inp: PlanInput) -> dict[str, Any]:
     return out
 
 
+def _own_budgets(inp: PlanInput, action: str) -> list[BudgetAction]:
+    orgs = {t.organization for t in inp.tenants}
+    return sorted(b for b in set(inp.budgets) if b.action == action and b.organization in orgs)
+
+
+def _throttle_limits(inp: PlanInput) -> dict[str, Any]:
+    """One limit per throttled budget: its keys together get `budget.throttled_tokens_per_minute` (one counter
+    per tenant and budget, so minting more keys with the label does not multiply it)."""
+    rate = throttled_tokens_per_minute(inp.spec.limits.tokens_per_minute)
+    out: dict[str, Any] = {}
+    for b in _own_budgets(inp, "Throttle"):
+        when = [{"predicate": identity.tenant_in([b.organization])}, {"predicate": MODELS_LISTING}]
+        if b.selector:
+            when.append({"predicate": identity.key_labels_match(identity.KEY_LABELS, b.selector)})
+        out[_limit_name(inp, f"budget/{b.name}")] = {
+            "rates": [{"limit": rate, "window": "1m"}],
+            "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"budget-{b.name}")}],
+            "when": when,
+        }
+    return out
+
+
+def _budget_matches(b: BudgetAction) -> str:
+    """CEL (authorization phase): the request is the budget's tenant's, with a key the budget covers."""
+    match = f"{identity.HAS_AUTHZ_TENANT} && {identity.AUTHZ_TENANT} == {cel_string(b.organization)}"
+    if b.selector:
+        match += " && " + identity.key_labels_match(identity.AUTHZ_KEY_LABELS, b.selector)
+    return f"({match})"
+
+
 def _rate_limit_policy(inp: PlanInput, api_version: str, kind: str, what: str, rates: list[dict[str, Any]],
                        tokens: bool) -> dict[str, Any]:
     return _stamp({
@@ -224,6 +271,10 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
             "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
         }}}},
     }
+    if any(b.selector for b in _own_budgets(inp, "Throttle")):
+        # The key's labels, for the throttled budgets' limits (rate limiting cannot read the metadata).
+        rules["response"]["success"]["filters"][identity.FILTER]["json"]["properties"]["keyLabels"] = {
+            "expression": identity.AUTHZ_KEY_LABELS_OR_EMPTY}
     if patterns:
         rules["authorization"] = {f"billing-plan-{inp.namespace}-{inp.name}": {
             "when": [{"predicate": identity.authz_tenant_in(t.organization for t in inp.tenants)}],
@@ -236,8 +287,14 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
             "patternMatching": {"patterns": [
                 {"predicate": f"!({identity.AUTHZ_TENANT} in {cel_string_list(denied)})"}]},
         }
-    if inp.denials:
-        rules["response"]["unauthorized"] = _wallet_denial(inp.denials, inp.fallback_denial)
+    for b in _own_budgets(inp, "Freeze"):
+        rules.setdefault("authorization", {})[names.bounded(f"billing-budget-{inp.namespace}-{b.name}", 253)] = {
+            "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
+            "patternMatching": {"patterns": [{"predicate": f"!{_budget_matches(b)}"}]},
+        }
+    frozen = sorted(b for b in set(inp.budgets) if b.action == "Freeze")
+    if inp.denials or frozen:
+        rules["response"]["unauthorized"] = _wallet_denial(inp.denials, _budget_denial(frozen, inp.fallback_denial))
     return _stamp({
         "apiVersion": AUTH_POLICY_API,
         "kind": "AuthPolicy",
@@ -246,11 +303,24 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
     })
 
 
+def _budget_denial(frozen: list[BudgetAction], fallback: tuple[str, str]) -> tuple[str, str]:
+    """The message and reason CEL: a frozen budget's text for the requests it covers, else `fallback`."""
+    message, reason = fallback
+    for b in reversed(frozen):
+        match = _budget_matches(b)
+        message = f"{match} ? {cel_string(b.message)} : ({message})"
+        reason = f'{match} ? "billing-budget-frozen" : ({reason})'
+    return message, reason
+
+
 def _wallet_denial(denials: tuple[tuple[str, str], ...], fallback: tuple[str, str]) -> dict[str, Any]:
     """`response.unauthorized` naming the denied tenant and why; any other denial keeps the MaaS message.
 
     There is one `response.unauthorized` per effective policy: with `overrides`/`merge` this one replaces the
     MaaS route policy's, so it repeats the MaaS expressions for every request that is not a denied tenant's."""
+    if not denials:
+        return {"code": 403, "message": {"expression": fallback[0]},
+                "headers": {"x-ext-auth-reason": {"expression": fallback[1]}}}
     orgs = sorted(dict(denials))
     messages = "{" + ", ".join(f"{cel_string(o)}: {cel_string(m)}" for o, m in sorted(dict(denials).items())) + "}"
     denied = f"({identity.HAS_AUTHZ_TENANT} && {identity.AUTHZ_TENANT} in {cel_string_list(orgs)})"
@@ -295,7 +365,7 @@ def compile_plan(inp: PlanInput) -> Compiled:
     if limits.requests_per_minute is not None:
         objects.append(_rate_limit_policy(inp, RATE_LIMIT_POLICY_API, "RateLimitPolicy", "requests",
                                           [{"limit": limits.requests_per_minute, "window": "1m"}], tokens=False))
-    allowances = _allowance_limits(inp)
+    allowances = _allowance_limits(inp) | _throttle_limits(inp)
     if token_rates or allowances:
         trlp = _rate_limit_policy(inp, TOKEN_RATE_LIMIT_POLICY_API, "TokenRateLimitPolicy", "tokens", token_rates,
                                   tokens=True)

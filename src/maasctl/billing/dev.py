@@ -58,7 +58,7 @@ async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, g
         for obj in billing_samples(gateway_namespace, gateway_name, datetime.now(UTC)):
             await client.apply(obj, field_manager=FIELD_MANAGER)
         log.info("billing samples applied", namespace=gateway_namespace,
-                 hint=f"kubectl get pricebooks,plans,tenantaccounts -n {gateway_namespace}",
+                 hint=f"kubectl get pricebooks,plans,tenantaccounts,budgetpolicies -n {gateway_namespace}",
                  ledger=f"maasctl billing ledger --ledger-url {settings.ledger_url} show --tenant "
                  f"{gateway_namespace}/ten-helix")
     return task

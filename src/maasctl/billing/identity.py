@@ -22,15 +22,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from maasctl.billing.names import ORGANIZATION_LABEL
-from maasctl.contract.cel import cel_string_list
+from maasctl.contract.cel import cel_string, cel_string_list
 
 __all__ = [
+    "AUTHZ_KEY_LABELS",
+    "AUTHZ_KEY_LABELS_OR_EMPTY",
     "AUTHZ_TENANT",
     "FILTER",
     "HAS_AUTHZ_TENANT",
     "HAS_TENANT",
+    "KEY_LABELS",
     "TENANT",
     "authz_tenant_in",
+    "key_labels_match",
     "tenant_id",
     "tenant_in",
 ]
@@ -43,6 +47,25 @@ FILTER: Final = "billing"
 """Name of the dynamic-metadata filter the Plan AuthPolicy exports (read as `auth.billing.*`)."""
 TENANT: Final = f"auth.{FILTER}.tenant"
 HAS_TENANT: Final = f"has(auth.{FILTER}) && has({TENANT})"
+
+
+_KEY: Final = "auth.metadata.apiKeyValidation"
+AUTHZ_KEY_LABELS: Final = f"{_KEY}.labels"
+"""The API key's labels (maas-api's validation answer; absent for Kubernetes tokens), authorization phase."""
+_HAS_AUTHZ_KEY_LABELS: Final = f"has({_KEY}) && has({AUTHZ_KEY_LABELS})"
+AUTHZ_KEY_LABELS_OR_EMPTY: Final = f"({_HAS_AUTHZ_KEY_LABELS}) ? {AUTHZ_KEY_LABELS} : {{}}"
+KEY_LABELS: Final = f"auth.{FILTER}.keyLabels"
+"""The same labels exported by the Plan AuthPolicy's `billing` filter, for rate limiting."""
+
+
+def key_labels_match(labels: str, selector: Iterable[tuple[str, str]]) -> str:
+    """CEL: the map at `labels` (AUTHZ_KEY_LABELS or KEY_LABELS) carries every label of `selector`. A request
+    without key labels (a token, or a key without them) never matches a non-empty selector."""
+    owner = labels.rsplit(".", 1)[0]
+    parts = [f"has({owner})", f"has({labels})"]
+    for name, value in sorted(selector):
+        parts.append(f"{cel_string(name)} in {labels} && {labels}[{cel_string(name)}] == {cel_string(value)}")
+    return "(" + " && ".join(parts) + ")"
 
 
 def tenant_id(tenant: Mapping[str, Any]) -> str:

@@ -10,6 +10,9 @@ from maasctl.runtime import GroupVersionKind
 PRICE_BOOK: Final = GroupVersionKind(GROUP, VERSION, "PriceBook")
 PLAN: Final = GroupVersionKind(GROUP, VERSION, "Plan")
 TENANT_ACCOUNT: Final = GroupVersionKind(GROUP, VERSION, "TenantAccount")
+BUDGET_POLICY: Final = GroupVersionKind(GROUP, VERSION, "BudgetPolicy")
+RESERVATION: Final = GroupVersionKind(GROUP, VERSION, "Reservation")
+NODE: Final = GroupVersionKind("", "v1", "Node")
 
 GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")
 HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")

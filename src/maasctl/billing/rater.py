@@ -240,7 +240,8 @@ class Rater:
                 continue
             months[month] += line.tokens
             page.txs.append(entries.usage_charge(f"usage:{row.id}", tenant.key, row.ts, line.amount,
-                                                 currency=line.currency, tokens=line.tokens, details=line.details()))
+                                                 currency=line.currency, tokens=line.tokens,
+                                                 details={**line.details(), "keyId": row.key_id}))
             if tenant.committed_tier is not None:
                 fee = rating.committed_fee(book.spec, tenant.committed_tier)
                 if fee is not None:

@@ -5,7 +5,8 @@ references are local to the Plan). `now` fixes the dates, so the PriceBooks give
 required) comes into force a minute later, `pb-standard` (the seed's rates) is announced and supersedes it 30
 days later.
 The sample tenants meet MaaS through organization ids: `ten-acme` is organization `acme`, the one the sample
-MaaSSubscription `premium` belongs to.
+MaaSSubscription `premium` belongs to; its BudgetPolicy `acme-monthly` notifies at 80 % of 30 USD a month and
+throttles at 100 %.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _iso(when: datetime) -> str:
 
 
 def billing_samples(namespace: str, gateway: str, now: datetime) -> list[dict[str, Any]]:
-    """PriceBooks, Plans and TenantAccounts of the seed, attached to Gateway `namespace/gateway`."""
+    """PriceBooks, Plans, TenantAccounts and a BudgetPolicy of the seed, attached to Gateway `namespace/gateway`."""
     meta = {"namespace": namespace}
     target = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway}
     launch = now.replace(microsecond=0)
@@ -59,4 +60,8 @@ def billing_samples(namespace: str, gateway: str, now: datetime) -> list[dict[st
          "spec": {"displayName": "Helix Biotech", "planRef": {"name": "priority"}, "billingMode": "Prepaid",
                   "priceBookPin": "pb-launch",
                   "gracePolicy": {"graceAmount": "50.000000", "warningThreshold": "100.000000"}}},
+        {"apiVersion": API_VERSION, "kind": "BudgetPolicy", "metadata": {"name": "acme-monthly", **meta},
+         "spec": {"tenantRef": {"name": "ten-acme"}, "caps": [
+             {"amount": "30", "period": "Monthly", "thresholds": [
+                 {"pct": 80, "action": "Notify"}, {"pct": 100, "action": "Throttle"}]}]}},
     ]

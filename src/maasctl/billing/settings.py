@@ -35,3 +35,5 @@ class BillingSettings:
     """A balance mirror older than this (the ledger could not be read) is reported with BalanceStale."""
     wallet_resync_seconds: int = 60
     """How often every TenantAccount's status is refreshed from the ledger even without new usage."""
+    budget_resync_seconds: int = 60
+    """How often every BudgetPolicy is evaluated again even without new charges (the rater wakes it too)."""

@@ -2,7 +2,8 @@
 
 maas-api keeps one immutable row per request in its `usage_records` table (PostgreSQL, or SQLite embedded);
 the id is the gateway's request id and `received_at` is when maas-api stored it. This module mirrors the
-columns rating needs (never `latency_ms`, the only float) and only ever SELECTs them, in `(received_at, id)`
+columns rating needs (never `latency_ms`, the only float), and the labels of API keys (`api_key_labels`, for
+budget selectors), and only ever SELECTs them, in `(received_at, id)`
 order, keyset-paginated. Records become visible in commit order, which `received_at` does not follow exactly
 (two maas-api replicas, a slow transaction), so the rater re-reads a short lag window before its cursor and
 skips what its ledger already knows: the ledger's natural keys make the overlap harmless.
@@ -10,6 +11,7 @@ skips what its ledger already knows: the ledger's natural keys make the overlap 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from maasctl.billing.ledger.schema import UTCDateTime
 
-__all__ = ["UsageReader", "UsageRow", "usage_records"]
+__all__ = ["UsageReader", "UsageRow", "api_key_labels", "usage_records"]
 
 usage_records = Table(
     "usage_records",
@@ -26,6 +28,7 @@ usage_records = Table(
     Column("id", String(64), primary_key=True),
     Column("ts", UTCDateTime, nullable=False),
     Column("received_at", UTCDateTime, nullable=False),
+    Column("key_id", String(64), nullable=False),
     Column("subscription", String(317), nullable=False),
     Column("organization_id", String(253), nullable=False),
     Column("model", String(317), nullable=False),
@@ -40,12 +43,22 @@ usage_records = Table(
     Column("termination", String(32), nullable=False),
 )
 
+api_key_labels = Table(
+    "api_key_labels",
+    MetaData(),
+    Column("key_id", String(32), primary_key=True),
+    Column("name", String(63), primary_key=True),
+    Column("value", String(253), nullable=False),
+)
+"""maas-api's API key labels (set at mint, never changed): which keys a BudgetPolicy's selector covers."""
+
 
 @dataclass(frozen=True)
 class UsageRow:
     id: str
     ts: datetime
     received_at: datetime
+    key_id: str
     subscription: str
     organization_id: str
     model: str
@@ -73,6 +86,24 @@ class UsageReader:
     async def close(self) -> None:
         await self.engine.dispose()
 
+    async def keys_matching(self, key_ids: Sequence[str], selector: Mapping[str, str]) -> set[str]:
+        """Which of `key_ids` carry every label of `selector` (labels are set when a key is minted)."""
+        ids = sorted({k for k in key_ids if k})
+        if not selector:
+            return set(ids)
+        out: set[str] = set()
+        t = api_key_labels
+        for i in range(0, len(ids), 500):
+            part = ids[i: i + 500]
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(select(t.c.key_id, t.c.name, t.c.value).where(
+                    and_(t.c.key_id.in_(part), t.c.name.in_(sorted(selector)))))).all()
+            found: dict[str, dict[str, str]] = {}
+            for r in rows:
+                found.setdefault(str(r.key_id), {})[str(r.name)] = str(r.value)
+            out |= {k for k, labels in found.items() if all(labels.get(n) == v for n, v in selector.items())}
+        return out
+
     async def page(self, after: tuple[datetime, str] | None, limit: int) -> list[UsageRow]:
         """Up to `limit` records strictly after `(received_at, id)` (or from the start), in that order."""
         t = usage_records
@@ -82,7 +113,8 @@ class UsageReader:
             stmt = stmt.where(or_(t.c.received_at > at, and_(t.c.received_at == at, t.c.id > rid)))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, subscription=str(r.subscription),
+        return [UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, key_id=str(r.key_id),
+                         subscription=str(r.subscription),
                          organization_id=str(r.organization_id), model=str(r.model), status=int(r.status),
                          input_tokens=int(r.input_tokens), cached_tokens=int(r.cached_tokens),
                          output_tokens=int(r.output_tokens), reasoning_tokens=int(r.reasoning_tokens),

@@ -65,6 +65,7 @@ api_keys = Table(
     Column("revoke_reason", Text, nullable=True),
     Column("groups_verified_at", UTCDateTime, nullable=True),  # None: created_at
     Column("last_used_at", UTCDateTime, nullable=True),  # None: never used (written at most once a minute)
+    Column("labels", JSON, nullable=True),  # set at mint (0006): validation returns them; None before 0006
 )
 Index("ix_api_keys_owner_created", api_keys.c.owner, api_keys.c.created_at)
 Index("ix_api_keys_subscription", api_keys.c.subscription_namespace, api_keys.c.subscription_name)

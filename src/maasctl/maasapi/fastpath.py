@@ -31,6 +31,7 @@ INVALID: dict[str, Any] = {
     "keyId": None,
     "keyName": None,
     "subscription": None,
+    "labels": None,
 }
 
 

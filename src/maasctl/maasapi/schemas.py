@@ -174,6 +174,7 @@ class ValidateResponse(Response):
     key_id: str | None = None
     key_name: str | None = None
     subscription: str | None = None
+    labels: dict[str, str] | None = None
 
 
 class TokenRateLimitView(Response):

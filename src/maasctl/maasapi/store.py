@@ -91,6 +91,7 @@ _KEY_COLUMNS = [c for c in api_keys.c]
 
 
 def _record(row: Any, labels: dict[str, str] | None = None) -> KeyRecord:
+    """A key from its row; `labels` (from `api_key_labels`) when given, else the row's own copy."""
     m = row._mapping
     return KeyRecord(
         id=m["id"],
@@ -108,7 +109,7 @@ def _record(row: Any, labels: dict[str, str] | None = None) -> KeyRecord:
         revoked_at=m["revoked_at"],
         revoked_by=m["revoked_by"],
         revoke_reason=m["revoke_reason"],
-        labels=labels or {},
+        labels=labels if labels is not None else dict(m["labels"] or {}),
         groups_verified_at=m["groups_verified_at"],
         last_used_at=m["last_used_at"],
     )
@@ -191,7 +192,7 @@ class _PgKeyLookup:
             row = await conn.fetchrow(_FAST_SQL, key_id)
         if row is None:
             return None
-        groups = row["groups"]
+        groups, labels = row["groups"], row["labels"]
         return KeyRecord(
             id=row["id"],
             key_hash=row["key_hash"],
@@ -210,6 +211,7 @@ class _PgKeyLookup:
             revoke_reason=row["revoke_reason"],
             groups_verified_at=_aware(row["groups_verified_at"]),
             last_used_at=_aware(row["last_used_at"]),
+            labels=dict(json.loads(labels) if isinstance(labels, str) else labels or {}),
         )
 
     async def close(self) -> None:
@@ -287,7 +289,7 @@ class KeyStore:
             row = (await conn.execute(select(*_KEY_COLUMNS).where(api_keys.c.id == key_id))).first()
             if row is None:
                 return None
-            labels = (await self._labels_for(conn, [key_id])).get(key_id, {}) if with_labels else {}
+            labels = (await self._labels_for(conn, [key_id])).get(key_id, {}) if with_labels else None
             return _record(row, labels)
 
     async def _labels_for(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, dict[str, str]]:

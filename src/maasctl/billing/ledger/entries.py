@@ -31,6 +31,7 @@ __all__ = [
     "COMMITMENTS",
     "FUNDING",
     "MICROS",
+    "RESERVATIONS",
     "REVENUE",
     "Kind",
     "Posting",
@@ -40,6 +41,7 @@ __all__ = [
     "commitment_fee",
     "credit",
     "from_micros",
+    "reservation_fee",
     "to_micros",
     "usage_charge",
     "wallet",
@@ -47,6 +49,7 @@ __all__ = [
 
 Kind = Literal["usage", "credit", "adjustment", "payment", "reservation", "commitment"]
 COMMITMENTS: Final = "revenue:commitments"
+RESERVATIONS: Final = "revenue:reservations"
 REVENUE: Final = "revenue:usage"
 FUNDING: Final = "external:funding"
 ADJUSTMENTS: Final = "equity:adjustments"
@@ -142,6 +145,18 @@ def commitment_fee(tenant: str, tier: str, month: str, occurred_at: datetime, am
                        occurred_at=occurred_at, currency=currency, actor="rater",
                        reason=f"committed use {tier} for {month}", details={"tier": tier, "priceBook": book},
                        postings=(Posting(wallet(tenant), -amount), Posting(COMMITMENTS, amount)))
+
+
+def reservation_fee(reservation: str, tenant: str, month: str, occurred_at: datetime, amount: Decimal, *,
+                    currency: str, details: Mapping[str, Any]) -> Transaction:
+    """A Reservation's (prorated) monthly price for one UTC month `YYYY-MM`, charged once:
+    `reservation:<namespace>/<name>:<month>`."""
+    if amount < 0:
+        raise ValueError("a reservation fee is never negative")
+    return Transaction(key=f"reservation:{reservation}:{month}", kind="reservation", tenant=tenant,
+                       occurred_at=occurred_at, currency=currency, actor="reservations",
+                       reason=f"reservation {reservation} for {month}", details=dict(details),
+                       postings=(Posting(wallet(tenant), -amount), Posting(RESERVATIONS, amount)))
 
 
 def _reasoned(reason: str, actor: str) -> None:

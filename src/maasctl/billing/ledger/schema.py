@@ -5,7 +5,8 @@
   exact in both engines, SUM never goes through a float; the Python side is `Decimal`).
 - Both are append-only: triggers refuse UPDATE and DELETE. Balances are always derived (SUM of postings).
 - `billing_rater_cursor` (where the rater is in maas-api's usage records) and `billing_unpriced_usage` (records
-  no SKU prices, reported) are bookkeeping of the rater, not money.
+  no SKU prices, reported) are bookkeeping of the rater, not money; `billing_budget_firings` (one row per
+  budget threshold fired in a period: whoever inserts it notifies) is the budgets' bookkeeping.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import DateTime, TypeDecorator
 
-__all__ = ["create_schema_sync", "cursor", "metadata", "postings", "transactions", "unpriced"]
+__all__ = ["create_schema_sync", "cursor", "firings", "metadata", "postings", "transactions", "unpriced"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -109,6 +110,15 @@ unpriced = Table(
     Column("recorded_at", UTCDateTime, nullable=False),
 )
 Index("ix_billing_unpriced_tenant", unpriced.c.tenant, unpriced.c.occurred_at)
+
+firings = Table(
+    "billing_budget_firings",
+    metadata,
+    Column("key", String(300), primary_key=True),  # budget:<ns>/<name>:<cap>:<pct>:<period start>
+    Column("budget", String(317), nullable=False),
+    Column("fired_at", UTCDateTime, nullable=False),
+)
+Index("ix_billing_firings_budget", firings.c.budget)
 
 _APPEND_ONLY: Final = ("billing_ledger_transactions", "billing_ledger_postings")
 _LOCK_ID: Final = 0x62696C6C  # "bill": one replica creates the schema at a time

@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from maasctl.billing.ledger.entries import Transaction, from_micros, to_micros, wallet
-from maasctl.billing.ledger.schema import create_schema_sync, cursor, postings, transactions, unpriced
+from maasctl.billing.ledger.schema import create_schema_sync, cursor, firings, postings, transactions, unpriced
 
 __all__ = ["Entry", "Ledger", "PostResult", "Unpriced", "make_engine"]
 
@@ -231,6 +231,34 @@ class Ledger:
         async with self.engine.connect() as conn:
             micros = (await conn.execute(select(func.sum(postings.c.amount_micros)).where(and_(*conds)))).scalar()
         return from_micros(-int(micros or 0))
+
+    async def spend_by_key(self, tenant: str, since: datetime, until: datetime) -> dict[str, Decimal]:
+        """What rated usage cost the tenant for records in [since, until), per API key id (the rated line's
+        `keyId`; "" for tokens and for lines rated before keys were recorded). Budgets with a key selector."""
+        t = transactions
+        key_id = func.coalesce(t.c.details["keyId"].as_string(), "")
+        stmt = (select(key_id.label("key_id"), func.sum(postings.c.amount_micros))
+                .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
+                .where(and_(t.c.tenant == tenant, t.c.kind == "usage", t.c.occurred_at >= since,
+                            t.c.occurred_at < until, postings.c.account == wallet(tenant)))
+                .group_by(key_id))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {str(k or ""): from_micros(-int(m or 0)) for k, m in rows}
+
+    async def claim_firings(self, budget: str, keys: Sequence[str], at: datetime
+                            ) -> tuple[set[str], dict[str, datetime]]:
+        """Record budget firings by natural key; returns the keys this call inserted (it alone notifies them:
+        two controllers racing never both win) and when each of `keys` fired."""
+        if not keys:
+            return set(), {}
+        async with self.engine.begin() as conn:
+            stmt = _insert(conn, firings).on_conflict_do_nothing(index_elements=["key"]).returning(firings.c.key)
+            res = await conn.execute(stmt, [{"key": k, "budget": budget, "fired_at": at} for k in keys])
+            won = {str(r.key) for r in res}
+            stored = await conn.execute(select(firings.c.key, firings.c.fired_at)
+                                        .where(firings.c.key.in_(list(keys))))
+            return won, {str(r.key): r.fired_at for r in stored}
 
     async def tokens(self, tenant: str, since: datetime, until: datetime | None = None) -> int:
         """Tokens of the tenant's rated usage for records in [since, until) (volume tiers, committed use)."""

@@ -16,11 +16,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from maasctl.api import parse
-from maasctl.billing import drift, identity, money, names, wallet
+from maasctl.billing import budget, drift, identity, money, names, wallet
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan, resource_flavor
+from maasctl.billing.compile import BudgetAction, PlanInput, Tenant, compile_plan, resource_flavor
 from maasctl.billing.kinds import (
+    BUDGET_POLICY,
     CLUSTER_QUEUE,
     GATEWAY,
     HTTP_ROUTE,
@@ -30,6 +31,7 @@ from maasctl.billing.kinds import (
     RESOURCE_FLAVOR,
     TENANT_ACCOUNT,
 )
+from maasctl.billing.reconcilers.budget import fired_condition
 from maasctl.billing.reconcilers.context import BillingContext, log
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.celcheck import check_cel
@@ -138,6 +140,25 @@ class PlanReconciler:
             out.append(Tenant(name, org, denied, str(spec.get("gpuFreezeMode") or "Drain"), allowance_of(obj)))
         return tuple(sorted(out))
 
+    def budgets(self, namespace: str) -> tuple[BudgetAction, ...]:
+        """The namespace's BudgetPolicies whose Throttle or Freeze is in force (their ThresholdFired reason)."""
+        out = []
+        for obj in self.ctx.cache.list(BUDGET_POLICY, namespace):
+            reason, message = fired_condition(obj)
+            severity = budget.severity_of_reason(reason)
+            if severity < budget.Severity.THROTTLE:
+                continue
+            spec = obj.get("spec") or {}
+            tenant = self.ctx.cache.get(TENANT_ACCOUNT, str((spec.get("tenantRef") or {}).get("name")), namespace)
+            if tenant is None:
+                continue
+            selector = ((spec.get("selector") or {}).get("keyLabels")) or {}
+            freeze = severity == budget.Severity.FREEZE
+            out.append(BudgetAction(str(obj["metadata"]["name"]), identity.tenant_id(tenant),
+                                    tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+                                    "Freeze" if freeze else "Throttle", str(message or "") if freeze else ""))
+        return tuple(sorted(out))
+
     def target(self, plan: Plan, namespace: str) -> FrozenObject | None:
         ref = plan.spec.target_ref
         gvk = GATEWAY if ref.kind == "Gateway" else HTTP_ROUTE
@@ -167,7 +188,7 @@ class PlanReconciler:
             namespace=namespace, name=req.name, uid=str(obj["metadata"].get("uid", "")), spec=plan.spec,
             tenants=self.tenants(namespace, req.name), target_geo=geo, gpu_flavor=ctx.settings.gpu_flavor,
             denials=tuple(sorted({(t.organization, t.denied) for t in self.tenants(namespace, None) if t.denied})),
-            fallback_denial=(maas_auth.DENIAL_MESSAGE, maas_auth.DENIAL_REASON)))
+            fallback_denial=(maas_auth.DENIAL_MESSAGE, maas_auth.DENIAL_REASON), budgets=self.budgets(namespace)))
         try:
             for desired in compiled.objects:
                 check_cel(desired)

@@ -51,6 +51,7 @@ async def validate_payload(st: AppState, key: str) -> dict[str, Any]:
         "keyId": rec.id,
         "keyName": rec.name,
         "subscription": rec.subscription,
+        "labels": dict(rec.labels),  # set at mint; BudgetPolicy key selectors are enforced on them
     }
 
 

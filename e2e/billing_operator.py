@@ -1,0 +1,86 @@
+"""What the billing journeys share: `maasctl billing run` as its own process next to the local stack (with a ledger
+of its own, SQLite in the stack's directory, rating maas-api's usage database), an organization's subscription to
+the test model, and a tenant's PriceBook, Plan and TenantAccount."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from e2e.conftest import World
+from e2e.target import Target
+from e2e.waits import eventually
+from maasctl.billing.api.install import install_billing_crds
+from maasctl.localstack import LocalStack, maasctl_argv
+from maasctl.testenv.controlplane import ManagedProcess, free_port
+
+__all__ = ["BILLING", "billing_operator", "ledger_url", "org_subscription", "tenant_objects", "usage_url"]
+
+BILLING = "billing.opendatahub.io/v1alpha1"
+
+
+def usage_url(stack: LocalStack) -> str:
+    return stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory / 'maas-api.db'}"
+
+
+def ledger_url(stack: LocalStack) -> str:
+    return f"sqlite+aiosqlite:///{stack.directory / 'billing-ledger.db'}"
+
+
+@contextlib.asynccontextmanager
+async def billing_operator(stack: Target, name: str, *, ledger: bool = True) -> AsyncIterator[ManagedProcess]:
+    """The operator (with the ledger and maas-api's usage database unless `ledger` is false), ready (probes
+    answer) before it is yielded."""
+    await install_billing_crds(stack.api)
+    health = free_port()
+    args = ["billing", "run", f"--kubeconfig={stack.kubeconfig}", "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{health}", "--log-format=json",
+            f"--leader-election-namespace={stack.settings.leader_election_namespace}"]
+    if ledger:
+        assert stack.local is not None, "local_stack journey"
+        args += [f"--ledger-url={ledger_url(stack.local)}", f"--usage-database-url={usage_url(stack.local)}",
+                 "--rate-interval-seconds=1"]
+    proc = ManagedProcess(name, maasctl_argv(*args), stack.directory / f"{name}.log")
+    proc.start()
+    try:
+        async def ready() -> bool:
+            assert proc.alive(), proc.log_tail()
+            try:
+                async with httpx.AsyncClient(timeout=2) as http:
+                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await eventually(ready, 60)
+        yield proc
+    finally:
+        await asyncio.to_thread(proc.stop)
+
+
+async def org_subscription(world: World, name: str, org: str) -> None:
+    """The external test model `gpt` and a subscription `name` of organization `org` for alice, active."""
+    await world.apply(*world.external_model("gpt"))
+    sub = world.subscription(name, {"gpt": [(10_000_000, "1m")]}, users=("alice",))
+    sub["spec"]["organization"] = {"id": org}
+    await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice",)), sub)
+    await world.wait_active(name)
+
+
+def tenant_objects(world: World, *, book: str, plan: str, tenant: str, org: str, book_spec: dict[str, Any],
+                   limits: dict[str, int], billing_mode: str) -> list[dict[str, Any]]:
+    """A PriceBook, a Plan on the stack's Gateway and the organization's TenantAccount pinned to the book."""
+    ns, gw = world.stack.settings.gateway_namespace, world.stack.settings.gateway_name
+    return [
+        {"apiVersion": BILLING, "kind": "PriceBook", "metadata": {"name": book, "namespace": ns}, "spec": book_spec},
+        {"apiVersion": BILLING, "kind": "Plan", "metadata": {"name": plan, "namespace": ns},
+         "spec": {"limits": limits, "priceBookRef": book,
+                  "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}}},
+        {"apiVersion": BILLING, "kind": "TenantAccount",
+         "metadata": {"name": tenant, "namespace": ns, "labels": {"billing.opendatahub.io/organization-id": org}},
+         "spec": {"displayName": "Helix", "planRef": {"name": plan}, "billingMode": billing_mode,
+                  "priceBookPin": book}},
+    ]
