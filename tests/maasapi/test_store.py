@@ -64,6 +64,19 @@ async def test_0006_copies_the_labels_of_keys_minted_before_onto_their_row(store
     assert await store.get(plain.id, with_labels=False) == plain
 
 
+async def test_downgrading_below_the_key_columns_keeps_labels_and_history(store: KeyStore) -> None:
+    rec = record(labels={"project": "rag"})
+    await store.insert(rec, actor="alice")
+    await downgrade(store, "0002_usage")  # 0003..0006 each drop a column of api_keys
+    async with store.engine.connect() as conn:
+        labels = (await conn.execute(text("SELECT name, value FROM api_key_labels"))).all()
+        events = (await conn.execute(text("SELECT action FROM api_key_events"))).all()
+    assert [tuple(r) for r in labels] == [("project", "rag")] and [tuple(r) for r in events] == [("minted",)]
+    await migrate.upgrade(store.engine)
+    again = await store.get(rec.id, with_labels=False)
+    assert again is not None and again.labels == {"project": "rag"}
+
+
 async def test_insert_and_get_round_trip(store: KeyStore) -> None:
     rec = record(labels={"team": "ml", "env": "dev"}, description="d")
     await store.insert(rec, actor="alice")

@@ -25,5 +25,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_api_keys_owner", "api_keys")
-    with op.batch_alter_table("api_keys") as batch:
-        batch.drop_column("groups_verified_at")
+    op.drop_column("api_keys", "groups_verified_at")  # in place: rebuilding api_keys cascades to its children

@@ -23,5 +23,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("api_keys") as batch:
-        batch.drop_column("last_used_at")
+    op.drop_column("api_keys", "last_used_at")  # in place: rebuilding api_keys cascades to its children
