@@ -96,6 +96,8 @@ async def test_external_model_is_published_through_a_generated_route(
     await eventually(em_ready)
     secret = await k8s.CoreV1Api(kube).read_namespaced_secret("provider-key", namespace)
     assert secret.metadata.labels["maas.opendatahub.io/upstream-key"] == "true"
+    em = await objs.get("ExternalModel", namespace, "provider")
+    assert em is not None and "maas.opendatahub.io/finalizer" in em["metadata"]["finalizers"]  # releases the label
 
     # Unpublishing removes the generated route.
     await objs.delete("MaaSModelRef", namespace, "gpt")
@@ -119,6 +121,25 @@ async def test_missing_credential_secret_fails_the_external_model(
     em = await eventually(failed)
     ready = next(c for c in em["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "CredentialNotFound"
+
+
+async def test_an_external_model_without_credentials_gets_no_finalizer(
+    controller: RunningController, objs: Objects, namespace: str
+) -> None:
+    await objs.create(external_model(namespace, "open", secret=None))
+
+    async def ready() -> dict[str, Any] | None:
+        em = await objs.get("ExternalModel", namespace, "open")
+        return em if em and em.get("status", {}).get("phase") == "Ready" else None
+
+    em = await eventually(ready)
+    assert "maas.opendatahub.io/finalizer" not in (em["metadata"].get("finalizers") or [])  # nothing to release
+    await objs.delete("ExternalModel", namespace, "open")
+    assert await eventually(lambda: _gone(objs, namespace, "open"))
+
+
+async def _gone(objs: Objects, namespace: str, name: str) -> bool:
+    return await objs.get("ExternalModel", namespace, name) is None
 
 
 async def test_auth_policies_and_subscriptions_aggregate_per_model(

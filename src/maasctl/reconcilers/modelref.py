@@ -48,7 +48,8 @@ class ModelRefReconciler:
         obj = self.ctx.cache.get(MAAS_MODEL_REF, req.name, req.namespace)
         if obj is None:
             return Result.done()
-        return await finalize(self.ctx.client, obj, FINALIZER, apply=self._publish, cleanup=self._unpublish)
+        async with self.ctx.announcing(obj):  # the route, Service and policies written: one Event per verb
+            return await finalize(self.ctx.client, obj, FINALIZER, apply=self._publish, cleanup=self._unpublish)
 
     async def _publish(self, obj: FrozenObject) -> Result:
         ctx = self.ctx
