@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 TOKENS = {"bench-token": ("bench", ["bench-users", "system:authenticated"])}
+GATEWAY_TOKEN = "bench-gateway"  # maas-api serves /internal only to the gateway (deny by default)
 
 
 def serve_child(database_url: str, port: int) -> None:
@@ -34,6 +35,7 @@ def serve_child(database_url: str, port: int) -> None:
 
     import structlog
     import uvicorn
+    from pydantic import SecretStr
 
     from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
     from maasctl.maasapi.app import create_app
@@ -50,7 +52,8 @@ def serve_child(database_url: str, port: int) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=logging.WARNING)
-    settings = MaasApiSettings(database_url=database_url, port=port, db_pool_size=10)
+    settings = MaasApiSettings(database_url=database_url, port=port, db_pool_size=10,
+                               gateway_tokens=(SecretStr(GATEWAY_TOKEN),))
     subs = StaticSources(
         [
             SubscriptionView(
@@ -170,6 +173,7 @@ def validate_request(host: str, key: str) -> bytes:
     body = json.dumps({"key": key}).encode()
     return (
         f"POST /internal/v1/api-keys/validate HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {GATEWAY_TOKEN}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 

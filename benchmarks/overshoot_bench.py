@@ -160,14 +160,19 @@ async def burst(http: aiohttp.ClientSession, stack: LocalStack, urls: dict[str, 
             "overshoot_tokens": max(0, used - LIMIT)}
 
 
+async def request_ok(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
+    """One chat completion, read to the end; anything but 200 ends the benchmark."""
+    async with http.post(url, json=PAYLOAD, headers=headers) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: {resp.status}")
+
+
 async def latencies(http: aiohttp.ClientSession, url: str, headers: dict[str, str], n: int) -> list[float]:
     out = []
     for _ in range(n):
         start = time.perf_counter()
-        async with http.post(url, json=PAYLOAD, headers=headers) as resp:
-            await resp.read()
-            if resp.status != 200:
-                raise RuntimeError(f"{url}: {resp.status}")
+        await request_ok(http, url, headers)
         out.append((time.perf_counter() - start) * 1000)
     return out
 
@@ -181,10 +186,7 @@ async def throughput(http: aiohttp.ClientSession, url: str, headers: dict[str, s
     async def client() -> None:
         nonlocal done
         while done < n and time.perf_counter() - start < max_seconds:
-            async with http.post(url, json=PAYLOAD, headers=headers) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"{url}: {resp.status}")
+            await request_ok(http, url, headers)
             done += 1
 
     await asyncio.gather(*(client() for _ in range(clients)))
@@ -196,17 +198,23 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+async def accept_gateway(stack: LocalStack) -> Client:
+    """Create the stack's Gateway object, Accepted as a gateway controller would; a client for more objects."""
+    client = Client(stack.api)
+    port = int(stack.gateway_url.rsplit(":", 1)[1])
+    await client.apply(samples.gateway(stack.settings, port), field_manager="bench")
+    await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace, samples.gateway_status(),
+                       subresource="status")
+    return client
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     redis = start_redis()
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-overshoot-")
     stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, redis_url=redis.url))
     try:
         await stack.start()
-        client = Client(stack.api)
-        port = int(stack.gateway_url.rsplit(":", 1)[1])
-        await client.apply(samples.gateway(stack.settings, port), field_manager="bench")
-        await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace, samples.gateway_status(),
-                           subresource="status")
+        client = await accept_gateway(stack)
         urls = {"redis-1": stack.gateway_url,
                 "redis-2": await stack.add_gateway("gateway-2", redis.url),
                 "in-process": await stack.add_gateway("gateway-local")}

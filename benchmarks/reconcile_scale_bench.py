@@ -1,66 +1,145 @@
-"""How fast do subscriptions reach Active, and how many writes does that take? (issue 5)
+"""How fast do subscriptions reach Active, and how many writes does that take? (issues 5 and 23)
 
 Starts its own local control plane (no kube-controller-manager), installs all CRDs, publishes M external
-models, then creates N subscriptions (each over 2 models, round-robin) with the controller running and
-measures the time until every subscription is Active, the controller's writes (server-side applies), and
-that a restart after convergence makes zero writes. Scales 1x, 2x, 4x of 300 subscriptions over 50 models.
+models, then creates N subscriptions (each over 2 models, round-robin, 20 creates in flight) with the
+controller running (5 workers per controller) and measures the time until every subscription is Active;
+then restarts the controller on the converged cluster and measures its cache sync and counts its writes.
 
-    .venv/bin/python benchmarks/reconcile_scale_bench.py [--scales 1,2,4]
+Every model has its own ExternalModel (distinct published names). Counted per phase: every request of the
+controller that is not a GET and did not answer 404 (those are listed apart), by kind (status applies, object
+applies, finalizer patches, Events created or patched), the CPU seconds of the benchmark process (the
+controller plus the benchmark's own creates and polls) and of kube-apiserver. "publish" is the phase where the
+M models become Ready; "converge" the N subscriptions becoming Active; "restart" the new controller's first
+seconds on the converged cluster (its writes must be 0).
+
+    .venv/bin/python benchmarks/reconcile_scale_bench.py [--scales 1,2,4] [--rounds 1]
+    .venv/bin/python benchmarks/reconcile_scale_bench.py --scales 1 --rounds 4 --compare /tmp/base/src
+
+``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> src | tar -x
+-C /tmp/base``), so old and new code are measured interleaved on the same machine; medians are printed per
+version with the load average at the start of each round. Each round runs in its own process.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
-
-from kubernetes_asyncio import client as k8s
-
-from maasctl.api.install import install_crds
-from maasctl.app import build_manager
-from maasctl.runtime.connect import connect
-from maasctl.settings import ControllerSettings
-from maasctl.testenv import ControlPlane
-from maasctl.testenv.crds import install_third_party_crds
 
 SUB_NS = "models-as-a-service"
 WORKERS = 5
-SETTINGS = ControllerSettings(subscription_namespace=SUB_NS, gateway_name="gw", gateway_namespace="gw",
-                              metrics_bind_address="0", health_probe_bind_address="0",
-                              max_concurrent_reconciles=WORKERS, maas_api_url="http://127.0.0.1:1")
 GROUP, VERSION = "maas.opendatahub.io", "v1alpha1"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-async def create_all(custom: k8s.CustomObjectsApi, ns: str, plural: str, bodies: list[dict[str, Any]]) -> None:
-    sem = asyncio.Semaphore(20)
-
-    async def one(body: dict[str, Any]) -> None:
-        async with sem:
-            await custom.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
-
-    await asyncio.gather(*(one(b) for b in bodies))
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-async def count_phase(custom: k8s.CustomObjectsApi, ns: str, plural: str, phase: str) -> int:
-    items = (await custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural))["items"]
-    return sum(1 for i in items if (i.get("status") or {}).get("phase") == phase)
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
-async def wait_phase(custom: k8s.CustomObjectsApi, ns: str, plural: str, phase: str, n: int, limit: float) -> float:
-    start = time.monotonic()
-    while await count_phase(custom, ns, plural, phase) < n:
-        if time.monotonic() - start > limit:
-            raise TimeoutError(f"{plural}: fewer than {n} {phase} after {limit}s")
-        await asyncio.sleep(0.2)
-    return time.monotonic() - start
+WRITES: Counter[str] = Counter()
+REASONS: Counter[str] = Counter()
+"""Events by reason and kind of the object they are about (printed with --one)."""
 
 
-async def run_scale(n_subs: int, n_models: int) -> dict[str, Any]:
+def count_writes() -> None:
+    """Wrap the runtime client's transport so every write of the controller is counted by kind."""
+    from maasctl.runtime import client as client_module
+
+    original = client_module.Client._open
+
+    async def _open(self: Any, method: str, path: str, **kw: Any) -> Any:
+        if method != "GET":
+            content_type = kw.get("content_type", "application/json")
+            if "/events" in path:
+                kind = "event"
+                body = kw.get("body")
+                REASONS[f"{body.get('reason')} {body['regarding'].get('kind')}" if isinstance(body, dict)
+                        and "regarding" in body else "series"] += 1
+            elif content_type == client_module.APPLY_PATCH:
+                kind = "status" if path.endswith("/status") else "apply " + path.rsplit("/", 2)[-2]
+            elif content_type == client_module.JSON_PATCH:
+                kind = "finalizer"
+            else:
+                kind = f"{method} " + path.rsplit("/", 2)[-2]
+            WRITES[kind] += 1
+        resp = await original(self, method, path, **kw)
+        if method != "GET" and resp.status == 404:
+            WRITES[kind] -= 1  # nothing was written (e.g. deleting what is already gone)
+            WRITES[f"{kind} (404)"] += 1
+        return resp
+
+    client_module.Client._open = _open  # type: ignore[method-assign]
+
+
+def snapshot(apiserver_pid: int) -> tuple[float, float, float, Counter[str]]:
+    return time.monotonic(), self_cpu(), proc_cpu(apiserver_pid), WRITES.copy()
+
+
+def delta(before: tuple[float, float, float, Counter[str]], after: tuple[float, float, float, Counter[str]]
+          ) -> dict[str, Any]:
+    writes = after[3].copy()
+    writes.subtract(before[3])
+    done = sum(v for k, v in writes.items() if not k.endswith("(404)"))
+    return {"seconds": after[0] - before[0], "cpu_self": after[1] - before[1],
+            "cpu_apiserver": after[2] - before[2], "writes": done, "by_kind": {k: v for k, v in writes.items() if v}}
+
+
+async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
+    from kubernetes_asyncio import client as k8s
+
+    from maasctl.api.install import install_crds
+    from maasctl.app import build_manager
+    from maasctl.runtime.connect import connect
+    from maasctl.settings import ControllerSettings
+    from maasctl.testenv import ControlPlane
+    from maasctl.testenv.crds import install_third_party_crds
+
+    settings = ControllerSettings(subscription_namespace=SUB_NS, gateway_name="gw", gateway_namespace="gw",
+                                  metrics_bind_address="0", health_probe_bind_address="0",
+                                  max_concurrent_reconciles=workers, maas_api_url="http://127.0.0.1:1")
+
+    async def create_all(custom: Any, ns: str, plural: str, bodies: list[dict[str, Any]]) -> None:
+        sem = asyncio.Semaphore(20)
+
+        async def one(body: dict[str, Any]) -> None:
+            async with sem:
+                await custom.create_namespaced_custom_object(GROUP, VERSION, ns, plural, body)
+
+        await asyncio.gather(*(one(b) for b in bodies))
+
+    async def wait_phase(custom: Any, ns: str, plural: str, phase: str, n: int, limit: float) -> None:
+        start = time.monotonic()
+        while True:
+            items = (await custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural))["items"]
+            if sum(1 for i in items if (i.get("status") or {}).get("phase") == phase) >= n:
+                return
+            if time.monotonic() - start > limit:
+                raise TimeoutError(f"{plural}: fewer than {n} {phase} after {limit}s")
+            await asyncio.sleep(0.2)
+
+    count_writes()
     cp = ControlPlane(with_controller_manager=False)
     await asyncio.to_thread(cp.start)
     try:
+        apiserver = cp._procs["kube-apiserver"].popen
+        assert apiserver is not None
+        pid = apiserver.pid
         with cp.http_client() as http:
             await asyncio.to_thread(install_third_party_crds, http)
         api = await connect(str(cp.kubeconfig))
@@ -69,63 +148,124 @@ async def run_scale(n_subs: int, n_models: int) -> dict[str, Any]:
         for ns in (SUB_NS, "models", "gw"):
             await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         await create_all(custom, "models", "externalmodels", [{
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ExternalModel", "metadata": {"name": "provider"},
-            "spec": {"provider": "openai", "endpoint": "https://api.provider.test/v1", "targetModel": "m"}}])
-        await create_all(custom, "models", "maasmodelrefs", [{
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "MaaSModelRef", "metadata": {"name": f"m{i}"},
-            "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}} for i in range(n_models)])
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ExternalModel", "metadata": {"name": f"p{i}"},
+            "spec": {"provider": "openai", "endpoint": "https://api.provider.test/v1", "targetModel": f"m{i}"}}
+            for i in range(n_models)])
 
         manager_api = await connect(str(cp.kubeconfig))
-        manager = build_manager(manager_api, SETTINGS)
+        manager = build_manager(manager_api, settings)
         task = asyncio.create_task(manager.run())
+        await manager.cache.wait_for_sync(deadline=60)
+        t0 = snapshot(pid)
+        await create_all(custom, "models", "maasmodelrefs", [{
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "MaaSModelRef", "metadata": {"name": f"m{i}"},
+            "spec": {"modelRef": {"kind": "ExternalModel", "name": f"p{i}"}}} for i in range(n_models)])
         await wait_phase(custom, "models", "maasmodelrefs", "Ready", n_models, 300)
-        writes_before = manager.applier.writes
-        start = time.monotonic()
+        await asyncio.sleep(2)  # let the last writes of publishing land before counting the next phase
+        t1 = snapshot(pid)
         await create_all(custom, SUB_NS, "maassubscriptions", [{
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "MaaSSubscription", "metadata": {"name": f"s{i}"},
             "spec": {"owner": {"groups": [{"name": f"team-{i}"}]}, "modelRefs": [
                 {"name": f"m{(i + k) % n_models}", "namespace": "models",
                  "tokenRateLimits": [{"limit": 1000 + i, "window": "1m"}]} for k in (0, 1)]}}
             for i in range(n_subs)])
-        created = time.monotonic() - start
+        created = time.monotonic() - t1[0]
         await wait_phase(custom, SUB_NS, "maassubscriptions", "Active", n_subs, 900)
-        elapsed = time.monotonic() - start
-        writes = manager.applier.writes - writes_before
+        t2 = snapshot(pid)
+        await asyncio.sleep(3)  # writes still in flight after the last Active (e.g. Events) count too
+        t3 = snapshot(pid)
         manager.stop()
         await task
         await manager_api.close()
 
         restarted_api = await connect(str(cp.kubeconfig))
-        restarted = build_manager(restarted_api, SETTINGS)
+        restarted = build_manager(restarted_api, settings)
+        r0 = snapshot(pid)
         task = asyncio.create_task(restarted.run())
-        await asyncio.sleep(1)
         await restarted.cache.wait_for_sync(deadline=60)
+        r1 = snapshot(pid)
         await asyncio.sleep(5)
-        restart_writes = restarted.applier.writes
+        r2 = snapshot(pid)
         restarted.stop()
         await task
         await restarted_api.close()
         await api.close()
-        return {"subscriptions": n_subs, "models": n_models, "create_s": created, "active_s": elapsed,
-                "writes": writes, "restart_writes": restart_writes}
+        converge = delta(t1, t2)
+        converge["tail_writes"] = delta(t2, t3)["writes"]
+        converge["create_s"] = created
+        return {"subscriptions": n_subs, "models": n_models, "publish": delta(t0, t1), "converge": converge,
+                "sync": delta(r0, r1), "restart": delta(r0, r2), "event_reasons": dict(REASONS)}
     finally:
         await asyncio.to_thread(cp.stop)
 
 
-async def main() -> None:
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def one_round(scale: int, workers: int, pythonpath: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, __file__, "--one", str(scale), "--workers", str(workers)],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scales", default="1,2,4")
     parser.add_argument("--workers", type=int, default=WORKERS, help="max concurrent reconciles per controller")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--compare", default=None, help="PYTHONPATH of the code to compare with (interleaved)")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global SETTINGS
-    SETTINGS = dataclasses.replace(SETTINGS, max_concurrent_reconciles=args.workers)
-    print("| scale | subscriptions | models | all created (s) | all Active (s) | SSA writes | writes on restart |")
-    print("|---|---|---|---|---|---|---|")
+    if args.one is not None:
+        print(json.dumps(asyncio.run(run_scale(300 * args.one, 50 * args.one, args.workers))), flush=True)
+        return
+    versions: list[tuple[str, str | None]] = [("this checkout", None)]
+    if args.compare:
+        versions.insert(0, (f"compare ({args.compare})", args.compare))
     for scale in (int(s) for s in args.scales.split(",")):
-        r = await run_scale(300 * scale, 50 * scale)
-        print(f"| {scale}x | {r['subscriptions']} | {r['models']} | {r['create_s']:.1f} | {r['active_s']:.1f} | "
-              f"{r['writes']} | {r['restart_writes']} |", flush=True)
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in versions}
+        for rnd in range(args.rounds):
+            for name, path in versions:
+                before = load()
+                r = one_round(scale, args.workers, path)
+                r["load"] = f"{before}-{load()}"
+                results[name].append(r)
+                c = r["converge"]
+                print(f"# {scale}x round {rnd + 1} {name}: load {r['load']} active {c['seconds']:.1f}s "
+                      f"writes {c['writes']} {c['by_kind']} cpu self {c['cpu_self']:.1f}s apiserver "
+                      f"{c['cpu_apiserver']:.1f}s; publish {r['publish']['writes']} {r['publish']['by_kind']}; "
+                      f"sync {r['sync']['seconds']:.2f}s restart writes {r['restart']['by_kind']}; "
+                      f"Events {r['event_reasons']}", flush=True)
+        print()
+        print("| version | scale | subs | models | load | created (s) | all Active (s) | writes | of which "
+              "status / finalizer / applies / Events | CPU self (s) | CPU apiserver (s) | publish writes | "
+              "sync on restart (s) | restart writes |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, _ in versions:
+            rs = results[name]
+
+            def med(f: Any, rs: list[dict[str, Any]] = rs) -> float:
+                return float(statistics.median(f(r) for r in rs))
+
+            def kinds(r: dict[str, Any]) -> tuple[int, int, int, int]:
+                k = r["converge"]["by_kind"]
+                applies = sum(v for n, v in k.items() if n.startswith("apply"))
+                return k.get("status", 0), k.get("finalizer", 0), applies, k.get("event", 0)
+
+            split = " / ".join(f"{med(lambda r, i=i: kinds(r)[i]):.0f}" for i in range(4))
+            print(f"| {name} | {scale}x | {rs[0]['subscriptions']} | {rs[0]['models']} | "
+                  f"{', '.join(r['load'] for r in rs)} | {med(lambda r: r['converge']['create_s']):.1f} | "
+                  f"{med(lambda r: r['converge']['seconds']):.1f} | {med(lambda r: r['converge']['writes']):.0f} | "
+                  f"{split} | {med(lambda r: r['converge']['cpu_self']):.1f} | "
+                  f"{med(lambda r: r['converge']['cpu_apiserver']):.1f} | "
+                  f"{med(lambda r: r['publish']['writes']):.0f} | "
+                  f"{med(lambda r: r['sync']['seconds']):.2f} | {med(lambda r: r['restart']['writes']):.0f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

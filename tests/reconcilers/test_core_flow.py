@@ -4,10 +4,12 @@ third-party CRD schemas, and the assertions read what the API server stored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import watch
 
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
@@ -96,6 +98,8 @@ async def test_external_model_is_published_through_a_generated_route(
     await eventually(em_ready)
     secret = await k8s.CoreV1Api(kube).read_namespaced_secret("provider-key", namespace)
     assert secret.metadata.labels["maas.opendatahub.io/upstream-key"] == "true"
+    em = await objs.get("ExternalModel", namespace, "provider")
+    assert em is not None and "maas.opendatahub.io/finalizer" in em["metadata"]["finalizers"]  # releases the label
 
     # Unpublishing removes the generated route.
     await objs.delete("MaaSModelRef", namespace, "gpt")
@@ -119,6 +123,25 @@ async def test_missing_credential_secret_fails_the_external_model(
     em = await eventually(failed)
     ready = next(c for c in em["status"]["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "CredentialNotFound"
+
+
+async def test_an_external_model_without_credentials_gets_no_finalizer(
+    controller: RunningController, objs: Objects, namespace: str
+) -> None:
+    await objs.create(external_model(namespace, "open", secret=None))
+
+    async def ready() -> dict[str, Any] | None:
+        em = await objs.get("ExternalModel", namespace, "open")
+        return em if em and em.get("status", {}).get("phase") == "Ready" else None
+
+    em = await eventually(ready)
+    assert "maas.opendatahub.io/finalizer" not in (em["metadata"].get("finalizers") or [])  # nothing to release
+    await objs.delete("ExternalModel", namespace, "open")
+    assert await eventually(lambda: _gone(objs, namespace, "open"))
+
+
+async def _gone(objs: Objects, namespace: str, name: str) -> bool:
+    return await objs.get("ExternalModel", namespace, name) is None
 
 
 async def test_auth_policies_and_subscriptions_aggregate_per_model(
@@ -281,3 +304,33 @@ async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: Cont
     finally:
         await second.stop()
         await kube.close()
+
+
+async def _ready_reasons(kube: k8s.ApiClient, namespace: str, name: str, seen: list[str]) -> None:
+    """Record the Ready reason of every version of a MaaSModelRef's status (from a watch)."""
+    w = watch.Watch()
+    async with w:
+        async for event in w.stream(k8s.CustomObjectsApi(kube).list_namespaced_custom_object,
+                                    "maas.opendatahub.io", "v1alpha1", namespace, "maasmodelrefs",
+                                    field_selector=f"metadata.name={name}", timeout_seconds=120):
+            conditions = (event["object"].get("status") or {}).get("conditions") or []
+            seen.extend(c["reason"] for c in conditions if c["type"] == "Ready")
+
+
+async def test_publishing_writes_no_status_while_the_cache_lags_the_generated_route(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    seen: list[str] = []
+    recorder = asyncio.create_task(_ready_reasons(kube, namespace, "lag", seen))
+    try:
+        await publish_external(objs, kube, namespace, "lag")
+        await eventually(lambda: _async("Ready" in seen))
+        assert "RouteNotFound" not in seen  # the route it just applied is not "not generated yet"
+    finally:
+        recorder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await recorder
+
+
+async def _async(value: bool) -> bool:
+    return value

@@ -1,4 +1,5 @@
-"""Generated objects are announced with Normal events; problems with Warning events (events.k8s.io/v1)."""
+"""Generated objects are announced with Normal events, one per verb and reconcile naming every object written;
+problems with Warning events (events.k8s.io/v1)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,20 @@ async def test_created_policy_is_announced_and_missing_secret_warned(
 
     await eventually(warned)
     await objs.delete("MaaSSubscription", SUB_NS, sub)
+
+
+async def test_objects_written_in_one_reconcile_are_announced_in_one_event(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    await publish_external(objs, kube, namespace, "one")
+
+    async def created() -> list[k8s.EventsV1Event] | None:
+        found = [e for e in await events_for(kube, namespace, "one") if e.reason == "Created"
+                 and "HTTPRoute" in (e.note or "")]
+        return found or None
+
+    events = await eventually(created)
+    assert len(events) == 1  # the route and its backend Service, created together: one Event names both
+    assert events[0].type == "Normal" and "Service " in events[0].note and events[0].regarding.kind == "MaaSModelRef"
+    assert not [e for e in await events_for(kube, namespace, "one")
+                if e.reason == "Created" and "Service " in (e.note or "") and "HTTPRoute" not in (e.note or "")]

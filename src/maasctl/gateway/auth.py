@@ -22,6 +22,13 @@ read (found by scanning them at compile time; any reference that cannot be pinne
 That is what Authorino's own caches give: a revoked key keeps working at most `cache.ttl` seconds. A policy
 with an uncached callback, a failed callback, or a denial is never reused.
 
+Under load the decision of a busy key never expires under its callers: concurrent misses of one key share
+one computation (single flight), and a decision is recomputed in the background once `REFRESH_AT` of its
+lifetime has passed, bypassing the metadata cache, while the current one keeps being served. A decision
+lives at most the TTL counted from when its data was read (the start of the callback, or the cached
+callback's own expiry), so a revocation still takes effect within `cache.ttl` seconds; a refresh that is
+denied drops the cached decision at once.
+
 Request headers are exposed with lowercase names, repeated headers joined with ",", as Envoy does.
 Unsupported features (OPA, SubjectAccessReview, Secret API keys, JWT, wristbands) make `compile_auth_policy`
 raise `PolicyError`: the route then answers 500 rather than silently allowing what Authorino would deny.
@@ -29,6 +36,7 @@ raise `PolicyError`: the route then answers 500 rather than silently allowing wh
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -72,12 +80,19 @@ class AuthOutcome:
     auth: dict[str, Any] = field(default_factory=dict)
 
 
+REFRESH_AT = 0.75
+"""Fraction of a cached decision's lifetime after which a request starts recomputing it in the background."""
+
+
 @dataclass
 class _Run:
-    """Whether (and for how long) one decision may be reused; what could not be reached."""
+    """Whether (and until when) one decision may be reused; what could not be reached. `refresh`: read the
+    callbacks afresh instead of from the metadata cache (a refresh ahead of expiry)."""
 
+    started: float
+    refresh: bool = False
     cacheable: bool = True
-    ttl: float = float("inf")
+    expires: float = float("inf")
     unavailable: str | None = None
 
 
@@ -95,22 +110,34 @@ class _TtlCache:
         self._clock = clock
 
     def get(self, key: Any) -> tuple[bool, Any]:
+        hit = self.lookup(key)
+        return (False, None) if hit is None else (True, hit[1])
+
+    def lookup(self, key: Any) -> tuple[float, Any] | None:
+        """(expiry, value) of a live entry, else None."""
         hit = self._data.get(key)
         if hit is None:
-            return False, None
+            return None
         if hit[0] <= self._clock():
             del self._data[key]
-            return False, None
-        return True, hit[1]
+            return None
+        return hit
 
     def put(self, key: Any, value: Any, ttl: float) -> None:
-        if ttl <= 0:
+        if ttl > 0:
+            self.put_until(key, value, self._clock() + ttl)
+
+    def put_until(self, key: Any, value: Any, expires: float) -> None:
+        now = self._clock()
+        if expires <= now:
             return
         if len(self._data) >= self._max:
-            now = self._clock()
             for k in [k for k, (exp, _) in self._data.items() if exp <= now] or list(self._data)[: self._max // 10]:
                 del self._data[k]
-        self._data[key] = (self._clock() + ttl, value)
+        self._data[key] = (expires, value)
+
+    def discard(self, key: Any) -> None:
+        self._data.pop(key, None)
 
     def clear(self) -> None:
         self._data.clear()
@@ -172,15 +199,26 @@ class AuthPolicyRuntime:
         self._callback_secret = callback_secret
         self._timeout = callback_timeout
         self._audiences_from_host = audiences_from_host
+        self._clock = clock
         self._cache = _TtlCache(clock=clock)
         self._decisions = _TtlCache(clock=clock)
         self._token_review_ttl = token_review_ttl
         self._decision_cache = decision_cache
+        self._inflight: dict[bytes, asyncio.Task[AuthOutcome]] = {}
         self.decision_hits = 0
+        self.shared_misses = 0
+        """Requests that waited for a computation another request had started (single flight)."""
+        self.refreshes = 0
+        """Decisions recomputed ahead of their expiry."""
 
     def clear_caches(self) -> None:
         self._cache.clear()
         self._decisions.clear()
+
+    async def settle(self) -> None:
+        """Wait until no decision is being computed (e.g. refreshes ahead of expiry), for tests and shutdown."""
+        while self._inflight:
+            await asyncio.gather(*self._inflight.values(), return_exceptions=True)
 
     async def check(
         self,
@@ -191,16 +229,47 @@ class AuthPolicyRuntime:
     ) -> AuthOutcome:
         """Run the four phases. `identity_override` skips authentication (simulate for user+groups)."""
         if identity_override is not None or not self._decision_cache:
-            return await self._check(policy, request, identity_override, _Run())
+            return await self._check(policy, request, identity_override, _Run(self._clock()))
         key = hashlib.sha256(repr((policy.uid, policy.generation, policy.deps.key(request))).encode()).digest()
-        hit, cached = self._decisions.get(key)
-        if hit:
+        hit = self._decisions.lookup(key)
+        if hit is not None:
             self.decision_hits += 1
-            return cached  # type: ignore[no-any-return]
-        run = _Run()
+            outcome, refresh_at = hit[1]
+            if refresh_at <= self._clock() and key not in self._inflight:
+                self.refreshes += 1
+                self._start(key, policy, request, refresh=True)
+            return outcome  # type: ignore[no-any-return]
+        task = self._inflight.get(key)
+        if task is None:
+            task = self._start(key, policy, request, refresh=False)
+        else:
+            self.shared_misses += 1
+        # shielded: a caller that goes away (client disconnect) does not cancel the others' computation
+        return await asyncio.shield(task)
+
+    def _start(self, key: bytes, policy: CompiledAuthPolicy, request: RequestInfo, *, refresh: bool
+               ) -> asyncio.Task[AuthOutcome]:
+        task = asyncio.get_running_loop().create_task(self._decide(key, policy, request, refresh))
+        self._inflight[key] = task
+
+        def done(t: asyncio.Task[AuthOutcome]) -> None:
+            if self._inflight.get(key) is t:
+                del self._inflight[key]
+            if refresh and not t.cancelled() and t.exception() is not None:
+                log.warning("auth decision refresh of %s failed: %r", policy.key, t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def _decide(self, key: bytes, policy: CompiledAuthPolicy, request: RequestInfo, refresh: bool
+                      ) -> AuthOutcome:
+        run = _Run(self._clock(), refresh=refresh)
         outcome = await self._check(policy, request, None, run)
-        if outcome.allowed and run.cacheable and run.ttl != float("inf"):
-            self._decisions.put(key, outcome, run.ttl)
+        if outcome.allowed and run.cacheable and run.expires != float("inf"):
+            refresh_at = run.started + REFRESH_AT * (run.expires - run.started)
+            self._decisions.put_until(key, (outcome, refresh_at), run.expires)
+        elif not outcome.allowed and outcome.status != 503:
+            self._decisions.discard(key)  # e.g. the key was revoked: stop serving the old decision now
         return outcome
 
     async def _check(
@@ -268,7 +337,7 @@ class AuthPolicyRuntime:
                 identity = merged
             activation["auth"]["identity"] = identity
             if entry.kind == "kubernetesTokenReview":
-                run.ttl = min(run.ttl, self._token_review_ttl)
+                run.expires = min(run.expires, run.started + self._token_review_ttl)
             return None
         return self._denied(
             policy.unauthenticated, activation, "; ".join(failures) or "no authentication method applies"
@@ -296,16 +365,16 @@ class AuthPolicyRuntime:
                     continue
                 if entry.cache_key is None or entry.cache_ttl <= 0:
                     run.cacheable = False
-                else:
-                    run.ttl = min(run.ttl, entry.cache_ttl)
                 cache_key = None
                 if entry.cache_key is not None and entry.cache_ttl > 0:
                     text = _header_text(entry.cache_key.get(activation))
                     cache_key = (policy.uid, policy.generation, entry.name, text)
-                    hit, value = self._cache.get(cache_key)
-                    if hit:
-                        activation["auth"]["metadata"][entry.name] = value
+                    hit = None if run.refresh else self._cache.lookup(cache_key)
+                    if hit is not None:
+                        run.expires = min(run.expires, hit[0])  # as old as the cached answer, not younger
+                        activation["auth"]["metadata"][entry.name] = hit[1]
                         continue
+                fetched = self._clock()
                 value = await self._call(entry, activation)
             except (httpx.HTTPError, AuthServiceUnavailable) as exc:
                 log.warning("metadata %s of %s unavailable: %s", entry.name, policy.key, type(exc).__name__)
@@ -318,7 +387,8 @@ class AuthPolicyRuntime:
                 continue
             activation["auth"]["metadata"][entry.name] = value
             if cache_key is not None:
-                self._cache.put(cache_key, value, entry.cache_ttl)
+                run.expires = min(run.expires, fetched + entry.cache_ttl)
+                self._cache.put_until(cache_key, value, fetched + entry.cache_ttl)
 
     def _url(self, entry: Metadata, activation: Mapping[str, Any]) -> str:
         url = str(entry.url_program.get(activation) if entry.url_program is not None else entry.url)

@@ -218,6 +218,7 @@ class Gateway:
                 await self._cache_task
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self.auth.settle()  # decisions refreshed ahead of expiry use the callback client closed below
         await self.sink.aclose()
         await self.limiter.store.aclose()
         if self._upstream is not None:

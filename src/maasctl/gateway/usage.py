@@ -5,7 +5,10 @@ Sinks: `LogSink` (default; one structured log line per record), `MemorySink` (te
 (`{"records": [...]}`, authenticated with the shared usage ingest token as a bearer token), retrying with
 backoff and keeping at most `max_buffer` records (oldest dropped and counted) while maas-api or its database
 is unavailable. maas-api stores a batch atomically and skips record ids it already has, so resending a batch
-whose answer was lost never counts it twice.
+whose answer was lost never counts it twice. Records live in memory until maas-api stored them: a gateway
+killed outright loses at most what arrived since the last delivered batch (about `flush_interval` seconds, or
+everything buffered during an outage); a stopping gateway keeps trying for `close_timeout` seconds and counts
+and logs what it could not deliver.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
+from prometheus_client import Counter, Gauge
 
 from maasctl.contract.usage import UsageRecord
 
@@ -62,14 +66,28 @@ class MemorySink:
 # so one bad record cannot block (or take down) the good ones behind it.
 _REJECTED = frozenset({400, 413, 422})
 
+RECORDS = Counter("maas_gateway_usage_records_total",
+                  "Usage records by outcome: sent (stored by maas-api), dropped (buffer full), rejected "
+                  "(malformed), undelivered (still buffered when the gateway stopped)", ["outcome"])
+POSTS = Counter("maas_gateway_usage_posts_total", "Usage batch POSTs to maas-api by result", ["result"])
+BUFFERED = Gauge("maas_gateway_usage_buffered", "Usage records waiting for delivery to maas-api")
+
 
 class HttpBatchSink:
     """Buffers records and POSTs them to maas-api in batches, retrying with capped exponential backoff.
 
+    Batching is by size or interval: the background task sends as soon as `batch_size` records are buffered
+    (only whole batches; the rest waits), and everything buffered once `flush_interval` seconds pass without
+    a full batch. Records arriving while a POST is in flight wait for the next trigger instead of being sent
+    at once in small batches (under load that made one POST per few requests). While maas-api fails, the task
+    retries only after the backoff, however many records arrive meanwhile.
+
     A batch holds at most `batch_size` records and `max_batch_bytes` of JSON (maas-api bounds both). A batch
     maas-api rejects as malformed or too large is halved until the culprit is alone; that record is then
     dropped and counted in `rejected`. Any other failure (connection, 5xx, 401/403) keeps the records
-    buffered for the next attempt.
+    buffered for the next attempt. Records in flight stay at the head of the buffer and are removed only once
+    maas-api stored them; a full buffer drops the oldest record not in flight. Every record lost (dropped,
+    rejected, undelivered at close) is counted (attributes and `maas_gateway_usage_records_total`) and logged.
     """
 
     def __init__(
@@ -83,6 +101,7 @@ class HttpBatchSink:
         max_backoff: float = 30.0,
         token: str | None = None,
         max_batch_bytes: int = 60_000,
+        close_timeout: float = 5.0,
     ) -> None:
         self.url = base_url.rstrip("/") + USAGE_PATH
         self._http = http
@@ -90,8 +109,11 @@ class HttpBatchSink:
         self._cap = batch_size
         self._max_bytes = max_batch_bytes
         self._interval = flush_interval
-        self._buffer: deque[UsageRecord] = deque(maxlen=max_buffer)
+        self._max_buffer = max(1, max_buffer)
+        self._buffer: deque[UsageRecord] = deque()
+        self._in_flight = 0  # the first records of the buffer, sent and not yet acknowledged
         self._max_backoff = max_backoff
+        self._close_timeout = close_timeout
         self._headers = {"Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -100,7 +122,9 @@ class HttpBatchSink:
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
         self.rejected = 0
+        self.undelivered = 0
         self.sent = 0
+        self.posts = 0
         self.failures = 0
 
     @property
@@ -108,83 +132,129 @@ class HttpBatchSink:
         return len(self._buffer)
 
     async def emit(self, record: UsageRecord) -> None:
-        if len(self._buffer) == self._buffer.maxlen:
-            self.dropped += 1
-        self._buffer.append(record)
+        if len(self._buffer) >= self._max_buffer:
+            self._drop_oldest()
+        if len(self._buffer) < self._max_buffer:
+            self._buffer.append(record)
+            BUFFERED.inc()
+        else:  # everything buffered is in flight: the new record is the one that cannot be kept
+            self._count_drop()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="usage sink")
         if len(self._buffer) >= self._batch:
             self._wake.set()
 
-    def _next_batch(self) -> tuple[list[UsageRecord], bytes]:
-        """The buffered records that go next, and the request body holding them."""
-        batch: list[UsageRecord] = []
+    def _drop_oldest(self) -> None:
+        """Make room in a full buffer: drop the oldest record that is not in flight (if any)."""
+        if self._in_flight < len(self._buffer):
+            del self._buffer[self._in_flight]
+            BUFFERED.dec()
+            self._count_drop()
+
+    def _count_drop(self) -> None:
+        if not self.dropped:
+            log.error("usage buffer full (%d records, maas-api unreachable?): dropping the oldest; counted in "
+                      "maas_gateway_usage_records_total{outcome=\"dropped\"}", self._max_buffer)
+        self.dropped += 1
+        RECORDS.labels("dropped").inc()
+
+    def _next_batch(self, limit: int) -> tuple[int, bytes]:
+        """How many records from the head of the buffer go next (at most `limit`), and the request body."""
         parts: list[bytes] = []
         size = len(b'{"records":[]}')
-        for i in range(min(self._cap, len(self._buffer))):
+        for i in range(min(self._cap, len(self._buffer), max(1, limit))):
             part = json.dumps(self._buffer[i].to_json(), separators=(",", ":")).encode()
             if parts and size + len(part) + 1 > self._max_bytes:
                 break
-            batch.append(self._buffer[i])
             parts.append(part)
             size += len(part) + 1
-        return batch, b'{"records":[' + b",".join(parts) + b"]}"
+        return len(parts), b'{"records":[' + b",".join(parts) + b"]}"
 
-    def _remove(self, batch: list[UsageRecord]) -> None:
-        """Drop `batch` from the head of the buffer. Records emitted into a full buffer while the POST was in
-        flight push the oldest out on the left, so only what is still there is removed."""
-        ids = {id(r) for r in batch}
-        while self._buffer and id(self._buffer[0]) in ids:
+    def _remove(self, count: int) -> None:
+        """Drop the first `count` records (just acknowledged or rejected) from the buffer."""
+        for _ in range(count):
             self._buffer.popleft()
+        BUFFERED.dec(count)
 
     async def flush(self) -> bool:
         """Send everything buffered now; False when a POST failed (the records stay buffered)."""
         async with self._lock:
-            return await self._flush()
+            return await self._flush(len(self._buffer))
 
-    async def _flush(self) -> bool:
-        while self._buffer:
-            batch, body = self._next_batch()
-            count = len(batch)
+    async def _flush(self, budget: int) -> bool:
+        """Send up to `budget` records from the head of the buffer (those there when the flush began)."""
+        while self._buffer and budget > 0:
+            count, body = self._next_batch(budget)
+            self._in_flight = count
             try:
                 response = await self._http.post(self.url, content=body, headers=self._headers)
                 status = response.status_code
             except httpx.HTTPError:
                 status = 0
+            finally:
+                self._in_flight = 0
             if status in _REJECTED:
+                POSTS.labels("rejected").inc()
                 if count > 1:
                     self._cap = max(1, count // 2)
                     continue
-                self._remove(batch)
+                self._remove(1)
                 self.rejected += 1
+                RECORDS.labels("rejected").inc()
+                budget -= 1
                 log.error("maas-api rejected a usage record (HTTP %d); dropped it", status)
                 continue
             if not 200 <= status < 300:
+                POSTS.labels("failed").inc()
                 self.failures += 1
                 return False
-            self._remove(batch)
+            POSTS.labels("ok").inc()
+            self._remove(count)
+            RECORDS.labels("sent").inc(count)
             self.sent += count
+            self.posts += 1
+            budget -= count
             self._cap = self._batch
         return True
 
     async def _run(self) -> None:
-        backoff = self._interval
+        backoff = 0.0
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), backoff)
-            self._wake.clear()
-            if await self.flush():
-                backoff = self._interval
+            by_size = False
+            if backoff:
+                await asyncio.sleep(backoff)  # failing: retry after the backoff, however many records arrive
             else:
-                backoff = min(self._max_backoff, backoff * 2)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._interval)
+                    by_size = True
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            async with self._lock:
+                # woken by size: whole batches only; by the interval (or retrying): everything buffered
+                n = len(self._buffer)
+                ok = await self._flush(n - n % self._batch if by_size else n)
+            if ok:
+                backoff = 0.0
+            else:
+                backoff = min(self._max_backoff, max(self._interval, backoff * 2))
                 log.warning("usage records not delivered to %s; %d buffered", self.url, len(self._buffer))
 
     async def aclose(self) -> None:
+        """Stop the background task and send what is buffered (for up to `close_timeout` seconds); records
+        still undelivered then are counted and logged as lost."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        deadline = time.monotonic() + 5
-        while self._buffer and time.monotonic() < deadline and await self.flush():
-            pass
+        deadline = time.monotonic() + self._close_timeout
+        while self._buffer and time.monotonic() < deadline:
+            if not await self.flush():
+                await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        if self._buffer:
+            lost = len(self._buffer)
+            self.undelivered += lost
+            RECORDS.labels("undelivered").inc(lost)
+            self._remove(lost)
+            log.error("gateway stopping: %d usage records could not be delivered to %s and are lost", lost, self.url)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +31,15 @@ log = structlog.get_logger("maasctl.reconcilers")
 FINALIZER = "maas.opendatahub.io/finalizer"
 DEPENDENCY_RECHECK = 15.0
 """Seconds between checks while a dependency's CRD (Kuadrant, KServe, Gateway API) is missing."""
+
+_CHANGES: ContextVar[tuple[tuple[str, str, str], dict[str, list[str]]] | None] = ContextVar(
+    "maasctl_generated_changes", default=None)
+"""The parent being reconciled in this task and the generated objects written for it so far, by verb."""
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return str(obj.get("kind")), str(meta.get("namespace")), str(meta["name"])
 
 
 @dataclass(frozen=True)
@@ -89,8 +100,28 @@ class Context:
         wrote = self.applier.writes > before
         if wrote:
             verb = "Updated" if live is not None else "Created"
-            await self.event(parent, "Normal", verb, f"{verb} {desired['kind']} {meta.get('namespace')}/{meta['name']}")
+            await self._written(parent, verb, f"{desired['kind']} {meta.get('namespace')}/{meta['name']}")
         return wrote
+
+    @contextlib.asynccontextmanager
+    async def announcing(self, parent: Mapping[str, Any]) -> AsyncIterator[None]:
+        """Generated objects written for `parent` within are announced when it ends: one Normal Event per verb
+        (Created, Updated, Deleted) naming them all, instead of one Event per object."""
+        changes: dict[str, list[str]] = {}
+        token = _CHANGES.set((_identity(parent), changes))
+        try:
+            yield
+        finally:
+            _CHANGES.reset(token)
+            for verb, objects in changes.items():
+                await self.event(parent, "Normal", verb, f"{verb} {', '.join(objects)}")
+
+    async def _written(self, parent: Mapping[str, Any], verb: str, what: str) -> None:
+        pending = _CHANGES.get()
+        if pending is not None and pending[0] == _identity(parent):
+            pending[1].setdefault(verb, []).append(what)
+        else:
+            await self.event(parent, "Normal", verb, f"{verb} {what}")
 
     async def delete_generated(
         self, parent: Mapping[str, Any], gvk: GroupVersionKind, name: str, namespace: str
@@ -103,7 +134,7 @@ class Context:
             await self.client.delete(gvk, name, namespace)
         except NotFound:
             return False
-        await self.event(parent, "Normal", "Deleted", f"Deleted {gvk.kind} {namespace}/{name}")
+        await self._written(parent, "Deleted", f"{gvk.kind} {namespace}/{name}")
         return True
 
 

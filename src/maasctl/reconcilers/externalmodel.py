@@ -1,7 +1,8 @@
 """ExternalModel -> validated provider settings and the upstream-key Secret labelled for injection.
 
 The routes are generated per MaaSModelRef (one provider endpoint and credential may back several published
-model names); this reconciler only owns the credential's injection label and the ExternalModel's status.
+model names); this reconciler only owns the credential's injection label and the ExternalModel's status. Its
+finalizer (which releases the label) is added only to an ExternalModel naming a credential.
 Secrets are never cached by the controller, so the credential check is a live GET; the key material is never
 read into logs, events or status.
 """
@@ -44,7 +45,6 @@ class ExternalModelReconciler:
                 await self._release_secret(obj)
                 await remove_finalizer(ctx.client, obj, FINALIZER)
             return Result.done()
-        await ctx.ensure_finalizer(obj)  # before any child exists; predicates do not re-enqueue on it
 
         em = parse(ExternalModel, thaw(obj))
         phase, reason, message = ExternalModelPhase.READY, "Ready", f"provider {em.spec.provider}, no credentials"
@@ -55,6 +55,9 @@ class ExternalModelReconciler:
         except ValueError as exc:
             phase, reason, message, ref = ExternalModelPhase.FAILED, "InvalidEndpoint", str(exc), None
         if ref is not None:
+            # before the Secret is labelled (deletion releases it); predicates do not re-enqueue on it. Without
+            # a credential there is nothing to release: no finalizer, one write less per ExternalModel
+            await ctx.ensure_finalizer(obj)
             secret = await self._secret(ref.name, req.namespace or "")
             key = ref.key or "api-key"
             if secret is None:

@@ -37,6 +37,9 @@ from maasctl.reconcilers.routes import RouteResolution, model_alias, provider_en
 from maasctl.runtime import Request, Result, finalize, is_deleting, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
+ROUTE_CACHE_RECHECK = 2.0
+"""Seconds until a reconcile that applied an external model's route retries if the route's own event is lost."""
+
 
 class ModelRefReconciler:
     def __init__(self, ctx: Context) -> None:
@@ -48,7 +51,8 @@ class ModelRefReconciler:
         obj = self.ctx.cache.get(MAAS_MODEL_REF, req.name, req.namespace)
         if obj is None:
             return Result.done()
-        return await finalize(self.ctx.client, obj, FINALIZER, apply=self._publish, cleanup=self._unpublish)
+        async with self.ctx.announcing(obj):  # the route, Service and policies written: one Event per verb
+            return await finalize(self.ctx.client, obj, FINALIZER, apply=self._publish, cleanup=self._unpublish)
 
     async def _publish(self, obj: FrozenObject) -> Result:
         ctx = self.ctx
@@ -71,6 +75,10 @@ class ModelRefReconciler:
         else:
             await self._delete_external(obj, model)
         resolution = resolve(ctx.cache, model, self.gateway)
+        if problem is None and resolution.external and resolution.reason == "RouteNotFound":
+            # the route was applied just now and the cache has not seen it yet: its event brings this reconcile
+            # back (we own it); a status saying "not generated yet" would be a write with no information
+            return Result.requeue_after(ROUTE_CACHE_RECHECK)
         requeue = await self._sync_policies(obj, model, resolution)
         status = self._status(obj, resolution, problem)
         if mr.spec.endpoint_override and status["phase"] == ModelPhase.READY:

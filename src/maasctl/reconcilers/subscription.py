@@ -57,7 +57,8 @@ class SubscriptionReconciler:
         obj = self.ctx.cache.get(MAAS_SUBSCRIPTION, req.name, req.namespace)
         if obj is None:
             return Result.done()
-        return await finalize(self.ctx.client, obj, FINALIZER, apply=self._apply, cleanup=self._delete)
+        async with self.ctx.announcing(obj):  # the InferenceObjectives written: one Event per verb
+            return await finalize(self.ctx.client, obj, FINALIZER, apply=self._apply, cleanup=self._delete)
 
     async def _delete(self, obj: FrozenObject) -> Result | None:
         await self.flow.prune(obj, set())

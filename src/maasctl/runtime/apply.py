@@ -5,10 +5,14 @@ field manager owns (from the cached ``managedFields`` entry, which the cache kee
 equal the desired object's leaf fields, and every desired value must be present in the live object.
 When both hold, applying would change nothing, so the PATCH is skipped.
 
+Only the fields our manager owns are compared, so another controller writing the object (Kuadrant
+accepting a policy, a gateway accepting an HTTPRoute: a status write) costs no apply.
+
 Caveats: lists and atomic maps are compared as whole leaves; a mismatch there only costs a (server-side
 no-op) PATCH, never a missed write. The cached object may lag our own writes, so the guard trusts it only
-when its resourceVersion is the one our last write (object or status) returned, or we have not written it
-in this process. After someone else writes the object, one (server-side no-op) apply re-synchronises that.
+once it shows the version our last write (object or status) returned or a later one: resourceVersions are
+compared as numbers when both are decimal integers (etcd revisions; comparable by contract since Kubernetes
+1.35, KEP-5504), else only equality counts and a foreign write costs one (server-side no-op) apply.
 """
 
 from __future__ import annotations
@@ -106,6 +110,15 @@ def is_unchanged(
     return _contains(live, want)
 
 
+def _not_older(cached: str, written: str) -> bool:
+    """True when the cached resourceVersion is the written one or (both being etcd revisions) a later one."""
+    if cached == written:
+        return True
+    if cached.isdigit() and written.isdigit():
+        return int(cached) > int(written)
+    return False
+
+
 def without_nulls(value: Any) -> Any:
     """A plain copy of `value` without null members (empty maps and lists are kept)."""
     if isinstance(value, Mapping):
@@ -118,7 +131,8 @@ def without_nulls(value: Any) -> Any:
 class Applier:
     """Applies desired objects with fixed field managers, skipping writes the cache shows are no-ops.
 
-    ``writes`` and ``skipped`` count what happened (useful in tests and logs).
+    ``writes`` and ``skipped`` count what happened (useful in tests and logs); ``status_writes`` is the part
+    of ``writes`` that went to the /status subresource.
     """
 
     def __init__(self, client: Client, cache: Cache, *, field_manager: str, status_field_manager: str) -> None:
@@ -128,6 +142,7 @@ class Applier:
         self.status_field_manager = status_field_manager
         self._written: dict[tuple[GroupVersionKind, str], str] = {}
         self.writes = 0
+        self.status_writes = 0
         self.skipped = 0
 
     async def apply(self, desired: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -146,7 +161,9 @@ class Applier:
         live: FrozenObject | None = self._cache.peek(gvk, meta["name"], meta.get("namespace"))
         if live is not None:
             last = self._written.get(written_key)
-            fresh = last is None or live["metadata"].get("resourceVersion") == last
+            fresh = last is None or _not_older(str(live["metadata"].get("resourceVersion", "")), last)
+            if fresh and last is not None:
+                del self._written[written_key]  # the cache caught up; later versions are newer still
             if fresh and is_unchanged(desired, live, manager, sub):
                 self.skipped += 1
                 return live
@@ -154,5 +171,7 @@ class Applier:
         # `kubernetesTokenReview: {}` selects the method); only nulls are dropped.
         result = await self._client.apply(without_nulls(desired), field_manager=manager, subresource=sub)
         self.writes += 1
+        if sub == "status":
+            self.status_writes += 1
         self._written[written_key] = str(result["metadata"].get("resourceVersion", ""))
         return result

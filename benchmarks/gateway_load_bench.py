@@ -1,0 +1,146 @@
+"""Gateway under concurrent load (issue 23): requests/s, p50 and p99 at 1, 16 and 64 clients.
+
+Starts the whole local stack (control plane, controller, maas-api on SQLite, test model, one gateway counting
+tokens in process), publishes the test model with an unlimited subscription and mints a key. For each client
+count C: C closed-loop clients send chat completions for `--seconds` to the test model directly, then through
+the gateway (API key auth, subscription selection by maas-api, reservation and settlement, usage record to
+maas-api). Latency is each request's round trip at the client; "added" is the gateway's p50 (p99) minus the
+direct p50 (p99) at the same C. Usage POSTs/s are the gateway's POSTs to maas-api's usage endpoint during the
+gateway runs, counted from maas-api's access log.
+
+    .venv/bin/python benchmarks/gateway_load_bench.py [--clients 1,16,64] [--seconds 8] [--rounds 1]
+        [--compare /tmp/base/src]
+
+``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
+/tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
+so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
+load average at its start is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from overshoot_bench import (
+    NS,
+    SETTINGS,
+    accept_gateway,
+    mint,
+    model_objects,
+    pct,
+    request_ok,
+    served_once,
+    wait_active,
+)
+
+from maasctl.localstack import LocalStack, StackOptions
+
+
+async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], clients: int,
+               seconds: float) -> tuple[list[float], float]:
+    """Round trips (ms) of `clients` closed-loop clients for `seconds`, and the requests per second."""
+    out: list[float] = []
+    start = time.perf_counter()
+
+    async def client() -> None:
+        while time.perf_counter() - start < seconds:
+            sent = time.perf_counter()
+            await request_ok(http, url, headers)
+            out.append((time.perf_counter() - sent) * 1000)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return out, len(out) / (time.perf_counter() - start)
+
+
+def usage_posts(stack: LocalStack) -> int:
+    """POSTs to maas-api's usage endpoint so far (its access log)."""
+    log = stack.directory / "maas-api.log"
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if "/internal/v1/usage" in line) \
+        if log.exists() else 0
+
+
+async def run(clients: list[int], seconds: float) -> dict[str, Any]:
+    tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
+    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS))
+    try:
+        await stack.start()
+        client = await accept_gateway(stack)
+        await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
+        for obj in model_objects(stack, stack.settings.subscription_namespace, []):
+            await client.apply(obj, field_manager="bench")
+        await wait_active(stack, ["unlimited"])
+        rows = []
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as http:
+            key = await mint(http, stack, "bob", "unlimited")
+            gateway = f"{stack.gateway_url}/{NS}/gpt/v1/chat/completions"
+            await served_once(http, stack.gateway_url, key)
+            direct = (f"{stack.model_url}/v1/chat/completions",
+                      {"Authorization": f"Bearer {stack.options.upstream_key}"})
+            await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
+            for c in clients:
+                d, d_rate = await load(http, *direct, c, seconds)
+                posts = usage_posts(stack)
+                g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds)
+                await asyncio.sleep(0.5)
+                posts = usage_posts(stack) - posts
+                rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
+                             "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
+                             "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g)})
+        return {"rows": rows}
+    finally:
+        await stack.stop()
+        tmp.cleanup()
+
+
+def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    started = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
+                          "--seconds", str(args.seconds)], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1])) | {"load": started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64])
+    parser.add_argument("--seconds", type=float, default=8.0, help="duration of each load run")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--compare", help="PYTHONPATH of the code to compare with (interleaved)")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(asyncio.run(run(args.clients, args.seconds))), flush=True)
+        return
+    versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
+    print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
+          "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rnd in range(args.rounds):
+        for name, path in (versions if rnd % 2 == 0 else versions[::-1]):
+            r = one_round(args, path)
+            for row in r["rows"]:
+                print(f"| {name} | {rnd + 1} | {r['load']} | {row['clients']} | {row['direct_rps']:.0f} | "
+                      f"{row['direct_p50']:.2f} / {row['direct_p99']:.2f} | {row['rps']:.0f} | "
+                      f"{row['p50']:.2f} / {row['p99']:.2f} | {row['p50'] - row['direct_p50']:.2f} / "
+                      f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
