@@ -7,6 +7,7 @@ API server; the AuthPolicy and TokenRateLimitPolicy are the controller's output,
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.builders.names import external_service_name
 from maasctl.gateway import SimulateRequest, format_report, simulate, simulate_remote
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
+from maasctl.gateway.usage import HttpBatchSink
 from maasctl.testenv import ControlPlane
 from tests.gateway.conftest import UPSTREAM_KEY, Stack
 from tests.reconcilers.conftest import SUB_NS, Objects, RunningController, eventually
@@ -181,3 +183,33 @@ async def _equals(fn: Any, expected: int) -> bool:
     value = await fn()
     assert value == expected, value
     return True
+
+
+async def test_requests_are_refused_while_usage_records_cannot_be_kept(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str,
+    stack: Stack, maas_cluster: ControlPlane,
+) -> None:
+    """maas-api unreachable long enough to fill the usage buffer: the gateway answers 503 and calls no model,
+    instead of serving requests it could not bill (deny, never free)."""
+    await publish(objs, kube, stack, namespace, limit=100 * PER_CALL)
+    alice = {"Authorization": f"Bearer {maas_cluster.users['alice'].token}"}
+    url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
+    with socket.socket() as s:  # a port nobody listens on: every delivery fails and records stay buffered
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    memory = stack.gateway.sink
+    async with httpx.AsyncClient(timeout=30) as http:
+        stack.gateway.sink = HttpBatchSink(dead, http, batch_size=1, flush_interval=3600, max_buffer=10,
+                                           close_timeout=0.1)
+        try:
+            served = [(await http.post(url, json=chat(), headers=alice)).status_code for _ in range(9)]
+            assert served == [200] * 9  # the buffer's high-water mark is 9 of 10
+            calls = len((await http.get(f"{stack.model_url}/debug/requests")).json())
+            for variant in (chat(), chat(stream=True), chat("other", max_tokens=1)):
+                refused = await http.post(url, json=variant, headers=alice)
+                assert refused.status_code == 503 and refused.json()["error"]["code"] == "metering_unavailable"
+                assert refused.headers["retry-after"]
+            assert len((await http.get(f"{stack.model_url}/debug/requests")).json()) == calls  # no model call
+        finally:
+            await stack.gateway.sink.aclose()
+            stack.gateway.sink = memory

@@ -324,6 +324,11 @@ class Gateway:
             log.info("denied %s %s: %d %s", scope["method"], path, outcome.status, outcome.reason)
             await _respond(send, outcome.status, deny, extra)
             return
+        if not self.sink.accepting():  # maas-api has been unreachable long enough to fill the usage buffer
+            log.warning("refused %s %s: usage records cannot be kept", scope["method"], path)
+            await _respond(send, 503, _error_body(503, "usage metering is unavailable, retry later",
+                                                  "metering_unavailable"), {"retry-after": "5"})
+            return
         try:
             raw = await _read_body(receive, self.settings.max_request_bytes)
         except _BodyTooLarge:

@@ -3,8 +3,9 @@
 Sinks: `LogSink` (default; one structured log line per record), `MemorySink` (tests, simulate) and
 `HttpBatchSink`, which buffers records and POSTs them in batches to maas-api `/internal/v1/usage`
 (`{"records": [...]}`, authenticated with the shared usage ingest token as a bearer token), retrying with
-backoff and keeping at most `max_buffer` records (oldest dropped and counted) while maas-api or its database
-is unavailable. maas-api stores a batch atomically and skips record ids it already has, so resending a batch
+backoff and keeping at most `max_buffer` records while maas-api or its database is unavailable. Above 90 % of
+that the sink stops `accepting` and the gateway refuses new requests (503) rather than serve them unbilled; the
+rest of the buffer holds the records of requests already running (beyond it the oldest is dropped and counted). maas-api stores a batch atomically and skips record ids it already has, so resending a batch
 whose answer was lost never counts it twice. Records live in memory until maas-api stored them: a gateway
 killed outright loses at most what arrived since the last delivered batch (about `flush_interval` seconds, or
 everything buffered during an outage); a stopping gateway keeps trying for `close_timeout` seconds and counts
@@ -34,6 +35,10 @@ log = logging.getLogger("maasctl.gateway.usage")
 
 
 class UsageSink(Protocol):
+    def accepting(self) -> bool:
+        """False while a new request's record could not be kept: the gateway refuses it (never serves unbilled)."""
+        ...
+
     async def emit(self, record: UsageRecord) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -41,6 +46,9 @@ class UsageSink(Protocol):
 
 class LogSink:
     """Logs each record (no secrets are ever part of a record)."""
+
+    def accepting(self) -> bool:
+        return True
 
     async def emit(self, record: UsageRecord) -> None:
         log.info("usage %s", record.to_json())
@@ -54,6 +62,9 @@ class MemorySink:
     """Keeps records in memory (tests)."""
 
     records: list[UsageRecord] = field(default_factory=list)
+
+    def accepting(self) -> bool:
+        return True
 
     async def emit(self, record: UsageRecord) -> None:
         self.records.append(record)
@@ -110,6 +121,9 @@ class HttpBatchSink:
         self._max_bytes = max_batch_bytes
         self._interval = flush_interval
         self._max_buffer = max(1, max_buffer)
+        # New requests are refused above this mark; the rest of the buffer holds the records of requests
+        # already admitted and still running.
+        self._high_water = max(1, self._max_buffer * 9 // 10)
         self._buffer: deque[UsageRecord] = deque()
         self._in_flight = 0  # the first records of the buffer, sent and not yet acknowledged
         self._max_backoff = max_backoff
@@ -130,6 +144,9 @@ class HttpBatchSink:
     @property
     def pending(self) -> int:
         return len(self._buffer)
+
+    def accepting(self) -> bool:
+        return len(self._buffer) < self._high_water
 
     async def emit(self, record: UsageRecord) -> None:
         if len(self._buffer) >= self._max_buffer:
