@@ -16,6 +16,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
+from maasctl.testenv.jobrunner import JOB_ENV_MARKER
 
 # Property tests check behaviour, not speed: no per-example deadline (the machine is shared with the control
 # plane and other suites, and a slow example is not a wrong one). Benchmarks measure speed.
@@ -110,6 +111,15 @@ def _descendants() -> dict[int, str]:
     return out
 
 
+def _runs_a_job(pid: int) -> bool:
+    """A Job's process started by a JobRunner (its fixture owns it, as it owns the runner's tasks)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{JOB_ENV_MARKER}=".encode() in f.read()
+    except OSError:
+        return False
+
+
 _PARENTS: weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any] | None] = weakref.WeakKeyDictionary()
 
 
@@ -152,7 +162,7 @@ async def no_leaks(request: pytest.FixtureRequest) -> AsyncIterator[None]:
         leaked_tasks = [t for t in asyncio.all_tasks() - tasks
                         if t is not me and not t.done() and not _descends_from(t, tasks)]
         leaked_procs = {pid: name for pid, name in _descendants().items()
-                        if pid not in procs and check_processes}
+                        if pid not in procs and check_processes and not _runs_a_job(pid)}
         if not (leaked_tasks or leaked_procs) or loop.time() > deadline:
             break
         await asyncio.sleep(0.05)

@@ -39,10 +39,13 @@ from maasctl.runtime import Client, GroupVersionKind
 from maasctl.runtime.informer import Event, EventType, Informer
 from maasctl.runtime.objects import FrozenObject
 
-__all__ = ["DEFAULT_MANAGED_BY", "JOB", "JobRun", "JobRunner"]
+__all__ = ["DEFAULT_MANAGED_BY", "JOB", "JOB_ENV_MARKER", "JobRun", "JobRunner"]
 
 JOB = GroupVersionKind("batch", "v1", "Job")
 DEFAULT_MANAGED_BY = "maasctl.opendatahub.io/job-runner"
+# Set in every process the runner starts (`<namespace>/<job name>`): the process belongs to the runner, whose
+# lifetime is its fixture's, not to the test that happened to be running when the Job was created.
+JOB_ENV_MARKER = "MAASCTL_TESTENV_JOB"
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class JobRunner:
         container = spec["template"]["spec"]["containers"][0]
         argv = self._argv(container)
         env = {**os.environ, **{e["name"]: str(e.get("value", "")) for e in container.get("env") or ()
-                                if "value" in e}, **self.env}
+                                if "value" in e}, **self.env, JOB_ENV_MARKER: f"{ns}/{name}"}
         started = _now()
         await self._patch_status(ns, name, {"startTime": started, "active": 1})
         failures = 0
