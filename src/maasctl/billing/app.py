@@ -42,6 +42,8 @@ from maasctl.billing.timers import Timers
 from maasctl.billing.usage_source import UsageReader
 from maasctl.runtime import (
     Cache,
+    Event,
+    EventType,
     LeaderElectionLost,
     LeaderElectionOptions,
     Manager,
@@ -108,7 +110,7 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
     """The TenantAccount (wallet) controller, and the rater when maas-api's usage database is known."""
     catalog = catalog_from_cache(manager.cache)
     tenants = (manager.controller("tenantaccount")
-               .for_(TENANT_ACCOUNT, predicates=[SPEC_OR_META])
+               .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)])
                .complete(TenantReconciler(ctx, ledger, catalog)))
     if reader is None:
         return
@@ -121,6 +123,14 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
                   .max_concurrent_reconciles(1)
                   .complete(RaterReconciler(ctx, rater)))
     rating_ctl.queue.add(RATER_KEY)
+
+
+def payment_failures_changed(event: Event) -> bool:
+    """The psp-connector changed a tenant's consecutive payment failures (Dunning and Frozen follow at once)."""
+    if event.type is not EventType.UPDATED or event.old is None:
+        return False
+    return bool((event.old.get("status") or {}).get("consecutivePaymentFailures")
+                != (event.obj.get("status") or {}).get("consecutivePaymentFailures"))
 
 
 def _never(_: object) -> bool:
