@@ -137,7 +137,7 @@ class Receiver:
         invoice_tenant = self.resolve_invoice_tenant(key, inbound.tenant) if inbound.invoice else None
         applied = await self.payments.apply(key, inbound, now, invoice_tenant)
         await self._outcome(key, applied.outcome)
-        log.info("webhook applied", connector=key, event=inbound.event_id, type=inbound.type,
+        log.info("webhook applied", connector=key, event_id=inbound.event_id, type=inbound.type,
                  outcome=applied.outcome, tenant=applied.tenant)
         self.on_applied(key, applied)
         return web.json_response({"received": True, "outcome": applied.outcome})
