@@ -6,170 +6,39 @@ exactly as Stripe signs them (`Stripe-Signature: t=..,v1=HMAC-SHA256(secret, "t.
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
-import hashlib
-import hmac
 import json
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.clock import ManualClock
-from maasctl.billing.connector.app import build_connector
-from maasctl.billing.connector.settings import ConnectorSettings
-from maasctl.billing.ledger import Ledger, adjustment, credit
-from maasctl.billing.reconcilers.connector import ConnectorContext
-from maasctl.runtime import Manager
-from maasctl.testenv import ControlPlane
-from maasctl.testenv.postgres import PostgresServer
-from maasctl.testenv.stripemock import StripeMock, start_stripe_mock
+from maasctl.billing.ledger import adjustment
 
-from ..conftest import SETTINGS, Billing, RunningBilling, events_for, eventually, start_billing
+from ..conftest import Billing, events_for, eventually
+from .psp import (
+    API,
+    CUSTOMER,
+    SECRET_KEY,
+    WEBHOOK_SECRET,
+    Setup,
+    conds,
+    deliver,
+    fund,
+    pi_event,
+    secret,
+    status_of,
+    stripe_connector,
+    tenant_obj,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
-API = "billing.opendatahub.io/v1alpha1"
-SECRET_KEY = "sk_test_51Hsecretkeyvalue0001"
-WEBHOOK_SECRET = "whsec_testsecret0001"
-CUSTOMER = "cus_SecretCustomer42"
-
-
-@dataclasses.dataclass
-class Setup:
-    billing: RunningBilling
-    manager: Manager
-    ctx: ConnectorContext
-    clock: ManualClock
-    ledger: Ledger
-    task: asyncio.Task[None]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.ctx.receiver.port}"
-
-    def signed(self, body: bytes, secret_: str = WEBHOOK_SECRET, skew: int = 0) -> dict[str, str]:
-        """Stripe's signature headers for `body`, timestamped by the connector's (manual) clock."""
-        return stripe_signed(body, int(self.clock.now().timestamp()) + skew, secret_)
-
-
-@pytest.fixture(scope="module")
-def stripe_mock() -> Any:
-    mock = start_stripe_mock()
-    try:
-        yield mock
-    finally:
-        mock.stop()
-
-
-@pytest.fixture(scope="module")
-async def psp(billing_cluster: ControlPlane, billing_pg: PostgresServer, stripe_mock: StripeMock
-              ) -> AsyncIterator[Setup]:
-    url = await billing_pg.acreate_database(f"p_{uuid.uuid4().hex[:10]}")
-    running = await start_billing(billing_cluster, dataclasses.replace(SETTINGS, ledger_url=url,
-                                                                       wallet_resync_seconds=2))
-    from maasctl.runtime.connect import connect
-
-    api = await connect(str(billing_cluster.kubeconfig))
-    clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
-    settings = ConnectorSettings(ledger_url=url, webhook_bind_address="127.0.0.1:0", stripe_api_base=stripe_mock.url,
-                                 metrics_bind_address="0", health_probe_bind_address="0", reload_check_seconds=1,
-                                 reload_retry_seconds=1, payment_method_cooldown_seconds=3600)
-    manager, ctx = build_connector(api, settings, clock)
-    await ctx.receiver.start(settings.webhook_bind_address)
-    task = asyncio.create_task(manager.run())
-    ledger = Ledger.from_url(url)
-    await ledger.create_schema()
-    try:
-        yield Setup(running, manager, ctx, clock, ledger, task)
-    finally:
-        manager.stop()
-        await asyncio.wait_for(task, 40)
-        await ctx.receiver.stop()
-        await ctx.registry.close()
-        await ctx.payments.ledger.close()
-        await ledger.close()
-        await api.close()
-        await running.stop()
-
-
-async def fund(setup: Setup, tenant: str, amount: Decimal) -> None:
-    """A trial credit, once per tenant (ledger entries are idempotent by key)."""
-    await setup.ledger.post([credit(f"trial-{tenant}", tenant, datetime.now(UTC), amount, reason="trial",
-                                    actor="test")])
-
-
-def b64(value: str) -> str:
-    return base64.b64encode(value.encode()).decode()
-
-
-async def secret(kube: k8s.ApiClient, ns: str, name: str, data: dict[str, str]) -> None:
-    await k8s.CoreV1Api(kube).create_namespaced_secret(ns, k8s.V1Secret(
-        metadata=k8s.V1ObjectMeta(name=name), data={k: b64(v) for k, v in data.items()}))
-
-
-def stripe_signed(body: bytes, at: int, secret_: str = WEBHOOK_SECRET) -> dict[str, str]:
-    """Headers signing `body` at `at` (the connector's clock) exactly as Stripe does."""
-    ts = at
-    mac = hmac.new(secret_.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
-    return {"Stripe-Signature": f"t={ts},v1={mac}", "Content-Type": "application/json"}
-
-
-def pi_event(type_: str, intent: str, attempt: str, tenant: str, amount: int, **extra: Any) -> bytes:
-    obj = {"id": intent, "object": "payment_intent", "amount": amount, "amount_received": amount,
-           "currency": "usd", "metadata": {"maasctl_reload": attempt, "maasctl_tenant": tenant}, **extra}
-    return json.dumps({"id": f"evt_{uuid.uuid4().hex[:16]}", "object": "event", "type": type_,
-                       "data": {"object": obj}}).encode()
-
-
-async def deliver(setup: Setup, ns: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=10) as http:
-        return await http.post(f"{setup.url}/webhooks/{ns}/stripe", content=body, headers=headers)
-
-
-def tenant_obj(ns: str, name: str, secret_ref: str, per_day: int = 2) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "TenantAccount", "metadata": {"name": name, "namespace": ns},
-            "spec": {"displayName": name, "planRef": {"name": "none"}, "billingMode": "Prepaid",
-                     "pspCustomerSecretRef": {"name": secret_ref}, "billingConnectorRef": {"name": "stripe"},
-                     "reloadPolicy": {"enabled": True, "thresholdAmount": "5", "reloadAmount": "25",
-                                      "monthlyCapAmount": "60", "maxReloadsPerDay": per_day}}}
-
-
-async def status_of(billing: Billing, kind: str, name: str, ns: str) -> dict[str, Any]:
-    obj = await billing.get(kind, name, ns)
-    assert obj is not None
-    return dict(obj.get("status") or {})
-
-
-def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in status.get("conditions") or ()}
-
-
-async def connector_ready(kube: k8s.ApiClient, billing: Billing, ns: str) -> None:
-    await secret(kube, ns, "stripe-credentials", {"secretKey": SECRET_KEY, "webhookSecret": WEBHOOK_SECRET})
-    await billing.create({"apiVersion": API, "kind": "BillingConnector",
-                          "metadata": {"name": "stripe", "namespace": ns},
-                          "spec": {"type": "stripe", "credentialsSecretRef": {"name": "stripe-credentials"},
-                                   "webhookIngress": {"host": "psp.example.com", "tlsSecretRef": {"name": "psp-tls"}},
-                                   "taxMode": "psp"}})
-
-    async def ready() -> bool:
-        st = await status_of(billing, "BillingConnector", "stripe", ns)
-        c = conds(st)
-        return bool(st.get("connected") and c.get("CredentialsValid", {}).get("status") == "True"
-                    and c.get("WebhookReachable", {}).get("status") == "True")
-
-    await eventually(ready, 60)
 
 
 async def test_credentials_are_checked_with_the_psp_and_never_shown(
         psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
-    await connector_ready(kube, billing, namespace)
+    await stripe_connector(kube, billing, namespace)
     st = await status_of(billing, "BillingConnector", "stripe", namespace)
     assert conds(st)["WebhookReachable"]["message"] == \
         f"accepting deliveries at https://psp.example.com/webhooks/{namespace}/stripe"
@@ -193,7 +62,7 @@ async def test_credentials_are_checked_with_the_psp_and_never_shown(
 
 async def test_auto_reload_is_credited_only_when_stripe_confirms_it(
         psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
-    await connector_ready(kube, billing, namespace)
+    await stripe_connector(kube, billing, namespace)
     await secret(kube, namespace, "helix-stripe", {"customerId": CUSTOMER, "defaultPaymentMethodId": "pm_card_visa"})
     key = f"{namespace}/ten-helix"
     await fund(psp, key, Decimal("1.00"))
@@ -264,7 +133,7 @@ async def test_auto_reload_is_credited_only_when_stripe_confirms_it(
 
 async def test_three_failed_payments_freeze_and_a_success_resets(
         psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
-    await connector_ready(kube, billing, namespace)
+    await stripe_connector(kube, billing, namespace)
     await secret(kube, namespace, "card-1", {"customerId": CUSTOMER, "defaultPaymentMethodId": "pm_card_declined"})
     await secret(kube, namespace, "card-2", {"customerId": CUSTOMER, "defaultPaymentMethodId": "pm_card_visa"})
     key = f"{namespace}/ten-acme"
