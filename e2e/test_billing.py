@@ -9,10 +9,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from e2e.billing_setup import wait_probes
 from e2e.conftest import MAAS, World, eventually
 from e2e.target import Target
 from maasctl.billing.api.install import install_billing_crds
@@ -36,15 +36,7 @@ async def billing_process(stack: Target) -> AsyncIterator[ManagedProcess]:
         stack.directory / "billing.log")
     proc.start()
     try:
-        async def ready() -> bool:
-            assert proc.alive(), proc.log_tail()
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(ready, 60)
+        await wait_probes(proc, health)
         yield proc
     finally:
         await asyncio.to_thread(proc.stop)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from e2e.billing_setup import BILLING, book_and_plan, book_spec, organization_key, wait_probes
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
 from maasctl.billing import money
@@ -29,7 +30,6 @@ from maasctl.billing.usage_source import UsageReader
 from maasctl.localstack import LocalStack, maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
-BILLING = "billing.opendatahub.io/v1alpha1"
 # Starts its own billing operator on the local stack's databases; a cluster someone else runs has its own.
 pytestmark = pytest.mark.local_stack
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"
@@ -58,15 +58,7 @@ async def wallet_billing(stack: Target) -> AsyncIterator[ManagedProcess]:
         "--rate-interval-seconds=1"), stack.directory / "billing-wallets.log")
     proc.start()
     try:
-        async def ready() -> bool:
-            assert proc.alive(), proc.log_tail()
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(ready, 60)
+        await wait_probes(proc, health)
         yield proc
     finally:
         await asyncio.to_thread(proc.stop)
@@ -87,29 +79,16 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
     stack = world.stack
     local = stack.local
     assert local is not None
-    gw_ns, gw = stack.settings.gateway_namespace, stack.settings.gateway_name
+    gw_ns = stack.settings.gateway_namespace
     org, sub_name = world.name("helix"), world.name("helix-sub")
     plan_name, tenant_name, book_name = world.name("wallet"), world.name("ten-helix"), world.name("pb")
     tenant_key = f"{gw_ns}/{tenant_name}"
-    await world.apply(*world.external_model("gpt"))
-    sub = world.subscription(sub_name, {"gpt": [(10_000_000, "1m")]}, users=("alice",))
-    sub["spec"]["organization"] = {"id": org}
-    await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice",)), sub)
-    await world.wait_active(sub_name)
-    key = (await world.mint("alice", subscription=sub_name))["key"]
-    await world.wait_enforced("gpt", key)
+    key = await organization_key(world, org, sub_name)
 
     # 10 prompt + 5 completion tokens a call (the test model) at 1000 and 2000 per million: 0.02 a call.
     effective = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-    book_spec = {"currency": "USD", "effectiveFrom": effective.strftime("%Y-%m-%dT%H:%M:%SZ"), "noticeDays": 0,
-                 "skus": [{"sku": "gpt", "unit": "per-1M-tokens",
-                           "rates": {"prompt_tokens": "1000", "completion_tokens": "2000"}}]}
     objects: list[dict[str, Any]] = [
-        {"apiVersion": BILLING, "kind": "PriceBook", "metadata": {"name": book_name, "namespace": gw_ns},
-         "spec": book_spec},
-        {"apiVersion": BILLING, "kind": "Plan", "metadata": {"name": plan_name, "namespace": gw_ns},
-         "spec": {"limits": {"requestsPerMinute": 1000}, "priceBookRef": book_name,
-                  "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gw}}},
+        *book_and_plan(world, book_name, plan_name, effective),
         {"apiVersion": BILLING, "kind": "TenantAccount",
          "metadata": {"name": tenant_name, "namespace": gw_ns,
                       "labels": {"billing.opendatahub.io/organization-id": org}},
@@ -166,7 +145,7 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
         ledger = Ledger.from_url(ledger_url(local))
         reader = UsageReader.from_url(usage_url(local))
         try:
-            spec = PriceBookSpec.model_validate(book_spec)
+            spec = PriceBookSpec.model_validate(book_spec(effective))
             # The organization's records since the book is in force (earlier ones are reported as unpriced);
             # refused requests are recorded too and cost nothing. The gateway delivers records every 2 s.
             served_calls = statuses.count(200) + 4

@@ -19,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from maasctl.testenv.binary import BuildError, cache_home, repo_root
 
-__all__ = ["StripeMock", "StripeMockUnavailable", "ensure_stripe_mock", "start_stripe_mock"]
+__all__ = ["StripeMock", "StripeMockUnavailable", "ensure_stripe_mock", "running_stripe_mock", "start_stripe_mock"]
 
 MODULE = "github.com/stripe/stripe-mock"
 _FILES = ("go.mod", "go.sum", "tools.go")
@@ -136,6 +138,16 @@ def start_stripe_mock(timeout: int = 30) -> StripeMock:
     proc.kill()
     shutil.rmtree(directory, ignore_errors=True)
     raise StripeMockUnavailable(f"stripe-mock did not answer on port {port}")
+
+
+@contextmanager
+def running_stripe_mock() -> Iterator[StripeMock]:
+    """`start_stripe_mock()`, stopped on exit (for test fixtures)."""
+    mock = start_stripe_mock()
+    try:
+        yield mock
+    finally:
+        mock.stop()
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from maasctl.billing.clock import ManualClock
 from maasctl.billing.ledger import Ledger
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
-from maasctl.testenv.stripemock import StripeMock, start_stripe_mock
+from maasctl.testenv.stripemock import StripeMock, running_stripe_mock
 
 from ..conftest import SETTINGS, start_billing
 from .psp import Setup, start_connector
@@ -22,11 +22,8 @@ from .psp import Setup, start_connector
 
 @pytest.fixture(scope="session")
 def stripe_mock() -> Iterator[StripeMock]:
-    mock = start_stripe_mock()
-    try:
+    with running_stripe_mock() as mock:
         yield mock
-    finally:
-        mock.stop()
 
 
 @pytest.fixture(scope="module")
