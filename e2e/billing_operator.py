@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -18,7 +19,8 @@ from maasctl.billing.api.install import install_billing_crds
 from maasctl.localstack import LocalStack, maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
-__all__ = ["BILLING", "billing_operator", "ledger_url", "org_subscription", "tenant_objects", "usage_url"]
+__all__ = ["BILLING", "billing_operator", "book_and_plan", "book_spec", "ledger_url", "org_subscription",
+           "organization_key", "tenant_objects", "usage_url", "wait_probes"]
 
 BILLING = "billing.opendatahub.io/v1alpha1"
 
@@ -47,18 +49,23 @@ async def billing_operator(stack: Target, name: str, *, ledger: bool = True) -> 
     proc = ManagedProcess(name, maasctl_argv(*args), stack.directory / f"{name}.log")
     proc.start()
     try:
-        async def ready() -> bool:
-            assert proc.alive(), proc.log_tail()
-            try:
-                async with httpx.AsyncClient(timeout=2) as http:
-                    return (await http.get(f"http://127.0.0.1:{health}/readyz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(ready, 60)
+        await wait_probes(proc, health)
         yield proc
     finally:
         await asyncio.to_thread(proc.stop)
+
+
+async def wait_probes(proc: ManagedProcess, health_port: int) -> None:
+    """Until the process's `/readyz` answers 200 (its log tail if it dies first)."""
+    async def ready() -> bool:
+        assert proc.alive(), proc.log_tail()
+        try:
+            async with httpx.AsyncClient(timeout=2) as http:
+                return (await http.get(f"http://127.0.0.1:{health_port}/readyz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await eventually(ready, 60)
 
 
 async def org_subscription(world: World, name: str, org: str) -> None:
@@ -84,3 +91,25 @@ def tenant_objects(world: World, *, book: str, plan: str, tenant: str, org: str,
          "spec": {"displayName": "Helix", "planRef": {"name": plan}, "billingMode": billing_mode,
                   "priceBookPin": book}},
     ]
+
+
+async def organization_key(world: World, org: str, sub_name: str) -> str:
+    """alice's API key for model `gpt` through a subscription of organization `org`, once it is enforced."""
+    await org_subscription(world, sub_name, org)
+    key = str((await world.mint("alice", subscription=sub_name))["key"])
+    await world.wait_enforced("gpt", key)
+    return key
+
+
+def book_spec(effective: datetime) -> dict[str, Any]:
+    """0.02 a call of the test model (10 prompt + 5 completion tokens at 1000 and 2000 per million), in force
+    from `effective` (no notice)."""
+    return {"currency": "USD", "effectiveFrom": effective.strftime("%Y-%m-%dT%H:%M:%SZ"), "noticeDays": 0,
+            "skus": [{"sku": "gpt", "unit": "per-1M-tokens",
+                      "rates": {"prompt_tokens": "1000", "completion_tokens": "2000"}}]}
+
+
+def book_and_plan(world: World, book_name: str, plan_name: str, effective: datetime) -> list[dict[str, Any]]:
+    """The PriceBook (`book_spec`) and a Plan on the stack's Gateway that uses it."""
+    return tenant_objects(world, book=book_name, plan=plan_name, tenant="", org="", book_spec=book_spec(effective),
+                          limits={"requestsPerMinute": 1000}, billing_mode="")[:2]

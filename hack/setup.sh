@@ -2,7 +2,7 @@
 # Prepare a fresh machine: Python virtualenv with pinned dependencies, PostgreSQL and Redis servers (tests),
 # the console's browser-test tools (hack/setup-console.sh), the guardrails engine (hack/setup-guardrails.sh:
 # NeMo Guardrails in its own cached virtualenv) and the Go-built local control plane (cached under
-# ~/.cache/maasctl, keyed by go.sum + Go version).
+# ~/.cache/maasctl, keyed by go.sum + Go version) and stripe-mock (hack/stripe-mock, cached the same way).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,3 +48,5 @@ fi
 ./hack/setup-console.sh
 ./hack/setup-guardrails.sh
 .venv/bin/maasctl testenv build >/dev/null
+# stripe-mock (Stripe's API mock, hack/stripe-mock): the psp-connector's tests run the official SDK against it
+.venv/bin/python -m maasctl.testenv.stripemock >/dev/null

@@ -53,6 +53,8 @@ from maasctl.billing.timers import Timers
 from maasctl.billing.usage_source import UsageReader
 from maasctl.runtime import (
     Cache,
+    Event,
+    EventType,
     LeaderElectionLost,
     LeaderElectionOptions,
     Manager,
@@ -62,7 +64,6 @@ from maasctl.runtime import (
 )
 from maasctl.runtime.connect import connect
 from maasctl.runtime.controller import MapFunc
-from maasctl.runtime.informer import Event, EventType
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
 
@@ -120,7 +121,7 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
     """The TenantAccount (wallet) controller, and the rater when maas-api's usage database is known."""
     catalog = catalog_from_cache(manager.cache)
     tenants = (manager.controller("tenantaccount")
-               .for_(TENANT_ACCOUNT, predicates=[SPEC_OR_META])
+               .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)])
                .complete(TenantReconciler(ctx, ledger, catalog)))
     budgets = setup_budgets(manager, ctx, ledger, reader)
     if reader is None:
@@ -159,6 +160,14 @@ def setup_budgets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
            .complete(BudgetReconciler(ctx, ledger, reader, timers)))
     timers.bind(ctl.queue)
     return ctl.queue.add
+
+
+def payment_failures_changed(event: Event) -> bool:
+    """The psp-connector changed a tenant's consecutive payment failures (Dunning and Frozen follow at once)."""
+    if event.type is not EventType.UPDATED or event.old is None:
+        return False
+    return bool((event.old.get("status") or {}).get("consecutivePaymentFailures")
+                != (event.obj.get("status") or {}).get("consecutivePaymentFailures"))
 
 
 def _never(_: object) -> bool:

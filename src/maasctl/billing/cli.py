@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from maasctl.billing.connector.cli import register_connector, run_connector_cli
 from maasctl.billing.ledger_cli import register_ledger
 from maasctl.billing.settings import BillingSettings
 from maasctl.settings import env_default
@@ -52,6 +53,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
+    register_connector(sub)
     return billing
 
 
@@ -82,6 +84,8 @@ def dispatch(args: argparse.Namespace) -> int:
         from maasctl.billing.ledger_cli import run_ledger
 
         return int(asyncio.run(run_ledger(args)))
+    if args.billing_command == "connector":
+        return run_connector_cli(args)
 
     from maasctl.billing.app import run_billing
     from maasctl.logging import configure_logging

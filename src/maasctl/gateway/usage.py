@@ -5,8 +5,9 @@ Sinks: `LogSink` (default; one structured log line per record), `MemorySink` (te
 (`{"records": [...]}`, authenticated with the shared usage ingest token as a bearer token), retrying with
 backoff and keeping at most `max_buffer` records while maas-api or its database is unavailable. Above 90 % of
 that the sink stops `accepting` and the gateway refuses new requests (503) rather than serve them unbilled; the
-rest of the buffer holds the records of requests already running (beyond it the oldest is dropped and counted). maas-api stores a batch atomically and skips record ids it already has, so resending a batch
-whose answer was lost never counts it twice. Records live in memory until maas-api stored them: a gateway
+rest of the buffer holds the records of requests already running (beyond it the oldest is dropped and counted).
+maas-api stores a batch atomically and skips record ids it already has, so resending a batch whose answer was
+lost never counts it twice. Records live in memory until maas-api stored them: a gateway
 killed outright loses at most what arrived since the last delivered batch (about `flush_interval` seconds, or
 everything buffered during an outage); a stopping gateway keeps trying for `close_timeout` seconds and counts
 and logs what it could not deliver.

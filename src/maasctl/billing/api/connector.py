@@ -71,7 +71,8 @@ class WebhookStatsStatus(CamelModel):
     """Webhook delivery statistics."""
 
     received24h: NonNegativeInt64 | None = Field(
-        default=None, description="Webhooks received in the last 24 hours.")
+        default=None, alias="received24h",  # to_camel would make it received24H
+        description="Webhooks received in the last 24 hours.")
     signature_failures: NonNegativeInt64 | None = Field(
         default=None, description="Webhook signature verification failures in the last 24 hours.")
 

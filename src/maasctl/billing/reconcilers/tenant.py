@@ -35,6 +35,7 @@ __all__ = ["RUNWAY_DAYS", "TenantReconciler", "highest_token_price"]
 
 BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED = (
     "BalanceHealthy", "BalanceStale", "ReconcileDrift", "UsagePriced")
+OWN_CONDITIONS = frozenset({BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED})
 RUNWAY_DAYS = 7
 _RETRY_SECONDS = 5
 
@@ -143,7 +144,10 @@ class TenantReconciler:
                                  observed_generation=generation, now=now)
 
         healthy = decision.state in (TenantState.ACTIVE,)
-        c = cond((obj.get("status") or {}).get("conditions"), BALANCE_HEALTHY, "True" if healthy else "False",
+        # Only this controller's conditions: the psp-connector applies its own (PaymentMethodValid, ...) with its
+        # field manager, and applying a copy of them here would take them over and revert its updates.
+        mine = [c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") in OWN_CONDITIONS]
+        c = cond(mine, BALANCE_HEALTHY, "True" if healthy else "False",
                  decision.reason, decision.message)
         c = cond(c, BALANCE_STALE, "False", "BalanceFresh", "the balance mirrors the ledger")
         c = cond(c, RECONCILE_DRIFT, "True" if drift else "False", "MirrorEdited" if drift else "InSync",

@@ -1,0 +1,124 @@
+"""The generic `webhook` provider against a real HTTP receiver run by the test: outbound events (credential
+ping, reload request) arrive as JSON signed with `hmacSecret` over a timestamped body, with an idempotency key;
+a confirmation signed the same way credits the wallet once, a replay or a foreign signature never does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client as k8s
+
+from maasctl.billing.connector import signing
+
+from ..conftest import Billing, events_for, eventually
+from .psp import API, Setup, conds, connector_ready, deliver, fund, secret, status_of, tenant_obj
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+HMAC_SECRET = "hmac-secret-value-0042"
+CUSTOMER_ID = "cust-orbit-secret-7"
+
+
+@dataclass
+class PSPReceiver:
+    """The platform's own payment service: records every signed POST; answers reloads with an intent id."""
+
+    url: str = ""
+    seen: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.seen.append((dict(request.headers), body))
+        doc = json.loads(body)
+        if doc["type"] == "reload.requested":
+            return web.json_response({"intentId": f"wh-{doc['data']['reloadId']}"})
+        return web.json_response({})
+
+    def of_type(self, type_: str) -> list[tuple[dict[str, str], dict[str, Any]]]:
+        return [(h, json.loads(b)) for h, b in self.seen if json.loads(b)["type"] == type_]
+
+    def all_signed(self) -> bool:
+        return all(signing.verify(HMAC_SECRET, h.get(signing.HEADER), b, int(json.loads(b)["created"])).ok
+                   for h, b in self.seen)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[PSPReceiver]:
+    psp_service = PSPReceiver()
+    app = web.Application()
+    app.router.add_post("/psp", psp_service.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    psp_service.url = f"http://127.0.0.1:{port}/psp"
+    try:
+        yield psp_service
+    finally:
+        await runner.cleanup()
+
+
+async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
+        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
+    await secret(kube, namespace, "hooks-credentials", {"hmacSecret": HMAC_SECRET, "url": receiver.url})
+    await billing.create({"apiVersion": API, "kind": "BillingConnector", "metadata": {"name": "hooks",
+                                                                                      "namespace": namespace},
+                          "spec": {"type": "webhook", "credentialsSecretRef": {"name": "hooks-credentials"}}})
+    await connector_ready(billing, namespace, "hooks", webhook=False)
+    assert receiver.of_type("connector.ping") and receiver.all_signed()
+
+    await secret(kube, namespace, "orbit-customer", {"customerId": CUSTOMER_ID})
+    key = f"{namespace}/ten-orbit"
+    await fund(psp, key, Decimal("1.00"))
+    await billing.create(tenant_obj(namespace, "ten-orbit", "orbit-customer", connector="hooks"))
+
+    async def pending() -> str | None:
+        return (await status_of(billing, "TenantAccount", "ten-orbit", namespace)).get("pendingReloadIntentID")
+
+    intent = await eventually(pending, 60)
+    [(headers, request)] = receiver.of_type("reload.requested")
+    attempt = request["data"]["reloadId"]
+    assert intent == f"wh-{attempt}" and headers["Idempotency-Key"] == attempt and receiver.all_signed()
+    assert request["data"]["tenant"] == key and request["data"]["customerId"] == CUSTOMER_ID
+    assert Decimal(request["data"]["amount"]) == Decimal(25) and request["data"]["currency"] == "USD"
+    assert await psp.ledger.balance(key) == Decimal("1.000000")  # requested is not paid
+
+    body = json.dumps({"id": f"conf-{attempt}", "type": "reload.succeeded", "data": {
+        "reloadId": attempt, "tenant": key, "intentId": intent, "amount": "25.00", "currency": "USD"}}).encode()
+    now = int(psp.clock.now().timestamp())
+
+    def signed(secret_: str = HMAC_SECRET, at: int = now) -> dict[str, str]:
+        return {signing.HEADER: signing.signature_header(secret_, at, body), "Content-Type": "application/json"}
+
+    for refused in (signed("another-secret"), signed(at=now - 3600), {}):
+        assert (await deliver(psp, namespace, body, refused, "hooks")).status_code == 400
+    assert await psp.ledger.balance(key) == Decimal("1.000000")
+    answer = await deliver(psp, namespace, body, signed(), "hooks")
+    assert answer.status_code == 200 and answer.json()["outcome"] == "accepted"
+    again = await deliver(psp, namespace, body, signed(), "hooks")
+    assert again.json()["outcome"] == "duplicate"
+    assert await psp.ledger.balance(key) == Decimal("26.000000")
+
+    async def settled() -> dict[str, Any] | None:
+        st = await status_of(billing, "TenantAccount", "ten-orbit", namespace)
+        return st if "pendingReloadIntentID" not in st and st.get("balance") == "26.000000" else None
+
+    await eventually(settled, 60)
+
+    async def counted() -> dict[str, Any] | None:
+        st = await status_of(billing, "BillingConnector", "hooks", namespace)
+        stats = st.get("webhookStats") or {}
+        return st if stats.get("signatureFailures") == 3 and stats.get("received24h") == 5 else None
+
+    connector = await eventually(counted, 60)
+    assert conds(connector)["WebhookReachable"]["reason"] == "NoWebhookIngress"
+    shown = json.dumps(connector) + json.dumps(await status_of(billing, "TenantAccount", "ten-orbit", namespace)) + \
+        json.dumps(await events_for(kube, namespace, "ten-orbit")) + json.dumps(await events_for(kube, namespace,
+                                                                                               "hooks"))
+    assert HMAC_SECRET not in shown and CUSTOMER_ID not in shown
