@@ -192,6 +192,13 @@ async def test_maas_api_reviews_tokens_and_reads_maas_resources_but_writes_nothi
         for plural in MAAS_KINDS:
             assert not can_i(cp, "maas-api", verb, f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), (verb, plural)
     assert not can_i(cp, "maas-api", "get", "secrets", "-A")
+    # the organization-admin mapping: read ConfigMaps of the subscription namespace, nothing else
+    for verb in ("get", "list", "watch"):
+        assert can_i(cp, "maas-api", verb, "configmaps", "-n", DEFAULT_SUBSCRIPTION_NS), verb
+    assert not can_i(cp, "maas-api", "list", "configmaps", "-A")
+    assert not can_i(cp, "maas-api", "get", "configmaps", "-n", DEFAULT_CONTROLLER_NS)
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can_i(cp, "maas-api", verb, "configmaps", "-n", DEFAULT_SUBSCRIPTION_NS), verb
 
 
 async def test_controller_service_account_is_bounded(installed_rbac: ControlPlane) -> None:

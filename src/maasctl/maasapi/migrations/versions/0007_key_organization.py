@@ -1,0 +1,27 @@
+"""The organization an API key was minted under (delegated administration, docs/organizations.md).
+
+Revision ID: 0007_key_organization
+Revises: 0005_key_last_used
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0007_key_organization"
+down_revision: str | None = "0005_key_last_used"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    op.add_column("api_keys", sa.Column("organization_id", sa.String(253), nullable=True))
+    op.create_index("ix_api_keys_organization", "api_keys", ["organization_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_api_keys_organization", "api_keys")
+    with op.batch_alter_table("api_keys") as batch:
+        batch.drop_column("organization_id")
