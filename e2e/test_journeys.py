@@ -218,6 +218,7 @@ async def test_key_binds_to_highest_priority_and_header_selects_for_tokens(world
     minted = await world.mint("alice")
     assert minted["subscription"] == high  # the name, as in the reference
     token = world.token("alice")
+    await world.wait_enforced("gpt", token)  # a separate gateway process sees the policies a moment later
 
     async def charged_to() -> str:
         last = next(r for r in reversed(await world.model_requests()) if r["path"] == "/v1/chat/completions")

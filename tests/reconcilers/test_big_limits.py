@@ -26,7 +26,7 @@ async def test_a_daily_limit_of_billions_works_end_to_end(
         trlp = await objs.get("TokenRateLimitPolicy", namespace, "maas-trlp-big")
         if not sub or (sub.get("status") or {}).get("phase") != "Active" or not trlp:
             return False
-        rates = trlp["spec"]["limits"][f"{SUB_NS}/{name}"]["rates"]
+        rates = trlp["spec"]["limits"][f"{SUB_NS}-{name}-big-tokens"]["rates"]  # the reference's key
         return bool(rates == [{"limit": 100_000_000, "window": "1h"}, {"limit": 5_000_000_000, "window": "24h"}])
 
     await eventually(limited)
