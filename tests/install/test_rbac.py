@@ -60,6 +60,8 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
         **{(MAAS, r): READ for r in MAAS_KINDS},
     },
+    # The organization-admin mapping (docs/organizations.md), in the subscription namespace only.
+    ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
         **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts")},
@@ -107,9 +109,10 @@ def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) 
 def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
     docs = render(overlay)
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
-                "maas-api": "maas-api", "billing-controller": "billing-controller"}
+                "maas-api": "maas-api", "maas-api-organizations": "maas-api",
+                "billing-controller": "billing-controller"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 6
+    assert len(bindings) == 7
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
