@@ -2,7 +2,8 @@
 
 Every object a journey applies carries the label `e2e.maasctl.opendatahub.io/run=<run id>`. A journey's
 teardown revokes the API keys it minted, deletes what it applied outside its own namespace (MaaSSubscriptions
-and MaaSAuthPolicies live in the shared subscription namespace) and then its namespace. At the end of an
+and MaaSAuthPolicies live in the shared subscription namespace) and then its namespace, and waits (bounded) until
+its subscriptions are gone, so their key cleanup never runs during the next journey. At the end of an
 external session the suite deletes whatever still carries the run's label and waits until it is gone, so a
 subscription stuck on its finalizer (a cleanup Job that never ran) fails the run instead of lingering.
 By hand: `kubectl delete ns,maassubscriptions,maasauthpolicies,configmaps -A -l e2e.maasctl.opendatahub.io/run`
@@ -27,6 +28,7 @@ __all__ = ["RUN_LABEL", "Cleanup", "labelled", "sweep"]
 RUN_LABEL = "e2e.maasctl.opendatahub.io/run"
 NAMESPACE = GroupVersionKind("", "v1", "Namespace")
 SWEPT = (NAMESPACE, MAAS_SUBSCRIPTION, MAAS_AUTH_POLICY, CONFIG_MAP)
+SUBSCRIPTION_GONE_SECONDS = 60.0
 
 
 def labelled(obj: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -69,7 +71,22 @@ class Cleanup:
                 pass
             except ApiError as exc:
                 problems.append(f"deleting {gvk.kind} {namespace}/{name}: {exc}")
+        await self._subscriptions_gone()
         return problems
+
+    async def _subscriptions_gone(self) -> None:
+        """Wait (bounded) until the journey's MaaSSubscriptions are gone, i.e. their key cleanup ran: its work
+        (on the local stack a `maasctl` child process) belongs to this journey, not to the next one. One left
+        over is reported by the session's sweep, not here."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SUBSCRIPTION_GONE_SECONDS
+        for gvk, namespace, name in self.objects:
+            while gvk == MAAS_SUBSCRIPTION and loop.time() < deadline:
+                try:
+                    await self.client.get(gvk, name, namespace)
+                except NotFound:
+                    break
+                await asyncio.sleep(0.2)
 
 
 async def _remaining(client: Client, run_id: str, namespaces: Iterable[str | None]) -> list[str]:
