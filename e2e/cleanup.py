@@ -5,7 +5,8 @@ teardown revokes the API keys it minted, deletes what it applied outside its own
 and MaaSAuthPolicies live in the shared subscription namespace) and then its namespace. At the end of an
 external session the suite deletes whatever still carries the run's label and waits until it is gone, so a
 subscription stuck on its finalizer (a cleanup Job that never ran) fails the run instead of lingering.
-By hand: `kubectl delete ns,maassubscriptions,maasauthpolicies -A -l e2e.maasctl.opendatahub.io/run`.
+By hand: `kubectl delete ns,maassubscriptions,maasauthpolicies,configmaps -A -l e2e.maasctl.opendatahub.io/run`
+(the ConfigMaps: organization-admin mappings in the subscription namespace).
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from typing import Any
 
 import httpx
 
-from maasctl.reconcilers.kinds import MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
+from maasctl.reconcilers.kinds import CONFIG_MAP, MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
 from maasctl.runtime import ApiError, Client, GroupVersionKind, NotFound
 
 __all__ = ["RUN_LABEL", "Cleanup", "labelled", "sweep"]
 
 RUN_LABEL = "e2e.maasctl.opendatahub.io/run"
 NAMESPACE = GroupVersionKind("", "v1", "Namespace")
-SWEPT = (NAMESPACE, MAAS_SUBSCRIPTION, MAAS_AUTH_POLICY)
+SWEPT = (NAMESPACE, MAAS_SUBSCRIPTION, MAAS_AUTH_POLICY, CONFIG_MAP)
 
 
 def labelled(obj: dict[str, Any], run_id: str) -> dict[str, Any]:

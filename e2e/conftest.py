@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 from kubernetes_asyncio import client as k8s
 
 from e2e.cleanup import RUN_LABEL, Cleanup, labelled
@@ -24,6 +25,7 @@ from e2e.config import ConfigError, ExternalConfig
 from e2e.identities import IdentityError
 from e2e.target import Need, Target, external_target, local_target
 from e2e.waits import eventually
+from maasctl.contract.organizations import ORG_ADMINS_KEY, ORG_ADMINS_LABEL
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.reconcilers.kinds import LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
@@ -227,7 +229,8 @@ class World:
                          "subjects": subjects}}
 
     def subscription(self, name: str, models: dict[str, list[tuple[int, str]] | None], *,
-                     groups: tuple[str, ...] = (), users: tuple[str, ...] = (), priority: int = 0) -> dict[str, Any]:
+                     groups: tuple[str, ...] = (), users: tuple[str, ...] = (), priority: int = 0,
+                     organization: str | None = None) -> dict[str, Any]:
         owner: dict[str, Any] = {}
         if groups:
             owner["groups"] = [{"name": g} for g in self.stack.identities.groups(groups)]
@@ -241,8 +244,21 @@ class World:
             else:
                 ref["tokenRateLimits"] = [{"limit": limit, "window": window} for limit, window in tiers]
             refs.append(ref)
+        spec: dict[str, Any] = {"owner": owner, "modelRefs": refs, "priority": priority}
+        if organization is not None:
+            spec["organization"] = {"id": organization}
         return {"apiVersion": MAAS, "kind": "MaaSSubscription", "metadata": {"name": name, "namespace": self.sub_ns()},
-                "spec": {"owner": owner, "modelRefs": refs, "priority": priority}}
+                "spec": spec}
+
+    def organization_admins(self, name: str, admins: dict[str, tuple[str, ...]], *,
+                            raw: str | None = None) -> dict[str, Any]:
+        """A ConfigMap of the organization-admin mapping (docs/organizations.md): organization id -> logical
+        groups (translated to the cluster's), or `raw` document text as is."""
+        text = raw if raw is not None else yaml.safe_dump(
+            [{"id": org, "adminGroups": self.stack.identities.groups(groups)} for org, groups in admins.items()])
+        return {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.sub_ns(), "labels": {ORG_ADMINS_LABEL: "true"}},
+                "data": {ORG_ADMINS_KEY: text}}
 
     # -- waits: one helper, the cluster's own source of truth --------------------------------------------
     async def wait_active(self, *subscriptions: str, timeout: float = 60) -> None:

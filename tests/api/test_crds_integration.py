@@ -56,6 +56,7 @@ from maasctl.api import (
     SecretKeyRef,
     Subjects,
     SubscriptionOrganization,
+    SubscriptionPhase,
     TokenMetadata,
     TokenRateLimit,
     TokenRateLimitStatus,
@@ -439,7 +440,7 @@ def rich_objects(model_ns: str) -> list[KubeObject]:
                 inference_priority=0,
             ),
             status=MaaSSubscriptionStatus(
-                phase=PolicyPhase.DEGRADED,
+                phase=SubscriptionPhase.DEGRADED,
                 observed_generation=1,
                 conditions=ready("PartialFailure"),
                 model_ref_statuses=[ResourceRefStatus(name="granite", namespace=model_ns, ready=True)],

@@ -16,7 +16,7 @@ from maasctl.api import (
     MaaSModelRef,
     MaaSSubscription,
     ModelKind,
-    PolicyPhase,
+    SubscriptionPhase,
     dump,
     has_unsafe_chars,
     parse,
@@ -66,7 +66,9 @@ def test_typed_access_uses_snake_case_and_enums() -> None:
     ref = parse(MaaSModelRef, examples.SEED_001_MODEL_REF)
     assert ref.spec.model_ref.kind is ModelKind.LLM_INFERENCE_SERVICE
     status = parse(MaaSSubscription, {**examples.SEED_001_SUBSCRIPTION, "status": {"phase": "Active"}}).status
-    assert status is not None and status.phase is PolicyPhase.ACTIVE
+    assert status is not None and status.phase is SubscriptionPhase.ACTIVE
+    status = parse(MaaSSubscription, {**examples.SEED_001_SUBSCRIPTION, "status": {"phase": "Terminating"}}).status
+    assert status is not None and status.phase is SubscriptionPhase.TERMINATING
 
 
 @pytest.mark.parametrize("window", ["1s", "1m", "24h", "9999h", "10m", "600s"])

@@ -36,7 +36,12 @@ class FakeMaasApi:
         if result.subscription is None:
             return {"error": str(result.code), "message": result.message}
         sub = result.subscription
-        return {"name": sub.name, "namespace": sub.namespace, "organizationId": sub.organization_id}
+        out: dict[str, Any] = {"name": sub.name, "namespace": sub.namespace, "organizationId": sub.organization_id}
+        if sub.cost_center:
+            out["costCenter"] = sub.cost_center
+        if sub.labels:  # as maas-api answers: absent when the subscription has none
+            out["labels"] = dict(sub.labels)
+        return out
 
     def token_review(self, token: str) -> dict[str, Any] | None:
         user = self.tokens.get(token)

@@ -99,7 +99,7 @@ def test_shape() -> None:
     assert set(rules["response"]["success"]["filters"]["identity"]["json"]["properties"]) == {
         "userid", "groups", "groups_str", "keyId", "selected_subscription", "selected_subscription_namespace",
         "organization_id",
-        "selected_subscription_key",
+        "selected_subscription_key", "subscription_info",
     }
 
 
@@ -195,6 +195,26 @@ def test_behaviour(
         assert outcome.identity["selected_subscription_key"] == f"maas/{subscription}@llm/granite"
 
 
+def test_identity_exports_subscription_info_with_its_labels_for_tier_limits() -> None:
+    gold = SubscriptionView("maas", "gold", priority=20, groups=frozenset({"premium-users"}), models=GRANITE,
+                            organization_id="acme", cost_center="cc-1", labels=(("tier", "gold"),))
+    fake = api()
+    fake.subscriptions = [FREE_SUB, PREMIUM_SUB, gold]
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice"}, fake)
+    assert outcome.identity["subscription_info"] == {
+        "name": "gold", "namespace": "maas", "organizationId": "acme", "costCenter": "cc-1",
+        "labels": {"tier": "gold"}}
+    # what a tier TokenRateLimitPolicy predicate reads
+    tier = compile_expression('auth.identity.subscription_info.labels.tier == "gold"')
+    assert tier.evaluate_bool({"auth": {"identity": outcome.identity}})
+    plain = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-carol"},
+                FakeMaasApi(subscriptions=[SubscriptionView("maas", "s", users=frozenset({"*"}), models=GRANITE)],
+                            tokens={"t-carol": {"username": "carol", "groups": ["premium-users"]}}))
+    assert plain.identity["subscription_info"]["labels"] == {}
+    assert not compile_expression('"tier" in auth.identity.subscription_info.labels').evaluate_bool(
+        {"auth": {"identity": plain.identity}})
+
+
 def test_identity_export_for_api_key() -> None:
     outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice"})
     assert outcome.identity == {
@@ -206,6 +226,8 @@ def test_identity_export_for_api_key() -> None:
         "selected_subscription_namespace": "maas",
         "selected_subscription_key": "maas/free@llm/granite",
         "organization_id": "",
+        "subscription_info": {"name": "free", "namespace": "maas", "organizationId": "", "costCenter": "",
+                              "labels": {}},
     }
     # The validate call gets the raw key, the select call the key's identity and bound subscription.
     (_, validate_body), (_, select_body) = outcome.calls

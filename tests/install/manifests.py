@@ -152,8 +152,10 @@ async def controller_api(cp: ControlPlane, controller_ns: str = DEFAULT_CONTROLL
 
 async def maas_api_api(cp: ControlPlane, controller_ns: str = DEFAULT_CONTROLLER_NS,
                        subscription_ns: str = DEFAULT_SUBSCRIPTION_NS) -> k8s.ApiClient:
-    """Apply maas-api's RBAC from the default overlay and return a client acting as its ServiceAccount."""
-    await apply_docs(cp, identity_docs({"maas-api"}, controller_ns, subscription_ns))
+    """Apply maas-api's RBAC from the default overlay (its organization-admin Role too) and return a client
+    acting as its ServiceAccount."""
+    await apply_docs(cp, identity_docs({"maas-api", "maas-api-organizations"}, controller_ns, subscription_ns))
     return await service_account_api(cp, controller_ns, "maas-api",
                                      ready_checks=[("create", "tokenreviews.authentication.k8s.io"),
-                                                   ("create", "subjectaccessreviews.authorization.k8s.io")])
+                                                   ("create", "subjectaccessreviews.authorization.k8s.io"),
+                                                   ("watch", "configmaps", "-n", subscription_ns)])

@@ -60,6 +60,8 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
         **{(MAAS, r): READ for r in MAAS_KINDS},
     },
+    # The organization-admin mapping (docs/organizations.md), in the subscription namespace only.
+    ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
         **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
@@ -109,9 +111,10 @@ def test_roles_have_no_wildcard_and_no_verb_beyond_the_allow_list(overlay: Any) 
 def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) -> None:
     docs = render(overlay)
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
-                "maas-api": "maas-api", "billing-controller": "billing-controller"}
+                "maas-api": "maas-api", "maas-api-organizations": "maas-api",
+                "billing-controller": "billing-controller"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 6
+    assert len(bindings) == 7
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
@@ -194,6 +197,13 @@ async def test_maas_api_reviews_tokens_and_reads_maas_resources_but_writes_nothi
         for plural in MAAS_KINDS:
             assert not can_i(cp, "maas-api", verb, f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), (verb, plural)
     assert not can_i(cp, "maas-api", "get", "secrets", "-A")
+    # the organization-admin mapping: read ConfigMaps of the subscription namespace, nothing else
+    for verb in ("get", "list", "watch"):
+        assert can_i(cp, "maas-api", verb, "configmaps", "-n", DEFAULT_SUBSCRIPTION_NS), verb
+    assert not can_i(cp, "maas-api", "list", "configmaps", "-A")
+    assert not can_i(cp, "maas-api", "get", "configmaps", "-n", DEFAULT_CONTROLLER_NS)
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can_i(cp, "maas-api", verb, "configmaps", "-n", DEFAULT_SUBSCRIPTION_NS), verb
 
 
 async def test_controller_service_account_is_bounded(installed_rbac: ControlPlane) -> None:

@@ -173,6 +173,7 @@ async def test_failing_cleanup_keeps_subscription_terminating_until_a_retry_succ
         assert any("attempt 2" in e["note"] for e in events)
         obj = await objs.get("MaaSSubscription", SUB_NS, name)
         assert obj is not None and obj["metadata"].get("deletionTimestamp")  # still Terminating
+        assert obj["status"]["phase"] == "Terminating"  # the phase (and kubectl's Phase column) says so
         assert "maas.opendatahub.io/finalizer" in obj["metadata"]["finalizers"]
         cond = next(c for c in obj["status"]["conditions"] if c["type"] == "APIKeysRevoked")
         assert cond["status"] == "False" and cond["reason"] in ("CleanupFailed", "CleanupRunning")

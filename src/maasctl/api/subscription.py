@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
@@ -240,10 +241,24 @@ class FlowControlStatus(CamelModel):
     message: str | None = Field(default=None, max_length=1024, description="Human-readable detail.")
 
 
+class SubscriptionPhase(StrEnum):
+    """Lifecycle phase of a MaaSSubscription: a policy's phases, plus Terminating while it is being deleted and
+    its key cleanup has not finished (seed 000)."""
+
+    PENDING = PolicyPhase.PENDING.value
+    ACTIVE = PolicyPhase.ACTIVE.value
+    DEGRADED = PolicyPhase.DEGRADED.value
+    FAILED = PolicyPhase.FAILED.value
+    INVALID = PolicyPhase.INVALID.value
+    TERMINATING = "Terminating"
+
+
 class MaaSSubscriptionStatus(CamelModel):
     """Observed state of a MaaSSubscription."""
 
-    phase: PolicyPhase | None = Field(default=None, description="Active, Degraded, Failed, Pending or Invalid.")
+    phase: SubscriptionPhase | None = Field(
+        default=None, description="Active, Degraded, Failed, Pending, Invalid, or Terminating while it is being "
+        "deleted and its API keys are being revoked.")
     observed_generation: Generation | None = Field(
         default=None, description="metadata.generation this status was computed for."
     )

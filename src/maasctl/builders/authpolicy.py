@@ -26,8 +26,11 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    subscription. Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity`
    (`auth.identity.*` in TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
    `keyId`, `selected_subscription`, `selected_subscription_namespace`, `selected_subscription_key`
-   (`<sub ns>/<sub>@<model ns>/<model>`) and `organization_id` (the subscription's `organization.id`, else
-   its legacy `tokenMetadata.organizationId`, else "").
+   (`<sub ns>/<sub>@<model ns>/<model>`), `organization_id` (the subscription's `organization.id`, else
+   its legacy `tokenMetadata.organizationId`, else "") and `subscription_info` (seed 001 §9.1: `name`,
+   `namespace`, `organizationId`, `costCenter` and `labels`, the subscription's `tokenMetadata.labels`, `{}`
+   when it has none) so a TokenRateLimitPolicy can limit by a subscription label, e.g.
+   `auth.identity.subscription_info.labels.tier == "gold"`.
    When guardrails are on for the selected subscription's entry of this model, a second filter `guardrails`
    tells the data plane which GuardrailConfig to check the request and response with (`contract.guardrails`).
 
@@ -59,6 +62,7 @@ __all__ = [
     "OBJECTIVE_HEADER",
     "SELECT_PATH",
     "SUBSCRIPTION_HEADER",
+    "SUBSCRIPTION_INFO_EXPRESSION",
     "USERNAME_EXPRESSION",
     "VALIDATE_PATH",
     "AuthPolicyInput",
@@ -124,6 +128,13 @@ DENIAL_REASON: Final = _DENIAL_REASON
 _ORGANIZATION: Final = (
     f'((has({_SUB}.organizationId) && {_SUB}.organizationId != null) ? {_SUB}.organizationId : "")'
 )
+_COST_CENTER: Final = f'((has({_SUB}.costCenter) && {_SUB}.costCenter != null) ? {_SUB}.costCenter : "")'
+_SUB_LABELS: Final = f"(has({_SUB}.labels) ? {_SUB}.labels : {{}})"  # maas-api omits, never nulls, it
+SUBSCRIPTION_INFO_EXPRESSION: Final = (
+    f'{{"name": {_SUB}.name, "namespace": {_SUB}.namespace, "organizationId": {_ORGANIZATION},'
+    f' "costCenter": {_COST_CENTER}, "labels": {_SUB_LABELS}}}'
+)
+"""`auth.identity.subscription_info`: the selected subscription, with its metering labels (seed 001 §9.1)."""
 _NO_CLIENT_IDENTITY_HEADERS: Final = (
     f'!request.headers.exists(h, h.startsWith("x-maas-") && h != {cel_string(SUBSCRIPTION_HEADER)})'
 )
@@ -327,6 +338,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                                 "selected_subscription_namespace": {"expression": f"{_SUB}.namespace"},
                                 "selected_subscription_key": {"expression": selected_key},
                                 "organization_id": {"expression": _ORGANIZATION},
+                                "subscription_info": {"expression": SUBSCRIPTION_INFO_EXPRESSION},
                             }
                         },
                         "metrics": True,

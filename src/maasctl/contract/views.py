@@ -139,11 +139,12 @@ class SubscriptionView(_Identity):
     groups: frozenset[str] = frozenset()
     models: tuple[SubscribedModel, ...] = ()
     inference_priority: int | None = None
-    organization_id: str | None = None
+    organization_id: str | None = None  # for telemetry: organization.id, else tokenMetadata.organizationId
     cost_center: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
     display_name: str | None = None
     description: str | None = None
+    organization: str | None = None  # spec.organization.id alone: delegated administration (immutable once set)
 
     @property
     def usable(self) -> bool:
@@ -202,6 +203,7 @@ def subscription_view(obj: Mapping[str, Any]) -> SubscriptionView:
         labels=tuple(sorted((token_meta.labels or {}).items())) if token_meta else (),
         display_name=annotations.get(DISPLAY_NAME_ANNOTATION),
         description=annotations.get(DESCRIPTION_ANNOTATION),
+        organization=spec.organization.id if spec.organization else None,
     )
 
 

@@ -62,6 +62,7 @@ from maasctl.gateway.requestlimit import RequestLimiter, denial_response
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
+from maasctl.gateway.telemetry import SubscriptionTelemetry
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageSink
 from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 from maasctl.runtime import ApiError, Cache, CacheOptions, Client
@@ -181,6 +182,7 @@ class Gateway:
                 else LogSink()
             )
         self.sink = sink
+        self.telemetry = SubscriptionTelemetry()  # per-subscription latency and tokens (seed 001 §9.1)
         self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url)
         self._cache_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -544,6 +546,7 @@ class Gateway:
         except ValidationError as exc:  # a value out of the record's bounds: never lose the charge silently
             log.error("usage record of %s not emitted: %s", ex.request_id, exc.errors()[0].get("msg"))
             return
+        self.telemetry.observe(record)
         task = asyncio.create_task(self.sink.emit(record))
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from maasctl.maasapi import migrate
 from maasctl.maasapi.auth import Authenticator
-from maasctl.maasapi.deps import AppState, caller_identity, is_admin, subscriptions_of
+from maasctl.maasapi.deps import AppState, access_of, caller_identity, subscriptions_of
 from maasctl.maasapi.errors import install_error_handlers
 from maasctl.maasapi.fastpath import VALIDATE_PATH, ValidateFastPath
 from maasctl.maasapi.gatewayauth import gateway_token_valid
@@ -24,7 +24,7 @@ from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware,
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import ModelSource, SubscriptionSource
+from maasctl.maasapi.sources import ModelSource, OrganizationSource, SubscriptionSource
 from maasctl.maasapi.store import KeyStore, make_engine
 from maasctl.maasapi.usage import api as usage_api
 
@@ -40,9 +40,15 @@ def create_app(
     metrics: ApiMetrics | None = None,
     model_source: ModelSource | None = None,
     probe_client: httpx.AsyncClient | None = None,
+    organization_source: OrganizationSource | None = None,
 ) -> FastAPI:
-    """Build the app. Without `store`, the lifespan opens `settings.database_url` and runs migrations."""
-    state = AppState(settings, subscription_source, authenticator, metrics or ApiMetrics(), models=model_source)
+    """Build the app. Without `store`, the lifespan opens `settings.database_url` and runs migrations. The
+    organization administrators come from `organization_source`, else from `subscription_source` when it
+    provides them, else nobody is one."""
+    if organization_source is None and isinstance(subscription_source, OrganizationSource):
+        organization_source = subscription_source
+    state = AppState(settings, subscription_source, authenticator, metrics or ApiMetrics(), models=model_source,
+                     organizations=organization_source)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -87,7 +93,7 @@ def create_app(
     install_error_handlers(app)
     for router in (meta.router, keys.router, subscriptions.router, internal.router, models.router):
         app.include_router(router)
-    usage_api.install(app, usage_api.UsageDeps(caller=caller_identity, is_admin=is_admin,
+    usage_api.install(app, usage_api.UsageDeps(caller=caller_identity, access=access_of,
                                                subscriptions=subscriptions_of))
     validate_route = next(r for r in internal.router.routes if getattr(r, "path", None) == VALIDATE_PATH)
     def gateway_caller(authorization: bytes | None) -> bool:

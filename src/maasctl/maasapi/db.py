@@ -66,8 +66,12 @@ api_keys = Table(
     Column("groups_verified_at", UTCDateTime, nullable=True),  # None: created_at
     Column("last_used_at", UTCDateTime, nullable=True),  # None: never used (written at most once a minute)
     Column("labels", JSON, nullable=True),  # set at mint (0006): validation returns them; None before 0006
+    # The subscription's organization.id when the key was minted (None: it had none then). Delegated
+    # administration reads it so a subscription recreated under another organization never hands over keys.
+    Column("organization_id", String(253), nullable=True),
 )
 Index("ix_api_keys_owner_created", api_keys.c.owner, api_keys.c.created_at)
+Index("ix_api_keys_organization", api_keys.c.organization_id)
 Index("ix_api_keys_subscription", api_keys.c.subscription_namespace, api_keys.c.subscription_name)
 
 api_key_labels = Table(

@@ -4,6 +4,11 @@ Identity: `Authorization: Bearer <token>` is an API key (validated against the s
 (TokenReview through the `Authenticator`); an API key may also come in `x-api-key` (`contract.edge.
 presented_credential`, the gateway's rule too). Key management needs a user token (`TokenCaller`): an API key
 cannot mint, list or revoke keys.
+
+Administration (`access_of`): a platform administrator (SubjectAccessReview, `Authenticator.is_admin`) may do
+everything; an organization administrator (a group the organization-admin mapping names,
+`contract.organizations`) administers the keys and usage of their organizations only; everyone else only
+their own. Only user tokens administer anything: an API key is never an administrator.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import httpx
 from fastapi import Depends, Header, Request
 
 from maasctl.contract.edge import ConflictingCredentials, presented_credential
+from maasctl.contract.organizations import OrganizationAdmins
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Authenticator, Identity
@@ -23,15 +29,17 @@ from maasctl.maasapi.errors import ApiError, error_body
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import ModelSource, SubscriptionSource
-from maasctl.maasapi.store import KeyStore
+from maasctl.maasapi.sources import ModelSource, OrganizationSource, SubscriptionSource
+from maasctl.maasapi.store import KeyScope, KeyStore
 
 __all__ = [
     "ERROR_RESPONSES",
+    "Access",
     "AppState",
     "Caller",
     "StateDep",
     "TokenCaller",
+    "access_of",
     "caller_identity",
     "is_admin",
     "subscriptions_of",
@@ -59,6 +67,7 @@ class AppState:
     service: KeyService | None = None
     models: ModelSource | None = None
     probe_http: httpx.AsyncClient | None = None
+    organizations: OrganizationSource | None = None  # None: no delegated administration
 
     def keys(self) -> KeyService:
         if self.service is None:
@@ -130,3 +139,57 @@ async def subscriptions_of(st: AppState) -> Sequence[SubscriptionView]:
         return await st.subscriptions.list_subscriptions()
     except Exception as exc:
         raise ApiError(503, "subscriptions_unavailable", "subscriptions cannot be read right now") from exc
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a caller administers: everything (`platform`), or the keys and usage of `organizations` (whose
+    current subscriptions are `subscriptions`), or nothing beyond their own keys."""
+
+    caller: str
+    platform: bool = False
+    organizations: frozenset[str] = frozenset()
+    subscriptions: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def delegated(self) -> bool:
+        """An organization administrator (and not a platform administrator)."""
+        return not self.platform and bool(self.organizations)
+
+    @property
+    def administers(self) -> bool:
+        return self.platform or bool(self.organizations)
+
+    def key_scope(self, *, own: bool = True) -> KeyScope | None:
+        """The keys this caller may see and revoke (None: all of them); `own` adds the caller's own keys."""
+        if self.platform:
+            return None
+        return KeyScope(self.caller if own else None, self.organizations, self.subscriptions)
+
+    def allows_subscription(self, namespace: str, name: str) -> bool:
+        return self.platform or (namespace, name) in self.subscriptions
+
+
+async def organization_admins(st: AppState) -> OrganizationAdmins:
+    if st.organizations is None:
+        return OrganizationAdmins()
+    try:
+        return await st.organizations.organization_admins()
+    except Exception as exc:
+        raise ApiError(503, "organizations_unavailable", "the organization administrators cannot be read now") \
+            from exc
+
+
+async def access_of(st: AppState, caller: Identity) -> Access:
+    """The caller's administrative reach (deny by default: API keys, unmapped groups and organizations that no
+    subscription names administer nothing)."""
+    if caller.via != "token":
+        return Access(caller.username)
+    if await is_admin(st, caller):
+        return Access(caller.username, platform=True)
+    orgs = (await organization_admins(st)).organizations_of(caller.groups)
+    if not orgs:
+        return Access(caller.username)
+    subs = frozenset((s.namespace, s.name) for s in await subscriptions_of(st)
+                     if s.organization is not None and s.organization in orgs)
+    return Access(caller.username, organizations=orgs, subscriptions=subs)

@@ -24,7 +24,7 @@ from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.store import KeyRecord, KeyStore, SearchQuery
+from maasctl.maasapi.store import KeyRecord, KeyScope, KeyStore, SearchQuery
 
 Clock = Callable[[], datetime]
 log = structlog.get_logger("maasctl.maasapi")
@@ -127,6 +127,7 @@ class KeyService:
             created_at=now,
             expires_at=now + lifetime,
             labels=dict(req.labels),
+            organization_id=sub.organization,
         )
         await self.store.insert(record, actor=caller.username, details={"subscription": sub.key})
         return record, new.plaintext
@@ -179,17 +180,18 @@ class KeyService:
             self._group_refreshes.clear()
         self._group_refreshes[key] = now
 
-    async def get_visible(self, caller: Identity, key_id: str, admin: bool) -> KeyRecord:
-        """The key if the caller owns it (or is admin); otherwise 404, exactly like a missing key."""
+    async def get_visible(self, caller: Identity, key_id: str, scope: KeyScope | None) -> KeyRecord:
+        """The key if `scope` covers it (None: a platform admin, everything; a user's scope is their own keys,
+        an organization admin's adds their organizations' keys); otherwise 404, exactly like a missing key."""
         record = await self.store.get(key_id) if keys.is_key_id(key_id) else None
-        if record is None or (record.owner != caller.username and not admin):
+        if record is None or (scope is not None and not scope.covers(record)):
             raise ApiError(404, "not_found", "API key not found")
         return record
 
-    async def revoke(self, caller: Identity, key_id: str, admin: bool, reason: str | None) -> KeyRecord:
+    async def revoke(self, caller: Identity, key_id: str, scope: KeyScope | None, reason: str | None) -> KeyRecord:
         """Revoke an active (or expired) key. A key that is already revoked is 404, as in the reference: only
         the call that revoked it succeeds, so a client can tell that its own call took effect."""
-        record = await self.get_visible(caller, key_id, admin)
+        record = await self.get_visible(caller, key_id, scope)
         if not await self.store.revoke(record.id, caller.username, reason or "revoked by request", self.clock()):
             raise ApiError(404, "not_found", "API key not found or already revoked")
         fresh = await self.store.get(record.id)

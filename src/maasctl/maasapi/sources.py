@@ -2,8 +2,9 @@
 
 `CachedSources` (production) keeps one informer per kind and hands out views parsed once per resourceVersion
 (`contract.views.Views`); until the first list has completed, requests wait for it (bounded), so a fresh
-replica never answers from an empty cache. `StaticSources` is a fixed list, for embedding and for tests of
-the pure HTTP behaviour.
+replica never answers from an empty cache. The organization-admin ConfigMaps (`contract.organizations`) are
+watched in the subscription namespace only, by their label (maas-api needs no cluster-wide ConfigMap access).
+`StaticSources` is a fixed list, for embedding and for tests of the pure HTTP behaviour.
 """
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
+import structlog
+
+from maasctl.contract.organizations import ORG_ADMINS_LABEL, OrganizationAdmins, merge_config_maps
 from maasctl.contract.views import ModelRefView, SubscriptionView, Views
 from maasctl.runtime import Cache, CacheOptions, Client, GroupVersionKind
 
-__all__ = ["CachedSources", "ModelSource", "StaticSources", "SubscriptionSource"]
+__all__ = ["CachedSources", "ModelSource", "OrganizationSource", "StaticSources", "SubscriptionSource"]
+
+log = structlog.get_logger("maasctl.maasapi")
 
 MAAS_SUBSCRIPTION = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSSubscription")
 MAAS_MODEL_REF = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSModelRef")
+CONFIG_MAP = GroupVersionKind("", "v1", "ConfigMap")
 SYNC_DEADLINE = 30.0
 
 
@@ -33,12 +40,22 @@ class ModelSource(Protocol):
     async def list_models(self) -> Sequence[ModelRefView]: ...
 
 
-class StaticSources:
-    """Fixed subscriptions and models."""
+@runtime_checkable
+class OrganizationSource(Protocol):
+    async def organization_admins(self) -> OrganizationAdmins: ...
 
-    def __init__(self, subscriptions: Iterable[SubscriptionView] = (), models: Iterable[ModelRefView] = ()) -> None:
+
+class StaticSources:
+    """Fixed subscriptions, models and organization administrators."""
+
+    def __init__(self, subscriptions: Iterable[SubscriptionView] = (), models: Iterable[ModelRefView] = (),
+                 organizations: OrganizationAdmins | None = None) -> None:
         self.subscriptions = list(subscriptions)
         self.models = list(models)
+        self.organizations = organizations or OrganizationAdmins()
+
+    async def organization_admins(self) -> OrganizationAdmins:
+        return self.organizations
 
     async def list_subscriptions(self) -> Sequence[SubscriptionView]:
         return list(self.subscriptions)
@@ -57,23 +74,47 @@ class CachedSources:
         self._subscription_namespace = subscription_namespace
         self.cache.informer(MAAS_SUBSCRIPTION)
         self.cache.informer(MAAS_MODEL_REF)
-        self._task: asyncio.Task[None] | None = None
+        # Organization admins: a second cache, restricted to the subscription namespace and the label.
+        self.org_cache = Cache(client, CacheOptions(
+            namespaces=(subscription_namespace,) if subscription_namespace else (),
+            label_selectors={CONFIG_MAP: f"{ORG_ADMINS_LABEL}=true"}))
+        self.org_cache.informer(CONFIG_MAP)
+        self._org_admins: tuple[tuple[tuple[str, str], ...], OrganizationAdmins] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self.cache.run(), name="maas-api cache")
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(self.cache.run(), name="maas-api cache"),
+                           asyncio.create_task(self.org_cache.run(), name="maas-api organization cache")]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
 
-    async def _synced(self, gvk: GroupVersionKind) -> None:
+    async def _synced(self, gvk: GroupVersionKind, cache: Cache | None = None) -> None:
         self.start()
-        if not await self.cache.wait_for_sync([gvk], deadline=SYNC_DEADLINE):
+        if not await (cache or self.cache).wait_for_sync([gvk], deadline=SYNC_DEADLINE):
             raise TimeoutError(f"{gvk.kind} cache not synced after {SYNC_DEADLINE}s")
+
+    async def organization_admins(self) -> OrganizationAdmins:
+        """The merged mapping, parsed again only when a labelled ConfigMap changed."""
+        await self._synced(CONFIG_MAP, self.org_cache)
+        objs = self.org_cache.list(CONFIG_MAP, self._subscription_namespace)
+        version = tuple(sorted((str(o["metadata"].get("uid")), str(o["metadata"].get("resourceVersion")))
+                               for o in objs))
+        cached = self._org_admins
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        admins = merge_config_maps(objs)
+        for problem in admins.refused:
+            log.warning("organization_admins_refused", config_map=problem.split(":", 1)[0],
+                        reason=problem.split(":", 1)[1].strip())
+        self._org_admins = (version, admins)
+        return admins
 
     async def list_subscriptions(self) -> Sequence[SubscriptionView]:
         await self._synced(MAAS_SUBSCRIPTION)

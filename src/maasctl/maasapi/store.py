@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
 
-from sqlalchemy import and_, delete, event, exists, func, insert, or_, select, update
+from sqlalchemy import and_, delete, event, exists, false, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -41,6 +41,7 @@ class KeyRecord:
     labels: dict[str, str] = field(default_factory=dict)
     groups_verified_at: datetime | None = None
     last_used_at: datetime | None = None
+    organization_id: str | None = None  # the subscription's organization.id at mint time
 
     @property
     def groups_as_of(self) -> datetime:
@@ -70,8 +71,41 @@ class AuditEvent:
 
 
 @dataclass(frozen=True)
+class KeyScope:
+    """The keys a delegated (organization) administrator may see and revoke: their own (`owner`), and the keys
+    of their organizations: minted under one of `organizations`, or minted before their subscription had an
+    organization and bound to one of `subscriptions` (the organizations' current subscriptions). Deny by
+    default: an empty scope covers nothing."""
+
+    owner: str | None = None
+    organizations: frozenset[str] = frozenset()
+    subscriptions: frozenset[tuple[str, str]] = frozenset()
+
+    def covers(self, record: KeyRecord) -> bool:
+        if self.owner is not None and record.owner == self.owner:
+            return True
+        if record.organization_id is not None:
+            return record.organization_id in self.organizations
+        return (record.subscription_namespace, record.subscription_name) in self.subscriptions
+
+    def condition(self) -> ColumnElement[bool]:
+        c = api_keys.c
+        parts: list[ColumnElement[bool]] = []
+        if self.owner is not None:
+            parts.append(c.owner == self.owner)
+        if self.organizations:
+            parts.append(c.organization_id.in_(sorted(self.organizations)))
+        legacy = [and_(c.subscription_namespace == ns, c.subscription_name == name)
+                  for ns, name in sorted(self.subscriptions)]
+        if legacy:
+            parts.append(and_(c.organization_id.is_(None), or_(*legacy)))
+        return or_(*parts) if parts else false()
+
+
+@dataclass(frozen=True)
 class SearchQuery:
     owner: str | None = None
+    scope: KeyScope | None = None  # None: unrestricted (the owner's own search, or a platform admin)
     statuses: tuple[Status, ...] = ()
     subscription: tuple[str, str] | None = None
     name_contains: str | None = None
@@ -112,6 +146,7 @@ def _record(row: Any, labels: dict[str, str] | None = None) -> KeyRecord:
         labels=labels if labels is not None else dict(m["labels"] or {}),
         groups_verified_at=m["groups_verified_at"],
         last_used_at=m["last_used_at"],
+        organization_id=m["organization_id"],
     )
 
 
@@ -212,6 +247,7 @@ class _PgKeyLookup:
             groups_verified_at=_aware(row["groups_verified_at"]),
             last_used_at=_aware(row["last_used_at"]),
             labels=dict(json.loads(labels) if isinstance(labels, str) else labels or {}),
+            organization_id=row["organization_id"],
         )
 
     async def close(self) -> None:
@@ -309,6 +345,8 @@ class KeyStore:
         conds: list[ColumnElement[bool]] = []
         if q.owner is not None:
             conds.append(api_keys.c.owner == q.owner)
+        if q.scope is not None:
+            conds.append(q.scope.condition())
         if q.statuses:
             conds.append(or_(*[_status_condition(s, now) for s in q.statuses]))
         if q.subscription is not None:
@@ -406,11 +444,15 @@ class KeyStore:
         now: datetime,
         dry_run: bool,
         action: str = "bulk_revoked",
+        scope: KeyScope | None = None,
     ) -> list[str]:
-        """Revoke every not-yet-revoked key of an owner and/or subscription; returns the affected ids."""
+        """Revoke every not-yet-revoked key of an owner and/or subscription (within `scope` when given: a
+        delegated administrator's organizations); returns the affected ids."""
         if owner is None and subscription is None:
             raise ValueError("revoke_many needs an owner or a subscription")
         conds: list[ColumnElement[bool]] = [api_keys.c.revoked_at.is_(None)]
+        if scope is not None:
+            conds.append(scope.condition())
         if owner is not None:
             conds.append(api_keys.c.owner == owner)
         if subscription is not None:

@@ -7,6 +7,7 @@ Controller side (`KeyCleanup.run`, called while the subscription is Terminating)
 - Job names are `maas-key-cleanup-<subscription>-<hash of namespace, name and uid>-<attempt>`: deterministic,
   so a lagging cache can never start two Jobs for one attempt, and a re-created subscription of the same name
   never reuses an older incarnation's Job.
+- Until then the subscription's phase is `Terminating` (status and the Phase printer column).
 - Succeeded: the finalizer may go. Failed: the subscription stays Terminating, a Warning Event names the
   attempt, the status says so (condition `APIKeysRevoked`), and attempt n+1 starts after an exponential
   backoff (`cleanup_retry_base_seconds` doubling up to `cleanup_retry_max_seconds`), so failing cleanups cost
@@ -27,6 +28,7 @@ from typing import Any, Final
 
 import httpx
 
+from maasctl.api import SubscriptionPhase
 from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
 from maasctl.reconcilers.context import Context
@@ -223,8 +225,10 @@ class KeyCleanup:
                     continue
 
     async def _status(self, sub: FrozenObject, reason: str, message: str) -> None:
-        """Keep the last status and add the cleanup condition (one SSA apply of the whole status)."""
+        """Keep the last status, phase Terminating (also in `kubectl get`'s Phase column) and the cleanup
+        condition (one SSA apply of the whole status)."""
         status = thaw(sub.get("status") or {})
+        status["phase"] = SubscriptionPhase.TERMINATING.value
         status["conditions"] = set_condition(status.get("conditions"), type_=CONDITION, status="False",
                                              reason=reason, message=message)
         await self.ctx.write_status(sub, status)

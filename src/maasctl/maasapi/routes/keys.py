@@ -1,4 +1,9 @@
-"""`/v1/api-keys`: mint, list, search, read and revoke keys (user tokens only)."""
+"""`/v1/api-keys`: mint, list, search, read and revoke keys (user tokens only).
+
+Who sees which keys (`deps.access_of`): everyone their own; a platform administrator all; an organization
+administrator also the keys of their organizations' subscriptions (`store.KeyScope`) - searching, reading or
+revoking anything else answers as if it did not exist (404, an empty page) or 403 for a named subscription.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from fastapi import APIRouter, Path, Query
 
 from maasctl.contract.selection import parse_ref
 from maasctl.maasapi import keys
-from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, is_admin, subscriptions_of
+from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, access_of, subscriptions_of
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.routes.views import key_subscription, key_view
 from maasctl.maasapi.schemas import (
@@ -89,16 +94,21 @@ async def list_keys(
 async def search_keys(body: SearchRequest, st: StateDep, caller: TokenCaller) -> KeyList:
     f = body.filters
     owner: str | None = caller.username
+    scope = None
     if f.username is not None and f.username != caller.username:
-        if not await is_admin(st, caller):
+        access = await access_of(st, caller)
+        if not access.administers:
             raise ApiError(403, "forbidden", "only admins can search other users' keys")
-        owner = f.username
-    elif f.username is None and await is_admin(st, caller):
-        owner = None  # admins search across all users unless they narrow by username
+        owner, scope = f.username, access.key_scope(own=False)
+    elif f.username is None:
+        access = await access_of(st, caller)
+        if access.administers:  # admins search across all users (of their organizations) unless they narrow
+            owner, scope = None, access.key_scope(own=True)
     sub = parse_ref(f.subscription, st.settings.subscription_namespace) if f.subscription else None
     recs, more = await st.keys().search(
         SearchQuery(
             owner=owner,
+            scope=scope,
             statuses=tuple(dict.fromkeys(f.status or ("active",))),  # the reference: active keys unless asked
             subscription=sub,
             name_contains=f.name_contains,
@@ -124,10 +134,17 @@ async def bulk_revoke(body: BulkRevokeRequest, st: StateDep, caller: TokenCaller
         raise ApiError(400, "invalid_request", "bulk revoke needs a username, a subscription or both")
     username = body.username
     others = body.subscription is not None or (username is not None and username != caller.username)
-    if others and not await is_admin(st, caller):
-        raise ApiError(403, "forbidden", "only admins can revoke other users' or a subscription's keys")
     sub = parse_ref(body.subscription, st.settings.subscription_namespace) if body.subscription else None
+    scope = None
+    if others:
+        access = await access_of(st, caller)
+        if not access.administers:
+            raise ApiError(403, "forbidden", "only admins can revoke other users' or a subscription's keys")
+        if sub is not None and not access.allows_subscription(*sub):
+            raise ApiError(403, "forbidden", "that subscription is not one of your organizations'")
+        scope = access.key_scope(own=False)  # an organization admin: their organizations' keys only
     ids = await st.keys().store.revoke_many(
+        scope=scope,
         owner=username,
         subscription=sub,
         actor=caller.username,
@@ -137,19 +154,19 @@ async def bulk_revoke(body: BulkRevokeRequest, st: StateDep, caller: TokenCaller
     )
     if not body.dry_run:
         st.metrics.revocations.labels("bulk").inc(len(ids))
-    scope = " and".join(part for part in (
+    described = " and".join(part for part in (
         f" of user {username}" if username is not None else "",
         f" bound to subscription {body.subscription}" if body.subscription is not None else "",
     ) if part)
-    message = (f"dry run: {len(ids)} active API key(s){scope} would be revoked" if body.dry_run
-               else f"{len(ids)} active API key(s){scope} revoked")
+    message = (f"dry run: {len(ids)} active API key(s){described} would be revoked" if body.dry_run
+               else f"{len(ids)} active API key(s){described} revoked")
     return BulkRevokeResponse(revoked_count=len(ids), dry_run=body.dry_run, message=message)
 
 
 @router.get("/v1/api-keys/{key_id}", response_model=KeyView, response_model_exclude_none=True)
 async def get_key(key_id: Annotated[str, Path(max_length=64)], st: StateDep, caller: TokenCaller) -> KeyView:
-    admin = await is_admin(st, caller)
-    return key_view(await st.keys().get_visible(caller, key_id, admin), st)
+    scope = (await access_of(st, caller)).key_scope()
+    return key_view(await st.keys().get_visible(caller, key_id, scope), st)
 
 
 @router.delete("/v1/api-keys/{key_id}", response_model=KeyView, response_model_exclude_none=True)
@@ -159,7 +176,7 @@ async def revoke_key(
     caller: TokenCaller,
     reason: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> KeyView:
-    admin = await is_admin(st, caller)
-    rec = await st.keys().revoke(caller, key_id, admin, reason)
+    scope = (await access_of(st, caller)).key_scope()
+    rec = await st.keys().revoke(caller, key_id, scope, reason)
     st.metrics.revocations.labels("single").inc()
     return key_view(rec, st)

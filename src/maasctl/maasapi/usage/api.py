@@ -1,6 +1,11 @@
 """HTTP surface of usage metering: ingestion from the gateway, admin report and CSV export, the
 per-subscription view for subscription owners, and the retention purge.
 
+Platform administrators read all usage; organization administrators (`deps.access_of`) read the records
+attributed to their organizations only (the `organization_id` the gateway stamped from the subscription's
+`organization.id`, else its legacy `tokenMetadata.organizationId`), narrowed with `organization=`; naming
+another organization is 403, and a filter (subscription, user) outside their organizations finds nothing.
+
 Routes are built by `install()` from the app's own dependencies (caller identity, admin check, subscription
 source), so authentication behaves exactly as on every other maas-api route. (No `from __future__ import
 annotations` here: FastAPI reads the endpoints' annotations, which refer to closure-local dependencies.)
@@ -55,7 +60,7 @@ class UsageDeps:
     """What the usage routes borrow from the app (see `maasctl.maasapi.app`)."""
 
     caller: Callable[..., Awaitable[Identity]]
-    is_admin: Callable[[Any, Identity], Awaitable[bool]]
+    access: Callable[[Any, Identity], Awaitable[Any]]  # maasctl.maasapi.deps.access_of -> Access
     subscriptions: Callable[[Any], Awaitable[Sequence[SubscriptionView]]]
 
 
@@ -180,14 +185,30 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
     SubQ = Annotated[SubscriptionName | None, Query(description="namespace/name (or a name in the default "
                                                                 "subscription namespace)")]
     UserQ = Annotated[str | None, Query(max_length=253, description="case-insensitive username search")]
+    OrgQ = Annotated[str | None, Query(min_length=1, max_length=253, description="one organization id (exact); "
+                                       "organization admins read only their own organizations")]
     errors: dict[int | str, dict[str, Any]] = {
         s: {"description": d} for s, d in ((401, "Unauthenticated"), (403, "Forbidden"), (404, "Not found"),
                                             (413, "Too large"), (503, "Unavailable"))
     }
 
     async def require_admin(ctx: UsageContext, caller: Identity, what: str) -> None:
-        if not await deps.is_admin(ctx.app_state, caller):
+        if not (await deps.access(ctx.app_state, caller)).platform:
             raise ApiError(403, "forbidden", f"only admins can {what}")
+
+    async def organizations_for(ctx: UsageContext, caller: Identity, what: str,
+                                organization: str | None) -> frozenset[str] | None:
+        """The organizations whose usage the caller may read here (None: all, a platform admin)."""
+        access = await deps.access(ctx.app_state, caller)
+        if access.platform:
+            return None if organization is None else frozenset((organization,))
+        if not access.organizations:
+            raise ApiError(403, "forbidden", f"only admins can {what}")
+        if organization is None:
+            return frozenset(access.organizations)
+        if organization not in access.organizations:
+            raise ApiError(403, "forbidden", "you do not administer that organization")
+        return frozenset((organization,))
 
     @app.post(INGEST_PATH, response_model=IngestResponse, tags=["gateway"], responses=errors)
     async def ingest_usage(body: UsageBatchIn, ctx: Ctx, _: GatewayAuth) -> IngestResponse:
@@ -221,11 +242,14 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         subscription: SubQ = None,
         user: UserQ = None,
         limit: Annotated[int | None, Query(ge=1, description="at most this many rows (largest first)")] = None,
+        organization: OrgQ = None,
     ) -> UsageReport:
-        """Usage per user and subscription over a time range (admins only; hour resolution)."""
-        await require_admin(ctx, caller, "read usage reports")
+        """Usage per user and subscription over a time range (admins, and organization admins for their
+        organizations; hour resolution)."""
+        orgs = await organizations_for(ctx, caller, "read usage reports", organization)
         rng = _range(ctx, range_, start, end)
-        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user)
+        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user,
+                        organizations=orgs)
         grouped = await ctx.store().report(rng, ("username", "subscription"), f)
         totals = Totals()
         for t in grouped.values():
@@ -249,12 +273,14 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         key_id: Annotated[str | None, Query(alias="keyId", max_length=64)] = None,
         since: Annotated[datetime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        organization: OrgQ = None,
     ) -> list[UsageRecordOut]:
-        """Raw usage records, newest first (admins only): the audit view behind reports and billing."""
-        await require_admin(ctx, caller, "read raw usage records")
+        """Raw usage records, newest first (admins, and organization admins for their organizations): the
+        audit view behind reports and billing."""
+        orgs = await organizations_for(ctx, caller, "read raw usage records", organization)
         sub = _sub_ref(subscription, ctx.settings.subscription_namespace)
-        rows = await ctx.store().records(UsageFilter(subscription=sub, username=username), key_id=key_id,
-                                         since=since, limit=limit)
+        rows = await ctx.store().records(UsageFilter(subscription=sub, username=username, organizations=orgs),
+                                         key_id=key_id, since=since, limit=limit)
         return [UsageRecordOut.model_validate(r) for r in rows]
 
     @app.get("/v1/usage/export", tags=["usage"], responses={
@@ -269,13 +295,16 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         end: ToQ = None,
         subscription: SubQ = None,
         user: UserQ = None,
+        organization: OrgQ = None,
     ) -> StreamingResponse:
-        """CSV of usage grouped by subscription, user, API key or model and by UTC day or month (admins only).
-        Whole UTC days; streamed from the daily rollup. Columns: period_start, period_end, the group
-        columns, total/input/cached/output/reasoning tokens, requests, failed_requests."""
-        await require_admin(ctx, caller, "export usage")
+        """CSV of usage grouped by subscription, user, API key or model and by UTC day or month (admins, and
+        organization admins for their organizations). Whole UTC days; streamed from the daily rollup. Columns:
+        period_start, period_end, the group columns, total/input/cached/output/reasoning tokens, requests,
+        failed_requests."""
+        orgs = await organizations_for(ctx, caller, "export usage", organization)
         rng = _range(ctx, range_, start, end, whole_days=True)
-        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user)
+        f = UsageFilter(subscription=_sub_ref(subscription, ctx.settings.subscription_namespace), user_search=user,
+                        organizations=orgs)
         rows = ctx.store().export(ranges.as_date(rng.start), ranges.as_date(rng.end), group_by, by, f)
         try:
             first: tuple[Any, ...] | None = await rows.__anext__()
@@ -309,13 +338,19 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         user: Annotated[str | None, Query(max_length=253, description="exact username (admins only)")] = None,
     ) -> SubscriptionUsage:
         """Usage of one subscription by model, with its configured limits beside it. Subscription owners see
-        their own usage; admins see everyone's (or one user's)."""
+        their own usage; admins (and the admins of the subscription's organization) see everyone's (or one
+        user's)."""
         ref = f"{namespace}/{name}"
         subs = await deps.subscriptions(ctx.app_state)
         sub = find(subs, ref, ctx.settings.subscription_namespace)
-        admin = caller.via == "token" and await deps.is_admin(ctx.app_state, caller)
+        access = await deps.access(ctx.app_state, caller)
+        orgs: frozenset[str] | None = None
+        admin = access.platform or (
+            sub is not None and sub.organization is not None and sub.organization in access.organizations)
         if admin:
             username = user
+            if not access.platform:  # only the records of the organization's own history
+                orgs = frozenset((sub.organization,)) if sub is not None and sub.organization else frozenset()
         else:
             allowed = (caller.key_subscription == ref) if caller.via == "api_key" else (
                 sub is not None and sub.entitles(caller.username, caller.groups))
@@ -325,7 +360,8 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
                 raise ApiError(403, "forbidden", "only admins can read other users' usage")
             username = caller.username
         rng = _range(ctx, range_, start, end)
-        grouped = await ctx.store().report(rng, ("model",), UsageFilter(subscription=ref, username=username))
+        grouped = await ctx.store().report(rng, ("model",), UsageFilter(subscription=ref, username=username,
+                                                                        organizations=orgs))
         models: list[ModelUsage] = []
         seen: set[str] = set()
         totals = Totals()

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal
 
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Select, delete, false, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
@@ -78,6 +78,7 @@ class UsageFilter:
     subscription: str | None = None  # exact namespace/name
     username: str | None = None  # exact
     user_search: str | None = None  # case-insensitive substring of the username
+    organizations: frozenset[str] | None = None  # None: any; else records attributed to one of these only
 
 
 @dataclass
@@ -118,6 +119,8 @@ def _conditions(table: Any, f: UsageFilter) -> list[ColumnElement[bool]]:
         conds.append(table.c.username == f.username)
     if f.user_search:
         conds.append(func.lower(table.c.username).like(f"%{_like_escape(f.user_search.lower())}%", escape="\\"))
+    if f.organizations is not None:  # an empty set matches nothing (deny by default)
+        conds.append(table.c.organization_id.in_(sorted(f.organizations)) if f.organizations else false())
     return conds
 
 
@@ -191,6 +194,8 @@ class UsageStore:
             conds.append(t.c.subscription == f.subscription)
         if f.username:
             conds.append(t.c.username == f.username)
+        if f.organizations is not None:
+            conds.append(t.c.organization_id.in_(sorted(f.organizations)) if f.organizations else false())
         if key_id:
             conds.append(t.c.key_id == key_id)
         if since is not None:
