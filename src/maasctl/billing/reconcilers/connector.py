@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,8 +28,10 @@ from typing import Any, Final, Literal
 import httpx
 import structlog
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from maasctl.api import parse
+from maasctl.billing import budget_notice
 from maasctl.billing.api import GROUP, VERSION, BillingConnector, TenantAccount
 from maasctl.billing.api.connector import ConnectorType, TaxMode
 from maasctl.billing.api.tenant import BillingMode
@@ -36,7 +39,14 @@ from maasctl.billing.clock import Clock
 from maasctl.billing.connector import reload
 from maasctl.billing.connector.amounts import to_minor
 from maasctl.billing.connector.payments import Limits, Payments
-from maasctl.billing.connector.providers import Credentials, Customer, Failure, Provider, provider_for
+from maasctl.billing.connector.providers import (
+    Credentials,
+    Customer,
+    Failure,
+    Provider,
+    WebhookProvider,
+    provider_for,
+)
 from maasctl.billing.connector.receiver import Receiver, Registered, Registry
 from maasctl.billing.connector.settings import ConnectorSettings
 from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
@@ -352,6 +362,7 @@ class TenantPaymentsReconciler:
             return Result.requeue_after(ctx.settings.reload_check_seconds)
         await ctx.payments.ensure_schema()
         now = ctx.clock.now()
+        notices_retry = await self._notices(obj, entry.provider, key, now)
         old = obj.get("status") or {}
         settings = ctx.settings
 
@@ -393,9 +404,51 @@ class TenantPaymentsReconciler:
         facts = await ctx.payments.facts(key, now)
         await self._status(obj, tenant, facts, check, current, changed_at, now)
         wait = settings.reload_check_seconds
-        if retry_at is not None:
-            wait = max(1, min(wait, int((retry_at - now).total_seconds()) + 1))
+        for at in (retry_at, notices_retry):
+            if at is not None:
+                wait = max(1, min(wait, int((at - now).total_seconds()) + 1))
         return Result.requeue_after(wait)
+
+    async def _notices(self, obj: FrozenObject, provider: Provider, key: str, now: datetime) -> datetime | None:
+        """Deliver the tenant's due budget webhooks (`budget_notice`), signed, to a `webhook` connector; a Stripe
+        connector has no such channel: its notices are settled `skipped`. A failure is counted, reported by a
+        Warning Event (a fixed reason, never the secret or the URL) and retried with backoff; it never stops
+        the payment work below, and enforcement (the billing controller's) never waits on it. At least once: a
+        crash between the POST and its record sends the same event id again. Returns the next retry time."""
+        ledger = self.ctx.payments.ledger
+        try:
+            due = await ledger.due_notices(key, now)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("budget notices unavailable", tenant=key, error=type(exc).__name__)
+            return None
+        retry: datetime | None = None
+        for notice in due:
+            try:
+                if not isinstance(provider, WebhookProvider):
+                    await ledger.settle_notice(notice.key, "skipped", now)
+                    continue
+                try:
+                    await provider.send_event(budget_notice.EVENT_TYPE, notice.event_id, json.loads(notice.data))
+                except Failure as exc:
+                    reason = str(exc)
+                    at = now + timedelta(seconds=budget_notice.backoff_seconds(notice.attempts + 1))
+                    attempts = await ledger.notice_failed(notice.key, reason, at)
+                    retry = at if retry is None else min(retry, at)
+                    log.warning("budget webhook failed", tenant=key, budget=notice.budget, event_id=notice.event_id,
+                                reason=reason, attempts=attempts)
+                    await self.ctx.event(obj, "Warning", "BudgetWebhookFailed",
+                                         f"the webhook of budget {notice.budget} (event {notice.event_id}) was not "
+                                         f"accepted: {reason}; attempt {attempts}, retried at "
+                                         f"{self.ctx.now_rfc3339(at)}")
+                    continue
+                await ledger.settle_notice(notice.key, "sent", now)
+                log.info("budget webhook sent", tenant=key, budget=notice.budget, event_id=notice.event_id)
+                await self.ctx.event(obj, "Normal", "BudgetWebhookSent",
+                                     f"the webhook of budget {notice.budget} (event {notice.event_id}) was delivered")
+            except (SQLAlchemyError, OSError) as exc:
+                log.warning("budget notice not recorded", tenant=key, error=type(exc).__name__)
+                return None
+        return retry
 
     async def _method(self, key: str, provider: Provider, customer: Customer | None, version: str,
                       now: datetime) -> _MethodCheck | None:
