@@ -303,6 +303,16 @@ class Ledger:
             rows = (await conn.execute(stmt)).all()
         return [PendingNotice(str(r.key), str(r.event_id), str(r.budget), str(r.data), int(r.attempts)) for r in rows]
 
+    async def take_notice(self, key: str, now: datetime, lease_until: datetime) -> bool:
+        """Take a due notice for one delivery attempt (its next attempt moves to `lease_until`): two connector
+        replicas never POST it at once; if the taker dies, it is due again when the lease ends (same event id)."""
+        n = notices
+        async with self.engine.begin() as conn:
+            res = await conn.execute(update(n).where(and_(n.c.key == key, n.c.state == "pending",
+                                                          n.c.next_attempt_at <= now))
+                                     .values(next_attempt_at=lease_until))
+            return bool(res.rowcount)
+
     async def settle_notice(self, key: str, state: str, at: datetime) -> bool:
         """Mark a pending notice `sent` or `skipped` (the connector is not a webhook); False if it was not pending."""
         async with self.engine.begin() as conn:

@@ -76,6 +76,8 @@ CREDENTIALS_VALID, WEBHOOK_REACHABLE, SYNC_HEALTHY = "CredentialsValid", "Webhoo
 PAYMENT_METHOD_VALID, PAYMENT_DISPUTED, CORROBORATION = (
     "PaymentMethodValid", "PaymentDisputed", "PaymentCorroborationFailed")
 CONNECTOR_RESYNC: Final = 60
+NOTICE_LEASE_SECONDS: Final = 120
+"""A budget webhook taken for delivery is not taken again (by another replica) for this long."""
 _UNITS: Final = {"ms": 0, "s": 1, "m": 60, "h": 3600}
 
 
@@ -413,8 +415,10 @@ class TenantPaymentsReconciler:
         """Deliver the tenant's due budget webhooks (`budget_notice`), signed, to a `webhook` connector; a Stripe
         connector has no such channel: its notices are settled `skipped`. A failure is counted, reported by a
         Warning Event (a fixed reason, never the secret or the URL) and retried with backoff; it never stops
-        the payment work below, and enforcement (the billing controller's) never waits on it. At least once: a
-        crash between the POST and its record sends the same event id again. Returns the next retry time."""
+        the payment work below, and enforcement (the billing controller's) never waits on it. Each attempt first
+        takes the notice (a lease in the database), so replicas do not POST it at once. At least once: a crash
+        between the POST and its record sends the same event id again when the lease ends. Returns the next
+        retry time."""
         ledger = self.ctx.payments.ledger
         try:
             due = await ledger.due_notices(key, now)
@@ -427,6 +431,8 @@ class TenantPaymentsReconciler:
                 if not isinstance(provider, WebhookProvider):
                     await ledger.settle_notice(notice.key, "skipped", now)
                     continue
+                if not await ledger.take_notice(notice.key, now, now + timedelta(seconds=NOTICE_LEASE_SECONDS)):
+                    continue  # another replica is delivering it
                 try:
                     await provider.send_event(budget_notice.EVENT_TYPE, notice.event_id, json.loads(notice.data))
                 except Failure as exc:
