@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
+from prometheus_client import REGISTRY
 
 from maasctl.billing import budget, budget_notice
 from maasctl.billing.api.budget import BudgetPeriod
@@ -77,6 +78,10 @@ async def setup(billing_cluster: ControlPlane, billing_pg: PostgresServer) -> As
         await connector.stop()
         await ledger.close()
         await running.stop()
+
+
+def failed_count() -> float:
+    return REGISTRY.get_sample_value("maasctl_billing_budget_webhooks_total", {"outcome": "failed"}) or 0.0
 
 
 def fired_reason(obj: dict[str, Any] | None) -> str | None:
@@ -156,6 +161,7 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     assert (await setup.ledger.notice_states(f"{namespace}/cap"))[key][:2] == ("sent", 0)
 
     # The receiver fails: 110 % freezes all the same, the failure is counted and reported, then retried.
+    failed_before = failed_count()
     receiver.status = 500
     await charge(setup, tenant, "0.50")
     frozen = await eventually(lambda: reason("Frozen"))
@@ -166,6 +172,7 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     key100 = budget.firing_key(f"{namespace}/cap", 0, 100, start)
     state, attempts, failure = (await setup.ledger.notice_states(f"{namespace}/cap"))[key100]
     assert state == "pending" and attempts >= 1 and failure == "PSPError (http_500)"
+    assert failed_count() >= failed_before + 1
     refused = receiver.fired(accepted_only=False)[1:]
     assert refused and {json.loads(b)["id"] for _, b in refused} == {budget_notice.event_id(key100)}
 

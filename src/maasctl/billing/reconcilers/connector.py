@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 import httpx
 import structlog
+from prometheus_client import Counter
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -77,6 +78,8 @@ PAYMENT_METHOD_VALID, PAYMENT_DISPUTED, CORROBORATION = (
     "PaymentMethodValid", "PaymentDisputed", "PaymentCorroborationFailed")
 CONNECTOR_RESYNC: Final = 60
 NOTICE_LEASE_SECONDS: Final = 120
+BUDGET_WEBHOOKS: Final = Counter("maasctl_billing_budget_webhooks", "Budget webhook delivery attempts by outcome "
+                                 "(sent, failed, skipped)", ["outcome"])
 """A budget webhook taken for delivery is not taken again (by another replica) for this long."""
 _UNITS: Final = {"ms": 0, "s": 1, "m": 60, "h": 3600}
 
@@ -430,6 +433,7 @@ class TenantPaymentsReconciler:
             try:
                 if not isinstance(provider, WebhookProvider):
                     await ledger.settle_notice(notice.key, "skipped", now)
+                    BUDGET_WEBHOOKS.labels("skipped").inc()
                     continue
                 if not await ledger.take_notice(notice.key, now, now + timedelta(seconds=NOTICE_LEASE_SECONDS)):
                     continue  # another replica is delivering it
@@ -439,6 +443,7 @@ class TenantPaymentsReconciler:
                     reason = str(exc)
                     at = now + timedelta(seconds=budget_notice.backoff_seconds(notice.attempts + 1))
                     attempts = await ledger.notice_failed(notice.key, reason, at)
+                    BUDGET_WEBHOOKS.labels("failed").inc()
                     retry = at if retry is None else min(retry, at)
                     log.warning("budget webhook failed", tenant=key, budget=notice.budget, event_id=notice.event_id,
                                 reason=reason, attempts=attempts)
@@ -448,6 +453,7 @@ class TenantPaymentsReconciler:
                                          f"{self.ctx.now_rfc3339(at)}")
                     continue
                 await ledger.settle_notice(notice.key, "sent", now)
+                BUDGET_WEBHOOKS.labels("sent").inc()
                 log.info("budget webhook sent", tenant=key, budget=notice.budget, event_id=notice.event_id)
                 await self.ctx.event(obj, "Normal", "BudgetWebhookSent",
                                      f"the webhook of budget {notice.budget} (event {notice.event_id}) was delivered")
