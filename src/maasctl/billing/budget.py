@@ -9,7 +9,8 @@ The rule (docs/billing.md, "Budgets"):
 - **A threshold is reached** when `spend * 100 >= pct * amount` (exact Decimal arithmetic, no division).
 - **Firing**: each reached threshold fires once per period of its cap (`status.firedThresholds`; an entry fired
   before the cap's current period started is dropped: reset on rollover). Every firing notifies (an Event; the
-  signed webhook comes with BillingConnector, issue 21); Notify always fires alongside Throttle and Freeze.
+  signed webhook `budget_notice` when the tenant has a BillingConnector: recorded with the claim, delivered by the
+  psp-connector to a `webhook` connector); Notify always fires alongside Throttle and Freeze.
 - **Enforcement** is what the reached thresholds say now, the strongest across caps: Freeze > Throttle. It lasts
   while spend is over the threshold: the period rolls over (spend starts at zero) or the cap is raised, and it
   lifts. Notifications do not repeat within a period.

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import hmac
 import json
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import httpx
+from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.clock import ManualClock
@@ -90,6 +93,20 @@ async def fund(setup: Setup, tenant: str, amount: Decimal) -> None:
     """A trial credit, once per tenant (ledger entries are idempotent by key)."""
     await setup.ledger.post([credit(f"trial-{tenant}", tenant, datetime.now(UTC), amount, reason="trial",
                                     actor="test")])
+
+
+@contextlib.asynccontextmanager
+async def loopback(path: str, handle: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """A real HTTP server on 127.0.0.1 (a free port) serving POST `path` with `handle`; its URL."""
+    app = web.Application()
+    app.router.add_post(path, handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}{path}"
+    finally:
+        await runner.cleanup()
 
 
 def b64(value: str) -> str:

@@ -17,7 +17,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.billing.connector import signing
 
 from ..conftest import Billing, events_for, eventually
-from .psp import API, Setup, conds, connector_ready, deliver, fund, secret, status_of, tenant_obj
+from .psp import API, Setup, conds, connector_ready, deliver, fund, loopback, secret, status_of, tenant_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 HMAC_SECRET = "hmac-secret-value-0042"
@@ -50,18 +50,9 @@ class PSPReceiver:
 @pytest.fixture
 async def receiver() -> AsyncIterator[PSPReceiver]:
     psp_service = PSPReceiver()
-    app = web.Application()
-    app.router.add_post("/psp", psp_service.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    psp_service.url = f"http://127.0.0.1:{port}/psp"
-    try:
+    async with loopback("/psp", psp_service.handle) as url:
+        psp_service.url = url
         yield psp_service
-    finally:
-        await runner.cleanup()
 
 
 async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(

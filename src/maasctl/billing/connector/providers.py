@@ -254,6 +254,10 @@ class WebhookProvider:
         invoice = answer.get("invoiceId")
         return invoice if isinstance(invoice, str) and 0 < len(invoice) <= 255 else key
 
+    async def send_event(self, event_type: str, event_id: str, data: dict[str, Any]) -> None:
+        """POST a notification event (a budget firing), signed; Failure when the receiver does not take it."""
+        await self._post(event_type, event_id, data)
+
     def verify(self, body: bytes, header: str | None, now: int) -> str:
         return signing.verify(self._secret, header, body, now).reason
 

@@ -4,7 +4,7 @@
 """
 
 from maasctl.billing.ledger.entries import Posting, Transaction, adjustment, credit, usage_charge, wallet
-from maasctl.billing.ledger.store import Entry, Ledger, PostResult, Unpriced, make_engine
+from maasctl.billing.ledger.store import Entry, Ledger, Notice, PendingNotice, PostResult, Unpriced, make_engine
 
-__all__ = ["Entry", "Ledger", "PostResult", "Posting", "Transaction", "Unpriced", "adjustment", "credit",
-           "make_engine", "usage_charge", "wallet"]
+__all__ = ["Entry", "Ledger", "Notice", "PendingNotice", "PostResult", "Posting", "Transaction", "Unpriced",
+           "adjustment", "credit", "make_engine", "usage_charge", "wallet"]

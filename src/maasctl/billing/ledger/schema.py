@@ -6,7 +6,8 @@
 - Both are append-only: triggers refuse UPDATE and DELETE. Balances are always derived (SUM of postings).
 - `billing_rater_cursor` (where the rater is in maas-api's usage records) and `billing_unpriced_usage` (records
   no SKU prices, reported) are bookkeeping of the rater, not money; `billing_budget_firings` (one row per
-  budget threshold fired in a period: whoever inserts it notifies) is the budgets' bookkeeping.
+  budget threshold fired in a period: whoever inserts it notifies) is the budgets' bookkeeping, and
+  `billing_budget_notices` the signed webhooks of those firings the psp-connector is to deliver (an outbox).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import DateTime, TypeDecorator
 
-__all__ = ["create_schema_sync", "cursor", "firings", "metadata", "postings", "transactions", "unpriced"]
+__all__ = ["create_schema_sync", "cursor", "firings", "metadata", "notices", "postings", "transactions", "unpriced"]
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -119,6 +120,23 @@ firings = Table(
     Column("fired_at", UTCDateTime, nullable=False),
 )
 Index("ix_billing_firings_budget", firings.c.budget)
+
+notices = Table(
+    "billing_budget_notices",
+    metadata,
+    Column("key", String(300), primary_key=True),  # the firing's key (one notice per firing)
+    Column("event_id", String(64), nullable=False),
+    Column("budget", String(317), nullable=False),
+    Column("tenant", String(317), nullable=False),
+    Column("data", Text, nullable=False),  # the event's JSON `data` (budget_notice.threshold_fired)
+    Column("state", String(16), nullable=False),  # pending, sent, skipped
+    Column("attempts", Integer, nullable=False),
+    Column("last_failure", String(64)),  # a fixed reason (and code), never a secret or a URL
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("settled_at", UTCDateTime),
+)
+Index("ix_billing_notices_tenant", notices.c.tenant, notices.c.state)
 
 _APPEND_ONLY: Final = ("billing_ledger_transactions", "billing_ledger_postings")
 _LOCK_ID: Final = 0x62696C6C  # "bill": one replica creates the schema at a time

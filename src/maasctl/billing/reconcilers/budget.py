@@ -7,15 +7,18 @@ labels); evaluate; claim the new firings in the ledger database (`billing_budget
 budget, cap, threshold and period: whichever controller inserts a firing is the only one to notify it, so a
 retry, a restart or two replicas never fire twice); write status (`currentSpend`, `capPeriodEnds`,
 `firedThresholds`, conditions `Evaluating`, `WithinBudget`, `ThresholdFired`); then notify each claimed firing
-(Events `BudgetNotify`, plus `BudgetThrottle`/`BudgetFreeze`). The `ThresholdFired` reason says what is in
-force (`Frozen`, `Throttled`, `Notified`, `NoneFired`) and, when Frozen, its message is the text refused
-requests read; the Plan reconciler turns it into the Plan's AuthPolicy rule or TokenRateLimitPolicy limit.
-The budget is evaluated again when the rater charges its tenant, at its next period end (timers: a ManualClock
-jump re-queues it) and every `budget_resync_seconds`.
+(Events `BudgetNotify`, plus `BudgetThrottle`/`BudgetFreeze`). When the tenant has a `billingConnectorRef`,
+each firing's signed webhook (`budget_notice`) is recorded with its claim, in the same transaction; the
+psp-connector delivers it (this controller never reads Secrets) and never holds up enforcement. The
+`ThresholdFired` reason says what is in force (`Frozen`, `Throttled`, `Notified`, `NoneFired`) and, when
+Frozen, its message is the text refused requests read; the Plan reconciler turns it into the Plan's
+AuthPolicy rule or TokenRateLimitPolicy limit. The budget is evaluated again when the rater charges its
+tenant, at its next period end (timers: a ManualClock jump re-queues it) and every `budget_resync_seconds`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -25,11 +28,11 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from maasctl.api import parse
-from maasctl.billing import budget, identity, money
+from maasctl.billing import budget, budget_notice, identity, money
 from maasctl.billing.api import BudgetPolicy
 from maasctl.billing.api.budget import ThresholdAction
 from maasctl.billing.kinds import BUDGET_POLICY, PLAN, TENANT_ACCOUNT
-from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger import Ledger, Notice
 from maasctl.billing.reconcilers.context import BillingContext, log
 from maasctl.billing.timers import Timers, seconds_until
 from maasctl.billing.usage_source import UsageReader
@@ -111,8 +114,9 @@ class BudgetReconciler:
             return Result.requeue_after(_RETRY_SECONDS)
         ev = budget.evaluate(spec.caps, spends, now, budget.fired_of_status(obj.get("status")))
         keys = {budget.firing_key(req.key, c.index, pct, c.period_start): (c, pct) for c, pct in ev.new}
+        notify = self.notices(req, tenant, tenant_obj, keys)
         try:
-            won, times = await self.ledger.claim_firings(req.key, list(keys), now)
+            won, times = await self.ledger.claim_firings(req.key, list(keys), now, notify)
         except (SQLAlchemyError, OSError) as exc:
             await self.not_evaluated(obj, "SpendUnavailable", f"the ledger cannot be written: {exc}"[:1024])
             return Result.requeue_after(_RETRY_SECONDS)
@@ -134,6 +138,22 @@ class BudgetReconciler:
         if seconds_until(now, ev.next_transition) > ctx.settings.budget_resync_seconds:
             return Result.requeue_after(ctx.settings.budget_resync_seconds)
         return result
+
+    @staticmethod
+    def notices(req: Request, tenant: str, tenant_obj: FrozenObject,
+                keys: Mapping[str, tuple[budget.CapEvaluation, int]]) -> dict[str, Notice]:
+        """The signed webhooks of these firings, when the tenant has a BillingConnector: recorded with the claim,
+        delivered by the psp-connector if the connector is a `webhook` one (it alone reads the secret)."""
+        if not ((tenant_obj.get("spec") or {}).get("billingConnectorRef") or {}).get("name"):
+            return {}
+        out = {}
+        for key, (cap, pct) in keys.items():
+            data = budget_notice.threshold_fired(
+                namespace=str(req.namespace), budget=req.name, tenant=tenant, cap_index=cap.index,
+                period=cap.cap.period.value, period_start=cap.period_start, period_end=cap.period_end, pct=pct,
+                actions=[a.value for a in cap.actions(pct)], spend=cap.spend, cap=cap.cap.amount)
+            out[key] = Notice(tenant, budget_notice.event_id(key), json.dumps(data, separators=(",", ":")))
+        return out
 
     async def spend(self, tenant: str, selector: Mapping[str, str], since: datetime, until: datetime) -> Decimal:
         if not selector:

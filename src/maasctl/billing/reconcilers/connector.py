@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,9 +27,12 @@ from typing import Any, Final, Literal
 
 import httpx
 import structlog
+from prometheus_client import Counter
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from maasctl.api import parse
+from maasctl.billing import budget_notice
 from maasctl.billing.api import GROUP, VERSION, BillingConnector, TenantAccount
 from maasctl.billing.api.connector import ConnectorType, TaxMode
 from maasctl.billing.api.tenant import BillingMode
@@ -36,7 +40,14 @@ from maasctl.billing.clock import Clock
 from maasctl.billing.connector import reload
 from maasctl.billing.connector.amounts import to_minor
 from maasctl.billing.connector.payments import Limits, Payments
-from maasctl.billing.connector.providers import Credentials, Customer, Failure, Provider, provider_for
+from maasctl.billing.connector.providers import (
+    Credentials,
+    Customer,
+    Failure,
+    Provider,
+    WebhookProvider,
+    provider_for,
+)
 from maasctl.billing.connector.receiver import Receiver, Registered, Registry
 from maasctl.billing.connector.settings import ConnectorSettings
 from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
@@ -66,6 +77,10 @@ CREDENTIALS_VALID, WEBHOOK_REACHABLE, SYNC_HEALTHY = "CredentialsValid", "Webhoo
 PAYMENT_METHOD_VALID, PAYMENT_DISPUTED, CORROBORATION = (
     "PaymentMethodValid", "PaymentDisputed", "PaymentCorroborationFailed")
 CONNECTOR_RESYNC: Final = 60
+NOTICE_LEASE_SECONDS: Final = 120
+BUDGET_WEBHOOKS: Final = Counter("maasctl_billing_budget_webhooks", "Budget webhook delivery attempts by outcome "
+                                 "(sent, failed, skipped)", ["outcome"])
+"""A budget webhook taken for delivery is not taken again (by another replica) for this long."""
 _UNITS: Final = {"ms": 0, "s": 1, "m": 60, "h": 3600}
 
 
@@ -352,6 +367,7 @@ class TenantPaymentsReconciler:
             return Result.requeue_after(ctx.settings.reload_check_seconds)
         await ctx.payments.ensure_schema()
         now = ctx.clock.now()
+        notices_retry = await self._notices(obj, entry.provider, key, now)
         old = obj.get("status") or {}
         settings = ctx.settings
 
@@ -393,9 +409,58 @@ class TenantPaymentsReconciler:
         facts = await ctx.payments.facts(key, now)
         await self._status(obj, tenant, facts, check, current, changed_at, now)
         wait = settings.reload_check_seconds
-        if retry_at is not None:
-            wait = max(1, min(wait, int((retry_at - now).total_seconds()) + 1))
+        for at in (retry_at, notices_retry):
+            if at is not None:
+                wait = max(1, min(wait, int((at - now).total_seconds()) + 1))
         return Result.requeue_after(wait)
+
+    async def _notices(self, obj: FrozenObject, provider: Provider, key: str, now: datetime) -> datetime | None:
+        """Deliver the tenant's due budget webhooks (`budget_notice`), signed, to a `webhook` connector; a Stripe
+        connector has no such channel: its notices are settled `skipped`. A failure is counted, reported by a
+        Warning Event (a fixed reason, never the secret or the URL) and retried with backoff; it never stops
+        the payment work below, and enforcement (the billing controller's) never waits on it. Each attempt first
+        takes the notice (a lease in the database), so replicas do not POST it at once. At least once: a crash
+        between the POST and its record sends the same event id again when the lease ends. Returns the next
+        retry time."""
+        ledger = self.ctx.payments.ledger
+        try:
+            due = await ledger.due_notices(key, now)
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("budget notices unavailable", tenant=key, error=type(exc).__name__)
+            return None
+        retry: datetime | None = None
+        for notice in due:
+            try:
+                if not isinstance(provider, WebhookProvider):
+                    await ledger.settle_notice(notice.key, "skipped", now)
+                    BUDGET_WEBHOOKS.labels("skipped").inc()
+                    continue
+                if not await ledger.take_notice(notice.key, now, now + timedelta(seconds=NOTICE_LEASE_SECONDS)):
+                    continue  # another replica is delivering it
+                try:
+                    await provider.send_event(budget_notice.EVENT_TYPE, notice.event_id, json.loads(notice.data))
+                except Failure as exc:
+                    reason = str(exc)
+                    at = now + timedelta(seconds=budget_notice.backoff_seconds(notice.attempts + 1))
+                    attempts = await ledger.notice_failed(notice.key, reason, at)
+                    BUDGET_WEBHOOKS.labels("failed").inc()
+                    retry = at if retry is None else min(retry, at)
+                    log.warning("budget webhook failed", tenant=key, budget=notice.budget, event_id=notice.event_id,
+                                reason=reason, attempts=attempts)
+                    await self.ctx.event(obj, "Warning", "BudgetWebhookFailed",
+                                         f"the webhook of budget {notice.budget} (event {notice.event_id}) was not "
+                                         f"accepted: {reason}; attempt {attempts}, retried at "
+                                         f"{self.ctx.now_rfc3339(at)}")
+                    continue
+                await ledger.settle_notice(notice.key, "sent", now)
+                BUDGET_WEBHOOKS.labels("sent").inc()
+                log.info("budget webhook sent", tenant=key, budget=notice.budget, event_id=notice.event_id)
+                await self.ctx.event(obj, "Normal", "BudgetWebhookSent",
+                                     f"the webhook of budget {notice.budget} (event {notice.event_id}) was delivered")
+            except (SQLAlchemyError, OSError) as exc:
+                log.warning("budget notice not recorded", tenant=key, error=type(exc).__name__)
+                return None
+        return retry
 
     async def _method(self, key: str, provider: Provider, customer: Customer | None, version: str,
                       now: datetime) -> _MethodCheck | None:
