@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from maasctl.billing.ledger.schema import UTCDateTime
+from maasctl.dbtypes import UTCDateTime
 
 __all__ = ["UsageReader", "UsageRow", "api_key_labels", "usage_records"]
 

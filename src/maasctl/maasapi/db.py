@@ -3,14 +3,10 @@ mirrors them for queries). Timestamps are always timezone-aware UTC, also on SQL
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     Boolean,
     Column,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -19,29 +15,8 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.types import TypeDecorator
 
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Stores aware datetimes as UTC; SQLite returns naive values, which are read back as UTC."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to UTCDateTime")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        assert isinstance(value, datetime)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
+from maasctl.dbtypes import UTCDateTime
 
 metadata = MetaData()
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from maasctl.testenv.controlplane import free_port
+
 PG_USER = "maas"
 PG_PASSWORD = "maas-test-password"
 DEFAULT_DB = "maas"
@@ -30,12 +32,6 @@ DEFAULT_DB = "maas"
 
 class PostgresUnavailable(RuntimeError):
     """No way to start PostgreSQL here (binaries missing and not installable, no Docker)."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def find_bindir() -> Path | None:
@@ -164,7 +160,7 @@ def start_debian(timeout: float = 60.0) -> PostgresServer:
     if runner is not None:
         for p in (tmp, sockdir, pwfile):
             os.chown(p, runner.pw_uid, runner.pw_gid)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     try:
         _run_as(

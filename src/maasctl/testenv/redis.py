@@ -11,17 +11,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maasctl.testenv.controlplane import free_port
+
 __all__ = ["RedisServer", "RedisUnavailable", "start_redis"]
 
 
 class RedisUnavailable(RuntimeError):
     """No redis-server binary here (run hack/setup.sh, which installs the Debian package)."""
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -51,7 +48,7 @@ def start_redis(timeout: float = 20.0) -> RedisServer:
     if binary is None:
         raise RedisUnavailable("redis-server not found: run hack/setup.sh (installs the Debian package)")
     directory = Path(tempfile.mkdtemp(prefix="maasctl-redis-"))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(directory), "--protected-mode", "yes"],

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maasctl.testenv.binary import BuildError, cache_home, repo_root
+from maasctl.testenv.controlplane import free_port
 
 __all__ = ["StripeMock", "StripeMockUnavailable", "ensure_stripe_mock", "running_stripe_mock", "start_stripe_mock"]
 
@@ -84,11 +85,6 @@ def ensure_stripe_mock(*, quiet: bool = False) -> Path:
     return target
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @dataclass
 class StripeMock:
@@ -119,7 +115,7 @@ def start_stripe_mock(timeout: int = 30) -> StripeMock:
     """Run stripe-mock on a free loopback port; returns once it answers HTTP."""
     binary = ensure_stripe_mock()
     directory = Path(tempfile.mkdtemp(prefix="maasctl-stripe-mock-"))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(binary), "-http-addr", f"127.0.0.1:{port}", "-https-unix", str(directory.joinpath("https.sock"))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)

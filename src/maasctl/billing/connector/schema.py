@@ -21,7 +21,7 @@ from typing import Final
 from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import Connection
 
-from maasctl.billing.ledger.schema import UTCDateTime
+from maasctl.dbtypes import UTCDateTime
 
 __all__ = ["create_schema_sync", "events", "invoices", "locks", "metadata", "reloads", "usage_pushes", "webhooks"]
 

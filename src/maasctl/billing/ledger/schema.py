@@ -12,8 +12,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 from sqlalchemy import (
     JSON,
@@ -28,30 +27,11 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.types import DateTime, TypeDecorator
+from sqlalchemy.engine import Connection
+
+from maasctl.dbtypes import UTCDateTime
 
 __all__ = ["create_schema_sync", "cursor", "firings", "metadata", "notices", "postings", "transactions", "unpriced"]
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware datetimes stored as UTC (SQLite hands back naive values, read as UTC)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the ledger")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        assert isinstance(value, datetime)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 _ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only

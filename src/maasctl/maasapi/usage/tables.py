@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, BigInteger, Boolean, Column, Date, Float, Index, Integer, String, Table, false
 
-from maasctl.maasapi.db import UTCDateTime, metadata
+from maasctl.dbtypes import UTCDateTime
+from maasctl.maasapi.db import metadata
 
 ID_LEN = 64
 USER_LEN = 253

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from maasctl.maasapi.db import UTCDateTime
+from maasctl.dbtypes import UTCDateTime
 
 revision: str = "0002_usage"
 down_revision: str | None = "0001_api_keys"

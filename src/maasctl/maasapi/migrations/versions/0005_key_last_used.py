@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from maasctl.maasapi.db import UTCDateTime
+from maasctl.dbtypes import UTCDateTime
 
 revision: str = "0005_key_last_used"
 down_revision: str | None = "0004_usage_attribution"
