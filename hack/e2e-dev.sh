@@ -23,13 +23,15 @@ stop_dev() {
 trap stop_dev EXIT
 trap 'exit 130' INT TERM
 
-# Five distinct free loopback ports, held together while chosen so they cannot repeat.
+# Five distinct free loopback ports outside the ephemeral range (see maasctl.testenv.controlplane.free_port).
 read -r gateway_port api_port console_port model_port incluster_port < <(.venv/bin/python -c '
-import socket
-socks = [socket.socket() for _ in range(5)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))
+from maasctl.testenv.controlplane import free_port
+ports = []
+while len(ports) < 5:
+    port = free_port()
+    if port not in ports:
+        ports.append(port)
+print(*ports)
 ')
 
 : > "$dir/dev.out"

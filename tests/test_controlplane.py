@@ -135,3 +135,19 @@ def test_second_control_plane_runs_side_by_side_and_leaves_no_process(control_pl
     assert all(p is not None and p.poll() is not None for p in popens)
     assert not root.exists()
     control_plane.check_healthy()
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range() -> None:
+    """Outgoing connections take source ports from the ephemeral range; a listening port chosen there can be
+    taken between choosing it and the child binding it (a CI run failed on exactly that)."""
+    import socket
+
+    from maasctl.testenv.controlplane import _ephemeral_range, free_port
+
+    low, high = _ephemeral_range()
+    ports = {free_port() for _ in range(50)}
+    assert len(ports) > 40  # chosen at random, not one fixed port
+    assert not any(low <= port <= high for port in ports)
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # and it is free right now

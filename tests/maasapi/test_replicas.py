@@ -17,6 +17,7 @@ from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import make_engine
+from maasctl.testenv.controlplane import free_port
 from maasctl.testenv.postgres import PostgresServer
 
 from .conftest import GATEWAY_TOKEN, GW, USERS, auth, sample_subscriptions
@@ -94,20 +95,12 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_two_uvicorn_processes_on_one_database(pg_server: PostgresServer) -> None:
     """Real processes (own interpreters, pools and event loops): revoke via one, rejected by the other."""
     import sys
 
     url = await pg_server.acreate_database(f"p_{uuid.uuid4().hex[:12]}")
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", CHILD, url, str(p)) for p in ports]
     try:
         async with httpx.AsyncClient(timeout=5) as http:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +29,7 @@ from maasctl.reconcilers.cleanup import JOB, JobState, build_cleanup_job, job_na
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from maasctl.testenv.controlplane import free_port
 from tests.reconcilers.conftest import SETTINGS, SUB_NS, Objects, eventually
 from tests.reconcilers.test_core_flow import publish_external, uid
 from tests.reconcilers.test_priority import CONTROLLER_NS, controller_and_runner, priority_subscription, runner_settings
@@ -40,12 +40,6 @@ TOKENS = {
     "cleanup-token": Identity(CLEANUP_SA, ("system:serviceaccounts",)),
 }
 GW = {"Authorization": "Bearer gw-token"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

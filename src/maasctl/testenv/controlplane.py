@@ -72,8 +72,34 @@ def default_users() -> tuple[TestUser, ...]:
     )
 
 
+_LISTEN_PORTS = (20000, 32767)  # below Linux's default ephemeral range (32768-60999)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    with contextlib.suppress(OSError, ValueError):
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port a child process can listen on a moment later.
+
+    Asking the kernel for port 0 hands out a port from the ephemeral range, the same range every outgoing
+    connection's source port comes from: with dozens of clients talking to the apiserver, one of them can take
+    that port before the child binds it ("address already in use"). So pick at random outside that range and
+    keep the one that binds now."""
+    eph_low, eph_high = _ephemeral_range()
+    candidates = [p for p in range(*_LISTEN_PORTS) if not eph_low <= p <= eph_high]
+    for _ in range(200 if candidates else 0):
+        port = secrets.choice(candidates)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room outside it: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
