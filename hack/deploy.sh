@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install (or upgrade) maasctl into the cluster of the current kubeconfig. Idempotent: server-side apply.
 #
-#   hack/deploy.sh [--overlay NAME|DIR] [--database-url URL] [--no-wait-pods] [--timeout SECONDS] [--dry-run]
+#   hack/deploy.sh [--overlay NAME|DIR] [--database-url URL] [--ledger-url URL] [--no-wait-pods]
+#                  [--timeout SECONDS] [--dry-run]
 #
 #   --overlay        manifests/overlays/<NAME> or a directory with a kustomization.yaml (default: default)
 #   --database-url   create/update Secret maas-api-db (key database-url) with this URL (env MAAS_DATABASE_URL)
+#   --ledger-url     create/update Secret billing-ledger (key ledger-url), the billing ledger the psp-connector
+#                    credits payments to (env MAAS_BILLING_LEDGER_URL)
 #   --no-wait-pods   do not wait for the Deployments to become Available (clusters without nodes, CI)
 #   --timeout        seconds to wait for CRDs, admission policy and Deployments (default 300)
 #   --dry-run        server-side dry run: validate everything, change nothing
@@ -61,6 +64,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then return 0; fi
 
 overlay=default
 database_url="${MAAS_DATABASE_URL:-}"
+ledger_url="${MAAS_BILLING_LEDGER_URL:-}"
 wait_pods=1
 timeout=300
 dry_run=()
@@ -70,11 +74,13 @@ while [[ $# -gt 0 ]]; do
     --overlay=*) overlay="${1#*=}"; shift ;;
     --database-url) database_url="$2"; shift 2 ;;
     --database-url=*) database_url="${1#*=}"; shift ;;
+    --ledger-url) ledger_url="$2"; shift 2 ;;
+    --ledger-url=*) ledger_url="${1#*=}"; shift ;;
     --no-wait-pods) wait_pods=0; shift ;;
     --timeout) timeout="$2"; shift 2 ;;
     --timeout=*) timeout="${1#*=}"; shift ;;
     --dry-run) dry_run=(--dry-run=server); shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -101,7 +107,7 @@ if [[ ${#dry_run[@]} -eq 0 ]]; then
   [[ "$got" == "'$subscription_ns'" ]] || die "admission policy bound to $got, expected '$subscription_ns'"
 fi
 
-log "applying the controller, maas-api and their RBAC"
+log "applying the controller, maas-api, the billing operator, the psp-connector and their RBAC"
 if [[ ${#dry_run[@]} -eq 0 ]]; then
   apply_stream < "$rendered"
 else
@@ -112,6 +118,12 @@ fi
 if [[ -n "$database_url" ]]; then
   log "writing Secret $controller_ns/maas-api-db"
   k create secret generic maas-api-db -n "$controller_ns" --from-literal=database-url="$database_url" \
+      --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
+fi
+
+if [[ -n "$ledger_url" ]]; then
+  log "writing Secret $controller_ns/billing-ledger"
+  k create secret generic billing-ledger -n "$controller_ns" --from-literal=ledger-url="$ledger_url" \
     --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
 fi
 
@@ -154,6 +166,8 @@ fi
 
 has_secret=1
 k get secret maas-api-db -n "$controller_ns" >/dev/null 2>&1 || has_secret=0
+has_ledger=1
+k get secret billing-ledger -n "$controller_ns" >/dev/null 2>&1 || has_ledger=0
 
 cat <<EOF
 
@@ -167,6 +181,13 @@ if [[ $has_secret -eq 0 ]]; then
       --from-literal=database-url=postgresql+asyncpg://USER:PASSWORD@HOST:5432/maas \\
       --from-literal=key-pepper=\$(openssl rand -hex 32)
     (or re-run with --database-url URL)
+EOF
+fi
+if [[ $has_ledger -eq 0 ]]; then
+  cat <<EOF
+  * The psp-connector (payments) needs the billing ledger: kubectl -n $controller_ns create secret generic \\
+      billing-ledger --from-literal=ledger-url=postgresql+asyncpg://USER:PASSWORD@HOST:5432/billing
+    (the ledger \`maasctl billing run --ledger-url\` writes; or re-run with --ledger-url URL)
 EOF
 fi
 cat <<EOF

@@ -3,9 +3,10 @@
 #
 #   hack/uninstall.sh [--overlay NAME|DIR] [--examples] [--all] [--timeout SECONDS]
 #
-# Default: removes the controller, maas-api, their Services, ServiceAccounts, RBAC, gateway route and
-# AuthPolicy. Keeps the MaaS API (CRDs + admission policy), the subscription namespace and every MaaS resource
-# users created, so a later deploy picks them up again.
+# Default: removes the controller, maas-api, the billing operator, the psp-connector, their Services,
+# ServiceAccounts, RBAC, gateway route and AuthPolicy. Keeps the MaaS API (CRDs + admission policy), the
+# subscription namespace, the Secrets deploy.sh wrote (maas-api-db, billing-ledger, maas-api-gateway-token)
+# and every MaaS resource users created, so a later deploy picks them up again.
 #   --examples  also remove the sample resources of hack/install-examples.sh
 #   --all       also delete every MaaS resource (through the running controller, so generated routes and
 #               policies are cleaned up; objects it cannot finalize within --timeout lose the finalizer and
@@ -27,7 +28,7 @@ while [[ $# -gt 0 ]]; do
     --examples) examples=1; shift ;;
     --timeout) timeout="$2"; shift 2 ;;
     --timeout=*) timeout="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -83,7 +84,7 @@ if [[ $all -eq 1 && $api_installed -eq 1 ]]; then
   fi
 fi
 
-log "removing the controller and maas-api from namespace $controller_ns"
+log "removing the controller, maas-api, the billing operator and the psp-connector from namespace $controller_ns"
 awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} !/\nkind: Namespace\n/' "$rendered" > "$rendered.objects"
 k delete -f "$rendered.objects" --ignore-not-found --wait=true --timeout="${timeout}s"
 

@@ -76,6 +76,15 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
+    # The psp-connector (manifests/base/psp-connector); tests/billing/connector run it as this ServiceAccount.
+    # Secrets by name only (no list/watch); no Lease (no leader election).
+    ("ClusterRole", "psp-connector"): {
+        **{(BILLING, r): READ for r in ("billingconnectors", "tenantaccounts", "plans", "pricebooks")},
+        **{(BILLING, f"{r}/status"): frozenset({"patch"}) for r in ("billingconnectors", "tenantaccounts")},
+        ("", "secrets"): frozenset({"get"}),
+        ("networking.k8s.io", "ingresses"): frozenset({"create", "patch", "delete"}),
+        ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+    },
 }
 ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
 
@@ -112,9 +121,9 @@ def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) 
     docs = render(overlay)
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
                 "maas-api": "maas-api", "maas-api-organizations": "maas-api",
-                "billing-controller": "billing-controller"}
+                "billing-controller": "billing-controller", "psp-connector": "psp-connector"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 7
+    assert len(bindings) == 8
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]

@@ -65,7 +65,7 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_deployments_are_hardened(overlay: Any) -> None:
     docs = render(overlay)
-    for name in ("maas-controller", "maas-api"):
+    for name in ("maas-controller", "maas-api", "billing-controller", "psp-connector"):
         pod = find(docs, "Deployment", name)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -78,10 +78,12 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     cp = cluster
     out = script(cp, "deploy.sh", "--no-wait-pods")
     assert "Next steps" in out and "maas-api-db" in out  # tells how to create the database Secret
+    assert "needs the billing ledger" in out and "billing-ledger" in out  # and the psp-connector's Secret
     crd = live(cp, "crd", f"maassubscriptions.{MAAS}")
     assert crd is not None
     assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
-    deployments = {d: version(cp, "deployment", d, "opendatahub") for d in ("maas-controller", "maas-api")}
+    deployments = {d: version(cp, "deployment", d, "opendatahub")
+                   for d in ("maas-controller", "maas-api", "billing-controller", "psp-connector")}
     role = version(cp, "clusterrole", "maas-controller")
     assert admission_allows(cp, DEFAULT_SUBSCRIPTION_NS) and not admission_allows(cp, "default")
 
@@ -91,8 +93,12 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     dry = script(cp, "deploy.sh", "--dry-run")
     assert "nothing was changed" in dry
 
-    script(cp, "deploy.sh", "--no-wait-pods", "--database-url", "postgresql+asyncpg://u:p@db:5432/maas")
+    out = script(cp, "deploy.sh", "--no-wait-pods", "--database-url", "postgresql+asyncpg://u:p@db:5432/maas",
+                 "--ledger-url", "postgresql+asyncpg://u:p@db:5432/billing")
     assert live(cp, "secret", "maas-api-db", "opendatahub") is not None
+    ledger = live(cp, "secret", "billing-ledger", "opendatahub")
+    assert ledger is not None and "ledger-url" in ledger["data"]
+    assert "needs the billing ledger" not in out and "u:p@db" not in out  # no hint now; the URLs are not echoed
 
     script(cp, "install-examples.sh")
     subs = {n: version(cp, "maassubscriptions", n, DEFAULT_SUBSCRIPTION_NS) for n in ("free", "premium")}
@@ -110,6 +116,9 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert live(cp, "deployment", "maas-controller", "opendatahub") is None
     assert live(cp, "clusterrole", "maas-controller") is None
     assert live(cp, "clusterrolebinding", "maas-api") is None
+    assert live(cp, "deployment", "psp-connector", "opendatahub") is None
+    assert live(cp, "clusterrole", "psp-connector") is None
+    assert live(cp, "secret", "billing-ledger", "opendatahub") is not None, "the ledger URL is the user's"
     assert live(cp, "namespace", "opendatahub") is not None, "the controller namespace may be shared"
     # User resources, the API and the subscription namespace stay.
     assert live(cp, "crd", f"maassubscriptions.{MAAS}") is not None

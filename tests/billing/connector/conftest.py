@@ -33,12 +33,11 @@ async def psp(billing_cluster: ControlPlane, billing_pg: PostgresServer, stripe_
     running = await start_billing(billing_cluster, dataclasses.replace(SETTINGS, ledger_url=url,
                                                                        wallet_resync_seconds=2))
     clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
-    kubeconfig = str(billing_cluster.kubeconfig)
-    connector = await start_connector(kubeconfig, url, clock, stripe_mock.url)
+    connector = await start_connector(billing_cluster, url, clock, stripe_mock.url)
     ledger = Ledger.from_url(url)
     await ledger.create_schema()
     try:
-        yield Setup(running, connector, clock, ledger, url, kubeconfig, stripe_mock.url)
+        yield Setup(running, connector, clock, ledger, url, billing_cluster, stripe_mock.url)
     finally:
         await connector.stop()
         await ledger.close()

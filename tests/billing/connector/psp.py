@@ -1,5 +1,6 @@
 """Helpers of the psp-connector integration tests: a running connector (its manager and real webhook receiver)
-on a ManualClock, Stripe-signed deliveries, and the objects the tests create."""
+on a ManualClock, acting as its own ServiceAccount with the RBAC of the install manifests, Stripe-signed
+deliveries, and the objects the tests create."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from maasctl.billing.connector.settings import ConnectorSettings
 from maasctl.billing.ledger import Ledger, credit
 from maasctl.billing.reconcilers.connector import ConnectorContext
 from maasctl.runtime import Manager
-from maasctl.runtime.connect import connect
+from maasctl.testenv import ControlPlane
+from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api
 
-from ..conftest import Billing, RunningBilling, eventually
+from ..conftest import CONTROLLER_NS, Billing, RunningBilling, eventually
 
 API = "billing.opendatahub.io/v1alpha1"
 SECRET_KEY = "sk_test_51Hsecretkeyvalue0001"
@@ -54,9 +56,18 @@ class Connector:
         await self.api.close()
 
 
-async def start_connector(kubeconfig: str, ledger_url: str, clock: ManualClock, stripe_url: str) -> Connector:
-    """A replica (no leader election: every replica reconciles and serves webhooks, as in production)."""
-    api = await connect(kubeconfig)
+async def psp_connector_api(cp: ControlPlane) -> k8s.ApiClient:
+    """Apply the psp-connector's RBAC from the default overlay; a client acting as its ServiceAccount."""
+    await apply_docs(cp, identity_docs({"psp-connector"}, CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
+    return await service_account_api(cp, CONTROLLER_NS, "psp-connector",
+                                     ready_checks=[("list", "billingconnectors.billing.opendatahub.io", "-A"),
+                                                   ("get", "secrets", "-A")])
+
+
+async def start_connector(cp: ControlPlane, ledger_url: str, clock: ManualClock, stripe_url: str) -> Connector:
+    """A replica (no leader election: every replica reconciles and serves webhooks, as in production), as the
+    psp-connector ServiceAccount: a permission missing from manifests/base/psp-connector fails the tests."""
+    api = await psp_connector_api(cp)
     settings = ConnectorSettings(ledger_url=ledger_url, webhook_bind_address="127.0.0.1:0",
                                  stripe_api_base=stripe_url, metrics_bind_address="0",
                                  health_probe_bind_address="0", reload_check_seconds=1, reload_retry_seconds=1,
@@ -73,7 +84,7 @@ class Setup:
     clock: ManualClock
     ledger: Ledger
     ledger_url: str
-    kubeconfig: str
+    cluster: ControlPlane
     stripe_url: str
 
     @property

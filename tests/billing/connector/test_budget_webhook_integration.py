@@ -68,12 +68,11 @@ async def setup(billing_cluster: ControlPlane, billing_pg: PostgresServer) -> As
     running = await start_billing(billing_cluster, dataclasses.replace(SETTINGS, ledger_url=url,
                                                                        budget_resync_seconds=1))
     clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
-    kubeconfig = str(billing_cluster.kubeconfig)
-    connector = await start_connector(kubeconfig, url, clock, "http://127.0.0.1:9")  # no Stripe here
+    connector = await start_connector(billing_cluster, url, clock, "http://127.0.0.1:9")  # no Stripe here
     ledger = Ledger.from_url(url)
     await ledger.create_schema()
     try:
-        yield Setup(running, connector, clock, ledger, url, kubeconfig, "http://127.0.0.1:9")
+        yield Setup(running, connector, clock, ledger, url, billing_cluster, "http://127.0.0.1:9")
     finally:
         await connector.stop()
         await ledger.close()

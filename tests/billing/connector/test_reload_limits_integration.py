@@ -44,7 +44,7 @@ async def test_concurrent_triggers_start_one_reload_and_the_daily_limit_holds(
     key = f"{namespace}/ten-nova"
     await fund(psp, key, Decimal("30.00"))  # above the threshold: nothing to do yet
     await billing.create(tenant_obj(namespace, "ten-nova", "nova-stripe", per_day=1, cap="1000"))
-    replica = await start_connector(psp.kubeconfig, psp.ledger_url, psp.clock, psp.stripe_url)
+    replica = await start_connector(psp.cluster, psp.ledger_url, psp.clock, psp.stripe_url)
     try:
         async def both_see_it() -> bool:
             return all(c.cache.get(TENANT_ACCOUNT, "ten-nova", namespace) is not None and
