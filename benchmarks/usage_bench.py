@@ -8,7 +8,9 @@
    with the same keys the ingest path uses; a check compares rollup and raw totals.
 3. A 1-year report (GET /v1/usage/report?range=1y) and a monthly CSV export grouped by user
    (GET /v1/usage/export?groupBy=user&by=month&range=1y): wall time, rows, and the server process' peak RSS
-   (VmHWM) before and after (flat memory = the export streams).
+   (VmHWM) before and after (flat memory = the export streams). The report query is also timed in process
+   from the full rollups (what it read before migration 0008) and from the subscription/user rollups,
+   interleaved in the same run.
 
     .venv/bin/python benchmarks/usage_bench.py [--records 1000000] [--ingest 100000] [--users 1000] [--json]
 """
@@ -122,19 +124,21 @@ FROM generate_series($4::bigint, $5::bigint) g
 COUNTERS = """count(*), count(*) FILTER (WHERE status >= 400), sum(input_tokens), sum(cached_tokens),
     sum(output_tokens), sum(reasoning_tokens), sum(total_tokens)"""
 ROLLUP_COLS = "subscription, username, key_id, model, organization_id"
+USER_ROLLUP_COLS = "subscription, username, organization_id"
 VALUE_COLS = ("requests, failed_requests, input_tokens, cached_tokens, output_tokens, reasoning_tokens, "
               "total_tokens")
 
 
-def build_rollup(table: str, time_col: str, time_expr: str, extra_col: str = "", extra_expr: str = "") -> str:
+def build_rollup(table: str, time_col: str, time_expr: str, extra_col: str = "", extra_expr: str = "",
+                 keys: str = ROLLUP_COLS) -> str:
     """INSERT ... SELECT ... GROUP BY for one rollup table, with the keys and sums the ingest path uses."""
     sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in VALUE_COLS.split(", "))
-    group = ", ".join(str(i) for i in range(1, 7 + bool(extra_col)))
+    group = ", ".join(str(i) for i in range(1, 2 + len(keys.split(", ")) + bool(extra_col)))
     return f"""
-INSERT INTO {table} ({time_col}, {ROLLUP_COLS}{extra_col}, {VALUE_COLS})
-SELECT {time_expr}, {ROLLUP_COLS}{extra_expr}, {COUNTERS}
+INSERT INTO {table} ({time_col}, {keys}{extra_col}, {VALUE_COLS})
+SELECT {time_expr}, {keys}{extra_expr}, {COUNTERS}
 FROM usage_records WHERE id LIKE 'gen-%' GROUP BY {group}
-ON CONFLICT ({time_col}, {ROLLUP_COLS}) DO UPDATE SET {sums}
+ON CONFLICT ({time_col}, {keys}) DO UPDATE SET {sums}
 """
 
 
@@ -143,7 +147,11 @@ BUILDERS = (
     build_rollup("usage_daily", "day", "(ts AT TIME ZONE 'UTC')::date", ", month",
                  ", to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM')"),
     build_rollup("usage_monthly", "month_start", "date_trunc('month', ts, 'UTC')::date"),
+    build_rollup("usage_user_daily", "day", "(ts AT TIME ZONE 'UTC')::date", ", month",
+                 ", to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM')", keys=USER_ROLLUP_COLS),
+    build_rollup("usage_user_monthly", "month_start", "date_trunc('month', ts, 'UTC')::date", keys=USER_ROLLUP_COLS),
 )
+ROLLUP_TABLES = ("usage_hourly", "usage_daily", "usage_monthly", "usage_user_daily", "usage_user_monthly")
 
 
 async def generate(dsn: str, n: int, users: int) -> dict[str, float]:
@@ -162,18 +170,15 @@ async def generate(dsn: str, n: int, users: int) -> dict[str, float]:
         await conn.execute("ANALYZE")
         t2 = time.perf_counter()
         raw = await conn.fetchval("SELECT sum(total_tokens) FROM usage_records")
-        daily = await conn.fetchval("SELECT sum(total_tokens) FROM usage_daily")
-        hourly = await conn.fetchval("SELECT sum(total_tokens) FROM usage_hourly")
-        monthly = await conn.fetchval("SELECT sum(total_tokens) FROM usage_monthly")
-        if not raw == daily == hourly == monthly:
-            raise RuntimeError(f"rollups disagree with raw rows: {raw} {daily} {hourly} {monthly}")
+        sums = [await conn.fetchval(f"SELECT sum(total_tokens) FROM {t}") for t in ROLLUP_TABLES]
+        if any(total != raw for total in sums):
+            raise RuntimeError(f"rollups disagree with raw rows: {raw} {sums}")
         return {
             "generate_s": round(t1 - t0, 1),
             "rollup_build_s": round(t2 - t1, 1),
             "raw_rows": await conn.fetchval("SELECT count(*) FROM usage_records"),
-            "daily_rows": await conn.fetchval("SELECT count(*) FROM usage_daily"),
-            "hourly_rows": await conn.fetchval("SELECT count(*) FROM usage_hourly"),
-            "monthly_rows": await conn.fetchval("SELECT count(*) FROM usage_monthly"),
+            **{f"{t.removeprefix('usage_')}_rows": await conn.fetchval(f"SELECT count(*) FROM {t}")
+               for t in ROLLUP_TABLES},
             "db_size_mb": round(await conn.fetchval("SELECT pg_database_size(current_database())") / 2**20),
         }
     finally:
@@ -199,6 +204,35 @@ async def timed_get(http: httpx.AsyncClient, path: str, params: dict[str, str], 
     _, after = peak_rss_mb(pid)
     return {"seconds": round(elapsed, 3), "first_byte_s": round(first_byte or 0, 3), "bytes": size,
             "lines": lines, "server_peak_rss_mb_before": round(before, 1), "server_peak_rss_mb_after": round(after, 1)}
+
+
+async def report_full_vs_user_rollups(url: str, rounds: int = 5) -> dict[str, float]:
+    """The 1-year report query in process, read from the full rollups (as before migration 0008) and from the
+    subscription/user rollups, interleaved in one run; median seconds of each."""
+    import statistics
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from maasctl.maasapi.usage import store as usage_store
+    from maasctl.maasapi.usage.ranges import resolve
+
+    engine = create_async_engine(url)
+    usage = usage_store.UsageStore(engine)
+    rng = resolve(datetime.now(UTC), "1y", None, None)
+    chosen = usage_store._by_user
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(rounds):
+            for narrow in (False, True):
+                usage_store._by_user = (lambda group: narrow)  # type: ignore[assignment]  # noqa: B023
+                t0 = time.perf_counter()
+                await usage.report(rng, ("username", "subscription"), usage_store.UsageFilter())
+                times[narrow].append(time.perf_counter() - t0)
+    finally:
+        usage_store._by_user = chosen
+        await engine.dispose()
+    return {"full_rollups_s": round(statistics.median(times[False]), 3),
+            "user_rollups_s": round(statistics.median(times[True]), 3)}
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,6 +269,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             result["volume"] = await generate(server.url_for(db).replace("+asyncpg", ""), args.records, args.users)
             result["report_1y"] = await timed_get(http, "/v1/usage/report", {"range": "1y"}, child.pid)
             result["report_1y_again"] = await timed_get(http, "/v1/usage/report", {"range": "1y"}, child.pid)
+            result["report_1y_in_process"] = await report_full_vs_user_rollups(url)
             result["export_user_month_1y"] = await timed_get(
                 http, "/v1/usage/export", {"groupBy": "user", "by": "month", "range": "1y"}, child.pid)
             if not args.skip_key_export:  # the largest export: one row per key and day

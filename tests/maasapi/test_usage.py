@@ -16,18 +16,27 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from sqlalchemy import func, select, text, update
 
+from maasctl.maasapi import migrate
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore
-from maasctl.maasapi.usage.tables import usage_daily, usage_hourly, usage_records
+from maasctl.maasapi.usage.tables import (
+    usage_daily,
+    usage_hourly,
+    usage_monthly,
+    usage_records,
+    usage_user_daily,
+    usage_user_monthly,
+)
 
 from .conftest import USERS as TOKENS_BY_USER
 from .conftest import auth, sample_subscriptions
 from .usage_data import COUNTS, NOW, batches, expected, make_records, ts_of
 
 GW = {"Authorization": "Bearer gw-secret"}
+ROLLUPS = (usage_hourly, usage_daily, usage_monthly, usage_user_daily, usage_user_monthly)
 MAX_RECORDS = 20
 
 
@@ -105,9 +114,9 @@ async def test_ingestion_is_idempotent_and_rollups_match_raw(env: Env) -> None:
     want = sum(r["total_tokens"] for r in records[:32])
     assert await raw_token_sum(env.store) == want
     async with env.store.engine.connect() as conn:
-        for t in (usage_hourly, usage_daily):
+        for t in ROLLUPS:
             got = (await conn.execute(select(func.sum(t.c.total_tokens), func.sum(t.c.requests)))).one()
-            assert (int(got[0]), int(got[1])) == (want, 32)
+            assert (int(got[0]), int(got[1])) == (want, 32), t.name
     stored = await env.client.get("/v1/usage/report", params={"range": "90d"}, headers=auth("admin"))
     assert counts_of(stored.json()["totals"])["total_tokens"] == want
 
@@ -397,3 +406,26 @@ async def test_usage_tables_are_created_by_the_migration(env: Env) -> None:
         names = await conn.run_sync(lambda c: set(c.dialect.get_table_names(c)))
         assert {"usage_records", "usage_hourly", "usage_daily"} <= names
         assert (await conn.execute(text("SELECT count(*) FROM usage_records"))).scalar_one() == 0
+
+
+async def test_user_rollups_are_backfilled_from_the_full_rollups_by_their_migration(env: Env) -> None:
+    """Usage stored before 0008 (only the full rollups) is reported the same after upgrading: the migration
+    fills the subscription/user rollups that reports by user and subscription now read."""
+    from .test_store import downgrade
+
+    records = make_records(300, span=timedelta(days=120))
+    await ingest_all(env, records)
+    before = (await env.client.get("/v1/usage/report", params={"range": "1y"}, headers=auth("admin"))).json()
+    await downgrade(env.store, "0007_key_organization")
+    async with env.store.engine.connect() as conn:
+        names = await conn.run_sync(lambda c: set(c.dialect.get_table_names(c)))
+    assert not {"usage_user_daily", "usage_user_monthly"} & names
+    await migrate.upgrade(env.store.engine)
+    after = (await env.client.get("/v1/usage/report", params={"range": "1y"}, headers=auth("admin"))).json()
+    start, end = hour_range(365)
+    assert report_map(after) == report_map(before) == expected(records, start, end,
+                                                                lambda r: (r["user"], r["subscription"]))
+    async with env.store.engine.connect() as conn:
+        for full, narrow in ((usage_daily, usage_user_daily), (usage_monthly, usage_user_monthly)):
+            sums = [(await conn.execute(select(*(func.sum(t.c[c]) for c in COUNTS)))).one() for t in (full, narrow)]
+            assert sums[0] == sums[1] and sums[0][0] == len(records)

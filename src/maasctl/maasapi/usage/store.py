@@ -22,10 +22,13 @@ from maasctl.maasapi.usage.ranges import TimeRange, as_date, floor_hour, split
 from maasctl.maasapi.usage.tables import (
     COUNTERS,
     ROLLUP_KEYS,
+    USER_ROLLUP_KEYS,
     usage_daily,
     usage_hourly,
     usage_monthly,
     usage_records,
+    usage_user_daily,
+    usage_user_monthly,
 )
 
 GroupBy = Literal["subscription", "user", "key", "model"]
@@ -124,32 +127,56 @@ def _conditions(table: Any, f: UsageFilter) -> list[ColumnElement[bool]]:
     return conds
 
 
-_ROLLUPS: tuple[tuple[Any, str], ...] = ((usage_hourly, "bucket"), (usage_daily, "day"), (usage_monthly, "month_start"))
+@dataclass(frozen=True)
+class _Rollup:
+    table: Any
+    time_col: str  # "bucket" (hour), "day" or "month_start"
+    keys: tuple[str, ...]
+
+    def bucket(self, ts: datetime) -> Any:
+        if self.time_col == "bucket":
+            return floor_hour(ts)
+        day = as_date(ts)
+        return day if self.time_col == "day" else day.replace(day=1)
+
+
+_ROLLUPS = (
+    _Rollup(usage_hourly, "bucket", ROLLUP_KEYS),
+    _Rollup(usage_daily, "day", ROLLUP_KEYS),
+    _Rollup(usage_monthly, "month_start", ROLLUP_KEYS),
+    _Rollup(usage_user_daily, "day", USER_ROLLUP_KEYS),
+    _Rollup(usage_user_monthly, "month_start", USER_ROLLUP_KEYS),
+)
+_FILTER_COLUMNS = frozenset(USER_ROLLUP_KEYS)  # every column _conditions reads
 
 
 def _rollup_rows(entries: Sequence[UsageEntry]) -> list[list[dict[str, Any]]]:
     """Rows to add to each rollup of `_ROLLUPS` (same order), sorted by primary key."""
-    accs: list[dict[tuple[Any, ...], list[int]]] = [{}, {}, {}]
+    accs: list[dict[tuple[Any, ...], list[int]]] = [{} for _ in _ROLLUPS]
     for e in entries:
-        keys = (e.subscription, e.username, e.key_id, e.model, e.organization_id)
         values = (1, int(e.status >= 400), e.input_tokens, e.cached_tokens, e.output_tokens,
                   e.reasoning_tokens, e.total_tokens)
-        day = as_date(e.ts)
-        for acc, bucket in zip(accs, (floor_hour(e.ts), day, day.replace(day=1)), strict=True):
-            current = acc.setdefault((bucket, *keys), [0] * len(COUNTERS))
+        for acc, rollup in zip(accs, _ROLLUPS, strict=True):
+            key = (rollup.bucket(e.ts), *(getattr(e, k) for k in rollup.keys))
+            current = acc.setdefault(key, [0] * len(COUNTERS))
             for i, value in enumerate(values):
                 current[i] += value
     out: list[list[dict[str, Any]]] = []
-    for (_, time_col), acc in zip(_ROLLUPS, accs, strict=True):
+    for rollup, acc in zip(_ROLLUPS, accs, strict=True):
         rows = []
         for k, sums in sorted(acc.items()):
-            row = {time_col: k[0], **dict(zip(ROLLUP_KEYS, k[1:], strict=True)),
+            row = {rollup.time_col: k[0], **dict(zip(rollup.keys, k[1:], strict=True)),
                    **dict(zip(COUNTERS, sums, strict=True))}
-            if time_col == "day":
+            if rollup.time_col == "day":
                 row["month"] = k[0].strftime("%Y-%m")
             rows.append(row)
         out.append(rows)
     return out
+
+
+def _by_user(group: Sequence[str]) -> bool:
+    """Whether the subscription/user rollups answer a query grouped by `group` (filters never need more)."""
+    return set(group) <= _FILTER_COLUMNS
 
 
 class UsageStore:
@@ -177,10 +204,11 @@ class UsageStore:
         return IngestResult(inserted, len(entries) - len(inserted))
 
     async def _add_to_rollups(self, conn: AsyncConnection, entries: Sequence[UsageEntry]) -> None:
-        for (table, time_col), rows in zip(_ROLLUPS, _rollup_rows(entries), strict=True):
+        for rollup, rows in zip(_ROLLUPS, _rollup_rows(entries), strict=True):
+            table = rollup.table
             ins = _insert(conn, table)
             stmt = ins.on_conflict_do_update(
-                index_elements=[time_col, *ROLLUP_KEYS],
+                index_elements=[rollup.time_col, *rollup.keys],
                 set_={c: table.c[c] + ins.excluded[c] for c in COUNTERS},
             )
             await conn.execute(stmt, rows)
@@ -210,17 +238,19 @@ class UsageStore:
     ) -> dict[tuple[str, ...], Totals]:
         """Totals per `group` columns (e.g. username, subscription) over `rng`, read from the rollups:
         whole months from `usage_monthly`, other whole days from `usage_daily`, partial days at the edges
-        from `usage_hourly`."""
+        from `usage_hourly`; the day and month parts from the subscription/user rollups when `group` needs
+        neither key nor model."""
         parts = split(rng)
+        narrow = _by_user(group)
         stmts: list[Select[Any]] = []
         for part in parts.hourly:
             h = usage_hourly
             stmts.append(self._grouped(h, group, [h.c.bucket >= part.start, h.c.bucket < part.end], f))
         for part in parts.daily:
-            d = usage_daily
+            d = usage_user_daily if narrow else usage_daily
             stmts.append(self._grouped(d, group, [d.c.day >= as_date(part.start), d.c.day < as_date(part.end)], f))
         if parts.monthly is not None:
-            m, months = usage_monthly, parts.monthly
+            m, months = usage_user_monthly if narrow else usage_monthly, parts.monthly
             stmts.append(self._grouped(
                 m, group, [m.c.month_start >= as_date(months.start), m.c.month_start < as_date(months.end)], f))
         out: dict[tuple[str, ...], Totals] = {}
@@ -246,8 +276,9 @@ class UsageStore:
         self, start: date, end: date, group_by: GroupBy, period: Period, f: UsageFilter, chunk: int = 2000
     ) -> AsyncGenerator[tuple[Any, ...], None]:
         """Rows `(period, *group columns, *COUNTERS)` ordered by period then group, streamed from the daily
-        rollup with a server-side cursor (memory stays flat however long the export is)."""
-        t = usage_daily
+        rollup with a server-side cursor (memory stays flat however long the export is); by subscription or
+        user from the rollup without key and model columns."""
+        t = usage_user_daily if _by_user(GROUP_COLUMNS[group_by]) else usage_daily
         period_col = t.c.day if period == "day" else t.c.month
         cols = [t.c[g] for g in GROUP_COLUMNS[group_by]]
         stmt = (

@@ -4,6 +4,10 @@
 retention purge deletes). `usage_hourly`, `usage_daily` and `usage_monthly` are rollups keyed by time bucket,
 subscription, user, API key, model and organization id; reports and exports read only these (a 1-year report
 reads whole months from `usage_monthly`, the partial months at its edges from the finer tables).
+
+`usage_user_daily` and `usage_user_monthly` are the same sums without the key and model columns (migration
+0008): reports and exports grouped and filtered by subscription, user and organization read them, about
+keys x models times fewer rows than the full rollups.
 """
 
 from __future__ import annotations
@@ -58,14 +62,13 @@ COUNTERS = (
 )
 
 
-def _key_columns() -> list[Column[str]]:
-    return [
-        Column("subscription", String(REF_LEN), primary_key=True),
-        Column("username", String(USER_LEN), primary_key=True),
-        Column("key_id", String(ID_LEN), primary_key=True),
-        Column("model", String(REF_LEN), primary_key=True),
-        Column("organization_id", String(USER_LEN), primary_key=True),
-    ]
+USER_ROLLUP_KEYS = ("subscription", "username", "organization_id")
+_KEY_LENGTHS = {"subscription": REF_LEN, "username": USER_LEN, "key_id": ID_LEN, "model": REF_LEN,
+                "organization_id": USER_LEN}
+
+
+def _key_columns(keys: tuple[str, ...] = ROLLUP_KEYS) -> list[Column[str]]:
+    return [Column(name, String(_KEY_LENGTHS[name]), primary_key=True) for name in keys]
 
 
 def _counter_columns() -> list[Column[int]]:
@@ -95,5 +98,22 @@ usage_monthly = Table(
     metadata,
     Column("month_start", Date, primary_key=True),  # first day of the UTC month
     *_key_columns(),
+    *_counter_columns(),
+)
+
+usage_user_daily = Table(
+    "usage_user_daily",
+    metadata,
+    Column("day", Date, primary_key=True),
+    *_key_columns(USER_ROLLUP_KEYS),
+    Column("month", String(7), nullable=False),
+    *_counter_columns(),
+)
+
+usage_user_monthly = Table(
+    "usage_user_monthly",
+    metadata,
+    Column("month_start", Date, primary_key=True),
+    *_key_columns(USER_ROLLUP_KEYS),
     *_counter_columns(),
 )
