@@ -124,6 +124,9 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="replace the origin of the policies' maas-api callback URLs (local maas-api)")
     gw.add_argument("--usage-url", default=env_default("usage_url", "") or None,
                     help="maas-api base URL receiving usage records (default: log them)")
+    gw.add_argument("--usage-spool-dir", default=env_default("usage_spool_dir", "") or None,
+                    help="directory where usage records wait on disk until maas-api stored them, so a killed "
+                    "gateway loses none (one per gateway process; default: memory only)")
     gw.add_argument("--maas-api-token-file", default=env_default("maas_api_token_file", "") or None,
                     help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
     gw.add_argument("--redis-url", default=env_default("redis_url", "") or None,
@@ -269,7 +272,8 @@ def _gateway(args: argparse.Namespace) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
-        maas_api_token=_read_secret(args.maas_api_token_file), redis_url=args.redis_url,
+        usage_spool_dir=args.usage_spool_dir, maas_api_token=_read_secret(args.maas_api_token_file),
+        redis_url=args.redis_url,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
     )
     return _run_async(run_gateway(settings))

@@ -157,7 +157,7 @@ class LocalStack:
                     f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
                     f"--gateway-url={self.gateway_url}",
                     "--log-format=json")
-        self._spawn("gateway", *self._gateway_argv(ports["gateway"], opts.redis_url))
+        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url))
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -175,21 +175,28 @@ class LocalStack:
         if self.engine is not None:
             self._tasks.append(asyncio.create_task(self.engine.run(), name="guardrails-engine"))
 
-    def _gateway_argv(self, port: int, redis_url: str | None) -> list[str]:
+    def spool_dir(self, name: str) -> Path:
+        """The usage spool of the gateway process `name` (each replica has its own; a restarted one reuses it)."""
+        return self.directory / "usage-spool" / name
+
+    def _gateway_argv(self, name: str, port: int, redis_url: str | None, usage_url: str | None = None) -> list[str]:
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
                 f"--gateway-name={self.settings.gateway_name}",
                 f"--gateway-namespace={self.settings.gateway_namespace}",
-                f"--maas-api-url={self.api_url}", f"--usage-url={self.api_url}",
+                f"--maas-api-url={self.api_url}", f"--usage-url={usage_url or self.api_url}",
+                f"--usage-spool-dir={self.spool_dir(name)}",
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
         if self.engine is not None:
             argv.append(f"--guardrails-url={self.engine.url}")
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
-    async def add_gateway(self, name: str, redis_url: str | None = None) -> str:
+    async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None) -> str:
         """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
-        Replicas given the same `redis_url` share token counters, as in a scaled-out deployment."""
+        Replicas given the same `redis_url` share token counters, as in a scaled-out deployment. `usage_url`
+        replaces maas-api's URL for usage records only (e.g. an unreachable one); the replica's usage spool is
+        `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left."""
         port = free_port()
-        self._spawn(name, *self._gateway_argv(port, redis_url))
+        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url))
         url = f"http://127.0.0.1:{port}"
         await self._wait_http(f"{url}/_gateway/readyz", name)
         return url

@@ -33,6 +33,10 @@ class GatewaySettings:
     maas_api_token: the gateway's credential on maas-api's internal endpoints: sent on usage batches and on
         the AuthPolicy callbacks that declare `sharedSecretRef` (Authorino reads it from that Secret; the
         local gateway from this file).
+    usage_spool_dir: when set (with usage_url), every usage record is appended to a segment file in this
+        directory before it counts as recorded, and a gateway started on it sends the records an earlier one
+        did not deliver (`maasctl.gateway.spool`): a killed gateway loses no billing. One directory per
+        gateway process (it is locked); in a cluster an emptyDir survives container restarts of the pod.
     max_request_bytes: larger request bodies get 413 before anything else happens.
     max_response_scan_bytes: JSON answers up to this size are parsed whole for `usage`; larger ones by their
         last 64 KiB (`contract.usage.JsonUsageScanner`): memory stays bounded whatever the answer's size.
@@ -67,6 +71,7 @@ class GatewaySettings:
     usage_batch_size: int = 100
     usage_flush_seconds: float = 2.0
     usage_max_buffer: int = 10_000
+    usage_spool_dir: str | None = None
     max_request_bytes: int = 10 * 1024 * 1024
     max_response_scan_bytes: int = 1024 * 1024
     completion_ceiling: int = 4096

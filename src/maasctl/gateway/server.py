@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -61,6 +62,7 @@ from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, Tok
 from maasctl.gateway.requestlimit import RequestLimiter, denial_response
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
+from maasctl.gateway.spool import UsageSpool
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.telemetry import SubscriptionTelemetry
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageSink
@@ -173,14 +175,13 @@ class Gateway:
             audiences_from_host=settings.token_review_audiences_from_host,
             token_review_ttl=settings.token_review_ttl,
         )
-        if sink is None:
-            sink = (
-                HttpBatchSink(settings.usage_url, self.callbacks, batch_size=settings.usage_batch_size,
-                              token=settings.maas_api_token,
-                              flush_interval=settings.usage_flush_seconds, max_buffer=settings.usage_max_buffer)
-                if settings.usage_url
-                else LogSink()
-            )
+        if sink is None and settings.usage_url:
+            spool = UsageSpool(Path(settings.usage_spool_dir)) if settings.usage_spool_dir else None
+            sink = HttpBatchSink(settings.usage_url, self.callbacks, batch_size=settings.usage_batch_size,
+                                 token=settings.maas_api_token, flush_interval=settings.usage_flush_seconds,
+                                 max_buffer=settings.usage_max_buffer, spool=spool)
+        elif sink is None:
+            sink = LogSink()
         self.sink = sink
         self.telemetry = SubscriptionTelemetry()  # per-subscription latency and tokens (seed 001 §9.1)
         self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url)
@@ -212,6 +213,7 @@ class Gateway:
         self._cache_task = asyncio.create_task(self.cache.run(), name="gateway cache")
         if not await self.cache.wait_for_sync(WATCHED, deadline=sync_timeout):
             raise TimeoutError("gateway informers did not sync")
+        await self.sink.start()  # records a spool kept from an earlier run go out now
 
     async def stop(self) -> None:
         if self._cache_task is not None:

@@ -7,10 +7,11 @@ backoff and keeping at most `max_buffer` records while maas-api or its database 
 that the sink stops `accepting` and the gateway refuses new requests (503) rather than serve them unbilled; the
 rest of the buffer holds the records of requests already running (beyond it the oldest is dropped and counted).
 maas-api stores a batch atomically and skips record ids it already has, so resending a batch whose answer was
-lost never counts it twice. Records live in memory until maas-api stored them: a gateway
+lost never counts it twice. Without a spool, records live in memory until maas-api stored them: a gateway
 killed outright loses at most what arrived since the last delivered batch (about `flush_interval` seconds, or
 everything buffered during an outage); a stopping gateway keeps trying for `close_timeout` seconds and counts
-and logs what it could not deliver.
+and logs what it could not deliver. With a spool (`maasctl.gateway.spool`, `--usage-spool-dir`) every record is
+also on disk before it is buffered, and the next gateway on that directory sends what was not acknowledged.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import httpx
 from prometheus_client import Counter, Gauge
 
 from maasctl.contract.usage import UsageRecord
+from maasctl.gateway.spool import NOT_SPOOLED, UsageSpool
 
 __all__ = ["USAGE_PATH", "HttpBatchSink", "LogSink", "MemorySink", "UsageRecord", "UsageSink"]
 
@@ -36,6 +38,10 @@ log = logging.getLogger("maasctl.gateway.usage")
 
 
 class UsageSink(Protocol):
+    async def start(self) -> None:
+        """Called once the gateway is ready to serve (e.g. to send what a spool kept from an earlier run)."""
+        ...
+
     def accepting(self) -> bool:
         """False while a new request's record could not be kept: the gateway refuses it (never serves unbilled)."""
         ...
@@ -47,6 +53,9 @@ class UsageSink(Protocol):
 
 class LogSink:
     """Logs each record (no secrets are ever part of a record)."""
+
+    async def start(self) -> None:
+        return None
 
     def accepting(self) -> bool:
         return True
@@ -63,6 +72,9 @@ class MemorySink:
     """Keeps records in memory (tests)."""
 
     records: list[UsageRecord] = field(default_factory=list)
+
+    async def start(self) -> None:
+        return None
 
     def accepting(self) -> bool:
         return True
@@ -100,6 +112,12 @@ class HttpBatchSink:
     buffered for the next attempt. Records in flight stay at the head of the buffer and are removed only once
     maas-api stored them; a full buffer drops the oldest record not in flight. Every record lost (dropped,
     rejected, undelivered at close) is counted (attributes and `maas_gateway_usage_records_total`) and logged.
+
+    With a `spool`, a record is appended to it before it is buffered (and only when the buffer has room, so
+    the spool obeys `max_buffer` too), is forgotten there once stored, rejected or dropped, and the records an
+    earlier process left in the spool are buffered at construction (oldest dropped beyond `max_buffer`) and
+    sent once `start()` runs. Records still buffered at `aclose` stay in the spool for the next start instead
+    of being counted undelivered.
     """
 
     def __init__(
@@ -114,6 +132,7 @@ class HttpBatchSink:
         token: str | None = None,
         max_batch_bytes: int = 60_000,
         close_timeout: float = 5.0,
+        spool: UsageSpool | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + USAGE_PATH
         self._http = http
@@ -125,7 +144,8 @@ class HttpBatchSink:
         # New requests are refused above this mark; the rest of the buffer holds the records of requests
         # already admitted and still running.
         self._high_water = max(1, self._max_buffer * 9 // 10)
-        self._buffer: deque[UsageRecord] = deque()
+        self._buffer: deque[tuple[UsageRecord, int]] = deque()  # (record, its spool segment)
+        self._spool = spool
         self._in_flight = 0  # the first records of the buffer, sent and not yet acknowledged
         self._max_backoff = max_backoff
         self._close_timeout = close_timeout
@@ -141,6 +161,12 @@ class HttpBatchSink:
         self.sent = 0
         self.posts = 0
         self.failures = 0
+        self.kept = 0  # records left in the spool at aclose for the next start
+        if spool is not None:
+            for spooled in spool.recover():
+                self._make_room()
+                self._buffer.append((spooled.record, spooled.segment))
+                BUFFERED.inc()
 
     @property
     def pending(self) -> int:
@@ -149,11 +175,15 @@ class HttpBatchSink:
     def accepting(self) -> bool:
         return len(self._buffer) < self._high_water
 
+    async def start(self) -> None:
+        """Start sending now when records are buffered already (replayed from the spool)."""
+        if self._buffer and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="usage sink")
+
     async def emit(self, record: UsageRecord) -> None:
-        if len(self._buffer) >= self._max_buffer:
-            self._drop_oldest()
-        if len(self._buffer) < self._max_buffer:
-            self._buffer.append(record)
+        if self._make_room():
+            segment = self._spool.append(record) if self._spool is not None else NOT_SPOOLED
+            self._buffer.append((record, segment))
             BUFFERED.inc()
         else:  # everything buffered is in flight: the new record is the one that cannot be kept
             self._count_drop()
@@ -162,12 +192,19 @@ class HttpBatchSink:
         if len(self._buffer) >= self._batch:
             self._wake.set()
 
-    def _drop_oldest(self) -> None:
-        """Make room in a full buffer: drop the oldest record that is not in flight (if any)."""
-        if self._in_flight < len(self._buffer):
+    def _make_room(self) -> bool:
+        """Whether one more record fits, after dropping the oldest record not in flight from a full buffer."""
+        if len(self._buffer) >= self._max_buffer and self._in_flight < len(self._buffer):
+            _, segment = self._buffer[self._in_flight]
             del self._buffer[self._in_flight]
+            self._forget(segment)
             BUFFERED.dec()
             self._count_drop()
+        return len(self._buffer) < self._max_buffer
+
+    def _forget(self, segment: int) -> None:
+        if self._spool is not None:
+            self._spool.forget(segment)
 
     def _count_drop(self) -> None:
         if not self.dropped:
@@ -181,7 +218,7 @@ class HttpBatchSink:
         parts: list[bytes] = []
         size = len(b'{"records":[]}')
         for i in range(min(self._cap, len(self._buffer), max(1, limit))):
-            part = json.dumps(self._buffer[i].to_json(), separators=(",", ":")).encode()
+            part = json.dumps(self._buffer[i][0].to_json(), separators=(",", ":")).encode()
             if parts and size + len(part) + 1 > self._max_bytes:
                 break
             parts.append(part)
@@ -191,7 +228,8 @@ class HttpBatchSink:
     def _remove(self, count: int) -> None:
         """Drop the first `count` records (just acknowledged or rejected) from the buffer."""
         for _ in range(count):
-            self._buffer.popleft()
+            _, segment = self._buffer.popleft()
+            self._forget(segment)
         BUFFERED.dec(count)
 
     async def flush(self) -> bool:
@@ -260,7 +298,7 @@ class HttpBatchSink:
 
     async def aclose(self) -> None:
         """Stop the background task and send what is buffered (for up to `close_timeout` seconds); records
-        still undelivered then are counted and logged as lost."""
+        still undelivered then are counted and logged as lost, or, with a spool, kept there for the next start."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -270,6 +308,15 @@ class HttpBatchSink:
         while self._buffer and time.monotonic() < deadline:
             if not await self.flush():
                 await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        if self._spool is not None:
+            on_disk = sum(segment != NOT_SPOOLED for _, segment in self._buffer)
+            if on_disk:  # the rest (their append failed) are counted undelivered below
+                self.kept = on_disk
+                self._buffer = deque(entry for entry in self._buffer if entry[1] == NOT_SPOOLED)
+                BUFFERED.dec(on_disk)
+                log.warning("gateway stopping: %d usage records not yet delivered to %s stay in the spool %s and "
+                            "are sent by the next gateway started on it", on_disk, self.url, self._spool.directory)
+            self._spool.close()
         if self._buffer:
             lost = len(self._buffer)
             self.undelivered += lost

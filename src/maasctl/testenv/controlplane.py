@@ -150,6 +150,15 @@ class ManagedProcess:
                 self.popen.wait(5)
         self.popen = None
 
+    def kill(self) -> None:
+        """SIGKILL, as the OOM killer would: no shutdown code runs (tests of what a crash loses)."""
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(5)
+        self.popen = None
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
