@@ -125,9 +125,9 @@ class World:
         return minted
 
     async def chat(self, model: str, credential: str, *, headers: dict[str, str] | None = None,
-                   **body: Any) -> httpx.Response:
+                   gateway_url: str | None = None, **body: Any) -> httpx.Response:
         payload = {"model": "gpt-x", "messages": [{"role": "user", "content": "hello"}], **body}
-        async with httpx.AsyncClient(base_url=self.stack.gateway_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=gateway_url or self.stack.gateway_url, timeout=30) as http:
             return await http.post(f"/{self.namespace}/{model}/v1/chat/completions", json=payload,
                                    headers={"Authorization": f"Bearer {credential}", **(headers or {})})
 
@@ -183,11 +183,13 @@ class World:
                 "spec": {"type": "ExternalName", "externalName": parts.hostname,
                          "ports": [{"name": scheme, "port": port, "protocol": "TCP", "appProtocol": scheme}]}}
 
-    def in_cluster_model(self, name: str) -> list[dict[str, Any]]:
+    def in_cluster_model(self, name: str, gateway: tuple[str, str] | None = None) -> list[dict[str, Any]]:
         """An LLMInferenceService `name` with the route and workload Service KServe would create (no label of
-        ours on the route), served by the in-cluster test model, and its MaaSModelRef (needs INCLUSTER_MODEL)."""
+        ours on the route), served by the in-cluster test model, and its MaaSModelRef (needs INCLUSTER_MODEL).
+        The route is attached to `gateway` (namespace, name), by default the stack's Gateway."""
         self.require(Need.INCLUSTER_MODEL)
         ns, stack = self.namespace, self.stack
+        gw_ns, gw_name = gateway or (stack.settings.gateway_namespace, stack.settings.gateway_name)
         assert stack.incluster_model_url is not None
         workload = self.workload_service(f"{name}-workload", stack.incluster_model_url)
         port = workload["spec"]["ports"][0]["port"]
@@ -199,8 +201,7 @@ class World:
              "metadata": {"name": f"{name}-kserve-route", "namespace": ns, "labels": {
                  "app.kubernetes.io/name": name, "app.kubernetes.io/component": "llminferenceservice-router",
                  "app.kubernetes.io/part-of": "llminferenceservice"}},
-             "spec": {"parentRefs": [{"name": stack.settings.gateway_name,
-                                      "namespace": stack.settings.gateway_namespace}],
+             "spec": {"parentRefs": [{"name": gw_name, "namespace": gw_ns}],
                       "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{name}"}}],
                                  "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
                                      "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
@@ -209,11 +210,11 @@ class World:
              "spec": {"modelRef": {"kind": "LLMInferenceService", "name": name}}},
         ]
 
-    async def mark_ready(self, llm: str) -> None:
+    async def mark_ready(self, llm: str, gateway_url: str | None = None) -> None:
         """What KServe reports once the LLMInferenceService is up: its URL on the gateway."""
         await self.client.patch(
             LLM_INFERENCE_SERVICE, llm, self.namespace,
-            {"status": {"url": f"{self.stack.gateway_url}/{self.namespace}/{llm}", "conditions": [
+            {"status": {"url": f"{gateway_url or self.stack.gateway_url}/{self.namespace}/{llm}", "conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
             subresource="status")
 
@@ -230,7 +231,7 @@ class World:
 
     def subscription(self, name: str, models: dict[str, list[tuple[int, str]] | None], *,
                      groups: tuple[str, ...] = (), users: tuple[str, ...] = (), priority: int = 0,
-                     organization: str | None = None) -> dict[str, Any]:
+                     organization: str | None = None, gateway: tuple[str, str] | None = None) -> dict[str, Any]:
         owner: dict[str, Any] = {}
         if groups:
             owner["groups"] = [{"name": g} for g in self.stack.identities.groups(groups)]
@@ -247,6 +248,8 @@ class World:
         spec: dict[str, Any] = {"owner": owner, "modelRefs": refs, "priority": priority}
         if organization is not None:
             spec["organization"] = {"id": organization}
+        if gateway is not None:
+            spec["gatewayRef"] = {"namespace": gateway[0], "name": gateway[1]}
         return {"apiVersion": MAAS, "kind": "MaaSSubscription", "metadata": {"name": name, "namespace": self.sub_ns()},
                 "spec": spec}
 

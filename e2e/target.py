@@ -33,9 +33,12 @@ from maasctl.runtime import Client, NotFound
 from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 
-__all__ = ["LOCAL_SETTINGS", "Need", "Target", "external_target", "local_target"]
+__all__ = ["LOCAL_SETTINGS", "TENANT_GATEWAY", "Need", "Target", "external_target", "local_target"]
 
+TENANT_GATEWAY = ("maas-gateway", "maas-tenant-gateway")
+"""A second Gateway the local stack's controller manages; journeys start its data plane when they need it."""
 LOCAL_SETTINGS = ControllerSettings(gateway_name="maas-default-gateway", gateway_namespace="maas-gateway",
+                                    tenant_gateways=("/".join(TENANT_GATEWAY),),
                                     leader_election_namespace="opendatahub", max_concurrent_reconciles=4)
 
 

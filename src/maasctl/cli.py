@@ -46,6 +46,9 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
     _add_logging_flags(p)
     p.add_argument("--gateway-name", default=env_default("gateway_name", d.gateway_name))
     p.add_argument("--gateway-namespace", default=env_default("gateway_namespace", d.gateway_namespace))
+    p.add_argument("--tenant-gateway", action="append", default=None, metavar="NAMESPACE/NAME",
+                   help="a further Gateway this controller manages (repeatable; env MAASCTL_TENANT_GATEWAYS, "
+                   "comma-separated): subscriptions may be bound to it with spec.gatewayRef")
     p.add_argument("--subscription-namespace",
                    default=env_default("subscription_namespace", d.subscription_namespace))
     p.add_argument("--maas-api-url", default=env_default("maas_api_url", d.maas_api_url),
@@ -67,6 +70,19 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
                         "before it is deployed, e.g. '/opt/engine/bin/python -m maasctl_guardrails_check'")
 
 
+def _tenant_gateways(flags: list[str] | None) -> tuple[str, ...]:
+    values = flags if flags is not None else env_default("tenant_gateways", "").split(",")
+    out = []
+    for value in (v.strip() for v in values):
+        if not value:
+            continue
+        namespace, _, name = value.partition("/")
+        if not namespace or not name or "/" in name:
+            raise SystemExit(f"--tenant-gateway must be NAMESPACE/NAME, not {value!r}")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
     return ControllerSettings(
         kubeconfig=args.kubeconfig,
@@ -80,6 +96,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         log_level=args.log_level,
         gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace,
+        tenant_gateways=_tenant_gateways(args.tenant_gateway),
         subscription_namespace=args.subscription_namespace,
         maas_api_url=args.maas_api_url,
         cleanup_job_image=args.cleanup_job_image,
@@ -100,6 +117,10 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--subscription-namespace",
                      default=env_default("subscription_namespace", ControllerSettings().subscription_namespace))
     api.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
+    api.add_argument("--gateway-name", default=env_default("gateway_name", ControllerSettings().gateway_name),
+                     help="the controller's default Gateway: subscriptions without gatewayRef are used through it")
+    api.add_argument("--gateway-namespace",
+                     default=env_default("gateway_namespace", ControllerSettings().gateway_namespace))
     api.add_argument("--gateway-token-file", default=env_default("gateway_token_file", "") or None,
                      help="file with the bearer token the gateway presents on /internal/v1/* (key validation, "
                      "subscription selection, usage); none: every internal call is refused")
@@ -259,7 +280,8 @@ def _api(args: argparse.Namespace) -> int:
     serve(MaasApiSettings(
         host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
-        gateway_tokens=(SecretStr(token),) if token else (), **extra,
+        gateway_tokens=(SecretStr(token),) if token else (),
+        default_gateway=f"{args.gateway_namespace}/{args.gateway_name}", **extra,
     ))
     return 0
 

@@ -154,6 +154,8 @@ class LocalStack:
         self._spawn("maas-api", "api", f"--port={ports['api']}", f"--database-url={database}",
                     f"--kubeconfig={self.kubeconfig}",
                     f"--subscription-namespace={self.settings.subscription_namespace}",
+                    f"--gateway-name={self.settings.gateway_name}",
+                    f"--gateway-namespace={self.settings.gateway_namespace}",
                     f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
                     f"--gateway-url={self.gateway_url}",
                     "--log-format=json")
@@ -179,10 +181,11 @@ class LocalStack:
         """The usage spool of the gateway process `name` (each replica has its own; a restarted one reuses it)."""
         return self.directory / "usage-spool" / name
 
-    def _gateway_argv(self, name: str, port: int, redis_url: str | None, usage_url: str | None = None) -> list[str]:
+    def _gateway_argv(self, name: str, port: int, redis_url: str | None, usage_url: str | None = None,
+                      gateway: tuple[str, str] | None = None) -> list[str]:
+        gw_namespace, gw_name = gateway or (self.settings.gateway_namespace, self.settings.gateway_name)
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
-                f"--gateway-name={self.settings.gateway_name}",
-                f"--gateway-namespace={self.settings.gateway_namespace}",
+                f"--gateway-name={gw_name}", f"--gateway-namespace={gw_namespace}",
                 f"--maas-api-url={self.api_url}", f"--usage-url={usage_url or self.api_url}",
                 f"--usage-spool-dir={self.spool_dir(name)}",
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
@@ -190,13 +193,16 @@ class LocalStack:
             argv.append(f"--guardrails-url={self.engine.url}")
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
-    async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None) -> str:
+    async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None,
+                          gateway: tuple[str, str] | None = None) -> str:
         """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
         Replicas given the same `redis_url` share token counters, as in a scaled-out deployment. `usage_url`
         replaces maas-api's URL for usage records only (e.g. an unreachable one); the replica's usage spool is
-        `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left."""
+        `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left.
+        `gateway` (namespace, name) makes it the data plane of another (tenant) Gateway instead: one listener
+        per Gateway."""
         port = free_port()
-        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url))
+        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway))
         url = f"http://127.0.0.1:{port}"
         await self._wait_http(f"{url}/_gateway/readyz", name)
         return url
@@ -269,6 +275,7 @@ def controller_flags(settings: ControllerSettings) -> list[str]:
         f"--maas-api-url={settings.maas_api_url}",
         f"--gateway-name={settings.gateway_name}",
         f"--gateway-namespace={settings.gateway_namespace}",
+        *(f"--tenant-gateway={gw}" for gw in settings.tenant_gateways),
         f"--subscription-namespace={settings.subscription_namespace}",
         f"--leader-election-namespace={settings.leader_election_namespace}",
         f"--max-concurrent-reconciles={settings.max_concurrent_reconciles}",

@@ -30,6 +30,9 @@ class ControllerSettings:
     log_level: str = "info"
     gateway_name: str = "maas-default-gateway"
     gateway_namespace: str = "openshift-ingress"
+    # Further Gateways this controller manages (`namespace/name`): each gets the default-deny AuthPolicy, models
+    # whose routes sit on them are published, and subscriptions may be bound to them (spec.gatewayRef).
+    tenant_gateways: tuple[str, ...] = ()
     subscription_namespace: str = "models-as-a-service"
     maas_api_url: str = "http://maas-api.opendatahub.svc.cluster.local:8080"
     # Subscription key cleanup Job (issue 7); it runs in `leader_election_namespace`, the controller namespace.

@@ -19,6 +19,7 @@ class FakeMaasApi:
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
     default_namespace: str = "maas"
+    default_gateway: str = "gw/default"
 
     def http(self, url: str, body: Any) -> dict[str, Any]:
         if url.endswith(VALIDATE_PATH):
@@ -32,6 +33,8 @@ class FakeMaasApi:
             requested=body["requestedSubscription"],
             bound=body["keySubscription"],
             default_namespace=self.default_namespace,
+            gateway=body.get("gateway") or self.default_gateway,  # as maas-api: absent -> the default Gateway
+            default_gateway=self.default_gateway,
         )
         if result.subscription is None:
             return {"error": str(result.code), "message": result.message}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from maasctl.builders.authpolicy import (
     build_auth_policy,
 )
 from maasctl.builders.celcheck import cel_texts, check_cel
-from maasctl.builders.refs import ObjectRef
+from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import compile_expression
 from maasctl.contract.views import SubscribedModel, SubscriptionView
@@ -324,3 +325,26 @@ def test_objective_header_with_hostile_subscription_names(refs: list[tuple[str, 
     assert outcome.status == 200
     assert outcome.headers[OBJECTIVE_HEADER] == f"obj-{chosen}"
     assert outcome.identity["selected_subscription_key"] == f"{ns}/{name}@llm/granite"
+
+
+def test_the_route_of_one_tenant_gateway_selects_only_that_gateways_subscriptions() -> None:
+    """The AuthPolicy of a route on one tenant Gateway names it in the selection; elsewhere it names none and
+    maas-api takes the default Gateway. The same caller gets a different subscription, or none."""
+    tenant = GatewayRef("gw", "tenant-a")
+    on_tenant = SubscriptionView("maas", "tenant-gold", priority=0, groups=frozenset({"premium-users"}),
+                                 models=GRANITE, gateway="gw/tenant-a")
+    fake = api()
+    fake.subscriptions = [*fake.subscriptions, on_tenant]
+    plain = policy(PREMIUM_POLICY)
+    bound = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,), tenant_gateway=tenant), SETTINGS)
+    assert bound is not None
+    assert "gw/tenant-a" in json.dumps(bound) and "tenant-a" not in json.dumps(plain)
+    check_cel(bound)
+    token = {"Authorization": "Bearer t-alice"}
+    assert run(plain, token, fake).identity["selected_subscription"] == "premium"
+    assert run(bound, token, fake).identity["selected_subscription"] == "tenant-gold"
+    key = {"Authorization": "Bearer sk-oai-alice"}  # bound to maas/free, a default-Gateway subscription
+    assert run(plain, key, fake).status == 200
+    assert run(bound, key, fake).status == 403
+    nobody = {"Authorization": "Bearer t-carol"}
+    assert run(bound, nobody, fake).status == 403

@@ -144,3 +144,51 @@ def test_implicit_selection_is_the_unique_best_candidate_in_any_order(
         assert set(result.candidates) == {s.key for s in top}
     else:
         assert result.subscription == top[0]
+
+
+# --- tenant gateways ---------------------------------------------------------------------------------------
+
+DEFAULT_GW, TENANT_GW, OTHER_GW = "gw/default", "gw/tenant-a", "gw/tenant-b"
+ON_DEFAULT = sub("on-default", 10, users=("alice",))
+ON_DEFAULT_NAMED = sub("on-default-named", 0, users=("alice",), gateway=DEFAULT_GW)
+ON_TENANT = sub("on-tenant", 5, users=("alice",), gateway=TENANT_GW)
+TENANT_SUBS = (ON_DEFAULT, ON_DEFAULT_NAMED, ON_TENANT)
+
+
+@pytest.mark.parametrize(
+    ("gateway", "requested", "bound", "code", "chosen"),
+    [
+        pytest.param(None, None, None, SelectionCode.SELECTED, ON_DEFAULT, id="minting-is-not-filtered"),
+        pytest.param(DEFAULT_GW, None, None, SelectionCode.SELECTED, ON_DEFAULT, id="default-gateway"),
+        pytest.param(TENANT_GW, None, None, SelectionCode.SELECTED, ON_TENANT,
+                     id="tenant-gateway-ignores-higher-priority-elsewhere"),
+        pytest.param(OTHER_GW, None, None, SelectionCode.NOT_FOUND, None, id="no-subscription-on-that-gateway"),
+        pytest.param(TENANT_GW, None, "maas/on-default", SelectionCode.ACCESS_DENIED, None,
+                     id="key-bound-elsewhere"),
+        pytest.param(DEFAULT_GW, None, "maas/on-tenant", SelectionCode.ACCESS_DENIED, None,
+                     id="tenant-key-through-default"),
+        pytest.param(TENANT_GW, "maas/on-default-named", None, SelectionCode.ACCESS_DENIED, None,
+                     id="header-names-a-subscription-of-another-gateway"),
+        pytest.param(DEFAULT_GW, "on-default-named", None, SelectionCode.SELECTED, ON_DEFAULT_NAMED,
+                     id="explicit-default-gateway-ref"),
+        pytest.param(TENANT_GW, None, "maas/on-tenant", SelectionCode.SELECTED, ON_TENANT, id="tenant-key"),
+    ],
+)
+def test_requests_select_only_subscriptions_of_the_gateway_they_arrive_through(
+    gateway: str | None, requested: str | None, bound: str | None, code: SelectionCode,
+    chosen: SubscriptionView | None,
+) -> None:
+    for order in (TENANT_SUBS, tuple(reversed(TENANT_SUBS))):
+        got = select_subscription(order, "alice", [], model=M, requested=requested, bound=bound,
+                                  default_namespace="maas", gateway=gateway, default_gateway=DEFAULT_GW)
+        assert (got.code, got.subscription) == (code, chosen)
+
+
+def test_a_subscription_of_another_gateway_is_never_a_candidate_whatever_its_priority() -> None:
+    high = sub("high", 1000, users=("alice",), gateway=OTHER_GW)
+    got = select_subscription((ON_DEFAULT, high), "alice", [], model=M, gateway=DEFAULT_GW,
+                              default_gateway=DEFAULT_GW)
+    assert got.subscription == ON_DEFAULT
+    tie = sub("tie", 10, users=("alice",), gateway=OTHER_GW)  # same priority, other gateway: no tie
+    got = select_subscription((ON_DEFAULT, tie), "alice", [], model=M, gateway=DEFAULT_GW, default_gateway=DEFAULT_GW)
+    assert got.code is SelectionCode.SELECTED and got.subscription == ON_DEFAULT

@@ -42,6 +42,7 @@ from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported fo
 
 UPSTREAM_KEY = "sk-upstream-secret"
 GATEWAY_TOKEN = "gw-callback-token"
+DEFAULT_GATEWAY = f"{GATEWAY_NS}/{GATEWAY_NAME}"
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ class MaasApiStandIn:
         selection = select_subscription(
             await self._subscriptions(), body["username"], body["groups"], model=body.get("requestedModel"),
             requested=body.get("requestedSubscription"), bound=body.get("keySubscription"),
-            default_namespace=SUB_NS)
+            default_namespace=SUB_NS, gateway=body.get("gateway") or DEFAULT_GATEWAY, default_gateway=DEFAULT_GATEWAY)
         sub = selection.subscription
         if sub is None:
             return JSONResponse({"error": str(selection.code), "message": selection.message})

@@ -164,6 +164,13 @@ class TokenMetadata(CamelModel):
     labels: MeteringLabels | None = Field(default=None, description="Extra labels for usage records.")
 
 
+class TenantGatewayRef(CamelModel):
+    """A Gateway API Gateway the controller manages (its default Gateway or one named with --tenant-gateway)."""
+
+    name: ObjectName = Field(description="Name of the Gateway.")
+    namespace: NamespaceName = Field(description="Namespace of the Gateway.")
+
+
 class MaaSSubscriptionSpec(CamelModel):
     """Desired state of a MaaSSubscription."""
 
@@ -195,6 +202,11 @@ class MaaSSubscriptionSpec(CamelModel):
         description="Scheduling priority of inference requests under this subscription (signed; higher is "
         "scheduled first, negative below the scheduler default). Omitted: no InferenceObjective and the "
         "scheduler applies 0; an explicit 0 creates an InferenceObjective with priority 0.",
+    )
+    gateway_ref: TenantGatewayRef | None = Field(
+        default=None,
+        description="The tenant Gateway this subscription is used through; requests arriving through any other "
+        "Gateway cannot select it. Omitted: the controller's default Gateway.",
     )
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from maasctl.builders import names
-from maasctl.builders.refs import ObjectRef
+from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
@@ -190,6 +190,9 @@ class AuthPolicyInput:
     sources: tuple[AuthPolicySource, ...]
     objectives: tuple[ObjectiveBinding, ...] = ()
     guardrails: dict[str, Any] | None = None  # the `guardrails` success filter (builders.guardrails)
+    tenant_gateway: GatewayRef | None = None
+    """The tenant Gateway every request on the route arrives through, sent with the selection so only
+    subscriptions bound to it can be chosen; None for the default Gateway (maas-api's default)."""
 
 
 def _subjects_predicate(sources: tuple[AuthPolicySource, ...]) -> str:
@@ -243,7 +246,9 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     select_body = (
         f'{{"username": {USERNAME_EXPRESSION}, "groups": {GROUPS_EXPRESSION},'
         f' "requestedSubscription": {_HEADER_SUBSCRIPTION}, "keySubscription": {_KEY_SUBSCRIPTION},'
-        f' "requestedModel": {cel_string(model_ref)}}}'
+        f' "requestedModel": {cel_string(model_ref)}'
+        + (f', "gateway": {cel_string(inp.tenant_gateway.key)}' if inp.tenant_gateway is not None else "")
+        + "}"
     )
     select_cache_key = (
         f'{USERNAME_EXPRESSION} + "|" + {GROUPS_EXPRESSION}.join(",") + "|" + {_HEADER_SUBSCRIPTION}'

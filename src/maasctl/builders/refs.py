@@ -34,6 +34,15 @@ class GatewayRef:
     namespace: str
     name: str
 
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> GatewayRef:
+        namespace, _, name = text.partition("/")
+        return cls(namespace, name)
+
 
 @dataclass(frozen=True)
 class OwnerRef:

@@ -12,6 +12,9 @@ Rules (seed 000 `priority`: higher wins among the user's subscriptions):
   name in the default namespace. It must exist and entitle the caller, else `not_found` (the two are not told
   apart, so callers learn nothing about subscriptions they cannot use); it must be usable, else
   `subscription_not_ready`; it must include the model, else `model_not_in_subscription`.
+- Tenant gateways: a request arriving through a Gateway (`gateway`, `namespace/name`) can only use
+  subscriptions bound to that Gateway (`spec.gatewayRef`, else `default_gateway`); an explicit choice of a
+  subscription bound elsewhere -> `access_denied`. Minting and listing (`gateway` None) are not filtered.
 - Otherwise the candidates that include the model (any model when `model` is None, as for minting) are ranked
   by `priority`, highest first. None -> `not_found`; one at the top -> selected; several sharing the top
   priority -> `multiple_subscriptions`, naming them, so the caller chooses with the header (or at mint).
@@ -95,9 +98,24 @@ def rank(subs: Iterable[SubscriptionView]) -> list[SubscriptionView]:
     return sorted(subs, key=lambda s: (-s.priority, s.namespace, s.name))
 
 
-def _explicit(sub: SubscriptionView | None, ref: str, user: str, groups: list[str], model: str | None) -> Selection:
+@dataclass(frozen=True)
+class _Gateway:
+    """The Gateway a request arrived through (None: not a request, e.g. minting) and the default one."""
+
+    request: str | None
+    default: str
+
+    def admits(self, sub: SubscriptionView) -> bool:
+        return self.request is None or sub.tenant_gateway(self.default) == self.request
+
+
+def _explicit(sub: SubscriptionView | None, ref: str, user: str, groups: list[str], model: str | None,
+              gateway: _Gateway) -> Selection:
     if sub is None or not sub.entitles(user, groups):
         return Selection(SelectionCode.NOT_FOUND, message=f"subscription {ref!r} not found or not accessible")
+    if not gateway.admits(sub):
+        return Selection(SelectionCode.ACCESS_DENIED,
+                         message=f"subscription {sub.key} is not used through gateway {gateway.request}")
     if not sub.usable:
         state = "being deleted" if sub.deleting else (sub.phase or "invalid") if sub.problem is None else "invalid"
         return Selection(SelectionCode.NOT_READY, message=f"subscription {sub.key} is {state}")
@@ -116,12 +134,17 @@ def select_subscription(
     requested: str | None = None,
     bound: str | None = None,
     default_namespace: str = "",
+    gateway: str | None = None,
+    default_gateway: str = "",
 ) -> Selection:
     """Choose the subscription for `user`/`groups` calling `model` (`ns/name`; None = any model).
 
     `requested` is the caller's `X-MaaS-Subscription` (or the subscription asked for at mint); `bound` is the
-    API key's subscription. Deterministic: the order of `subs` does not matter.
+    API key's subscription; `gateway` the Gateway the request arrived through (`namespace/name`, None when the
+    selection is not for a request) and `default_gateway` the one of subscriptions without `gatewayRef`.
+    Deterministic: the order of `subs` does not matter.
     """
+    via = _Gateway(gateway, default_gateway)
     pool = list(subs)
     group_list = list(groups)
     requested = (requested or "").strip() or None
@@ -131,10 +154,11 @@ def select_subscription(
         if requested is not None and parse_ref(requested, default_namespace) != parse_ref(bound, default_namespace):
             return Selection(SelectionCode.ACCESS_DENIED,
                              message="the API key is bound to another subscription than X-MaaS-Subscription names")
-        return _explicit(key, bound, user, group_list, model)
+        return _explicit(key, bound, user, group_list, model, via)
     if requested is not None:
-        return _explicit(find(pool, requested, default_namespace), requested, user, group_list, model)
-    usable = [s for s in pool if s.usable and s.entitles(user, group_list) and (model is None or s.includes(model))]
+        return _explicit(find(pool, requested, default_namespace), requested, user, group_list, model, via)
+    usable = [s for s in pool if s.usable and s.entitles(user, group_list) and (model is None or s.includes(model))
+              and via.admits(s)]
     if not usable:
         scope = f" for model {model}" if model is not None else ""
         return Selection(SelectionCode.NOT_FOUND, message=f"no subscription available{scope}")

@@ -145,6 +145,7 @@ class SubscriptionView(_Identity):
     display_name: str | None = None
     description: str | None = None
     organization: str | None = None  # spec.organization.id alone: delegated administration (immutable once set)
+    gateway: str | None = None  # spec.gatewayRef as `namespace/name`; None: the default Gateway
 
     @property
     def usable(self) -> bool:
@@ -160,6 +161,10 @@ class SubscriptionView(_Identity):
 
     def includes(self, key: str) -> bool:
         return self.model(key) is not None
+
+    def tenant_gateway(self, default_gateway: str) -> str:
+        """`namespace/name` of the Gateway this subscription is used through."""
+        return self.gateway or default_gateway
 
     @property
     def label_map(self) -> dict[str, str]:
@@ -204,6 +209,7 @@ def subscription_view(obj: Mapping[str, Any]) -> SubscriptionView:
         display_name=annotations.get(DISPLAY_NAME_ANNOTATION),
         description=annotations.get(DESCRIPTION_ANNOTATION),
         organization=spec.organization.id if spec.organization else None,
+        gateway=f"{spec.gateway_ref.namespace}/{spec.gateway_ref.name}" if spec.gateway_ref else None,
     )
 
 

@@ -258,6 +258,11 @@ class SelectRequest(Request):
         alias="requestedModel",
         description="MaaSModelRef as namespace/name",
     )
+    gateway: Annotated[str, StringConstraints(max_length=317)] | None = Field(
+        default=None,
+        description="The Gateway (namespace/name) the request arrived through, when the model's route sits on "
+        "exactly one; empty: the default Gateway",
+    )
 
 
 class SelectResponse(Response):

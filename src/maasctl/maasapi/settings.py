@@ -19,6 +19,9 @@ class MaasApiSettings(BaseModel):
     database_url: str = "sqlite+aiosqlite:///maas-api.db"
     key_pepper: SecretStr | None = None
     subscription_namespace: str = "models-as-a-service"
+    # `namespace/name` of the controller's default Gateway: subscriptions without spec.gatewayRef are used
+    # through it (and only through it: docs/tenant-gateways.md).
+    default_gateway: str = "openshift-ingress/maas-default-gateway"
     max_expiration: timedelta = timedelta(days=90)
     default_expiration: timedelta | None = None  # None -> max_expiration
     ephemeral_max_expiration: timedelta = timedelta(hours=1)

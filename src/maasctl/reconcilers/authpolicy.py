@@ -46,7 +46,7 @@ class AuthPolicyReconciler:
         if not self.ctx.in_scope(obj):
             return ModelOutcome(model, False, "Invalid",
                                 f"MaaSAuthPolicies count only in namespace {self.ctx.settings.subscription_namespace}")
-        res = resolve(self.ctx.cache, model, self.ctx.gateway)
+        res = resolve(self.ctx.cache, model, self.ctx.gateway, self.ctx.tenant_gateways)
         if not res.resolved:
             return ModelOutcome(model, res.reason != MODEL_NOT_FOUND, res.reason, res.message)
         name = names.authpolicy_name(model.name)

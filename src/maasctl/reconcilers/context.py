@@ -53,7 +53,18 @@ class Context:
 
     @property
     def gateway(self) -> GatewayRef:
+        """The default Gateway (subscriptions without spec.gatewayRef are used through it)."""
         return GatewayRef(self.settings.gateway_namespace, self.settings.gateway_name)
+
+    @property
+    def tenant_gateways(self) -> tuple[GatewayRef, ...]:
+        """The further Gateways this controller manages (--tenant-gateway)."""
+        return tuple(GatewayRef.parse(text) for text in self.settings.tenant_gateways)
+
+    @property
+    def gateways(self) -> tuple[GatewayRef, ...]:
+        """Every managed Gateway, the default one first."""
+        return (self.gateway, *(gw for gw in self.tenant_gateways if gw != self.gateway))
 
     def in_scope(self, obj: Mapping[str, Any]) -> bool:
         """MaaSAuthPolicies and MaaSSubscriptions count only in the subscription namespace."""

@@ -42,7 +42,13 @@ from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.kinds import INFERENCE_OBJECTIVE, INFERENCE_POOL, MAAS_MODEL_REF
-from maasctl.reconcilers.routes import MODEL_NOT_FOUND, llm_inference_service, resolve
+from maasctl.reconcilers.routes import (
+    MODEL_NOT_FOUND,
+    RouteResolution,
+    llm_inference_service,
+    resolve,
+    tenant_gateway_problem,
+)
 from maasctl.runtime import ApiError, NotFound, is_deleting
 from maasctl.runtime.informer import InformerState
 from maasctl.runtime.objects import FrozenObject
@@ -117,7 +123,7 @@ class FlowControl:
                             unsupported=f"InferencePool {ref['namespace']}/{ref['name']} is not in the model's "
                             "namespace")
         pool = ObjectRef(model.namespace, str(ref["name"]))
-        res = resolve(cache, model, self.gateway)
+        res = resolve(cache, model, self.gateway, self.ctx.tenant_gateways)
         if cache.peek(INFERENCE_POOL, pool.name, pool.namespace) is None or res.reason in (
             "RouteNotFound", "BackendNotFound", MODEL_NOT_FOUND
         ):
@@ -133,9 +139,15 @@ class FlowControl:
                 priority=int(prio) if prio is not None else None,
             )
         return _replace(
-            base, pool=PoolRef(pool.name), objective_name=name, on_tenant_gateway=res.reason != "NotOnGateway",
+            base, pool=PoolRef(pool.name), objective_name=name, on_tenant_gateway=self._on_tenant_gateway(sub, res),
             unsupported=_routing_group_split(llm), observed=observed,
         )
+
+    def _on_tenant_gateway(self, sub: SubscriptionView, res: RouteResolution) -> bool:
+        if not res.resolved:
+            return res.reason != "NotOnGateway"
+        tenant = GatewayRef.parse(sub.tenant_gateway(self.gateway.key))
+        return tenant_gateway_problem(res, tenant, self.gateway, self.ctx.gateways) is None
 
     async def sync(self, obj: FrozenObject, sub: SubscriptionView, model: ObjectRef, run: FlowRun) -> FlowControlStatus:
         """Create or update this subscription's objective for `model`; return its status entry."""

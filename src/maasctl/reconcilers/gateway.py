@@ -1,4 +1,5 @@
-"""The served Gateway -> its default-deny AuthPolicy (`builders.gatewayauth`): closed by default.
+"""Each managed Gateway (the default one, every --tenant-gateway) -> its default-deny AuthPolicy: closed by
+default (`builders.gatewayauth`).
 
 Applied while the Gateway exists and Kuadrant's AuthPolicy CRD is served; re-applied when someone edits it
 (drift), left alone when annotated `opendatahub.io/managed: "false"`.
@@ -7,6 +8,7 @@ Applied while the Gateway exists and Kuadrant's AuthPolicy CRD is served; re-app
 from __future__ import annotations
 
 from maasctl.builders.gatewayauth import build_gateway_default_auth
+from maasctl.builders.refs import GatewayRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, Context
 from maasctl.reconcilers.kinds import AUTH_POLICY, GATEWAY
@@ -18,8 +20,7 @@ class GatewayReconciler:
         self.ctx = ctx
 
     def serves(self, req: Request) -> bool:
-        gw = self.ctx.gateway
-        return (req.namespace, req.name) == (gw.namespace, gw.name)
+        return GatewayRef(req.namespace or "", req.name) in self.ctx.gateways
 
     async def reconcile(self, req: Request) -> Result:
         if not self.serves(req):
@@ -30,7 +31,7 @@ class GatewayReconciler:
         if self.ctx.missing_apis(AUTH_POLICY):
             return Result.requeue_after(DEPENDENCY_RECHECK)
         try:
-            desired = build_gateway_default_auth(self.ctx.gateway)
+            desired = build_gateway_default_auth(GatewayRef(req.namespace or "", req.name))
         except InvalidInputError as exc:
             await self.ctx.event(gateway, "Warning", "RenderFailed", f"default AuthPolicy: {exc}")
             return Result.done()

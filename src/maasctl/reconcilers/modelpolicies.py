@@ -25,7 +25,7 @@ from maasctl.builders.authpolicy import (
 )
 from maasctl.builders.celcheck import check_cel
 from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
-from maasctl.builders.refs import ObjectRef
+from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.trlp import (
     RateTier,
     SubscriptionLimits,
@@ -72,6 +72,12 @@ class Rendered:
 
     auth_policy: dict[str, Any] | None
     trlp: dict[str, Any] | None
+
+
+def _tenant_gateway(res: RouteResolution, default: GatewayRef) -> GatewayRef | None:
+    """The route's only managed Gateway when that is a tenant one (None: requests count as the default's)."""
+    sole = res.sole_gateway
+    return sole if sole is not None and sole != default else None
 
 
 class ModelPolicies:
@@ -127,7 +133,8 @@ class ModelPolicies:
         )
         auth_policy = build_auth_policy(
             AuthPolicyInput(model, res.route, auth, self.objectives(model),
-                            guardrails_filter(self.guardrails(model))),
+                            guardrails_filter(self.guardrails(model)),
+                            tenant_gateway=_tenant_gateway(res, self.ctx.gateway)),
             self.auth_settings)
         limits = tuple(
             limits
@@ -135,7 +142,8 @@ class ModelPolicies:
             if not subscription_model_problems(sub, model) and (limits := limits_for(sub, model)) is not None
         )
         trlp = build_token_rate_limit_policy(TokenRateLimitInput(
-            model=model, route=res.route, subscriptions=limits, gateway=res.gateways[0] if res.gateways else None))
+            model=model, route=res.route, subscriptions=limits,
+            gateway=res.gateway or (res.gateways[0] if res.gateways else None)))
         for desired in (auth_policy, trlp):
             if desired is not None:
                 check_cel(desired)

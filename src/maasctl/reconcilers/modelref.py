@@ -74,7 +74,7 @@ class ModelRefReconciler:
             problem = await self._sync_external(obj, mr, model)
         else:
             await self._delete_external(obj, model)
-        resolution = resolve(ctx.cache, model, self.gateway)
+        resolution = resolve(ctx.cache, model, self.gateway, ctx.tenant_gateways)
         if problem is None and resolution.external and resolution.reason == "RouteNotFound":
             # the route was applied just now and the cache has not seen it yet: its event brings this reconcile
             # back (we own it); a status saying "not generated yet" would be a write with no information

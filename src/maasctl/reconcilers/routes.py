@@ -74,10 +74,24 @@ class RouteResolution:
     endpoint: str | None = None
     gateways: tuple[GatewayRef, ...] = ()
     external: bool = False
+    managed: tuple[GatewayRef, ...] = ()
+    """The route's parent Gateways this controller manages (the default one first)."""
 
     @property
     def resolved(self) -> bool:
         return self.route is not None
+
+    @property
+    def gateway(self) -> GatewayRef | None:
+        """The managed Gateway the route is labelled with (the default one when it is among them)."""
+        return self.managed[0] if self.managed else None
+
+    @property
+    def sole_gateway(self) -> GatewayRef | None:
+        """The Gateway every request on this route arrives through, when the route has exactly one managed
+        parent: subscription selection can then hold a request to its tenant Gateway (docs/tenant-gateways.md).
+        None when the route sits on several: requests count as arriving through the default Gateway."""
+        return self.managed[0] if len(self.managed) == 1 else None
 
 
 def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
@@ -124,8 +138,16 @@ def _llm_endpoint(llm: Mapping[str, Any]) -> str | None:
     return str(url) if url else None
 
 
-def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolution:
-    """The route of `model` and whether its backend is ready, from cached objects only."""
+def _managed(parents: tuple[GatewayRef, ...], managed: tuple[GatewayRef, ...]) -> tuple[GatewayRef, ...]:
+    return tuple(gw for gw in managed if gw in parents)
+
+
+def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef,
+            tenant_gateways: tuple[GatewayRef, ...] = ()) -> RouteResolution:
+    """The route of `model` and whether its backend is ready, from cached objects only. `gateway` is the
+    default Gateway, `tenant_gateways` the further ones this controller manages: a KServe route attached to
+    none of them is `NotOnGateway`."""
+    managed = (gateway, *(t for t in tenant_gateways if t != gateway))
     mr = cache.peek(MAAS_MODEL_REF, model.name, model.namespace)
     if mr is None or is_deleting(mr):
         return RouteResolution(model, MODEL_NOT_FOUND, f"MaaSModelRef {model.key} not found")
@@ -146,6 +168,7 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolut
         return RouteResolution(
             model, "Resolved", "route generated", ObjectRef(model.namespace, route_name), backend_ready=True,
             endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True,
+            managed=_managed(_parent_gateways(route), managed),
         )
     if kind == "LLMInferenceService":
         llm = llm_inference_service(cache, name, model.namespace)
@@ -158,17 +181,37 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef) -> RouteResolut
         route = sorted(routes, key=lambda r: str(r["metadata"]["name"]))[0]
         gateways = _parent_gateways(route)
         route_ref = ObjectRef(model.namespace, str(route["metadata"]["name"]))
-        if gateway not in gateways:
+        on = _managed(gateways, managed)
+        if not on:
+            names_ = ", ".join(gw.key for gw in managed)
             return RouteResolution(
                 model, "NotOnGateway",
-                f"HTTPRoute {route_ref.key} is not attached to Gateway {gateway.namespace}/{gateway.name}",
+                f"HTTPRoute {route_ref.key} is not attached to Gateway {names_}",
                 gateways=gateways,
             )
         return RouteResolution(
             model, "Resolved", "route found", route_ref, backend_ready=_condition_true(llm, "Ready"),
-            endpoint=_llm_endpoint(llm), gateways=gateways,
+            endpoint=_llm_endpoint(llm), gateways=gateways, managed=on,
         )
     return RouteResolution(model, "UnknownKind", f"unsupported modelRef kind {kind!r}")
+
+
+def tenant_gateway_problem(res: RouteResolution, tenant: GatewayRef, default: GatewayRef,
+                           managed: tuple[GatewayRef, ...]) -> str | None:
+    """Why a subscription bound to `tenant` cannot use the resolved model `res` (None: it can).
+
+    Selection holds a request to the Gateway the model's AuthPolicy names: the route's only managed Gateway
+    when that is a tenant one, else the default Gateway (see `RouteResolution.sole_gateway`)."""
+    if tenant not in managed:
+        return f"Gateway {tenant.key} is not managed by this controller (--tenant-gateway)"
+    arrives_through = res.sole_gateway or default
+    if arrives_through == tenant:
+        return None
+    where = res.route.key if res.route is not None else res.model.key
+    if tenant in res.managed:
+        return (f"HTTPRoute {where} is attached to several managed Gateways: requests on it count as arriving "
+                f"through the default Gateway, not the subscription's tenant Gateway {tenant.key}")
+    return f"HTTPRoute {where} is not attached to the subscription's tenant Gateway {tenant.key}"
 
 
 def split_endpoint(url: str) -> tuple[str, int, bool, str]:

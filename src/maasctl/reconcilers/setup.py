@@ -122,12 +122,12 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)))
         .complete(ModelRefReconciler(ctx)))
 
-    gateway = ctx.gateway
+    gateways = ctx.gateways
     (manager.controller("gateway")
         .for_(GATEWAY)
-        .watches(AUTH_POLICY, map_to=lambda ap: [Request(gateway.namespace, gateway.name)]
-                 if ap["metadata"]["namespace"] == gateway.namespace and ap["metadata"]["name"] == GATEWAY_AUTH_NAME
-                 else [])
+        .watches(AUTH_POLICY, map_to=lambda ap: [
+            Request(gw.namespace, gw.name) for gw in gateways
+            if ap["metadata"]["namespace"] == gw.namespace and ap["metadata"]["name"] == GATEWAY_AUTH_NAME])
         .complete(GatewayReconciler(ctx)))
 
     (manager.controller("externalmodel")

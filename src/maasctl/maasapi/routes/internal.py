@@ -77,6 +77,8 @@ async def select(body: SelectRequest, st: StateDep) -> SelectResponse:
         requested=body.requested_subscription,
         bound=body.key_subscription,
         default_namespace=st.settings.subscription_namespace,
+        gateway=(body.gateway or "").strip() or st.settings.default_gateway,
+        default_gateway=st.settings.default_gateway,
     )
     sub = outcome.subscription
     if sub is None:
