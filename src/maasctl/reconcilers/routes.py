@@ -163,12 +163,12 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef,
         if route is None:
             return RouteResolution(model, "RouteNotFound", f"HTTPRoute {route_name} not generated yet",
                                    external=True)
-        base = gateway_base_url(cache, gateway)
+        on = _managed(_parent_gateways(route), managed)
+        base = gateway_base_url(cache, on[0] if on else gateway)
         prefix = f"/{model.namespace}/{model.name}/v1"
         return RouteResolution(
             model, "Resolved", "route generated", ObjectRef(model.namespace, route_name), backend_ready=True,
-            endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True,
-            managed=_managed(_parent_gateways(route), managed),
+            endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True, managed=on,
         )
     if kind == "LLMInferenceService":
         llm = llm_inference_service(cache, name, model.namespace)
