@@ -1,5 +1,5 @@
-"""Tenant gateways (issue 25): a second Gateway with its own data plane (one listener), a model routed only
-through it, and subscriptions bound to it or to the default Gateway. A subscription is used only through its
+"""Tenant gateways (issue 25): a second Gateway with its own data plane (one listener), an in-cluster and an
+external model routed only through it, and subscriptions bound to it or to the default Gateway. A subscription is used only through its
 own Gateway; a model whose route is elsewhere is reported NotOnTenantGateway and never served for it."""
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from e2e.conftest import Need, World, eventually
+from e2e.conftest import MAAS, Need, World, eventually
 from e2e.target import TENANT_GATEWAY
 from maasctl import samples
+from maasctl.api.externalmodel import GATEWAY_ANNOTATION
+from maasctl.builders import names
 from maasctl.builders.gatewayauth import GATEWAY_AUTH_NAME
-from maasctl.reconcilers.kinds import AUTH_POLICY, GATEWAY
+from maasctl.reconcilers.kinds import AUTH_POLICY, GATEWAY, HTTP_ROUTE, MAAS_MODEL_REF
+from maasctl.runtime import GroupVersionKind, NotFound
 
 pytestmark = pytest.mark.local_stack
 
@@ -23,6 +26,14 @@ async def _subscription(world: World, name: str) -> dict[str, Any]:
     obj = await k8s.CustomObjectsApi(world.stack.api).get_namespaced_custom_object(
         "maas.opendatahub.io", "v1alpha1", world.sub_ns(), "maassubscriptions", name)
     return dict(obj)
+
+
+async def _exists(world: World, gvk: GroupVersionKind, name: str, namespace: str) -> bool:
+    try:
+        await world.client.get(gvk, name, namespace)
+    except NotFound:
+        return False
+    return True
 
 
 async def _tenant_data_plane(world: World) -> str:
@@ -44,19 +55,25 @@ async def test_subscriptions_are_used_only_through_their_tenant_gateway(world: W
 
     # Closed by default on the tenant Gateway too: the controller gives it the default-deny AuthPolicy.
     async def tenant_gateway_denies() -> bool:
-        return await world.client.get(AUTH_POLICY, GATEWAY_AUTH_NAME, TENANT_GATEWAY[0]) is not None
+        return await _exists(world, AUTH_POLICY, GATEWAY_AUTH_NAME, TENANT_GATEWAY[0])
 
     await eventually(tenant_gateway_denies, 60, describe=lambda: "no maas-gateway-auth on the tenant Gateway")
 
     # A model KServe routed through the tenant Gateway only.
-    await world.apply(*world.in_cluster_model("tenant-llm", gateway=TENANT_GATEWAY), *world.external_model("gpt"))
+    # ... and the same external provider published on the tenant Gateway by a second MaaSModelRef.
+    tenant_gpt = {"apiVersion": MAAS, "kind": "MaaSModelRef",
+                  "metadata": {"name": "tenant-gpt", "namespace": world.namespace,
+                               "annotations": {GATEWAY_ANNOTATION: "/".join(TENANT_GATEWAY)}},
+                  "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}}
+    await world.apply(*world.in_cluster_model("tenant-llm", gateway=TENANT_GATEWAY), *world.external_model("gpt"),
+                      tenant_gpt)
     await world.mark_ready("tenant-llm", gateway_url=tenant_url)
     bound, default = world.name("tenant-a"), world.name("default-tenant")
     await world.apply(
-        world.auth_policy(world.name("tenant-access"), ["tenant-llm", "gpt"], users=("alice", "bob")),
+        world.auth_policy(world.name("tenant-access"), ["tenant-llm", "gpt", "tenant-gpt"], users=("alice", "bob")),
         # Both subscriptions name both models; each has one off its Gateway, so each stays usable (Degraded).
-        world.subscription(bound, {"tenant-llm": [(100000, "1m")], "gpt": [(100000, "1m")]}, users=("alice",),
-                           gateway=TENANT_GATEWAY),
+        world.subscription(bound, {"tenant-llm": [(100000, "1m")], "gpt": [(100000, "1m")],
+                                   "tenant-gpt": [(100000, "1m")]}, users=("alice",), gateway=TENANT_GATEWAY),
         world.subscription(default, {"tenant-llm": [(100000, "1m")], "gpt": [(100000, "1m")]}, users=("bob",)),
     )
 
@@ -82,6 +99,9 @@ async def test_subscriptions_are_used_only_through_their_tenant_gateway(world: W
     answer = await world.chat("tenant-llm", alice, gateway_url=tenant_url)
     assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == "echo: hello"
 
+    external = await world.chat("tenant-gpt", alice, gateway_url=tenant_url)
+    assert external.status_code == 200, external.text
+
     # Bob's subscription belongs to the default Gateway: denied on the tenant one, with his key, with an
     # explicit subscription header, and with his own Kubernetes token.
     assert (await world.chat("tenant-llm", bob, gateway_url=tenant_url)).status_code == 403
@@ -96,6 +116,25 @@ async def test_subscriptions_are_used_only_through_their_tenant_gateway(world: W
     assert (await world.chat("tenant-llm", alice)).status_code in (403, 404)
     assert (await world.chat("gpt", alice)).status_code == 403
     assert (await world.chat("gpt", world.token("alice"))).status_code == 403
+    assert (await world.chat("tenant-gpt", alice)).status_code in (403, 404)
     # Nothing unrouted is served by the tenant data plane either.
     stray = await world.chat("no-such-model", alice, gateway_url=tenant_url)
     assert stray.status_code in (403, 404)
+
+
+async def test_an_external_model_on_an_unmanaged_gateway_is_refused_and_not_routed(world: World) -> None:
+    world.require(Need.LOCAL_STACK)
+    stray = {"apiVersion": MAAS, "kind": "MaaSModelRef",
+             "metadata": {"name": "stray", "namespace": world.namespace,
+                          "annotations": {GATEWAY_ANNOTATION: "elsewhere/not-managed"}},
+             "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"}}}
+    await world.apply(*world.external_model("gpt"), stray)
+
+    async def failed() -> bool:
+        obj = await world.client.get(MAAS_MODEL_REF, "stray", world.namespace)
+        status = obj.get("status") or {}
+        ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+        return status.get("phase") == "Failed" and "not a Gateway this controller manages" in ready.get("message", "")
+
+    await eventually(failed, 60, describe=lambda: "MaaSModelRef stray is not Failed for its unmanaged Gateway")
+    assert not await _exists(world, HTTP_ROUTE, names.external_route_name("stray"), world.namespace)

@@ -21,14 +21,15 @@ def resolved(*on: GatewayRef) -> RouteResolution:
     [
         pytest.param((DEFAULT,), DEFAULT, None, id="default-on-default"),
         pytest.param((TENANT,), TENANT, None, id="tenant-on-tenant"),
-        pytest.param((TENANT, UNMANAGED), TENANT, None, id="an-unmanaged-parent-does-not-count"),
+        pytest.param((TENANT, UNMANAGED), TENANT, "several Gateways", id="an-unmanaged-second-parent-is-ambiguous"),
+        pytest.param((DEFAULT, UNMANAGED), DEFAULT, None, id="ambiguous-counts-as-default"),
         pytest.param((TENANT,), DEFAULT, "not attached to the subscription's tenant Gateway gw/default",
                      id="default-subscription-tenant-route"),
         pytest.param((DEFAULT,), TENANT, "not attached", id="tenant-subscription-default-route"),
         pytest.param((OTHER,), TENANT, "not attached", id="another-tenants-route"),
         pytest.param((DEFAULT, TENANT), DEFAULT, None, id="shared-route-counts-as-default"),
-        pytest.param((DEFAULT, TENANT), TENANT, "several managed Gateways", id="shared-route-not-for-tenant"),
-        pytest.param((TENANT, OTHER), TENANT, "several managed Gateways", id="two-tenants-share-a-route"),
+        pytest.param((DEFAULT, TENANT), TENANT, "several Gateways", id="shared-route-not-for-tenant"),
+        pytest.param((TENANT, OTHER), TENANT, "several Gateways", id="two-tenants-share-a-route"),
         pytest.param((TENANT,), UNMANAGED, "not managed by this controller", id="unmanaged-tenant-gateway"),
     ],
 )
@@ -44,6 +45,6 @@ def test_a_subscription_uses_a_model_only_through_its_tenant_gateway(
 
 def test_the_tenant_gateway_sent_with_the_selection_is_the_routes_only_managed_parent() -> None:
     assert resolved(TENANT).sole_gateway == TENANT
-    assert resolved(TENANT, UNMANAGED).sole_gateway == TENANT
+    assert resolved(TENANT, UNMANAGED).sole_gateway is None  # Authorino cannot tell the two apart
     assert resolved(DEFAULT, TENANT).sole_gateway is None
     assert resolved(DEFAULT, TENANT).gateway == DEFAULT  # TRLP labels: the default Gateway first

@@ -15,6 +15,9 @@ PORT_ANNOTATION = "maas.opendatahub.io/port"
 """Host-form endpoints: the provider's port (default 443 with TLS, 80 without), as in the reference."""
 TLS_ANNOTATION = "maas.opendatahub.io/tls"
 """Host-form endpoints: "false" reaches the provider over plain HTTP (default "true"), as in the reference."""
+GATEWAY_ANNOTATION = "maas.opendatahub.io/gateway"
+"""On a MaaSModelRef of an ExternalModel: `namespace/name` of the managed Gateway its generated route attaches
+to (default: the controller's default Gateway; docs/tenant-gateways.md)."""
 
 
 class ExternalModelPhase(StrEnum):

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from maasctl.api import ExternalModel, MaaSModelRef, ModelKind, ModelPhase, parse
+from maasctl.api.externalmodel import GATEWAY_ANNOTATION
 from maasctl.builders import names
 from maasctl.builders.httproute import ExternalRouteInput, build_external_model_objects
-from maasctl.builders.refs import ObjectRef, OwnerRef
+from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import CelError
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
@@ -148,6 +149,12 @@ class ModelRefReconciler:
             await self.ctx.event(obj, "Warning", "InvalidExternalModel", str(exc))
             return str(exc)
         meta = obj["metadata"]
+        try:
+            gateway = self._route_gateway(meta.get("annotations") or {})
+        except ValueError as exc:
+            await self.ctx.event(obj, "Warning", "InvalidGateway", str(exc))
+            await self._delete_external(obj, model)
+            return str(exc)
         inp = ExternalRouteInput(
             model=model,
             external_model=str(em_obj["metadata"]["name"]),
@@ -156,7 +163,7 @@ class ModelRefReconciler:
             port=port,
             tls=tls,
             base_path=base_path,
-            gateway=self.gateway,
+            gateway=gateway,
             credential_secret=em.spec.credential_ref.name if em.spec.credential_ref else None,
             credential_key=em.spec.credential_ref.key if em.spec.credential_ref else "api-key",
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
@@ -169,6 +176,22 @@ class ModelRefReconciler:
         for item in desired:
             await self.ctx.apply_generated(obj, item)
         return None
+
+    def _route_gateway(self, annotations: Mapping[str, str]) -> GatewayRef:
+        """The managed Gateway an ExternalModel's route attaches to (GATEWAY_ANNOTATION, else the default).
+
+        Raises:
+            ValueError: the annotation names no Gateway this controller manages.
+        """
+        text = str(annotations.get(GATEWAY_ANNOTATION, "")).strip()
+        if not text:
+            return self.gateway
+        chosen = GatewayRef.parse(text)
+        if chosen not in self.ctx.gateways:
+            managed = ", ".join(gw.key for gw in self.ctx.gateways)
+            raise ValueError(f"annotation {GATEWAY_ANNOTATION} names {text[:300]!r}, not a Gateway this controller "
+                             f"manages ({managed})")
+        return chosen
 
     async def _delete_external(self, obj: Mapping[str, Any], model: ObjectRef) -> None:
         await self.ctx.delete_generated(obj, HTTP_ROUTE, names.external_route_name(model.name), model.namespace)

@@ -88,10 +88,11 @@ class RouteResolution:
 
     @property
     def sole_gateway(self) -> GatewayRef | None:
-        """The Gateway every request on this route arrives through, when the route has exactly one managed
-        parent: subscription selection can then hold a request to its tenant Gateway (docs/tenant-gateways.md).
-        None when the route sits on several: requests count as arriving through the default Gateway."""
-        return self.managed[0] if len(self.managed) == 1 else None
+        """The Gateway every request on this route arrives through, when the route has exactly one parent and
+        this controller manages it: subscription selection can then hold a request to its tenant Gateway
+        (docs/tenant-gateways.md). None when the route sits on several Gateways (managed or not: the policy
+        cannot tell them apart): requests count as arriving through the default Gateway."""
+        return self.managed[0] if len(self.managed) == 1 and len(set(self.gateways)) == 1 else None
 
 
 def _condition_true(obj: Mapping[str, Any], type_: str) -> bool:
@@ -163,12 +164,12 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef,
         if route is None:
             return RouteResolution(model, "RouteNotFound", f"HTTPRoute {route_name} not generated yet",
                                    external=True)
-        base = gateway_base_url(cache, gateway)
+        on = _managed(_parent_gateways(route), managed)
+        base = gateway_base_url(cache, on[0] if on else gateway)
         prefix = f"/{model.namespace}/{model.name}/v1"
         return RouteResolution(
             model, "Resolved", "route generated", ObjectRef(model.namespace, route_name), backend_ready=True,
-            endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True,
-            managed=_managed(_parent_gateways(route), managed),
+            endpoint=(base or "") + prefix, gateways=_parent_gateways(route), external=True, managed=on,
         )
     if kind == "LLMInferenceService":
         llm = llm_inference_service(cache, name, model.namespace)
@@ -209,8 +210,8 @@ def tenant_gateway_problem(res: RouteResolution, tenant: GatewayRef, default: Ga
         return None
     where = res.route.key if res.route is not None else res.model.key
     if tenant in res.managed:
-        return (f"HTTPRoute {where} is attached to several managed Gateways: requests on it count as arriving "
-                f"through the default Gateway, not the subscription's tenant Gateway {tenant.key}")
+        return (f"HTTPRoute {where} is attached to several Gateways: requests on it count as arriving through "
+                f"the default Gateway, not the subscription's tenant Gateway {tenant.key}")
     return f"HTTPRoute {where} is not attached to the subscription's tenant Gateway {tenant.key}"
 
 
