@@ -58,6 +58,15 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
     api = find(docs, "Deployment", "maas-api")["spec"]["template"]["spec"]["containers"][0]
     assert env_of(api)["MAASCTL_SUBSCRIPTION_NAMESPACE"] == sub_ns
     assert env_of(api)["MAASCTL_DATABASE_URL"] == {"secretKeyRef": {"name": "maas-api-db", "key": "database-url"}}
+    # maas-api holds requests to the default Gateway the controller uses (docs/tenant-gateways.md)
+    assert env_of(api)["MAASCTL_GATEWAY_NAME"] == cfg["gatewayName"]
+    assert env_of(api)["MAASCTL_GATEWAY_NAMESPACE"] == cfg["gatewayNamespace"]
+    # the billing operator rates maas-api's usage into the ledger the psp-connector credits
+    billing = env_of(find(docs, "Deployment", "billing-controller")["spec"]["template"]["spec"]["containers"][0])
+    assert billing["MAASCTL_BILLING_LEDGER_URL"] == {
+        "secretKeyRef": {"name": "billing-ledger", "key": "ledger-url", "optional": True}}
+    assert billing["MAASCTL_BILLING_USAGE_DATABASE_URL"] == {
+        "secretKeyRef": {"name": "maas-api-db", "key": "database-url", "optional": True}}
     parent = find(docs, "HTTPRoute", "maas-api")["spec"]["parentRefs"][0]
     assert (parent["name"], parent["namespace"]) == (cfg["gatewayName"], cfg["gatewayNamespace"])
 
