@@ -1,6 +1,7 @@
 """Tenant gateways (issue 25): a second Gateway with its own data plane (one listener), an in-cluster and an
-external model routed only through it, and subscriptions bound to it or to the default Gateway. A subscription is used only through its
-own Gateway; a model whose route is elsewhere is reported NotOnTenantGateway and never served for it."""
+external model routed only through it, and subscriptions bound to it or to the default Gateway. A subscription
+is used only through its own Gateway; a model whose route is elsewhere is reported NotOnTenantGateway and never
+served for it."""
 
 from __future__ import annotations
 
