@@ -47,7 +47,7 @@ from maasctl.reconcilers.routes import (
     RouteResolution,
     llm_inference_service,
     resolve,
-    tenant_gateway_problem,
+    subscription_gateway_problem,
 )
 from maasctl.runtime import ApiError, NotFound, is_deleting
 from maasctl.runtime.informer import InformerState
@@ -146,8 +146,7 @@ class FlowControl:
     def _on_tenant_gateway(self, sub: SubscriptionView, res: RouteResolution) -> bool:
         if not res.resolved:
             return res.reason != "NotOnGateway"
-        tenant = GatewayRef.parse(sub.tenant_gateway(self.gateway.key))
-        return tenant_gateway_problem(res, tenant, self.gateway, self.ctx.gateways) is None
+        return subscription_gateway_problem(res, sub, self.gateway, self.ctx.gateways) is None
 
     async def sync(self, obj: FrozenObject, sub: SubscriptionView, model: ObjectRef, run: FlowRun) -> FlowControlStatus:
         """Create or update this subscription's objective for `model`; return its status entry."""

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from maasctl.api.externalmodel import PORT_ANNOTATION, TLS_ANNOTATION
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
+from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.kinds import EXTERNAL_MODEL, GATEWAY, HTTP_ROUTE, LLM_INFERENCE_SERVICES, MAAS_MODEL_REF
 from maasctl.runtime import Cache, is_deleting
 from maasctl.runtime.objects import FrozenObject
@@ -213,6 +214,12 @@ def tenant_gateway_problem(res: RouteResolution, tenant: GatewayRef, default: Ga
         return (f"HTTPRoute {where} is attached to several Gateways: requests on it count as arriving through "
                 f"the default Gateway, not the subscription's tenant Gateway {tenant.key}")
     return f"HTTPRoute {where} is not attached to the subscription's tenant Gateway {tenant.key}"
+
+
+def subscription_gateway_problem(res: RouteResolution, sub: SubscriptionView, default: GatewayRef,
+                                 managed: tuple[GatewayRef, ...]) -> str | None:
+    """`tenant_gateway_problem` for the Gateway `sub` is bound to (spec.gatewayRef, else `default`)."""
+    return tenant_gateway_problem(res, GatewayRef.parse(sub.tenant_gateway(default.key)), default, managed)
 
 
 def split_endpoint(url: str) -> tuple[str, int, bool, str]:

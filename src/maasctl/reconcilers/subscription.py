@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from maasctl.builders import names
-from maasctl.builders.refs import GatewayRef, ObjectRef
+from maasctl.builders.refs import ObjectRef
 from maasctl.builders.status import (
     DEGRADING_REASONS,
     INFERENCE_OBJECTIVES_READY,
@@ -38,7 +38,7 @@ from maasctl.reconcilers.guardrails import config_ready, current_settings
 from maasctl.reconcilers.indexes import kuadrant_ready, model_index
 from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
-from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve, tenant_gateway_problem
+from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve, subscription_gateway_problem
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
 from maasctl.runtime import Request, Result, finalize, is_deleting, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
@@ -94,8 +94,7 @@ class SubscriptionReconciler:
         res = resolve(ctx.cache, model, ctx.gateway, ctx.tenant_gateways)
         if not res.resolved:
             return ModelOutcome(model, res.reason != MODEL_NOT_FOUND, res.reason, res.message)
-        tenant = GatewayRef.parse(view.tenant_gateway(ctx.gateway.key))
-        off_gateway = tenant_gateway_problem(res, tenant, ctx.gateway, ctx.gateways)
+        off_gateway = subscription_gateway_problem(res, view, ctx.gateway, ctx.gateways)
         if off_gateway is not None:
             return ModelOutcome(model, True, FlowControlReason.NOT_ON_TENANT_GATEWAY.value, off_gateway)
         name = names.trlp_name(model.name)
