@@ -87,6 +87,22 @@ def count_writes() -> None:
     client_module.Client._open = _open  # type: ignore[method-assign]
 
 
+def reconciles(manager: Any) -> dict[str, int]:
+    """Reconciles so far per controller (from the manager's controller_runtime_reconcile_total)."""
+    out: Counter[str] = Counter()
+    for metric in manager.metrics.reconcile_total.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels["controller"]] += int(sample.value)
+    return dict(out)
+
+
+def apiserver_profile(cp: Any, path: str, seconds: int = 8) -> None:
+    """Save kube-apiserver's CPU profile of the next `seconds` (read with `go tool pprof`)."""
+    with cp.http_client(timeout=seconds + 30) as http:
+        Path(path).write_bytes(http.get(f"/debug/pprof/profile?seconds={seconds}").content)
+
+
 def snapshot(apiserver_pid: int) -> tuple[float, float, float, Counter[str]]:
     return time.monotonic(), self_cpu(), proc_cpu(apiserver_pid), WRITES.copy()
 
@@ -124,17 +140,39 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
         await asyncio.gather(*(one(b) for b in bodies))
 
     async def wait_phase(custom: Any, ns: str, plural: str, phase: str, n: int, limit: float) -> None:
-        start = time.monotonic()
+        """Until `n` objects have `phase`, read from one watch (polling lists would load the API server the
+        benchmark measures)."""
+        from kubernetes_asyncio import watch
+
+        phases: dict[str, str] = {}
+        deadline = time.monotonic() + limit
         while True:
-            items = (await custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural))["items"]
-            if sum(1 for i in items if (i.get("status") or {}).get("phase") == phase) >= n:
+            listed = await custom.list_namespaced_custom_object(GROUP, VERSION, ns, plural)
+            phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in listed["items"]}
+            version = listed["metadata"]["resourceVersion"]
+            if sum(1 for p in phases.values() if p == phase) >= n:
                 return
-            if time.monotonic() - start > limit:
-                raise TimeoutError(f"{plural}: fewer than {n} {phase} after {limit}s")
-            await asyncio.sleep(0.2)
+            w = watch.Watch()
+            try:
+                async with asyncio.timeout(max(0.1, deadline - time.monotonic())):
+                    reached = sum(1 for p in phases.values() if p == phase)
+                    async for ev in w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, ns, plural,
+                                             resource_version=version, timeout_seconds=60):
+                        obj, name = ev["object"], ev["object"]["metadata"]["name"]
+                        reached -= phases.pop(name, None) == phase
+                        if ev["type"] in ("ADDED", "MODIFIED"):
+                            phases[name] = (obj.get("status") or {}).get("phase")
+                            reached += phases[name] == phase
+                        if reached >= n:
+                            return
+            except TimeoutError:
+                raise TimeoutError(f"{plural}: fewer than {n} {phase} after {limit}s") from None
+            finally:
+                w.stop()
 
     count_writes()
-    cp = ControlPlane(with_controller_manager=False)
+    pprof = os.environ.get("BENCH_APISERVER_PPROF")  # a path: CPU profile of kube-apiserver while converging
+    cp = ControlPlane(with_controller_manager=False, extra_apiserver_flags=["--profiling=true"] if pprof else [])
     await asyncio.to_thread(cp.start)
     try:
         apiserver = cp._procs["kube-apiserver"].popen
@@ -143,7 +181,7 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
         with cp.http_client() as http:
             await asyncio.to_thread(install_third_party_crds, http)
         api = await connect(str(cp.kubeconfig))
-        await install_crds(api, subscription_namespace=SUB_NS)
+        await install_crds(api, subscription_namespace=SUB_NS, with_finalizer_policy=True)
         core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
         for ns in (SUB_NS, "models", "gw"):
             await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
@@ -163,6 +201,8 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
         await wait_phase(custom, "models", "maasmodelrefs", "Ready", n_models, 300)
         await asyncio.sleep(2)  # let the last writes of publishing land before counting the next phase
         t1 = snapshot(pid)
+        published = reconciles(manager)
+        profiling = asyncio.create_task(asyncio.to_thread(apiserver_profile, cp, pprof)) if pprof else None
         await create_all(custom, SUB_NS, "maassubscriptions", [{
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "MaaSSubscription", "metadata": {"name": f"s{i}"},
             "spec": {"owner": {"groups": [{"name": f"team-{i}"}]}, "modelRefs": [
@@ -172,6 +212,10 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
         created = time.monotonic() - t1[0]
         await wait_phase(custom, SUB_NS, "maassubscriptions", "Active", n_subs, 900)
         t2 = snapshot(pid)
+        converged = Counter(reconciles(manager))
+        converged.subtract(published)
+        if profiling is not None:
+            await profiling
         await asyncio.sleep(3)  # writes still in flight after the last Active (e.g. Events) count too
         t3 = snapshot(pid)
         manager.stop()
@@ -193,6 +237,7 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
         converge = delta(t1, t2)
         converge["tail_writes"] = delta(t2, t3)["writes"]
         converge["create_s"] = created
+        converge["reconciles"] = {k: v for k, v in converged.items() if v}
         return {"subscriptions": n_subs, "models": n_models, "publish": delta(t0, t1), "converge": converge,
                 "sync": delta(r0, r1), "restart": delta(r0, r2), "event_reasons": dict(REASONS)}
     finally:
@@ -237,7 +282,8 @@ def main() -> None:
                 c = r["converge"]
                 print(f"# {scale}x round {rnd + 1} {name}: load {r['load']} active {c['seconds']:.1f}s "
                       f"writes {c['writes']} {c['by_kind']} cpu self {c['cpu_self']:.1f}s apiserver "
-                      f"{c['cpu_apiserver']:.1f}s; publish {r['publish']['writes']} {r['publish']['by_kind']}; "
+                      f"{c['cpu_apiserver']:.1f}s reconciles {c.get('reconciles')}; "
+                      f"publish {r['publish']['writes']} {r['publish']['by_kind']}; "
                       f"sync {r['sync']['seconds']:.2f}s restart writes {r['restart']['by_kind']}; "
                       f"Events {r['event_reasons']}", flush=True)
         print()

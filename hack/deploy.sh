@@ -115,6 +115,16 @@ else
   apply_stream "${dry_run[@]}" < "$rendered" || log "dry run: some objects need the namespaces created first"
 fi
 
+# The controller's finalizer at admission (Kubernetes 1.36+): one write fewer per new MaaSModelRef and
+# MaaSSubscription. Installed with the controller (uninstall.sh removes it first) and only where served.
+if k api-resources --api-group=admissionregistration.k8s.io -o name 2>/dev/null | grep -qx \
+    'mutatingadmissionpolicies.admissionregistration.k8s.io'; then
+  log "applying the finalizer admission policy"
+  apply_stream "${dry_run[@]}" < "$MANIFESTS/finalizers/maas-finalizers.yaml"
+else
+  log "the cluster has no MutatingAdmissionPolicy API: the controller adds its finalizer itself"
+fi
+
 if [[ -n "$database_url" ]]; then
   log "writing Secret $controller_ns/maas-api-db"
   k create secret generic maas-api-db -n "$controller_ns" --from-literal=database-url="$database_url" \

@@ -84,6 +84,8 @@ if [[ $all -eq 1 && $api_installed -eq 1 ]]; then
   fi
 fi
 
+# First the finalizer admission policy: objects created without a controller must not get its finalizer.
+k delete -f "$MANIFESTS/finalizers/maas-finalizers.yaml" --ignore-not-found >/dev/null 2>&1 || true
 log "removing the controller, maas-api, the billing operator and the psp-connector from namespace $controller_ns"
 awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} !/\nkind: Namespace\n/' "$rendered" > "$rendered.objects"
 k delete -f "$rendered.objects" --ignore-not-found --wait=true --timeout="${timeout}s"

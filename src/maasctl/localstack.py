@@ -111,7 +111,8 @@ class LocalStack:
         with self.control_plane.http_client() as http:
             await asyncio.to_thread(install_third_party_crds, http)
         self._api = await connect(str(self.kubeconfig))
-        await install_crds(self.api, subscription_namespace=self.settings.subscription_namespace)
+        await install_crds(self.api, subscription_namespace=self.settings.subscription_namespace,
+                           with_finalizer_policy=True, namespaces=self.settings.namespaces)
         core = k8s.CoreV1Api(self.api)
         for ns in {self.settings.subscription_namespace, self.settings.gateway_namespace,
                    self.settings.leader_election_namespace, "llm"}:

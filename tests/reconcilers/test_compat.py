@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.reconcilers.subscription import PEERS_NAMED
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents, third_party_crd_files, wait_established
@@ -253,4 +254,39 @@ async def test_shared_priority_is_flagged_on_both_subscriptions(
     for name in (a, b):
         await eventually(lambda name=name: duplicate(name, "False"))  # type: ignore[misc]
     for name in (a, b):
+        await objs.delete("MaaSSubscription", SUB_NS, name)
+
+
+async def test_joining_a_large_priority_group_rewrites_no_other_status(
+    controller: RunningController, objs: Objects, namespace: str
+) -> None:
+    """Beyond PEERS_NAMED peers the condition no longer names them, so one more subscription with the same
+    priority changes nobody else's status: one write per change, not one per member of the group."""
+    prefix = f"g-{uuid.uuid4().hex[:6]}"
+    priority = 9000 + int(uuid.uuid4().hex[:3], 16)  # no other test's subscription shares it
+    names = [f"{prefix}-{i}" for i in range(PEERS_NAMED + 3)]
+
+    async def create(name: str) -> None:
+        sub = subscription(name, [(namespace, "m")], "g")
+        sub["spec"]["priority"] = priority
+        await objs.create(sub)
+
+    async def constant_message(name: str) -> dict[str, Any] | None:
+        sub = await objs.get("MaaSSubscription", SUB_NS, name)
+        conds = {c["type"]: c for c in ((sub or {}).get("status") or {}).get("conditions") or ()}
+        cond = conds.get("SpecPriorityDuplicate")
+        ok = cond is not None and cond["status"] == "True" and f"more than {PEERS_NAMED}" in cond["message"]
+        return sub if ok else None
+
+    for name in names[:-1]:
+        await create(name)
+    settled = {name: await eventually(lambda name=name: constant_message(name)) for name in names[:-1]}
+    await create(names[-1])
+    await eventually(lambda: constant_message(names[-1]))
+    await asyncio.sleep(2)  # a requeued peer would have rewritten its status by now
+    for name, before in settled.items():
+        after = await objs.get("MaaSSubscription", SUB_NS, name)
+        assert after is not None
+        assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], name
+    for name in names:
         await objs.delete("MaaSSubscription", SUB_NS, name)

@@ -9,6 +9,7 @@ validation immediately.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -34,6 +35,8 @@ async def install_crds(
     *,
     subscription_namespace: str | None = None,
     with_admission: bool = True,
+    with_finalizer_policy: bool = False,
+    namespaces: Sequence[str] = (),
     field_manager: str = FIELD_MANAGER,
     timeout: float = 60.0,
 ) -> None:
@@ -41,7 +44,10 @@ async def install_crds(
 
     ``subscription_namespace`` is the only namespace MaaSSubscription and MaaSAuthPolicy are accepted in
     (default ``models-as-a-service``); the policy is cluster-wide, so every caller sharing a cluster must pass
-    the same value. Raises ``InstallTimeout`` after ``timeout`` seconds and ``ApiException`` on rejection.
+    the same value. ``with_finalizer_policy`` also applies the MutatingAdmissionPolicy that puts the
+    controller's finalizer on new objects, where the cluster serves that API (limited to ``namespaces`` when
+    the controller watches only those); it is not waited for (the controller adds a missing finalizer itself).
+    Raises ``InstallTimeout`` after ``timeout`` seconds and ``ApiException`` on rejection.
     """
     namespace = subscription_namespace or DEFAULT_SUBSCRIPTION_NAMESPACE
     ext = client.ApiextensionsV1Api(api_client)
@@ -60,6 +66,8 @@ async def install_crds(
             if with_admission:
                 await _apply_admission(api_client, namespace, field_manager)
                 await _wait_admission(api_client, namespace)
+            if with_finalizer_policy:
+                await apply_finalizer_policy(api_client, namespaces, field_manager)
     except TimeoutError as exc:
         raise InstallTimeout(f"MaaS CRDs/admission policy not effective after {timeout}s") from exc
 
@@ -88,6 +96,32 @@ async def _apply_admission(api_client: client.ApiClient, namespace: str, field_m
         field_manager=field_manager,
         **_SSA,
     )
+
+
+async def serves_mutating_admission_policies(api_client: client.ApiClient) -> bool:
+    """Whether the cluster serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicies (Kubernetes 1.36+)."""
+    try:
+        resources = await client.AdmissionregistrationV1Api(api_client).get_api_resources()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(r.name == "mutatingadmissionpolicies" for r in resources.resources or ())
+
+
+async def apply_finalizer_policy(api_client: client.ApiClient, namespaces: Sequence[str] = (),
+                                 field_manager: str = FIELD_MANAGER) -> bool:
+    """Apply the finalizer MutatingAdmissionPolicy and its binding; False (nothing applied) on a cluster
+    without that API."""
+    if not await serves_mutating_admission_policies(api_client):
+        return False
+    adm = client.AdmissionregistrationV1Api(api_client)
+    policy, binding = admission.finalizer_manifests(namespaces)
+    await adm.patch_mutating_admission_policy(
+        name=policy["metadata"]["name"], body=policy, field_manager=field_manager, **_SSA)
+    await adm.patch_mutating_admission_policy_binding(
+        name=binding["metadata"]["name"], body=binding, field_manager=field_manager, **_SSA)
+    return True
 
 
 def _probe_object(namespace: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import structlog
 
+from maasctl.api.admission import FINALIZER as FINALIZER  # re-exported: the reconcilers import it from here
 from maasctl.builders.names import is_managed, is_opted_out
 from maasctl.builders.refs import GatewayRef
 from maasctl.contract.views import Views
@@ -28,7 +29,6 @@ from maasctl.settings import ControllerSettings
 
 log = structlog.get_logger("maasctl.reconcilers")
 
-FINALIZER = "maas.opendatahub.io/finalizer"
 DEPENDENCY_RECHECK = 15.0
 """Seconds between checks while a dependency's CRD (Kuadrant, KServe, Gateway API) is missing."""
 

@@ -3,6 +3,7 @@
 - `MODEL_INDEX` on MaaSAuthPolicy and MaaSSubscription: `<ns>/<name>` of every model the spec references, so
   a model's reconcile finds all its sources, and a source's status finds its models.
 - `TARGET_INDEX` on MaaSModelRef: `<ns>/<kind>/<name>` of the object that serves it.
+- `PRIORITY_INDEX` on MaaSSubscription: `<ns>/<spec.priority>`, its group of equal priorities.
 - `ALIAS_INDEX` on MaaSModelRef: its `status.resolvedModelAlias` (the name clients send), so a model finds the
   others publishing the same name (`siblings_by_alias`).
 - Generated objects carry `maas.opendatahub.io/model` and `model-namespace` labels: `model_of_generated`
@@ -23,6 +24,7 @@ from maasctl.runtime.objects import FrozenObject
 MODEL_INDEX = "maas.model"
 TARGET_INDEX = "maas.target"
 ALIAS_INDEX = "maas.alias"
+PRIORITY_INDEX = "maas.priority"
 
 
 def model_keys(refs: Iterable[Mapping[str, Any]] | None) -> list[str]:

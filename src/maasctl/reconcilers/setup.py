@@ -10,6 +10,8 @@ InferenceObjectives and the cleanup Job, so they watch what their status reads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from maasctl.builders import names
 from maasctl.builders.gatewayauth import GATEWAY_AUTH_NAME
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
@@ -21,6 +23,7 @@ from maasctl.reconcilers.guardrails import GuardrailsReconciler, singleton_reque
 from maasctl.reconcilers.indexes import (
     ALIAS_INDEX,
     MODEL_INDEX,
+    PRIORITY_INDEX,
     TARGET_INDEX,
     alias_index,
     model_index,
@@ -51,7 +54,12 @@ from maasctl.reconcilers.kinds import (
     TOKEN_RATE_LIMIT_POLICY,
 )
 from maasctl.reconcilers.modelref import ModelRefReconciler
-from maasctl.reconcilers.subscription import SubscriptionReconciler
+from maasctl.reconcilers.subscription import (
+    PEERS_NAMED,
+    SubscriptionReconciler,
+    priority_group,
+    priority_index,
+)
 from maasctl.runtime import Cache, Manager, Request
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
@@ -78,17 +86,28 @@ def _cleanup_job_owner(job: FrozenObject) -> list[Request]:
     return [Request(*key.split("/", 1)) for key in str(value).split(",") if "/" in key]
 
 
-def _same_priority(cache: Cache) -> MapFunc:
-    """A subscription (old and new spec) -> the others of its namespace with that priority
-    (`SpecPriorityDuplicate` on both sides)."""
+def _same_priority(ctx: Context) -> MapFunc:
+    """A subscription (old and new spec) -> the others of its namespace with that priority whose
+    `SpecPriorityDuplicate` may have changed: only while the group is small enough for their message to name
+    peers (a peer's condition is constant beyond PEERS_NAMED peers), so one subscription joining or leaving a
+    large group of equal priorities requeues none of them."""
 
     def map_to(sub: FrozenObject) -> list[Request]:
         ns, name = sub["metadata"]["namespace"], sub["metadata"]["name"]
         priority = (sub.get("spec") or {}).get("priority", 0)
-        return [Request.for_object(o) for o in cache.list(MAAS_SUBSCRIPTION, ns)
-                if o["metadata"]["name"] != name and (o.get("spec") or {}).get("priority", 0) == priority]
+        group = priority_group(ctx, ns, priority if isinstance(priority, int) else 0)
+        if len(group) > PEERS_NAMED + 2:  # each peer had and still has more than PEERS_NAMED others
+            return []
+        return [Request.for_object(o) for o in group if o["metadata"]["name"] != name]
 
     return map_to
+
+
+def names_guardrails(sub: FrozenObject) -> bool:
+    """Whether a MaaSSubscription version names a GuardrailConfig (enabled or not) on any model: only those
+    change which configurations are in use (old and new versions both map, so removing one counts)."""
+    refs = (sub.get("spec") or {}).get("modelRefs")
+    return isinstance(refs, (list, tuple)) and any(isinstance(r, Mapping) and r.get("guardrails") for r in refs)
 
 
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
@@ -100,6 +119,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     cache.add_index(MAAS_MODEL_REF, ALIAS_INDEX, alias_index)
     cache.add_index(MAAS_AUTH_POLICY, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, MODEL_INDEX, model_index)
+    cache.add_index(MAAS_SUBSCRIPTION, PRIORITY_INDEX, priority_index)
     in_namespace = models_in_namespace(cache)
 
     models = (manager.controller("maasmodelref")
@@ -147,7 +167,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
-        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(cache), predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META])
         .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
         .watches(HTTP_ROUTE, map_to=by_namespace)
@@ -165,6 +185,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     (manager.controller("guardrails")
         .for_(GUARDRAILS_SETTINGS)
         .watches(GUARDRAIL_CONFIG, map_to=lambda obj: [singleton], predicates=[SPEC_OR_META])
-        .watches(MAAS_SUBSCRIPTION, map_to=lambda obj: [singleton], predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=lambda obj: [singleton] if names_guardrails(obj) else [],
+                 predicates=[SPEC_OR_META])
         .complete(GuardrailsReconciler(ctx)))
     return ctx

@@ -15,6 +15,7 @@ goes.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from maasctl.reconcilers.cleanup import KeyCleanup
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, FINALIZER, Context
 from maasctl.reconcilers.flowcontrol import API_RECHECK_SECONDS, FlowControl, FlowControlRetry, FlowRun
 from maasctl.reconcilers.guardrails import config_ready, current_settings
-from maasctl.reconcilers.indexes import kuadrant_ready, model_index
+from maasctl.reconcilers.indexes import PRIORITY_INDEX, kuadrant_ready, model_index
 from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
 from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve, subscription_gateway_problem
@@ -136,17 +137,9 @@ class SubscriptionReconciler:
                                        message=cond.message[:4096], observed_generation=generation)
         conditions = self.guardrails_condition(view, conditions, generation)
         peers = same_priority_peers(self.ctx, obj)
-        if peers:
-            listed = ", ".join(peers[:5]) + (f" and {len(peers) - 5} more" if len(peers) > 5 else "")
-            conditions = set_condition(
-                conditions, type_=SPEC_PRIORITY_DUPLICATE, status="True", reason="SharedPriority",
-                message=f"priority {view.priority} is shared with {listed}; callers entitled to several of them "
-                "must choose one (X-MaaS-Subscription, or subscription when minting a key)"[:4096],
-                observed_generation=generation)
-        else:
-            conditions = set_condition(conditions, type_=SPEC_PRIORITY_DUPLICATE, status="False",
-                                       reason="NoDuplicatePeers", message="no other subscription has this priority",
-                                       observed_generation=generation)
+        cond_status, reason, message = priority_duplicate_condition(view.priority, peers)
+        conditions = set_condition(conditions, type_=SPEC_PRIORITY_DUPLICATE, status=cond_status, reason=reason,
+                                   message=message, observed_generation=generation)
         status["conditions"] = conditions
         return status
 
@@ -183,6 +176,20 @@ class SubscriptionReconciler:
 
 
 SPEC_PRIORITY_DUPLICATE = "SpecPriorityDuplicate"
+PEERS_NAMED = 5
+"""Peers named in `SpecPriorityDuplicate`; beyond that the message is constant, so a subscription joining a
+large group of equal priorities rewrites no other subscription's status (one write per change, not N)."""
+
+
+def priority_duplicate_condition(priority: int, peers: Sequence[str]) -> tuple[str, str, str]:
+    """(status, reason, message) of `SpecPriorityDuplicate` from the other live subscriptions sharing the
+    priority (`peers`, sorted; only the first PEERS_NAMED + 1 matter)."""
+    if not peers:
+        return "False", "NoDuplicatePeers", "no other subscription has this priority"
+    listed = ", ".join(peers) if len(peers) <= PEERS_NAMED else f"more than {PEERS_NAMED} other subscriptions"
+    return ("True", "SharedPriority",
+            f"priority {priority} is shared with {listed}; callers entitled to several of them must choose one "
+            "(X-MaaS-Subscription, or subscription when minting a key)"[:4096])
 
 
 def _priority(obj: FrozenObject) -> int:
@@ -190,11 +197,23 @@ def _priority(obj: FrozenObject) -> int:
     return value if isinstance(value, int) else 0
 
 
+def priority_index(obj: FrozenObject) -> list[str]:
+    """Index function: `<namespace>/<spec.priority>` of a MaaSSubscription (its group of equal priorities)."""
+    return [f"{obj['metadata']['namespace']}/{_priority(obj)}"]
+
+
+def priority_group(ctx: Context, namespace: str, priority: int) -> list[FrozenObject]:
+    """The live subscriptions of `namespace` with `priority`."""
+    return [o for o in ctx.cache.list(MAAS_SUBSCRIPTION, index=(PRIORITY_INDEX, f"{namespace}/{priority}"))
+            if not is_deleting(o)]
+
+
 def same_priority_peers(ctx: Context, obj: FrozenObject) -> list[str]:
-    """Names of the other live subscriptions in `obj`'s namespace with the same `spec.priority`."""
-    me, priority = obj["metadata"]["name"], _priority(obj)
-    return sorted(str(o["metadata"]["name"]) for o in ctx.cache.list(MAAS_SUBSCRIPTION, obj["metadata"]["namespace"])
-                  if o["metadata"]["name"] != me and not is_deleting(o) and _priority(o) == priority)
+    """Names of up to PEERS_NAMED + 1 other live subscriptions in `obj`'s namespace with the same priority
+    (sorted; more are never needed to write the condition)."""
+    me = obj["metadata"]["name"]
+    names = (str(o["metadata"]["name"]) for o in priority_group(ctx, obj["metadata"]["namespace"], _priority(obj)))
+    return heapq.nsmallest(PEERS_NAMED + 1, (n for n in names if n != me))
 
 
 def _limits(trlp: FrozenObject) -> set[str]:
