@@ -130,6 +130,9 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--key-cleanup-user", action="append", default=None,
                      help="identity of the key cleanup Job (repeatable; default "
                      "system:serviceaccount:opendatahub:maas-key-cleanup)")
+    api.add_argument("--key-cache-max-age", type=float, default=float(env_default("key_cache_max_age", "30")),
+                     help="seconds a validated key row may be served from memory on PostgreSQL (invalidated at "
+                     "once on any change through LISTEN/NOTIFY; this is the safety net); 0 disables the cache")
     _add_logging_flags(api)
 
 
@@ -281,7 +284,8 @@ def _api(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, database_url=args.database_url, kubeconfig=args.kubeconfig,
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
         gateway_tokens=(SecretStr(token),) if token else (),
-        default_gateway=f"{args.gateway_namespace}/{args.gateway_name}", **extra,
+        default_gateway=f"{args.gateway_namespace}/{args.gateway_name}",
+        key_cache_max_age=args.key_cache_max_age, **extra,
     ))
     return 0
 

@@ -19,6 +19,7 @@ from maasctl.maasapi.deps import AppState, access_of, caller_identity, subscript
 from maasctl.maasapi.errors import install_error_handlers
 from maasctl.maasapi.fastpath import VALIDATE_PATH, ValidateFastPath
 from maasctl.maasapi.gatewayauth import gateway_token_valid
+from maasctl.maasapi.keycache import KeyCache, KeyCacheListener
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware, IdentityHeaderMiddleware
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
@@ -62,7 +63,9 @@ def create_app(
                     await st.close()
                 raise
         state.store = st
-        state.service = KeyService(st, settings)
+        cache, listener = _key_cache(st, settings, state.metrics)
+        state.service = KeyService(st, settings, cache=cache)
+        state.key_cache_listener = listener
         http = probe_client or httpx.AsyncClient(
             verify=ssl.create_default_context(cafile=settings.model_probe_ca_file)
             if settings.model_probe_ca_file
@@ -75,6 +78,10 @@ def create_app(
         try:
             yield
         finally:
+            if listener is not None:
+                await listener.stop()
+            st.on_changed = None
+            state.key_cache_listener = None
             state.service = None
             state.store = None
             state.probe_http = None
@@ -108,3 +115,16 @@ def create_app(
     app.add_middleware(IdentityHeaderMiddleware)
     app.add_middleware(AccessLogMiddleware, metrics=state.metrics)
     return app
+
+
+def _key_cache(store: KeyStore, settings: MaasApiSettings,
+               metrics: ApiMetrics) -> tuple[KeyCache | None, KeyCacheListener | None]:
+    """The validation key cache and its running listener (PostgreSQL with a positive max age only)."""
+    dsn = store.pg_dsn
+    if dsn is None or settings.key_cache_max_age <= 0:
+        return None, None
+    cache = KeyCache(settings.key_cache_max_entries, settings.key_cache_max_age, metrics)
+    store.on_changed = cache.changed_here
+    listener = KeyCacheListener(dsn, cache)
+    listener.start()
+    return cache, listener

@@ -20,6 +20,8 @@ from maasctl.dbtypes import UTCDateTime
 
 metadata = MetaData()
 
+# On PostgreSQL, triggers of migration 0009 NOTIFY every change to a row (except `last_used_at` alone) to the
+# replicas' validation key caches (maasapi.keycache); they are not mirrored here.
 api_keys = Table(
     "api_keys",
     metadata,

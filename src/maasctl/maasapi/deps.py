@@ -26,6 +26,7 @@ from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Authenticator, Identity
 from maasctl.maasapi.errors import ApiError, error_body
+from maasctl.maasapi.keycache import KeyCacheListener
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
@@ -68,6 +69,7 @@ class AppState:
     models: ModelSource | None = None
     probe_http: httpx.AsyncClient | None = None
     organizations: OrganizationSource | None = None  # None: no delegated administration
+    key_cache_listener: KeyCacheListener | None = None  # PostgreSQL: keeps the validation key cache live
 
     def keys(self) -> KeyService:
         if self.service is None:

@@ -39,3 +39,18 @@ class ApiMetrics:
         self.revocations = Counter(
             "maas_api_key_revocations_total", "API keys revoked by kind", ["kind"], registry=self.registry
         )
+        # The validation key cache (maasapi.keycache): lookups by result (hit, miss, not_live: the listener is
+        # down and every validation reads the database), invalidations by cause, listener state and size.
+        self.key_cache_lookups = Counter(
+            "maas_api_key_cache_lookups_total", "Key cache lookups by result", ["result"], registry=self.registry
+        )
+        self.key_cache_invalidations = Counter(
+            "maas_api_key_cache_invalidations_total",
+            "Key cache invalidations by cause (notify, local, listener_lost, listener_started, listener_stopped)",
+            ["cause"],
+            registry=self.registry,
+        )
+        self.key_cache_listener_up = Gauge(
+            "maas_api_key_cache_listener_up", "1 while the key cache's LISTEN connection is up", registry=self.registry
+        )
+        self.key_cache_entries = Gauge("maas_api_key_cache_entries", "Key rows held in memory", registry=self.registry)

@@ -4,10 +4,12 @@ Group freshness: a key carries its owner's groups from mint; `refresh_groups` up
 calls maas-api with a Kubernetes token, and `validate` refuses a key whose groups are older than
 `key_groups_max_age` (a membership change reaches keys within that bound).
 
-Revocation freshness: `validate` reads the key row from the database on every call (one primary-key
-lookup, well under a millisecond on PostgreSQL over loopback). There is no cache, so a revocation committed
-through any replica is seen by every replica on the very next request — the 1-second bound holds trivially
-and there is no invalidation protocol to get wrong.
+Revocation freshness: on PostgreSQL `validate` serves the key row from memory (`maasapi.keycache`) while
+the database's change notices reach this replica: every write to a key row (revocation through any replica,
+bulk revocation, group refresh, purge, an operator's psql) is announced by a trigger and drops the row at
+once; without a working notice channel (lost, or no heartbeat answered for 1 s) nothing is served from memory.
+Only "valid" is ever answered from memory: every other outcome re-reads the row first, and status, expiry and
+group age are computed from the clock on every call. On SQLite (one process) every validation reads the row.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.keycache import KeyCache
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.store import KeyRecord, KeyScope, KeyStore, SearchQuery
 
@@ -60,10 +63,12 @@ class Validation:
 
 
 class KeyService:
-    def __init__(self, store: KeyStore, settings: MaasApiSettings, clock: Clock = utcnow) -> None:
+    def __init__(self, store: KeyStore, settings: MaasApiSettings, clock: Clock = utcnow,
+                 cache: KeyCache | None = None) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
+        self.cache = cache
         self._pepper = settings.pepper_bytes()
         self._group_refreshes: dict[tuple[str, tuple[str, ...]], datetime] = {}
         self._last_used: dict[str, datetime] = {}
@@ -139,7 +144,24 @@ class KeyService:
         if parsed is None:
             return Validation(False, "invalid_key")
         key_id, secret = parsed
-        record = await self.store.get(key_id, with_labels=False)
+        cache = self.cache
+        if cache is not None:
+            cached = cache.get(key_id)
+            if cached is not None:
+                result = self._check(key_id, secret, cached)
+                if result.valid:
+                    return await self._touched(result)
+            # A miss, or anything but "valid" from memory: the database decides.
+            generation, read_at = cache.generation, cache.monotonic()
+            record = await self.store.get(key_id, with_labels=False)
+            if record is not None:
+                cache.put(record, generation, read_at)  # only rows that exist: random ids cannot fill it
+        else:
+            record = await self.store.get(key_id, with_labels=False)
+        return await self._touched(self._check(key_id, secret, record))
+
+    def _check(self, key_id: str, secret: str, record: KeyRecord | None) -> Validation:
+        """The answer for the presented key given its row (None: unknown id), by the clock of this call."""
         matches = keys.verify(self._pepper, key_id, secret, record.key_hash if record else _DUMMY_HASH)
         if record is None or not matches:
             return Validation(False, "invalid_key")
@@ -149,8 +171,12 @@ class KeyService:
             return Validation(False, status, record)
         if now - record.groups_as_of > self.settings.key_groups_max_age:
             return Validation(False, "groups_stale", record)
-        await self._touch(record, now)
         return Validation(True, None, record)
+
+    async def _touched(self, result: Validation) -> Validation:
+        if result.valid and result.record is not None:
+            await self._touch(result.record, self.clock())
+        return result
 
     async def _touch(self, record: KeyRecord, now: datetime) -> None:
         """Record the use for `lastUsedAt`, debounced (in memory per replica, and in the UPDATE itself)."""

@@ -41,6 +41,11 @@ class MaasApiSettings(BaseModel):
     run_migrations: bool = True
     db_pool_size: int = Field(default=10, ge=1)
     token_cache_seconds: float = Field(default=5.0, ge=0.0)
+    # PostgreSQL only: key rows read by validation are kept in memory, dropped the moment the database announces
+    # a change (LISTEN/NOTIFY, maasapi.keycache) and served only while that announcement channel is up. The age
+    # is a safety net on top (0 disables the cache: every validation reads the database).
+    key_cache_max_age: float = Field(default=30.0, ge=0.0)
+    key_cache_max_entries: int = Field(default=100_000, ge=1)
     model_probe_timeout: float = Field(default=2.0, gt=0.0)
     models_deadline: float = Field(default=5.0, gt=0.0)
     model_probe_ca_file: str | None = None  # CA bundle for probing https model endpoints (None: system CAs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
@@ -203,7 +203,7 @@ class _PgKeyLookup:
     """
 
     def __init__(self, engine: AsyncEngine, size: int) -> None:
-        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._size = size
         self._pool: Any = None
         self._lock = asyncio.Lock()
@@ -217,7 +217,7 @@ class _PgKeyLookup:
                     # The pool only ever runs the one read-only SELECT below, so the default
                     # reset-on-release (RESET ALL, UNLISTEN *, ... = one more round trip) is skipped.
                     self._pool = await asyncpg.create_pool(
-                        self._dsn, min_size=1, max_size=self._size, reset=_keep_session
+                        self.dsn, min_size=1, max_size=self._size, reset=_keep_session
                     )
         return self._pool
 
@@ -279,6 +279,19 @@ class KeyStore:
         # Reads run without an explicit transaction: on PostgreSQL that is one round trip (no BEGIN and no
         # ROLLBACK on pool return), which matters on the validation hot path.
         self.read_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        # Called with the ids of keys this process changed (revoked, deleted, new groups), once committed: the
+        # validation key cache drops them at once instead of waiting for the database's notice, so a replica
+        # always reads its own writes.
+        self.on_changed: Callable[[Sequence[str]], None] | None = None
+
+    @property
+    def pg_dsn(self) -> str | None:
+        """The plain PostgreSQL DSN (for asyncpg connections of our own), None on SQLite."""
+        return self._fast.dsn if self._fast is not None else None
+
+    def _changed(self, ids: Sequence[str]) -> None:
+        if ids and self.on_changed is not None:
+            self.on_changed(ids)
 
     async def close(self) -> None:
         if self._fast is not None:
@@ -405,10 +418,12 @@ class KeyStore:
             update(api_keys)
             .where(api_keys.c.owner == owner, api_keys.c.revoked_at.is_(None), api_keys.c.expires_at > now)
             .values(groups=list(groups), groups_verified_at=now)
+            .returning(api_keys.c.id)
         )
         async with self.engine.begin() as conn:
-            result = await conn.execute(stmt)
-        return int(result.rowcount or 0)
+            ids = [r.id for r in await conn.execute(stmt)]
+        self._changed(ids)
+        return len(ids)
 
     async def touch(self, key_id: str, now: datetime, debounce: timedelta) -> None:
         """Record a use of the key, unless one was recorded less than `debounce` ago (one cheap UPDATE)."""
@@ -432,7 +447,8 @@ class KeyStore:
             if result.rowcount == 0:
                 return False
             await self._event(conn, key_id, "revoked", actor, now, reason)
-            return True
+        self._changed([key_id])
+        return True
 
     async def revoke_many(
         self,
@@ -485,7 +501,8 @@ class KeyStore:
                         for i in ids
                     ],
                 )
-            return ids
+        self._changed(ids)
+        return ids
 
     async def events(self, key_id: str) -> list[AuditEvent]:
         async with self.engine.connect() as conn:
@@ -507,4 +524,5 @@ class KeyStore:
             await conn.execute(delete(api_key_labels).where(api_key_labels.c.key_id.in_(ids)))
             await conn.execute(delete(api_key_events).where(api_key_events.c.key_id.in_(ids)))
             await conn.execute(delete(api_keys).where(api_keys.c.id.in_(ids)))
-            return len(ids)
+        self._changed(ids)
+        return len(ids)
