@@ -302,7 +302,7 @@ def _gateway(args: argparse.Namespace) -> int:
         redis_url=args.redis_url,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
     )
-    return _run_async(run_gateway(settings), fast_loop=True)
+    return _run_async(run_gateway(settings))
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -384,14 +384,9 @@ _HANDLERS = {
 }
 
 
-def _run_async(coro: Coroutine[Any, Any, int], *, fast_loop: bool = False) -> int:
-    """Run a command's coroutine; `fast_loop` picks the event loop uvicorn would (uvloop when installed) for
-    the request-serving hot paths."""
-    from uvicorn.loops.auto import auto_loop_factory
-
+def _run_async(coro: Coroutine[Any, Any, int]) -> int:
     try:
-        with asyncio.Runner(loop_factory=auto_loop_factory() if fast_loop else None) as runner:
-            return int(runner.run(coro))
+        return int(asyncio.run(coro))
     except KeyboardInterrupt:
         return 130
 
