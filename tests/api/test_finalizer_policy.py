@@ -17,6 +17,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.api import DEFAULT_SUBSCRIPTION_NAMESPACE, GROUP, VERSION, admission
 from maasctl.api.install import apply_finalizer_policy, install_crds
+from tests.reconcilers.conftest import ensure_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -48,18 +49,17 @@ def external_model(ns: str) -> dict[str, Any]:
 @pytest.fixture
 async def policy(kube: k8s.ApiClient, namespace: str) -> AsyncIterator[k8s.CustomObjectsApi]:
     await install_crds(kube)
-    core = k8s.CoreV1Api(kube)
-    try:
-        await core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=SUB_NS)))
-    except k8s.ApiException as exc:
-        if exc.status != 409:
-            raise
+    await ensure_namespace(k8s.CoreV1Api(kube), SUB_NS)
     assert await apply_finalizer_policy(kube, namespaces=[namespace, SUB_NS])
     custom = k8s.CustomObjectsApi(kube)
     try:
         for _ in range(150):  # policies are compiled and bound asynchronously
-            if OURS in (await dry_create(custom, model_ref(namespace)))["metadata"].get("finalizers", []):
-                break
+            try:
+                if OURS in (await dry_create(custom, model_ref(namespace)))["metadata"].get("finalizers", []):
+                    break
+            except k8s.ApiException as exc:  # a CRD installed just now is Established before it is served
+                if exc.status != 503:
+                    raise
             await asyncio.sleep(0.2)
         yield custom
     finally:

@@ -59,6 +59,7 @@ from maasctl.reconcilers.subscription import (
     SubscriptionReconciler,
     priority_group,
     priority_index,
+    spec_priority,
 )
 from maasctl.runtime import Cache, Manager, Request
 from maasctl.runtime.controller import MapFunc
@@ -94,8 +95,7 @@ def _same_priority(ctx: Context) -> MapFunc:
 
     def map_to(sub: FrozenObject) -> list[Request]:
         ns, name = sub["metadata"]["namespace"], sub["metadata"]["name"]
-        priority = (sub.get("spec") or {}).get("priority", 0)
-        group = priority_group(ctx, ns, priority if isinstance(priority, int) else 0)
+        group = priority_group(ctx, ns, spec_priority(sub))
         if len(group) > PEERS_NAMED + 2:  # each peer had and still has more than PEERS_NAMED others
             return []
         return [Request.for_object(o) for o in group if o["metadata"]["name"] != name]

@@ -192,14 +192,15 @@ def priority_duplicate_condition(priority: int, peers: Sequence[str]) -> tuple[s
             "(X-MaaS-Subscription, or subscription when minting a key)"[:4096])
 
 
-def _priority(obj: FrozenObject) -> int:
+def spec_priority(obj: FrozenObject) -> int:
+    """`spec.priority` (0 when unset or not an integer)."""
     value = (obj.get("spec") or {}).get("priority", 0)
     return value if isinstance(value, int) else 0
 
 
 def priority_index(obj: FrozenObject) -> list[str]:
     """Index function: `<namespace>/<spec.priority>` of a MaaSSubscription (its group of equal priorities)."""
-    return [f"{obj['metadata']['namespace']}/{_priority(obj)}"]
+    return [f"{obj['metadata']['namespace']}/{spec_priority(obj)}"]
 
 
 def priority_group(ctx: Context, namespace: str, priority: int) -> list[FrozenObject]:
@@ -212,7 +213,7 @@ def same_priority_peers(ctx: Context, obj: FrozenObject) -> list[str]:
     """Names of up to PEERS_NAMED + 1 other live subscriptions in `obj`'s namespace with the same priority
     (sorted; more are never needed to write the condition)."""
     me = obj["metadata"]["name"]
-    names = (str(o["metadata"]["name"]) for o in priority_group(ctx, obj["metadata"]["namespace"], _priority(obj)))
+    names = (str(o["metadata"]["name"]) for o in priority_group(ctx, obj["metadata"]["namespace"], spec_priority(obj)))
     return heapq.nsmallest(PEERS_NAMED + 1, (n for n in names if n != me))
 
 
