@@ -174,6 +174,21 @@ def test_store_indexes_follow_updates_and_deletes() -> None:
     assert s.by_index("namespace", "n") == [] and len(s) == 0
 
 
+def test_store_index_keys_is_a_live_view_of_one_index_value() -> None:
+    s = Store()
+    keys = s.index_keys("namespace", "n")
+    assert len(keys) == 0 and "n/a" not in keys
+    s.upsert("n/a", freeze({"metadata": {"name": "a", "namespace": "n"}}))
+    s.upsert("n/b", freeze({"metadata": {"name": "b", "namespace": "n"}}))
+    s.upsert("m/c", freeze({"metadata": {"name": "c", "namespace": "m"}}))
+    keys = s.index_keys("namespace", "n")
+    assert set(keys) == {"n/a", "n/b"}
+    s.delete("n/b")
+    assert set(keys) == {"n/a"}  # the same view follows the store
+    with pytest.raises(KeyError):
+        s.index_keys("no-such-index", "n")
+
+
 def test_public_surface_is_pinned() -> None:
     assert sorted(rt.__all__) == rt.__all__
     for name in rt.__all__:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from maasctl.contract.cel import CelCompileError, compile_expression
+from maasctl.contract.cel import CelCompileError, check_compiles
 
 __all__ = ["cel_texts", "check_cel"]
 
@@ -45,7 +45,7 @@ def check_cel(obj: Mapping[str, Any]) -> None:
     errors: list[str] = []
     for text in cel_texts(obj):
         try:
-            compile_expression(text)
+            check_compiles(text)
         except CelCompileError as exc:
             errors.append(str(exc))
     if errors:

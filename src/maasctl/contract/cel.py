@@ -14,6 +14,9 @@ Guarantees:
   define (celpy alone would only notice at evaluation time), so "compiles" means "every call resolves".
 - `Program.evaluate(activation)` takes plain JSON-like Python data and returns plain Python data
   (`bool`, `int`, `float`, `str`, `list`, `dict`, `None`); errors raise `CelEvaluationError`.
+- `check_compiles(text)` answers exactly as `compile_expression` would, but texts that differ only in the
+  string literals `cel_string` writes share one compilation (the controller checks one predicate per
+  subscription and model, all of one shape).
 - `cel_string(value)` renders any Python string as a CEL string literal that evaluates back to exactly that
   string, whatever it contains; builders use it for every value they interpolate.
 """
@@ -21,6 +24,7 @@ Guarantees:
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
@@ -39,7 +43,9 @@ __all__ = [
     "Program",
     "cel_string",
     "cel_string_list",
+    "check_compiles",
     "compile_expression",
+    "literal_skeleton",
 ]
 
 
@@ -273,3 +279,53 @@ def compile_expression(text: str) -> Program:
     if unknown:
         raise CelCompileError(f"{text!r} calls unknown function(s): {', '.join(unknown)}")
     return Program(text, env.program(tree, functions=dict(EXTENSION_FUNCTIONS)))
+
+
+_PLAIN_LITERAL: Final = re.compile(r'"(?:[ !#-\[\]-~]|\\[\\"nrt]|\\u(?![dD][89abAB])[0-9a-fA-F]{4})*"')
+"""A double-quoted literal of printable ASCII, the escapes `cel_string` writes and `\\u` escapes outside the
+surrogate range: a valid CEL string literal whatever its content."""
+
+
+def literal_skeleton(text: str) -> str | None:
+    """`text` with every string literal replaced by `""`, or None unless each literal is a plain double-quoted
+    one (`_PLAIN_LITERAL`) and nothing outside them could change how a quote is read: no single quote,
+    backtick or comment, no prefix (`r"`, `b"`), no adjacent literals (as in a triple quote).
+
+    Replacing one valid literal token by another keeps every other token, so the skeleton compiles exactly
+    when `text` does.
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        quote = text.find('"', pos)
+        between = text[pos:] if quote < 0 else text[pos:quote]
+        if "'" in between or "`" in between or "//" in between:
+            return None
+        out.append(between)
+        if quote < 0:
+            return "".join(out)
+        if quote and (text[quote - 1].isalnum() or text[quote - 1] in "_\\"):
+            return None
+        literal = _PLAIN_LITERAL.match(text, quote)
+        if literal is None or text.startswith('"', literal.end()):
+            return None
+        out.append('""')
+        pos = literal.end()
+
+
+def check_compiles(text: str) -> None:
+    """Raise `CelCompileError` exactly when `compile_expression(text)` would, compiling the literal skeleton
+    (cached) instead of each text that differs only in its string literals.
+
+    Raises:
+        CelCompileError: with the message `compile_expression(text)` gives.
+    """
+    skeleton = literal_skeleton(text)
+    if skeleton is not None and skeleton != text:
+        try:
+            compile_expression(skeleton)
+        except CelCompileError:
+            pass
+        else:
+            return
+    compile_expression(text)

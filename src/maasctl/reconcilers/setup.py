@@ -98,7 +98,7 @@ def _same_priority(ctx: Context) -> MapFunc:
         group = priority_group(ctx, ns, spec_priority(sub))
         if len(group) > PEERS_NAMED + 2:  # each peer had and still has more than PEERS_NAMED others
             return []
-        return [Request.for_object(o) for o in group if o["metadata"]["name"] != name]
+        return [Request(ns, key.split("/", 1)[1]) for key in sorted(group) if key != f"{ns}/{name}"]
 
     return map_to
 

@@ -15,8 +15,8 @@ goes.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
+import itertools
+from collections.abc import Sequence, Set
 from typing import Any
 
 from maasctl.builders import names
@@ -199,22 +199,30 @@ def spec_priority(obj: FrozenObject) -> int:
 
 
 def priority_index(obj: FrozenObject) -> list[str]:
-    """Index function: `<namespace>/<spec.priority>` of a MaaSSubscription (its group of equal priorities)."""
+    """Index function: `<namespace>/<spec.priority>` of a live MaaSSubscription (its group of equal priorities;
+    a subscription being deleted is in no group)."""
+    if is_deleting(obj):
+        return []
     return [f"{obj['metadata']['namespace']}/{spec_priority(obj)}"]
 
 
-def priority_group(ctx: Context, namespace: str, priority: int) -> list[FrozenObject]:
-    """The live subscriptions of `namespace` with `priority`."""
-    return [o for o in ctx.cache.list(MAAS_SUBSCRIPTION, index=(PRIORITY_INDEX, f"{namespace}/{priority}"))
-            if not is_deleting(o)]
+def priority_group(ctx: Context, namespace: str, priority: int) -> Set[str]:
+    """`namespace/name` keys of the live subscriptions of `namespace` with `priority` (a live view of the index:
+    reading its size or a few names costs nothing however large the group)."""
+    return ctx.cache.index_keys(MAAS_SUBSCRIPTION, PRIORITY_INDEX, f"{namespace}/{priority}")
 
 
 def same_priority_peers(ctx: Context, obj: FrozenObject) -> list[str]:
-    """Names of up to PEERS_NAMED + 1 other live subscriptions in `obj`'s namespace with the same priority
-    (sorted; more are never needed to write the condition)."""
-    me = obj["metadata"]["name"]
-    names = (str(o["metadata"]["name"]) for o in priority_group(ctx, obj["metadata"]["namespace"], spec_priority(obj)))
-    return heapq.nsmallest(PEERS_NAMED + 1, (n for n in names if n != me))
+    """Names of the other live subscriptions in `obj`'s namespace with the same priority, sorted, when there are
+    at most PEERS_NAMED of them; else PEERS_NAMED + 1 of them in no particular order (the condition then says
+    only "more than PEERS_NAMED"), so a reconcile in a large group of equal priorities does not sort it."""
+    namespace = obj["metadata"]["namespace"]
+    me = f"{namespace}/{obj['metadata']['name']}"
+    group = priority_group(ctx, namespace, spec_priority(obj))
+    others = (key for key in group if key != me)
+    if len(group) - (me in group) > PEERS_NAMED:
+        return [key.split("/", 1)[1] for key in itertools.islice(others, PEERS_NAMED + 1)]
+    return sorted(key.split("/", 1)[1] for key in others)
 
 
 def _limits(trlp: FrozenObject) -> set[str]:

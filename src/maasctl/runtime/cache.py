@@ -7,7 +7,7 @@ started are started at once, inside the cache's task group.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 from maasctl.runtime.client import Client
@@ -110,6 +110,11 @@ class Cache:
         if inf is None:
             return None
         return inf.store.get(f"{namespace}/{name}" if namespace else name)
+
+    def index_keys(self, gvk: GroupVersionKind, index: str, value: str) -> Set[str]:
+        """`namespace/name` keys of the cached objects whose index `index` yields `value` (a live read-only view;
+        cheaper than ``list`` when only names or the count matter)."""
+        return self.informer(gvk).store.index_keys(index, value)
 
     def list(
         self,

@@ -7,7 +7,7 @@ Reconcilers register their own with ``Cache.add_index``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Set
 from typing import Any
 
 from maasctl.runtime.objects import FrozenObject
@@ -36,6 +36,9 @@ DEFAULT_INDEXERS: dict[str, IndexFunc] = {
     "owner": _owner_index,
     "label": _label_index,
 }
+
+
+_NO_KEYS: frozenset[str] = frozenset()
 
 
 class Store:
@@ -75,6 +78,12 @@ class Store:
         """Objects whose index ``name`` yields ``value``. Raises KeyError for an unknown index."""
         keys = self._indices[name].get(value, ())
         return [self._items[k] for k in keys]
+
+    def index_keys(self, name: str, value: str) -> Set[str]:
+        """Keys of the objects whose index ``name`` yields ``value``, without materialising the objects: a live,
+        read-only view that changes with the store (copy it to keep it across an await). Raises KeyError for an
+        unknown index."""
+        return self._indices[name].get(value, _NO_KEYS)
 
     def _index(self, name: str, key: str, obj: FrozenObject) -> None:
         index = self._indices[name]
