@@ -31,6 +31,7 @@ counters, whether they were estimated) and how it ended (status, `termination`);
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ __all__ = [
     "UsageRecord",
     "charge_for",
     "prepare_body",
+    "replace_spans",
     "set_top_level_model",
     "usage_numbers",
 ]
@@ -312,60 +314,51 @@ class SseUsageFilter:
         return event
 
 
-def _string_end(data: bytes, start: int) -> int:
-    """The index after the JSON string that starts at `data[start]` (`"`), or -1 when it is cut off."""
-    escaped = False
-    for i in range(start + 1, len(data)):
-        c = data[i]
-        if escaped:
-            escaped = False
-        elif c == 0x5C:
-            escaped = True
-        elif c == 0x22:
-            return i + 1
-    return -1
+_JSON_TOKEN: Final = re.compile(rb'("[^"\\]*(?:\\.[^"\\]*)*)(")?|([\[\]{}])', re.S)
+"""A JSON string (group 1; group 2 is None when it is cut off) or a bracket (group 3): all that
+`set_top_level_model` needs to see, found by the regex engine instead of a Python loop over every byte (a
+position that starts neither fails at its first byte, so a scan stays linear)."""
+_COLON: Final = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*")
+_PLAIN_KEY: Final = re.compile(rb'"[ !#-\[\]-~]*"')
+"""A key of printable ASCII without escapes: its text is its bytes."""
 
 
 def set_top_level_model(data: bytes, name: str) -> bytes | None:
     """`data` (one JSON object, possibly after an SSE `data:` prefix) with every top-level `"model"` string
     value replaced by `name` and every other byte kept; None when it has none or is not well formed."""
     spans: list[tuple[int, int]] = []
-    depth, i = 0, 0
-    while i < len(data):
-        c = data[i]
-        if c == 0x22:
-            end = _string_end(data, i)
-            if end < 0:
-                return None
-            if depth == 1:
-                after = end
-                while after < len(data) and data[after] in b" \t\r\n":
-                    after += 1
-                if after < len(data) and data[after] == 0x3A:  # a key
-                    try:
-                        key = json.loads(data[i:end])
-                    except (ValueError, UnicodeDecodeError):
-                        return None
-                    value = after + 1
-                    while value < len(data) and data[value] in b" \t\r\n":
-                        value += 1
-                    if key == "model" and value < len(data) and data[value] == 0x22:
-                        value_end = _string_end(data, value)
-                        if value_end < 0:
-                            return None
-                        spans.append((value, value_end))
-                        i = value_end
-                        continue
-            i = end
+    depth = 0
+    value_at = -1  # where a top-level "model" key's string value starts
+    for token in _JSON_TOKEN.finditer(data):
+        if token.start(3) >= 0:
+            depth += 1 if data[token.start(3)] in b"{[" else -1
             continue
-        if c in (0x7B, 0x5B):
-            depth += 1
-        elif c in (0x7D, 0x5D):
-            depth -= 1
-        i += 1
-    if not spans:
-        return None
-    replacement = json.dumps(name, ensure_ascii=False).encode()
+        start = token.start(1)
+        if token.start(2) < 0:
+            return None  # a string cut off
+        end = token.end(2)
+        if start == value_at:
+            spans.append((start, end))
+            continue
+        if depth != 1:
+            continue
+        colon = _COLON.match(data, end)
+        if colon is None:
+            continue
+        if _PLAIN_KEY.fullmatch(data, start, end):  # nothing to decode (the usual case)
+            key: Any = data[start + 1:end - 1].decode("ascii")
+        else:
+            try:
+                key = json.loads(data[start:end])
+            except (ValueError, UnicodeDecodeError):
+                return None
+        if key == "model" and data[colon.end():colon.end() + 1] == b'"':
+            value_at = colon.end()
+    return replace_spans(data, spans, json.dumps(name, ensure_ascii=False).encode()) if spans else None
+
+
+def replace_spans(data: bytes, spans: list[tuple[int, int]], replacement: bytes) -> bytes:
+    """`data` with each (start, end) span, in order and not overlapping, replaced by `replacement`."""
     out, last = [], 0
     for start, end in spans:
         out += [data[last:start], replacement]
