@@ -73,7 +73,8 @@ def count_writes() -> None:
                 REASONS[f"{body.get('reason')} {body['regarding'].get('kind')}" if isinstance(body, dict)
                         and "regarding" in body else "series"] += 1
             elif content_type == client_module.APPLY_PATCH:
-                kind = "status" if path.endswith("/status") else "apply " + path.rsplit("/", 2)[-2]
+                kind = ("status " + path.rsplit("/", 3)[-3] if path.endswith("/status")
+                        else "apply " + path.rsplit("/", 2)[-2])
             elif content_type == client_module.JSON_PATCH:
                 kind = "finalizer"
             else:
@@ -329,7 +330,8 @@ def main() -> None:
             def kinds(r: dict[str, Any]) -> tuple[int, int, int, int]:
                 k = r["converge"]["by_kind"]
                 applies = sum(v for n, v in k.items() if n.startswith("apply"))
-                return k.get("status", 0), k.get("finalizer", 0), applies, k.get("event", 0)
+                status = sum(v for n, v in k.items() if n.startswith("status"))
+                return status, k.get("finalizer", 0), applies, k.get("event", 0)
 
             split = " / ".join(f"{med(lambda r, i=i: kinds(r)[i]):.0f}" for i in range(4))
             print(f"| {name} | {scale}x | {rs[0]['subscriptions']} | {rs[0]['models']} | "
