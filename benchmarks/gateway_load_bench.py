@@ -5,11 +5,19 @@ tokens in process), publishes the test model with an unlimited subscription and 
 count C: C closed-loop clients send chat completions for `--seconds` to the test model directly, then through
 the gateway (API key auth, subscription selection by maas-api, reservation and settlement, usage record to
 maas-api). Latency is each request's round trip at the client; "added" is the gateway's p50 (p99) minus the
-direct p50 (p99) at the same C. Usage POSTs/s are the gateway's POSTs to maas-api's usage endpoint during the
-gateway runs, counted from maas-api's access log.
+direct p50 (p99) at the same C. The key's cached auth decision expires while the direct run goes on, so before
+each gateway run one request recomputes it (reported as "first request after idle") and a short warm-up
+follows: the measured run is the steady state. Usage POSTs/s are the gateway's POSTs to maas-api's usage
+endpoint during the gateway runs, counted from maas-api's access log.
 
     .venv/bin/python benchmarks/gateway_load_bench.py [--clients 1,16,64] [--seconds 8] [--rounds 1]
-        [--compare /tmp/base/src]
+        [--compare /tmp/base/src] [--model-latency 0.2]
+
+``--model-latency S`` makes the test model take S seconds per completion, as a real model's generation does:
+with the default (an instant answer) 16 or 64 closed-loop clients saturate the machine's cores with the test
+model, the gateway, maas-api and the load generator, so "added" then measures CPU queueing as much as the
+gateway; with a realistic latency the same clients make a request rate the machine can serve and "added" is
+the gateway's own overhead under that concurrency. (The compared code must know the option.)
 
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
@@ -71,9 +79,10 @@ def usage_posts(stack: LocalStack) -> int:
         if log.exists() else 0
 
 
-async def run(clients: list[int], seconds: float) -> dict[str, Any]:
+async def run(clients: list[int], seconds: float, model_latency: float) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
-    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS))
+    latency = {"model_latency": model_latency} if model_latency > 0 else {}
+    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency))
     try:
         await stack.start()
         client = await accept_gateway(stack)
@@ -92,13 +101,20 @@ async def run(clients: list[int], seconds: float) -> dict[str, Any]:
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
             for c in clients:
                 d, d_rate = await load(http, *direct, c, seconds)
+                # the key's auth decision expired during the direct run: its first request computes it again
+                # (reported apart), then a short warm-up so the measured run is the steady state under load
+                sent = time.perf_counter()
+                await request_ok(http, gateway, {"Authorization": f"Bearer {key}"})
+                first = (time.perf_counter() - sent) * 1000
+                await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
                 posts = usage_posts(stack)
                 g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds)
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
                 rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
                              "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
-                             "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g)})
+                             "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g),
+                             "first_after_idle_ms": first})
         return {"rows": rows}
     finally:
         await stack.stop()
@@ -111,7 +127,8 @@ def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any
         env["PYTHONPATH"] = pythonpath
     started = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
-                          "--seconds", str(args.seconds)], env=env, capture_output=True, text=True)
+                          "--seconds", str(args.seconds), "--model-latency", str(args.model_latency)],
+                         env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1])) | {"load": started}
@@ -123,15 +140,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="duration of each load run")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare", help="PYTHONPATH of the code to compare with (interleaved)")
+    parser.add_argument("--model-latency", type=float, default=0.0, help="seconds the test model takes per answer")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(asyncio.run(run(args.clients, args.seconds))), flush=True)
+        print(json.dumps(asyncio.run(run(args.clients, args.seconds, args.model_latency))), flush=True)
         return
     versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
     print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
-          "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(args.rounds):
         for name, path in (versions if rnd % 2 == 0 else versions[::-1]):
             r = one_round(args, path)
@@ -139,7 +157,8 @@ def main() -> None:
                 print(f"| {name} | {rnd + 1} | {r['load']} | {row['clients']} | {row['direct_rps']:.0f} | "
                       f"{row['direct_p50']:.2f} / {row['direct_p99']:.2f} | {row['rps']:.0f} | "
                       f"{row['p50']:.2f} / {row['p99']:.2f} | {row['p50'] - row['direct_p50']:.2f} / "
-                      f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} |", flush=True)
+                      f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} | "
+                      f"{row.get('first_after_idle_ms', float('nan')):.1f} |", flush=True)
 
 
 if __name__ == "__main__":

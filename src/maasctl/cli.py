@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="upstream key the model demands")
     model.add_argument("--block-word", dest="block_words", action="append", default=[],
                        help="as a guard model: answer Yes (block) to Yes-or-No questions containing it (repeatable)")
+    model.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                       help="time each completion takes before it answers (a real model's generation time)")
     model.add_argument("--reply", dest="replies", action="append", default=[], metavar="MESSAGE=ANSWER",
                        help="answer MESSAGE with ANSWER instead of the echo (repeatable)")
 
@@ -335,7 +337,8 @@ def _testmodel(args: argparse.Namespace) -> int:
     cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
                             completion_tokens=args.completion_tokens, require_bearer=args.require_bearer,
                             block_words=tuple(args.block_words),
-                            replies=tuple((m, a) for m, sep, a in (r.partition("=") for r in args.replies) if sep))
+                            replies=tuple((m, a) for m, sep, a in (r.partition("=") for r in args.replies) if sep),
+                            latency=max(0.0, args.latency))
     from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 
     limits = HttpLimits()

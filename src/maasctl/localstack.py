@@ -62,6 +62,7 @@ class StackOptions:
     guardrails: bool = True
     guard_block_words: tuple[str, ...] = ("FORBIDDEN",)
     model_replies: tuple[tuple[str, str], ...] = (("tell me the code", "the code is FORBIDDEN"),)
+    model_latency: float = 0.0  # seconds each test-model completion takes (load benchmarks)
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -142,7 +143,8 @@ class LocalStack:
         model_args = [f"--model={m}" for m in opts.model_names]
         usage_args = [f"--prompt-tokens={opts.prompt_tokens}", f"--completion-tokens={opts.completion_tokens}",
                       *(f"--block-word={w}" for w in opts.guard_block_words),
-                      *(f"--reply={m}={a}" for m, a in opts.model_replies)]
+                      *(f"--reply={m}={a}" for m, a in opts.model_replies),
+                      *([f"--latency={opts.model_latency}"] if opts.model_latency > 0 else [])]
         # An external provider demanding the upstream key the gateway injects, and an in-cluster model.
         self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
                     env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import httpx
+import pytest
 
 from maasctl.testmodel import ModelServerConfig, create_app
 
@@ -66,3 +69,30 @@ async def test_upstream_credentials_are_checked_and_headers_recorded() -> None:
     assert denied.status_code == 401
     assert ok.status_code == 200
     assert seen[-1]["headers"]["x-maas-subscription"] == "s"
+
+
+async def test_latency_delays_each_completion_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(seconds: float, *args: Any) -> Any:
+        slept.append(seconds)
+        return await real_sleep(0, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+    async with client(ModelServerConfig(latency=0.25)) as http:
+        await http.get("/v1/models")
+        await http.post("/v1/completions", json={"model": "nope", "prompt": "x"})  # refused before generating
+        chat = await http.post("/v1/chat/completions",
+                               json={"model": "test-model", "messages": [{"role": "user", "content": "hi"}]})
+        text = await http.post("/v1/completions", json={"model": "test-model", "prompt": "x"})
+    assert chat.status_code == text.status_code == 200
+    assert slept.count(0.25) == 2
+
+
+def test_cli_latency_reaches_the_server_config() -> None:
+    from maasctl.cli import build_parser
+
+    args = build_parser().parse_args(["testmodel", "--latency", "0.2"])
+    assert args.latency == 0.2
+    assert build_parser().parse_args(["testmodel"]).latency == 0.0

@@ -14,10 +14,14 @@ Guard model mode (guardrails tests): a chat request whose last message asks a "Y
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
 `block_words`, else "No" (allow). `replies` maps an exact user message to a fixed answer instead of the echo,
 so a test can make the model say something an output rail blocks.
+
+`latency` (seconds) delays every completion before its answer starts, as a real model's generation time
+does: load benchmarks use it to keep the gateway's overhead apart from a saturated machine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import time
@@ -45,6 +49,7 @@ class ModelServerConfig:
     history: int = 100
     block_words: tuple[str, ...] = ()  # guard questions mentioning one of these are answered "Yes"
     replies: tuple[tuple[str, str], ...] = ()  # (user message, fixed answer) instead of the echo
+    latency: float = 0.0  # seconds each completion takes before it answers
 
 
 def _is_guard_question(text: str) -> bool:
@@ -129,6 +134,8 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             seen["model"] = model
         if model not in cfg.models:
             return _error(404, f"model {model!r} is not served here", "model_not_found")
+        if cfg.latency > 0:
+            await asyncio.sleep(cfg.latency)
         return body
 
     @app.post("/v1/chat/completions", response_model=None)
