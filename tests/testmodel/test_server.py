@@ -90,7 +90,7 @@ async def test_latency_delays_each_completion_and_nothing_else(monkeypatch: pyte
     assert slept.count(0.25) == 2
 
 
-def test_cli_latency_reaches_the_server_config() -> None:
+def test_cli_parses_latency_with_a_zero_default() -> None:
     from maasctl.cli import build_parser
 
     args = build_parser().parse_args(["testmodel", "--latency", "0.2"])
