@@ -186,7 +186,11 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     assert doc["id"] == budget_notice.event_id(key100)
     assert doc["data"]["action"] == "Freeze" and doc["data"]["actions"] == ["Notify", "Freeze"]
     assert doc["data"]["currentSpend"] == "1.110000" and doc["data"]["thresholdPct"] == 100
-    assert (await setup.ledger.notice_states(f"{namespace}/cap"))[key100][0] == "sent"
+
+    async def settled() -> bool:  # the receiver sees the POST before the sender records its answer
+        return (await setup.ledger.notice_states(f"{namespace}/cap"))[key100][0] == "sent"
+
+    await eventually(settled, 30)
     for _type, _reason, text in await events_for(kube, namespace, "ten-vega"):
         assert HMAC_SECRET not in text
 
