@@ -35,6 +35,8 @@ from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, base_functions
 
+from maasctl.contract.celfast import FastProgram, Unsure, compile_tree
+
 __all__ = [
     "EXTENSION_FUNCTIONS",
     "CelCompileError",
@@ -146,7 +148,21 @@ def _char_at(target: Any, index: Any) -> ct.StringType:
     return ct.StringType(text[i : i + 1])
 
 
-EXTENSION_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
+def _error_value(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Return a failure as a CEL error *value*, as cel-python's own functions do, so `false && f(...)` is
+    false and `true || f(...)` true as in cel-go (a raised error would escape `&&`/`||` in cel-python)."""
+
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except CELEvalError as exc:
+            return exc
+
+    return call
+
+
+_EXTENSIONS: Final[dict[str, Callable[..., Any]]] = {
     "split": _split,
     "join": _join,
     "lowerAscii": _lower_ascii,
@@ -157,6 +173,10 @@ EXTENSION_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "lastIndexOf": _last_index_of,
     "substring": _substring,
     "charAt": _char_at,
+}
+
+EXTENSION_FUNCTIONS: Final[Mapping[str, Callable[..., Any]]] = {
+    name: _error_value(fn) for name, fn in _EXTENSIONS.items()
 }
 """Kuadrant's string functions beyond standard CEL, by name."""
 
@@ -230,19 +250,34 @@ def _to_python(value: Any) -> Any:
 
 
 class Program:
-    """A compiled expression, reusable for any number of evaluations."""
+    """A compiled expression, reusable for any number of evaluations.
 
-    def __init__(self, text: str, runner: celpy.Runner) -> None:
+    Plain cases run as compiled Python (`celfast`); whatever the fast path is unsure of is interpreted by
+    cel-python, whose answer stands.
+    """
+
+    def __init__(self, text: str, runner: celpy.Runner, fast: FastProgram | None = None) -> None:
         self.text = text
         self._runner = runner
+        self.fast = fast
+        """The compiled fast path (None when the text uses constructs outside it); raises `Unsure`."""
 
     def __repr__(self) -> str:
         return f"Program({self.text!r})"
 
     def evaluate(self, activation: Mapping[str, Any]) -> Any:
         """Evaluate against JSON-like data, e.g. `{"auth": {...}, "request": {...}}`."""
-        context = {name: json_to_cel(value) for name, value in activation.items()}
+        if self.fast is not None:
+            try:
+                return self.fast(activation)
+            except Unsure:
+                pass
+        return self.interpret(activation)
+
+    def interpret(self, activation: Mapping[str, Any]) -> Any:
+        """Evaluate with cel-python alone (the reference the fast path is held to)."""
         try:
+            context = {name: json_to_cel(value) for name, value in activation.items()}
             result = self._runner.evaluate(context)
         except CELEvalError as exc:
             raise CelEvaluationError(f"{self.text!r}: {exc.args[0] if exc.args else exc}") from exc
@@ -278,7 +313,8 @@ def compile_expression(text: str) -> Program:
     unknown = sorted({name for name in _called_functions(tree) if name not in _KNOWN_FUNCTIONS})
     if unknown:
         raise CelCompileError(f"{text!r} calls unknown function(s): {', '.join(unknown)}")
-    return Program(text, env.program(tree, functions=dict(EXTENSION_FUNCTIONS)))
+    return Program(text, env.program(tree, functions=dict(EXTENSION_FUNCTIONS)),
+                   compile_tree(tree, EXTENSION_FUNCTIONS))
 
 
 _PLAIN_LITERAL: Final = re.compile(r'"(?:[ !#-\[\]-~]|\\[\\"nrt]|\\u(?![dD][89abAB])[0-9a-fA-F]{4})*"')
