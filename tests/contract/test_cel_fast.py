@@ -125,6 +125,7 @@ B = st.deferred(lambda: st.one_of(
     st.tuples(S, L).map(lambda t: f"({t[0]} in {t[1]})"), S.map(lambda e: f"({e} in m)"),
     st.tuples(B, st.sampled_from(["&&", "||"]), B).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
     B.map(lambda e: f"!{e}"), st.tuples(S, S).map(lambda t: f"{t[0]}.startsWith({t[1]})"),
+    st.tuples(S, st.sampled_from(['"^a"', '"b+$"', '"."', '"\\\\-"', "s"])).map(lambda t: f"{t[0]}.matches({t[1]})"),
     st.tuples(st.sampled_from(["l", "m"]), st.sampled_from(["exists", "all"]), B).map(
         lambda t: f"{t[0]}.{t[1]}(v, {t[2]})"),
     L.map(lambda e: f"size({e}) > 1")))
@@ -155,7 +156,9 @@ FAST_CASES: list[tuple[str, dict[str, Any]]] = [
     ('x.substring(1)', {"x": "abc"}), ('x + 1', {"x": INT64 - 2}), ('[x, 1] == [x, 1]', {"x": "a"}),
     ('{"k": x, "l": [x]}', {"x": {"a": [1, None]}}), ('x.all(k, k != "c")', {"x": {"a": 1, "b": 2}}),
     ('x.all(v, v > 0)', {"x": []}), ('x[1]', {"x": ["a", "b"]}),
-    ("'\\u00e9' == x", {"x": "é"}), ('x.exists(x, x == 1)', {"x": [1]}), ('x == 1.5', {"x": 1.5}),
+    ("'\\u00e9' == x", {"x": "é"}), ('x.matches("^[^/]*/granite\\\\-8b$")', {"x": "llm/granite-8b"}),
+    ("x.matches(y)", {"x": "abc", "y": "b+"}), ('x.matches("^a")', {"x": "ba"}), ('x.exists(x, x == 1)', {"x": [1]}),
+    ('x == 1.5', {"x": 1.5}),
 ]
 
 
@@ -173,7 +176,8 @@ UNSURE_CASES: list[tuple[str, dict[str, Any]]] = [
     # out of range: overflow, bad indexes, values that are not JSON data
     ("x + 1", {"x": INT64 - 1}), ("-x", {"x": -INT64}), ("x", {"x": INT64}), ("x.a == 1", {"x": {"a": -INT64 - 1}}),
     ("x[1]", {"x": ["a"]}),
-    ("x[-1]", {"x": ["a"]}), ("x", {"x": (1, 2)}), ("x.substring(5)", {"x": "abc"}), ('{"a": 1, x: 2}', {"x": "a"}),
+    ("x[-1]", {"x": ["a"]}), ("x", {"x": (1, 2)}), ("x.substring(5)", {"x": "abc"}),
+    ("x.matches(y)", {"x": "a", "y": "("}), ('{"a": 1, x: 2}', {"x": "a"}),
 ]
 
 
@@ -182,7 +186,7 @@ def test_doubtful_cases_are_left_to_cel_python(text: str, activation: dict[str, 
     assert not agrees(text, activation), f"{text!r} answered on the fast path for {activation!r}"
 
 
-@pytest.mark.parametrize("text", ['x.matches("a")', "duration(x)", "x * 2", "x / 2", "3u", 'b"a" == x',
+@pytest.mark.parametrize("text", ['x.matches("(")', "matches(x, y)", "duration(x)", "x * 2", "x / 2", "3u", 'b"a" == x',
                                   "int(x)", ".x", "dyn(x)", "x.map(v, v, v)", "has(x)",
                                   "x.filter(v, v)", "x.map(v, v)", "x.exists_one(v, v)"])
 def test_constructs_outside_the_subset_are_always_interpreted(text: str) -> None:

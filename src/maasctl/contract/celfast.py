@@ -9,7 +9,7 @@ that is not plain JSON data) the closure raises `Unsure`, and the caller evaluat
 cel-python, whose answer (value or error) stands. So the fast path decides only cases cel-python decides the
 same way; every error, and every quirk of cel-python, still comes from cel-python.
 
-Constructs outside the covered subset (`matches`, durations, arithmetic beyond `+` and `-`, bytes, unsigned
+Constructs outside the covered subset (durations, arithmetic beyond `+` and `-`, bytes, unsigned
 ints, messages, global calls other than `has` and `size`, and the macros `filter`, `map` and `exists_one`,
 whose errors cel-python raises past an enclosing `||`) compile to `None`: the whole expression is then always
 interpreted.
@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import celpy.celtypes as ct
 import lark
+import re2
 from celpy.evaluation import CELEvalError, celstr
 
 __all__ = ["FastProgram", "Unsure", "compile_tree"]
@@ -508,6 +509,8 @@ class _Compiler:
             return self._size(receiver)
         if name in ("startsWith", "endsWith", "contains") and len(args) == 1:
             return self._string_test(name, receiver, self.node(args[0]))
+        if name == "matches" and len(args) == 1:
+            return self._matches(receiver, self.node(args[0]))
         if name in self.extensions:
             return self._extension(self.extensions[name], receiver, [self.node(a) for a in args])
         raise _Unsupported(name)
@@ -525,6 +528,33 @@ class _Compiler:
             raise Unsure
 
         return _Node(string_test)
+
+    @staticmethod
+    def _matches(receiver: _Node, pattern: _Node) -> _Node:
+        """RE2 search, with the engine cel-python uses (`google-re2`); a constant pattern compiles once."""
+        rf, pf = receiver.fn, pattern.fn
+        fixed: Any = None
+        if pattern.constant and type(pattern.value) is str:
+            try:
+                fixed = re2.compile(pattern.value)
+            except re2.error as exc:
+                raise _Unsupported("invalid pattern") from exc
+
+        def matches(act: Mapping[str, Any], scope: Scope) -> bool:
+            text = rf(act, scope)
+            if type(text) is not str:
+                raise Unsure
+            if fixed is not None:
+                return fixed.search(text) is not None
+            regex = pf(act, scope)
+            if type(regex) is not str:
+                raise Unsure
+            try:
+                return re2.search(regex, text) is not None
+            except re2.error as exc:
+                raise Unsure from exc
+
+        return _Node(matches)
 
     @staticmethod
     def _extension(function: Callable[..., Any], receiver: _Node, args: list[_Node]) -> _Node:
