@@ -204,7 +204,11 @@ async def test_guardrails_journey(world: World) -> None:
             "GuardrailsDisabled"
 
     await eventually(disabled_reported, timeout=30)
-    assert (await get(world, "guardrailssettings", "default"))["status"]["phase"] == "Disabled"
+
+    async def settings_disabled() -> bool:  # its own reconciler: may report after the subscription's
+        return (await get(world, "guardrailssettings", "default"))["status"]["phase"] == "Disabled"
+
+    await eventually(settings_disabled, timeout=30)
 
     # Invalid configurations are reported and not deployed: one the static checks refuse, one only the real
     # engine refuses (a Colang syntax error).
