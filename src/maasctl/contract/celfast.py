@@ -32,7 +32,7 @@ import lark
 import re2
 from celpy.evaluation import CELEvalError, celstr
 
-__all__ = ["FastProgram", "Unsure", "compile_tree"]
+__all__ = ["FastProgram", "Unsure", "compile_tree", "plain_result"]
 
 Scope = Mapping[str, Any]
 """Macro variables in scope (`h` in `headers.exists(h, ...)`)."""
