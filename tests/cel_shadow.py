@@ -57,3 +57,16 @@ def cel_fast_path_agrees_with_cel_python(monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setattr(Program, "evaluate", evaluate)
     yield
     assert not found, "the compiled CEL path disagreed with cel-python:\n" + "\n".join(found[:10])
+
+
+@pytest.fixture
+def cel_interpreted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts cel-python had to interpret during the test (the fast path was unsure or lacks them)."""
+    texts: list[str] = []
+
+    def interpret(self: Program, activation: Mapping[str, Any]) -> Any:
+        texts.append(self.text)
+        return _INTERPRET(self, activation)
+
+    monkeypatch.setattr(Program, "interpret", interpret)
+    return texts

@@ -18,7 +18,7 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
 from maasctl.testenv.jobrunner import JOB_ENV_MARKER
 
-from .cel_shadow import cel_fast_path_agrees_with_cel_python  # noqa: F401 - an autouse fixture for every test
+from .cel_shadow import cel_fast_path_agrees_with_cel_python, cel_interpreted  # noqa: F401 - fixtures for every test
 
 # Property tests check behaviour, not speed: no per-example deadline (the machine is shared with the control
 # plane and other suites, and a slow example is not a wrong one). Benchmarks measure speed.
