@@ -20,7 +20,6 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from maasctl.builders.authpolicy import (
@@ -30,6 +29,7 @@ from maasctl.builders.authpolicy import (
     ObjectiveBinding,
     build_auth_policy,
 )
+from maasctl.builders.celcheck import cel_texts
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
 from maasctl.contract.cel import CelEvaluationError, Program, compile_expression
@@ -37,19 +37,6 @@ from maasctl.contract.celfast import Unsure
 
 MODEL = ObjectRef("llm", "granite")
 ROUTE = ObjectRef("llm", "granite-route")
-
-
-def cel_texts(node: Any) -> Iterator[str]:
-    """Every `predicate` and `expression` string in a rendered policy."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("predicate", "expression") and isinstance(value, str):
-                yield value
-            else:
-                yield from cel_texts(value)
-    elif isinstance(node, list):
-        for item in node:
-            yield from cel_texts(item)
 
 
 def policies(subscriptions: int) -> list[str]:
