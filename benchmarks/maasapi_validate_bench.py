@@ -38,9 +38,9 @@ def serve_child(database_url: str, port: int) -> None:
     from pydantic import SecretStr
 
     from maasctl.contract.views import SubscribedModel, SubscriptionView, Tier
+    from maasctl.eventloop import tune_gc
     from maasctl.maasapi.app import create_app
     from maasctl.maasapi.auth import Identity, StaticAuthenticator
-    from maasctl.maasapi.server import tune_gc
     from maasctl.maasapi.settings import MaasApiSettings
     from maasctl.maasapi.sources import StaticSources
 
@@ -68,7 +68,7 @@ def serve_child(database_url: str, port: int) -> None:
     )
     authn = StaticAuthenticator({t: Identity(u, tuple(g)) for t, (u, g) in TOKENS.items()})
     app = create_app(settings, subs, authn)
-    tune_gc()  # as maasctl.maasapi.server.serve does
+    tune_gc()  # as maas-api's serve does
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on")
 
 

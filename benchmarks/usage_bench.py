@@ -44,9 +44,9 @@ def serve_child(database_url: str, port: int) -> None:
     import uvicorn
     from pydantic import SecretStr
 
+    from maasctl.eventloop import tune_gc
     from maasctl.maasapi.app import create_app
     from maasctl.maasapi.auth import Identity, StaticAuthenticator
-    from maasctl.maasapi.server import tune_gc
     from maasctl.maasapi.settings import MaasApiSettings
     from maasctl.maasapi.sources import StaticSources
 

@@ -13,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from maasctl import __version__, subscription_cli, usage_cli
+from maasctl import __version__, eventloop, subscription_cli, usage_cli
 from maasctl.billing import cli as billing_cli
 from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
@@ -389,7 +389,7 @@ _HANDLERS = {
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
     try:
-        return int(asyncio.run(coro))
+        return int(eventloop.run(coro))
     except KeyboardInterrupt:
         return 130
 

@@ -49,6 +49,7 @@ from maasctl.contract.usage import (
     charge_for,
     prepare_body,
 )
+from maasctl.eventloop import tune_gc
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
@@ -617,6 +618,7 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) ->
     gateway = Gateway(settings, Client(api))
     try:
         await gateway.start()
+        tune_gc()  # after the caches' initial lists: those objects live as long as the process
         http = await start_http(gateway, settings.host, settings.port, settings.log_level)
         log.info("gateway %s/%s serving on %s", settings.gateway_namespace, settings.gateway_name, http.url)
         try:

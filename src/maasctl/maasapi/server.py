@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
-
 import structlog
 import uvicorn
-from uvicorn.loops.auto import auto_loop_factory
 
+from maasctl.eventloop import run, tune_gc
 from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import KubeAuthenticator
@@ -18,14 +15,6 @@ from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 
 log = structlog.get_logger("maasctl.maasapi")
-
-
-def tune_gc() -> None:
-    """Move start-up objects out of the collector's view and collect the young generation less often:
-    fewer and shorter collector pauses on the validation hot path (they show up directly in p99)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
 
 
 async def serve_async(settings: MaasApiSettings) -> None:
@@ -71,5 +60,4 @@ async def serve_async(settings: MaasApiSettings) -> None:
 def serve(settings: MaasApiSettings) -> None:
     """Blocking entry point for `maasctl api`, on the event loop `uvicorn.run` would pick (uvloop when installed:
     `Server.serve` inside a plain `asyncio.run` ran on the slower default loop, unlike the benchmark)."""
-    with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
-        runner.run(serve_async(settings))
+    run(serve_async(settings))
