@@ -19,6 +19,12 @@ model, the gateway, maas-api and the load generator, so "added" then measures CP
 gateway; with a realistic latency the same clients make a request rate the machine can serve and "added" is
 the gateway's own overhead under that concurrency. (The compared code must know the option.)
 
+``--gateway-core N`` gives the gateway core N to itself: the benchmark pins itself (and so every process of the
+stack it starts) to the other cores and the gateway to N, as a deployment gives the gateway pod its own CPU.
+"added" is then the gateway's own overhead, not its wait for a core shared with the model and the load
+generator. Each row also reports the CPU time per request of the gateway (during the gateway run) and of the
+test model and of the load generator (during the direct run), read from /proc.
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -72,6 +78,18 @@ async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], c
     return out, len(out) / (time.perf_counter() - start)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_of(stack: LocalStack, name: str) -> int:
+    popen = stack.processes[name].popen
+    assert popen is not None
+    return popen.pid
+
+
 def usage_posts(stack: LocalStack) -> int:
     """POSTs to maas-api's usage endpoint so far (its access log)."""
     log = stack.directory / "maas-api.log"
@@ -79,12 +97,17 @@ def usage_posts(stack: LocalStack) -> int:
         if log.exists() else 0
 
 
-async def run(clients: list[int], seconds: float, model_latency: float) -> dict[str, Any]:
+async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
+    if gateway_core is not None:  # children inherit the affinity: the whole stack leaves the gateway's core free
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
     latency = {"model_latency": model_latency} if model_latency > 0 else {}
     stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency))
     try:
         await stack.start()
+        gateway_pid, model_pid = pid_of(stack, "gateway"), pid_of(stack, "testmodel")
+        if gateway_core is not None:
+            os.sched_setaffinity(gateway_pid, {gateway_core})
         client = await accept_gateway(stack)
         await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
         for obj in model_objects(stack, stack.settings.subscription_namespace, []):
@@ -100,21 +123,25 @@ async def run(clients: list[int], seconds: float, model_latency: float) -> dict[
                       {"Authorization": f"Bearer {stack.options.upstream_key}"})
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
             for c in clients:
+                model_cpu, load_cpu = cpu_seconds(model_pid), time.process_time()
                 d, d_rate = await load(http, *direct, c, seconds)
+                model_cpu, load_cpu = cpu_seconds(model_pid) - model_cpu, time.process_time() - load_cpu
                 # the key's auth decision expired during the direct run: its first request computes it again
                 # (reported apart), then a short warm-up so the measured run is the steady state under load
                 sent = time.perf_counter()
                 await request_ok(http, gateway, {"Authorization": f"Bearer {key}"})
                 first = (time.perf_counter() - sent) * 1000
                 await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
-                posts = usage_posts(stack)
+                posts, gateway_cpu = usage_posts(stack), cpu_seconds(gateway_pid)
                 g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds)
+                gateway_cpu = cpu_seconds(gateway_pid) - gateway_cpu
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
                 rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
                              "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
                              "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g),
-                             "first_after_idle_ms": first})
+                             "first_after_idle_ms": first, "gateway_cpu_us": gateway_cpu / len(g) * 1e6,
+                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6})
         return {"rows": rows}
     finally:
         await stack.stop()
@@ -127,7 +154,8 @@ def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any
         env["PYTHONPATH"] = pythonpath
     started = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
-                          "--seconds", str(args.seconds), "--model-latency", str(args.model_latency)],
+                          "--seconds", str(args.seconds), "--model-latency", str(args.model_latency),
+                          *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -141,15 +169,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare", help="PYTHONPATH of the code to compare with (interleaved)")
     parser.add_argument("--model-latency", type=float, default=0.0, help="seconds the test model takes per answer")
+    parser.add_argument("--gateway-core", type=int, help="pin the gateway to this core, everything else elsewhere")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(asyncio.run(run(args.clients, args.seconds, args.model_latency))), flush=True)
+        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core))
+        print(json.dumps(result), flush=True)
         return
     versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
     print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
-          "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) | "
+          "CPU per request: gateway / model / load generator (µs) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(args.rounds):
         for name, path in (versions if rnd % 2 == 0 else versions[::-1]):
             r = one_round(args, path)
@@ -158,7 +189,9 @@ def main() -> None:
                       f"{row['direct_p50']:.2f} / {row['direct_p99']:.2f} | {row['rps']:.0f} | "
                       f"{row['p50']:.2f} / {row['p99']:.2f} | {row['p50'] - row['direct_p50']:.2f} / "
                       f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} | "
-                      f"{row.get('first_after_idle_ms', float('nan')):.1f} |", flush=True)
+                      f"{row.get('first_after_idle_ms', float('nan')):.1f} | "
+                      f"{row.get('gateway_cpu_us', float('nan')):.0f} / {row.get('model_cpu_us', float('nan')):.0f} / "
+                      f"{row.get('load_cpu_us', float('nan')):.0f} |", flush=True)
 
 
 if __name__ == "__main__":

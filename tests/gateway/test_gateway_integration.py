@@ -213,3 +213,31 @@ async def test_requests_are_refused_while_usage_records_cannot_be_kept(
         finally:
             await stack.gateway.sink.aclose()
             stack.gateway.sink = memory
+
+
+async def test_the_edge_takes_the_client_address_and_scheme_from_the_connection(stack: Stack) -> None:
+    """The gateway is the edge: `X-Forwarded-For` / `X-Forwarded-Proto` from a caller are claims, not facts.
+    The loopback-only admin endpoint still sees the real (loopback) peer whatever the caller says it is, and
+    what the request path sees (`request.scheme` of the CEL activation, the client address) stays what the
+    connection is: a caller must not pick the scheme or address a policy's condition tests."""
+    claims = [{"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "203.0.113.7, 127.0.0.1"},
+              {"X-Forwarded-For": "2001:db8::1"}, {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"},
+              {"X-Forwarded-Proto": "HTTPS"}, {"X-Forwarded-Proto": "wss"}]
+    seen: list[tuple[str, str]] = []
+    proxy = stack.gateway._proxy
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((scope["scheme"], scope["client"][0]))
+        await proxy(scope, receive, send)
+
+    stack.gateway._proxy = recording  # type: ignore[method-assign]
+    try:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
+            for claim in claims:
+                r = await http.post("/_gateway/simulate", json={"model": "nowhere/none", "user": "alice"},
+                                    headers=claim)
+                assert r.status_code == 200, (claim, r.text)
+                await http.post("/any-ns/any/v1/chat/completions", json=chat(), headers=claim)
+    finally:
+        stack.gateway._proxy = proxy  # type: ignore[method-assign]
+    assert seen == [("http", "127.0.0.1")] * len(claims)

@@ -597,8 +597,11 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     """Serve an ASGI app on `host:port` (0: a free port) in the running loop, behind `HttpGuard`; returns its
     base URL."""
     limits = limits or HttpLimits()
+    # proxy_headers=False: this is the edge, so the client address and scheme are the connection's; uvicorn's
+    # default would take them from a loopback caller's X-Forwarded-For / X-Forwarded-Proto (request.scheme in
+    # the policies' CEL, the loopback check of the admin endpoints).
     config = uvicorn.Config(HttpGuard(app, limits), host=host, port=port, log_level=log_level, access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=5, server_header=False,
+                            lifespan="off", timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
                             **uvicorn_options(limits))
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
