@@ -25,6 +25,11 @@ stack it starts) to the other cores and the gateway to N, as a deployment gives 
 generator. Each row also reports the CPU time per request of the gateway (during the gateway run) and of the
 test model and of the load generator (during the direct run), read from /proc.
 
+``--stagger`` (with ``--model-latency``) starts client i of C i/C model latencies after the first: without it
+all C clients send at the same instant and, the model answering each in the same time, stay synchronized, so
+every process on the path receives bursts of C requests at once, and the last of a burst waits for the other
+C - 1 to be processed (for the gateway: C x its CPU time per request, on one core).
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -63,18 +68,20 @@ from maasctl.localstack import LocalStack, StackOptions
 
 
 async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], clients: int,
-               seconds: float) -> tuple[list[float], float]:
-    """Round trips (ms) of `clients` closed-loop clients for `seconds`, and the requests per second."""
+               seconds: float, stagger: float = 0.0) -> tuple[list[float], float]:
+    """Round trips (ms) of `clients` closed-loop clients for `seconds`, and the requests per second. With
+    `stagger`, client i sends its first request i/clients x `stagger` seconds after the start."""
     out: list[float] = []
     start = time.perf_counter()
 
-    async def client() -> None:
+    async def client(i: int) -> None:
+        await asyncio.sleep(i * stagger / clients)
         while time.perf_counter() - start < seconds:
             sent = time.perf_counter()
             await request_ok(http, url, headers)
             out.append((time.perf_counter() - sent) * 1000)
 
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(i) for i in range(clients)))
     return out, len(out) / (time.perf_counter() - start)
 
 
@@ -97,8 +104,10 @@ def usage_posts(stack: LocalStack) -> int:
         if log.exists() else 0
 
 
-async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None) -> dict[str, Any]:
+async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None,
+              staggered: bool) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
+    stagger = model_latency if staggered else 0.0
     if gateway_core is not None:  # children inherit the affinity: the whole stack leaves the gateway's core free
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
     latency = {"model_latency": model_latency} if model_latency > 0 else {}
@@ -124,7 +133,7 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
             for c in clients:
                 model_cpu, load_cpu = cpu_seconds(model_pid), time.process_time()
-                d, d_rate = await load(http, *direct, c, seconds)
+                d, d_rate = await load(http, *direct, c, seconds, stagger)
                 model_cpu, load_cpu = cpu_seconds(model_pid) - model_cpu, time.process_time() - load_cpu
                 # the key's auth decision expired during the direct run: its first request computes it again
                 # (reported apart), then a short warm-up so the measured run is the steady state under load
@@ -133,7 +142,7 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
                 first = (time.perf_counter() - sent) * 1000
                 await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
                 posts, gateway_cpu = usage_posts(stack), cpu_seconds(gateway_pid)
-                g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds)
+                g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds, stagger)
                 gateway_cpu = cpu_seconds(gateway_pid) - gateway_cpu
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
@@ -155,7 +164,8 @@ def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any
     started = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
                           "--seconds", str(args.seconds), "--model-latency", str(args.model_latency),
-                          *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else [])],
+                          *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else []),
+                          *(["--stagger"] if args.stagger else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -170,10 +180,12 @@ def main() -> None:
     parser.add_argument("--compare", help="PYTHONPATH of the code to compare with (interleaved)")
     parser.add_argument("--model-latency", type=float, default=0.0, help="seconds the test model takes per answer")
     parser.add_argument("--gateway-core", type=int, help="pin the gateway to this core, everything else elsewhere")
+    parser.add_argument("--stagger", action="store_true",
+                        help="spread the clients' first requests over the model latency (no synchronized bursts)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core))
+        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger))
         print(json.dumps(result), flush=True)
         return
     versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
