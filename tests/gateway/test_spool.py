@@ -136,7 +136,7 @@ async def test_records_a_stopped_sink_could_not_deliver_are_sent_by_the_next_one
         sink = HttpBatchSink("http://m", http, batch_size=4, flush_interval=3600, close_timeout=0,
                              spool=UsageSpool(tmp_path))
         for i in range(6):
-            await sink.emit(record(i))
+            sink.emit(record(i))
         await sink.aclose()
     assert sink.kept == 6 and sink.undelivered == 0 and lines_on_disk(tmp_path) == 6
 
@@ -151,7 +151,7 @@ async def test_records_a_stopped_sink_could_not_deliver_are_sent_by_the_next_one
         spool = UsageSpool(tmp_path)
         sink = HttpBatchSink("http://m", http, batch_size=4, flush_interval=3600, spool=spool)
         assert sink.pending == 6 and spool.replayed == 6
-        await sink.emit(record(6))
+        sink.emit(record(6))
         assert await sink.flush()
         await sink.aclose()
     assert stored == {f"r{i}": 1 for i in range(7)} and sink.sent == 7
@@ -164,7 +164,7 @@ async def test_the_spool_is_bounded_like_the_buffer_and_forgets_dropped_records(
         sink = HttpBatchSink("http://m", http, batch_size=4, flush_interval=3600, max_buffer=20,
                              close_timeout=0, spool=spool)
         for i in range(500):
-            await sink.emit(record(i))
+            sink.emit(record(i))
             if i % 37 == 0:
                 assert not await sink.flush()  # in flight and failing now and then
             assert lines_on_disk(tmp_path) <= 20 + 3 * 5
@@ -196,10 +196,10 @@ async def test_at_close_a_record_the_spool_could_not_take_is_counted_undelivered
     async with httpx.AsyncClient(transport=httpx.MockTransport(_down)) as http:
         spool = UsageSpool(tmp_path)
         sink = HttpBatchSink("http://m", http, flush_interval=3600, close_timeout=0, spool=spool)
-        await sink.emit(record(1))
+        sink.emit(record(1))
         assert spool._file is not None
         spool._file = _DiskFull(spool._file)  # type: ignore[assignment]
-        await sink.emit(record(2))
+        sink.emit(record(2))
         assert sink.pending == 2 and spool.write_failures == 1  # kept in memory all the same
         await sink.aclose()
     assert sink.kept == 1 and sink.undelivered == 1

@@ -28,7 +28,7 @@ async def test_batches_are_bounded_by_bytes_and_carry_the_token() -> None:
         sink = HttpBatchSink("http://m", http, batch_size=100, flush_interval=3600, token="s3cret",
                              max_batch_bytes=2000)
         for i in range(20):
-            await sink.emit(record(i, user="u" * 200))
+            sink.emit(record(i, user="u" * 200))
         assert await sink.flush()
         await sink.aclose()
     assert auth == {"Bearer s3cret"} and len(bodies) > 1 and all(len(b) <= 2000 for b in bodies)
@@ -56,7 +56,7 @@ async def test_a_rejected_record_is_isolated_and_dropped_and_flushes_do_not_over
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         sink = HttpBatchSink("http://m", http, batch_size=8, flush_interval=3600)
         for i in range(16):
-            await sink.emit(record(i, user="bad" if i == 5 else "alice"))
+            sink.emit(record(i, user="bad" if i == 5 else "alice"))
         results = await asyncio.gather(sink.flush(), sink.flush())
         await sink.aclose()
     assert all(results) and not overlap
@@ -76,7 +76,7 @@ async def test_records_are_sent_in_whole_batches_and_the_rest_waits_for_the_inte
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         sink = HttpBatchSink("http://m", http, batch_size=10, flush_interval=3600)
         for i in range(25):
-            await sink.emit(record(i))
+            sink.emit(record(i))
         await asyncio.wait_for(two.wait(), 60)  # the background task sends the two whole batches
         for _ in range(20):
             await asyncio.sleep(0)
@@ -98,10 +98,10 @@ async def test_while_maas_api_fails_the_task_waits_for_the_backoff_instead_of_po
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         sink = HttpBatchSink("http://m", http, batch_size=5, flush_interval=3600, close_timeout=0)
         for i in range(5):
-            await sink.emit(record(i))
+            sink.emit(record(i))
         await asyncio.wait_for(failed.wait(), 60)
         for i in range(5, 200):  # each of these fills the buffer beyond a batch and sets the wake-up
-            await sink.emit(record(i))
+            sink.emit(record(i))
             await asyncio.sleep(0)
         assert posts == 1 and sink.failures == 1 and sink.pending == 200
         await sink.aclose()  # no time left to retry: everything still buffered is counted as undelivered
@@ -122,10 +122,10 @@ async def test_a_full_buffer_drops_the_oldest_record_not_in_flight_and_counts_it
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
         sink = HttpBatchSink("http://m", http, batch_size=4, flush_interval=3600, max_buffer=6)
         for i in range(4):
-            await sink.emit(record(i))
+            sink.emit(record(i))
         await asyncio.wait_for(posted.wait(), 60)  # r0..r3 in flight
         for i in range(4, 8):  # r6 and r7 find the buffer full: r4 and r5 (not in flight) make room
-            await sink.emit(record(i))
+            sink.emit(record(i))
         assert sink.dropped == 2 and sink.pending == 6
         release.set()
         await sink.aclose()

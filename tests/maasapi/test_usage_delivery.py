@@ -87,11 +87,11 @@ async def test_sink_buffers_through_a_database_outage_and_nothing_is_lost_or_dou
         sink = HttpBatchSink("http://maas-api", api.http, batch_size=7, flush_interval=3600, token="gw")
         sent = [gateway_record(i) for i in range(30)]
         for rec in sent[:10]:
-            await sink.emit(rec)
+            sink.emit(rec)
         assert await sink.flush() and sink.sent == 10
         await _set_connections(pg_server, api.db, allowed=False)
         for rec in sent[10:]:
-            await sink.emit(rec)
+            sink.emit(rec)
         assert not await sink.flush()  # 503 usage_store_unavailable: kept
         assert not await sink.flush()
         assert sink.pending == 20 and sink.failures >= 2 and sink.dropped == 0
@@ -99,13 +99,13 @@ async def test_sink_buffers_through_a_database_outage_and_nothing_is_lost_or_dou
         assert await sink.flush() and sink.pending == 0 and sink.sent == 30
         # the answer to a delivered batch got lost: the gateway sends it again -> not counted twice
         for rec in sent[:7]:
-            await sink.emit(rec)
+            sink.emit(rec)
         assert await sink.flush()
         # one malformed record among good ones: isolated by halving, only it is dropped
         bad = gateway_record(99).model_copy(update={"status": -1})  # skips validation, as a bug would
         good = [gateway_record(40 + i) for i in range(5)]
         for rec in [*good[:3], bad, *good[3:]]:
-            await sink.emit(rec)
+            sink.emit(rec)
         assert await sink.flush() and sink.rejected == 1 and sink.pending == 0
         await sink.aclose()
         tokens = sum(r.total_tokens for r in [*sent, *good])
@@ -124,7 +124,7 @@ async def test_batching_by_size_and_interval_delivers_every_record_exactly_once(
 
         async def emitter(records: list[UsageRecord]) -> None:
             for rec in records:
-                await sink.emit(rec)
+                sink.emit(rec)
                 if rng.random() < 0.3:
                     await asyncio.sleep(0)
                 if rng.random() < 0.02:

@@ -378,9 +378,11 @@ def _with_data(event: bytes, data: bytes) -> bytes:
 
 class JsonModelRewriter:
     """A JSON answer with its top-level `model` replaced by `rename_to`. Holds at most `limit` bytes: a larger
-    answer is passed on as received (and keeps the provider's name)."""
+    answer is passed on as received (and keeps the provider's name). After `close`, `answer` is the answer as
+    parsed when it was a JSON object with a string `model` (its `usage` need not be parsed again)."""
 
     def __init__(self, rename_to: str, limit: int) -> None:
+        self.answer: dict[str, Any] | None = None
         self._rename = rename_to
         self._limit = limit
         self._parts: list[bytes] = []
@@ -410,11 +412,11 @@ class JsonModelRewriter:
             return held
         if not isinstance(answer, dict) or not isinstance(answer.get("model"), str):
             return held
+        self.answer = answer
         edited = set_top_level_model(held, self._rename)
         if edited is not None:
             return edited
-        answer["model"] = self._rename
-        return json.dumps(answer, ensure_ascii=False).encode()
+        return json.dumps({**answer, "model": self._rename}, ensure_ascii=False).encode()
 
 
 def _object_at(data: bytes, start: int) -> Any:

@@ -187,7 +187,6 @@ class Gateway:
         self.telemetry = SubscriptionTelemetry()  # per-subscription latency and tokens (seed 001 §9.1)
         self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url)
         self._cache_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
 
     def _own(self, http: httpx.AsyncClient) -> httpx.AsyncClient:
         self._owned.append(http)
@@ -221,8 +220,6 @@ class Gateway:
             self._cache_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cache_task
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
         await self.auth.settle()  # decisions refreshed ahead of expiry use the callback client closed below
         await self.sink.aclose()
         await self.limiter.store.aclose()
@@ -500,7 +497,12 @@ class Gateway:
             termination = "client_disconnect"  # charged all the same: a conservative estimate if unread
         finally:
             response.release()
-            usage = filt.usage if filt is not None else (scanner.usage if scanner is not None else None)
+            if filt is not None:
+                usage = filt.usage
+            elif rewriter is not None and rewriter.answer is not None:  # parsed already: not a second time
+                usage = rewriter.answer.get("usage")
+            else:
+                usage = scanner.usage if scanner is not None else None
             if not decoder.readable:
                 usage = None
             await self._finish(ex, status, usage, termination)
@@ -550,9 +552,7 @@ class Gateway:
             log.error("usage record of %s not emitted: %s", ex.request_id, exc.errors()[0].get("msg"))
             return
         self.telemetry.observe(record)
-        task = asyncio.create_task(self.sink.emit(record))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.sink.emit(record)
         if guard is not None and guard.prompt_tokens + guard.completion_tokens > 0:
             # guardrails: the guard model's tokens, metered on their own record, never charged to the quota
             guard_record = record.model_copy(update={
@@ -561,9 +561,7 @@ class Gateway:
                 "total_tokens": guard.prompt_tokens + guard.completion_tokens, "cached_tokens": 0,
                 "reasoning_tokens": 0, "charged_tokens": 0, "estimated": False, "estimate_reason": "",
                 "status": 200, "streamed": False, "termination": "complete"})
-            task = asyncio.create_task(self.sink.emit(guard_record))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.sink.emit(guard_record)
 
 
 def _is_loopback(scope: Scope) -> bool:

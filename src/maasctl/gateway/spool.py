@@ -137,10 +137,11 @@ class UsageSpool:
                         "unreadable lines skipped", self.directory, len(found), self.corrupt)
         return found
 
-    def append(self, record: UsageRecord) -> int:
-        """Write `record` (one JSON line, flushed to the OS) and return its segment for `forget`.
-        NOT_SPOOLED when the write failed: the record then lives only in memory (counted, logged once)."""
-        line = record.model_dump_json().encode() + b"\n"
+    def append(self, record: UsageRecord, encoded: bytes | None = None) -> int:
+        """Write `record` (one JSON line, flushed to the OS; `encoded` is its `model_dump_json()` when the caller
+        has it already) and return its segment for `forget`. NOT_SPOOLED when the write failed: the record then
+        lives only in memory (counted, logged once)."""
+        line = (encoded if encoded is not None else record.model_dump_json().encode()) + b"\n"
         try:
             if self._file is None:
                 self._active, self._next = self._next, self._next + 1

@@ -51,6 +51,8 @@ class SubscriptionTelemetry:
     def __init__(self, max_series: int = MAX_SERIES) -> None:
         self.max_series = max_series
         self._seen: set[tuple[str, str]] = set()
+        # the labelled series of each pair, looked up once (labels() takes a lock and builds keys every call)
+        self._series: dict[tuple[str, str], tuple[Histogram, Counter, Counter, Counter]] = {}
 
     def labels(self, subscription: str, model: str) -> tuple[str, str]:
         key = (subscription or "none", model or "none")
@@ -65,9 +67,15 @@ class SubscriptionTelemetry:
     def observe(self, record: UsageRecord) -> None:
         if not record.subscription:  # nothing was selected: not a subscription's request
             return
-        sub, model = self.labels(record.subscription, record.model)
-        REQUEST_SECONDS.labels(sub, model).observe(record.latency_ms / 1000.0)
-        for kind, value in (("input", record.input_tokens), ("output", record.output_tokens),
-                            ("total", record.total_tokens)):
+        key = self.labels(record.subscription, record.model)
+        series = self._series.get(key)
+        if series is None:
+            sub, model = key
+            series = self._series[key] = (REQUEST_SECONDS.labels(sub, model), TOKENS.labels(sub, model, "input"),
+                                          TOKENS.labels(sub, model, "output"), TOKENS.labels(sub, model, "total"))
+        seconds, input_tokens, output_tokens, total_tokens = series
+        seconds.observe(record.latency_ms / 1000.0)
+        for counter, value in ((input_tokens, record.input_tokens), (output_tokens, record.output_tokens),
+                               (total_tokens, record.total_tokens)):
             if value:
-                TOKENS.labels(sub, model, kind).inc(value)
+                counter.inc(value)

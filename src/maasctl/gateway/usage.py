@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
@@ -46,7 +45,9 @@ class UsageSink(Protocol):
         """False while a new request's record could not be kept: the gateway refuses it (never serves unbilled)."""
         ...
 
-    async def emit(self, record: UsageRecord) -> None: ...
+    def emit(self, record: UsageRecord) -> None:
+        """Take `record` (synchronous: nothing can cancel it half way once the answer is settled)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -60,7 +61,7 @@ class LogSink:
     def accepting(self) -> bool:
         return True
 
-    async def emit(self, record: UsageRecord) -> None:
+    def emit(self, record: UsageRecord) -> None:
         log.info("usage %s", record.to_json())
 
     async def aclose(self) -> None:
@@ -79,7 +80,7 @@ class MemorySink:
     def accepting(self) -> bool:
         return True
 
-    async def emit(self, record: UsageRecord) -> None:
+    def emit(self, record: UsageRecord) -> None:
         self.records.append(record)
 
     async def aclose(self) -> None:
@@ -144,7 +145,8 @@ class HttpBatchSink:
         # New requests are refused above this mark; the rest of the buffer holds the records of requests
         # already admitted and still running.
         self._high_water = max(1, self._max_buffer * 9 // 10)
-        self._buffer: deque[tuple[UsageRecord, int]] = deque()  # (record, its spool segment)
+        # (the record as JSON, its spool segment): encoded once, for the spool line and the batch alike
+        self._buffer: deque[tuple[bytes, int]] = deque()
         self._spool = spool
         self._in_flight = 0  # the first records of the buffer, sent and not yet acknowledged
         self._max_backoff = max_backoff
@@ -165,7 +167,7 @@ class HttpBatchSink:
         if spool is not None:
             for spooled in spool.recover():
                 self._make_room()
-                self._buffer.append((spooled.record, spooled.segment))
+                self._buffer.append((spooled.record.model_dump_json().encode(), spooled.segment))
                 BUFFERED.inc()
 
     @property
@@ -180,10 +182,11 @@ class HttpBatchSink:
         if self._buffer and self._task is None:
             self._task = asyncio.create_task(self._run(), name="usage sink")
 
-    async def emit(self, record: UsageRecord) -> None:
+    def emit(self, record: UsageRecord) -> None:
         if self._make_room():
-            segment = self._spool.append(record) if self._spool is not None else NOT_SPOOLED
-            self._buffer.append((record, segment))
+            encoded = record.model_dump_json().encode()
+            segment = self._spool.append(record, encoded) if self._spool is not None else NOT_SPOOLED
+            self._buffer.append((encoded, segment))
             BUFFERED.inc()
         else:  # everything buffered is in flight: the new record is the one that cannot be kept
             self._count_drop()
@@ -218,7 +221,7 @@ class HttpBatchSink:
         parts: list[bytes] = []
         size = len(b'{"records":[]}')
         for i in range(min(self._cap, len(self._buffer), max(1, limit))):
-            part = json.dumps(self._buffer[i][0].to_json(), separators=(",", ":")).encode()
+            part = self._buffer[i][0]
             if parts and size + len(part) + 1 > self._max_bytes:
                 break
             parts.append(part)
