@@ -44,38 +44,44 @@ OVERFLOW = Counter(
     "Requests counted under subscription=other because the series bound was reached",
 )
 
+_Series = tuple[Histogram, Counter, Counter, Counter]  # duration, input, output and total tokens
+
 
 class SubscriptionTelemetry:
     """Observes usage records; at most `max_series` (subscription, model) label pairs per process."""
 
     def __init__(self, max_series: int = MAX_SERIES) -> None:
         self.max_series = max_series
-        self._seen: set[tuple[str, str]] = set()
-        # the labelled series of each pair, looked up once (labels() takes a lock and builds keys every call)
-        self._series: dict[tuple[str, str], tuple[Histogram, Counter, Counter, Counter]] = {}
+        # the labelled series of each admitted pair, looked up once (labels() takes a lock and builds keys every
+        # call); the overflow pair is kept apart so it never counts against the bound
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._overflow: _Series | None = None
 
-    def labels(self, subscription: str, model: str) -> tuple[str, str]:
+    def _for(self, subscription: str, model: str) -> _Series:
         key = (subscription or "none", model or "none")
-        if key in self._seen:
-            return key
-        if len(self._seen) < self.max_series:
-            self._seen.add(key)
-            return key
+        series = self._series.get(key)
+        if series is not None:
+            return series
+        if len(self._series) < self.max_series:
+            series = self._series[key] = _labelled(*key)
+            return series
         OVERFLOW.inc()
-        return OTHER, OTHER
+        if self._overflow is None:
+            self._overflow = _labelled(OTHER, OTHER)
+        return self._overflow
 
     def observe(self, record: UsageRecord) -> None:
         if not record.subscription:  # nothing was selected: not a subscription's request
             return
-        key = self.labels(record.subscription, record.model)
-        series = self._series.get(key)
-        if series is None:
-            sub, model = key
-            series = self._series[key] = (REQUEST_SECONDS.labels(sub, model), TOKENS.labels(sub, model, "input"),
-                                          TOKENS.labels(sub, model, "output"), TOKENS.labels(sub, model, "total"))
-        seconds, input_tokens, output_tokens, total_tokens = series
+        seconds, input_tokens, output_tokens, total_tokens = self._for(record.subscription, record.model)
         seconds.observe(record.latency_ms / 1000.0)
         for counter, value in ((input_tokens, record.input_tokens), (output_tokens, record.output_tokens),
                                (total_tokens, record.total_tokens)):
             if value:
                 counter.inc(value)
+
+
+
+def _labelled(subscription: str, model: str) -> _Series:
+    return (REQUEST_SECONDS.labels(subscription, model), TOKENS.labels(subscription, model, "input"),
+            TOKENS.labels(subscription, model, "output"), TOKENS.labels(subscription, model, "total"))
