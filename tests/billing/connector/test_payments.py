@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from maasctl.billing.connector.events import parse_stripe
+from maasctl.billing.connector.events import parse_stripe, parse_webhook
 from maasctl.billing.connector.payments import Limits, Payments
 from maasctl.billing.ledger import Ledger
 
@@ -130,9 +130,9 @@ async def test_failures_count_until_a_success_resets_them(payments: Payments, le
         assert (await payments.apply(C, parse_stripe(body), NOW)).outcome == "accepted"
         assert (await payments.facts(T, NOW)).consecutive_failures == i + 1
     assert [a.state for a in await payments.attempts(T)] == ["failed"] * 3
-    # A failure for a PaymentIntent that is not ours counts nothing.
+    # A failure for a PaymentIntent that is not ours counts nothing (even naming a tenant of this connector).
     stray = event("evt_stray", "payment_intent.payment_failed", id="pi_stray", metadata={"maasctl_tenant": T})
-    assert (await payments.apply(C, parse_stripe(stray), NOW)).outcome == "ignored"
+    assert (await payments.apply(C, parse_stripe(stray), NOW, T)).outcome == "ignored"
     assert (await payments.facts(T, NOW)).consecutive_failures == 3
     attempt = await started(payments, "pi_ok", NOW + timedelta(days=4))
     assert await confirm(payments, "evt_ok", attempt, "pi_ok") == "accepted"
@@ -153,6 +153,64 @@ async def test_disputes_open_close_and_a_lost_one_is_debited(payments: Payments,
     assert (await payments.apply(C, parse_stripe(closed), NOW)).outcome == "duplicate"
     facts = await payments.facts(T, NOW)
     assert not facts.dispute_open and facts.dispute_code == "lost"
+    assert await ledger.balance(T) == Decimal(0)
+    assert await ledger.verify() == []
+
+
+def webhook(event_id: str, type_: str, **data: Any) -> bytes:
+    return json.dumps({"id": event_id, "type": type_, "data": {"currency": "USD", "amount": "25.00", **data}}).encode()
+
+
+VICTIM = "other/ten-victim"
+EVIL = "evil/mine"  # a connector that does not serve VICTIM; its secret holder signs what it likes
+
+
+@pytest.mark.parametrize("data", [
+    {"tenant": VICTIM, "disputeId": "dp_x", "amount": "1000.00", "code": "lost"},  # names the victim
+    {"tenant": VICTIM, "disputeId": "dp_y", "intentId": "pi_v", "amount": "1000.00", "code": "lost"},  # its payment
+    {"reloadId": "{reload}", "disputeId": "dp_z", "amount": "25.00", "code": "lost"},  # another connector's reload
+    {"tenant": VICTIM, "reloadId": "{reload}", "intentId": "pi_v", "code": "lost"},  # all of it at once
+])
+async def test_a_connector_cannot_touch_another_connectors_tenant(payments: Payments, ledger: Ledger,
+                                                                 data: dict[str, Any]) -> None:
+    attempt, _ = await payments.begin_reload(VICTIM, C, LIMITS, "USD", NOW)
+    assert attempt is not None
+    await payments.record_intent(attempt.id, "pi_v")
+    ok = event("evt_v", id="pi_v", metadata={"maasctl_reload": attempt.id, "maasctl_tenant": VICTIM})
+    assert (await payments.apply(C, parse_stripe(ok), NOW)).outcome == "accepted"
+    assert await ledger.balance(VICTIM) == Decimal(25)
+    data = {k: (attempt.id if v == "{reload}" else v) for k, v in data.items()}
+    # The receiver passes a claimed tenant only when its TenantAccount names the connector: not here (None).
+    for i, type_ in enumerate(("dispute.opened", "dispute.closed", "reload.failed", "reload.succeeded")):
+        applied = await payments.apply(EVIL, parse_webhook(webhook(f"evt_e{i}", type_, **data)), NOW, None)
+        assert applied.outcome in ("unknown_tenant", "ignored", "corroboration_failed"), (type_, applied)
+        assert applied.tenant != VICTIM
+    assert await ledger.balance(VICTIM) == Decimal(25)
+    facts = await payments.facts(VICTIM, NOW)
+    assert not facts.dispute_open and facts.dispute_code is None and facts.consecutive_failures == 0
+    assert [a.state for a in await payments.attempts(VICTIM)] == ["succeeded"]
+    assert await ledger.verify() == []
+
+
+async def test_a_lost_dispute_takes_back_at_most_the_reload_once(payments: Payments, ledger: Ledger) -> None:
+    attempt = await started(payments, "pi_m")
+    assert await confirm(payments, "evt_m", attempt, "pi_m") == "accepted"
+    # The connector's own tenant, its own reload: several lost disputes, each claiming more than was paid.
+    for i in range(3):
+        body = webhook(f"evt_l{i}", "dispute.closed", reloadId=attempt, disputeId=f"dp_{i}", amount="900.00",
+                       code="lost")
+        assert (await payments.apply(C, parse_webhook(body), NOW, T)).outcome == "accepted"
+    assert await ledger.balance(T) == Decimal(0)  # 25 credited, 25 taken back: not 2,700
+    # A lost dispute of no reload of ours (an invoice payment, a stray intent) is recorded, never debited.
+    stray = webhook("evt_l9", "dispute.closed", tenant=T, disputeId="dp_9", amount="50.00", code="lost")
+    applied = await payments.apply(C, parse_webhook(stray), NOW, T)
+    assert (applied.outcome, applied.tenant) == ("accepted", T) and "nothing debited" in applied.message
+    assert await ledger.balance(T) == Decimal(0)
+    # Nor is one of a reload that was never credited.
+    failed = await started(payments, "pi_n", NOW + timedelta(days=2))
+    await payments.fail_attempt((await payments.pending(T)) or pytest.fail("no pending reload"), "declined", NOW)
+    body = webhook("evt_ln", "dispute.closed", reloadId=failed, disputeId="dp_n", amount="25.00", code="lost")
+    assert "never credited" in (await payments.apply(C, parse_webhook(body), NOW, T)).message
     assert await ledger.balance(T) == Decimal(0)
     assert await ledger.verify() == []
 

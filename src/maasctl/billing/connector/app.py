@@ -79,7 +79,7 @@ def build_connector(api: k8s.ApiClient, settings: ConnectorSettings, clock: Cloc
     registry = Registry()
     cache = manager.cache
 
-    def invoice_tenant(connector: str, tenant: str | None) -> str | None:
+    def tenant_of_connector(connector: str, tenant: str | None) -> str | None:
         if tenant is None:
             return None
         ns, _, name = tenant.partition("/")
@@ -94,7 +94,7 @@ def build_connector(api: k8s.ApiClient, settings: ConnectorSettings, clock: Cloc
         ns, _, name = connector.partition("/")
         connectors.queue.add(Request(ns, name))
 
-    receiver = Receiver(registry, payments, clock, invoice_tenant, on_applied)
+    receiver = Receiver(registry, payments, clock, tenant_of_connector, on_applied)
     ctx = ConnectorContext(cache=cache, client=manager.client, applier=manager.applier,
                            events=manager.event_recorder(FIELD_MANAGER), clock=clock, settings=settings,
                            payments=payments, registry=registry, receiver=receiver)

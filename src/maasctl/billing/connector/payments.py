@@ -195,22 +195,25 @@ class Payments:
                 return _attempt(row)
         return None
 
-    async def apply(self, connector: str, inbound: Inbound, now: datetime, tenant_of_invoice: str | None = None
+    async def apply(self, connector: str, inbound: Inbound, now: datetime, claimed_tenant: str | None = None
                     ) -> Applied:
-        """Apply a verified event once. `tenant_of_invoice`: the tenant an invoice event belongs to (checked by
-        the caller against the connector's tenants)."""
+        """Apply a verified event once. An event touches the tenant of a reload this connector started, else
+        `claimed_tenant`: the tenant the event names, passed only when the caller checked that it is one of this
+        connector's tenants (its TenantAccount names the connector). A connector's secret never reaches another
+        connector's tenants."""
         key = f"{connector}:{inbound.event_id}"
         async with self.engine.connect() as conn:
             seen = (await conn.execute(select(events.c.id).where(events.c.key == key))).first()
             attempt = await self._find_attempt(conn, inbound)
         if seen is not None:
             return Applied("duplicate", None)
+        ours = attempt if attempt is not None and attempt.connector == connector else None
         if inbound.effect == "ignored":
             tenant = None
-        elif inbound.invoice:
-            tenant = tenant_of_invoice
+        elif inbound.invoice or ours is None:
+            tenant = claimed_tenant
         else:
-            tenant = attempt.tenant if attempt is not None and attempt.connector == connector else inbound.tenant
+            tenant = ours.tenant
         if inbound.effect != "ignored" and tenant is None:
             outcome, effect = "unknown_tenant", "ignored"
         else:
@@ -229,15 +232,15 @@ class Payments:
                         outcome, effect = "corroboration_failed", "corroboration_failed"
                 elif effect == "payment_failed" and not inbound.invoice:
                     settled = 0
-                    if attempt is not None and attempt.connector == connector:
+                    if ours is not None:
                         res = await conn.execute(update(reloads).where(and_(
-                            reloads.c.id == attempt.id, reloads.c.state != "succeeded")).values(
+                            reloads.c.id == ours.id, reloads.c.state != "succeeded")).values(
                             state="failed", settled_at=now, failure_code=(inbound.code or "failed")[:64]))
                         settled = res.rowcount
                     if not settled:  # not a reload of ours, or a stale failure of a settled one
                         outcome, effect = "ignored", "ignored"
-                elif effect == "dispute_closed" and inbound.code == "lost" and tenant is not None:
-                    await self._debit_lost_dispute(conn, tenant, inbound, now)
+                elif effect == "dispute_closed" and inbound.code == "lost":
+                    message = await self._debit_lost_dispute(conn, ours, inbound, now)
                 await conn.execute(events.insert().values(
                     key=key, connector=connector, tenant=tenant, type=inbound.type, effect=effect,
                     reference=inbound.reference, code=inbound.code, received_at=now))
@@ -276,16 +279,26 @@ class Payments:
         await self.ledger.post([tx], conn=conn)
         return True, ""
 
-    async def _debit_lost_dispute(self, conn: AsyncConnection, tenant: str, inbound: Inbound, now: datetime) -> None:
-        """A lost dispute takes the disputed money back out of the wallet (once, by the dispute's id)."""
-        if not inbound.amount or inbound.reference is None:
-            return
-        amount = inbound.amount
-        tx = Transaction(key=f"psp:dispute-lost:{inbound.reference}", kind="payment", tenant=tenant, occurred_at=now,
-                         currency=inbound.currency or "USD", actor=ACTOR,
-                         reason=f"payment dispute {inbound.reference} lost: the disputed amount is returned",
-                         postings=(Posting(wallet(tenant), -amount), Posting(FUNDING, amount)))
+    async def _debit_lost_dispute(self, conn: AsyncConnection, reload: Attempt | None, inbound: Inbound,
+                                  now: datetime) -> str:
+        """A lost dispute of a reload this connector confirmed takes that money back out of the wallet: at most
+        the reload's amount, once per reload (whatever the dispute ids). Anything else is recorded, not debited:
+        the wallet was never credited through this connector for it."""
+        if reload is None:
+            return "the dispute does not concern a reload this connector started: nothing debited"
+        state = (await conn.execute(select(reloads.c.state).where(reloads.c.id == reload.id))).scalar_one()
+        if state != "succeeded":
+            return f"reload {reload.id} was never credited ({state}): nothing debited"
+        if inbound.currency != reload.currency:
+            return f"the dispute is in {inbound.currency}, reload {reload.id} in {reload.currency}: nothing debited"
+        amount = min(inbound.amount or reload.amount, reload.amount)
+        tx = Transaction(key=f"psp:dispute-lost:{reload.id}", kind="payment", tenant=reload.tenant, occurred_at=now,
+                         currency=reload.currency, actor=ACTOR,
+                         reason=f"payment dispute {inbound.reference or inbound.event_id} of reload {reload.id} lost: "
+                                "the disputed amount is returned",
+                         postings=(Posting(wallet(reload.tenant), -amount), Posting(FUNDING, amount)))
         await self.ledger.post([tx], conn=conn)
+        return ""
 
     async def tenant_of_intent(self, intent: str) -> str | None:
         async with self.engine.connect() as conn:

@@ -66,12 +66,12 @@ class Registry:
 
 class Receiver:
     def __init__(self, registry: Registry, payments: Payments, clock: Clock,
-                 resolve_invoice_tenant: Callable[[str, str | None], str | None],
+                 tenant_of_connector: Callable[[str, str | None], str | None],
                  on_applied: Callable[[str, Applied], None]) -> None:
         self.registry = registry
         self.payments = payments
         self.clock = clock
-        self.resolve_invoice_tenant = resolve_invoice_tenant
+        self.tenant_of_connector = tenant_of_connector  # the named tenant, if the connector serves it
         self.on_applied = on_applied
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -134,8 +134,7 @@ class Receiver:
             await self._outcome(key, "invalid")
             log.warning("webhook body refused", connector=key, reason=str(exc))
             return web.json_response({"error": "not a readable event"}, status=400)
-        invoice_tenant = self.resolve_invoice_tenant(key, inbound.tenant) if inbound.invoice else None
-        applied = await self.payments.apply(key, inbound, now, invoice_tenant)
+        applied = await self.payments.apply(key, inbound, now, self.tenant_of_connector(key, inbound.tenant))
         await self._outcome(key, applied.outcome)
         log.info("webhook applied", connector=key, event_id=inbound.event_id, type=inbound.type,
                  outcome=applied.outcome, tenant=applied.tenant)
