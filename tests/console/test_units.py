@@ -4,6 +4,11 @@ usage buckets, sessions, error mapping and redirect targets (no cluster, no brow
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import pathlib
+import shlex
+import subprocess
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +18,7 @@ from maasctl.console import catalog, tiers, usage
 from maasctl.console.charts import bar_chart
 from maasctl.console.forms import kube_errors
 from maasctl.console.kube import KubeError
+from maasctl.console.pages.user import curl_for
 from maasctl.console.sessions import Identity, SessionStore
 from maasctl.console.subscriptions import ModelRow, SubscriptionForm, auth_policy, subscription, subscription_patch
 from maasctl.console.web import safe_next
@@ -116,7 +122,7 @@ def test_usage_buckets_cover_the_range_oldest_first() -> None:
 
 def test_sessions_are_signed_rotated_and_expire() -> None:
     clock = [1000.0]
-    store = SessionStore("secret", ttl_seconds=60, max_sessions=3, clock=lambda: clock[0])
+    store = SessionStore("secret", ttl_seconds=60, max_sessions=3, clock=lambda: clock[0], max_anonymous=3)
     anon = store.new()
     cookie = store.cookie_value(anon)
     assert store.find(cookie) is anon
@@ -130,7 +136,7 @@ def test_sessions_are_signed_rotated_and_expire() -> None:
     assert store.find(store.cookie_value(signed_in)) is None
     for _ in range(5):
         store.new()
-    assert len(store._sessions) == 3
+    assert len(store) == 3
     assert "the-credential" not in repr(signed_in.identity)  # never in a log line or traceback
 
 
@@ -140,3 +146,114 @@ def test_sessions_are_signed_rotated_and_expire() -> None:
 ])
 def test_only_local_redirects(target: str | None, expected: str) -> None:
     assert safe_next(target) == expected
+
+
+GATEWAY = ("https://gw.example.com",)
+BASE = "https://gw.example.com/llm/m"
+
+
+def curl_args(command: str | None) -> list[str]:
+    """The arguments of the command as the shell splits them (the command is one curl, lines joined by `\\`)."""
+    assert command is not None
+    return shlex.split(command.replace("\\\n", " "))
+
+
+@pytest.mark.parametrize(("url", "called"), [
+    (f"{BASE}/v1", f"{BASE}/v1/chat/completions"),
+    ("HTTPS://GW.example.com:443/llm/m/", "https://gw.example.com:443/llm/m/v1/chat/completions"),
+    (f"{BASE}/v1;{{touch,/tmp/x}};true", f"{BASE}/v1;%7Btouch,/tmp/x%7D;true/v1/chat/completions"),
+    (f"{BASE}|id", f"{BASE}%7Cid/v1/chat/completions"),
+    (f"{BASE}$(id)", f"{BASE}$(id)/v1/chat/completions"),
+    (f"{BASE}`id`", f"{BASE}%60id%60/v1/chat/completions"),
+    (f"{BASE}/{{a,b}}", f"{BASE}/%7Ba,b%7D/v1/chat/completions"),
+    (f"{BASE}&id&", f"{BASE}&id&/v1/chat/completions"),
+    (f"{BASE}'\"q", f"{BASE}'%22q/v1/chat/completions"),
+    (f"{BASE}<x>(y)", f"{BASE}%3Cx%3E(y)/v1/chat/completions"),
+])
+def test_curl_url_is_one_argument_whatever_the_model_says(url: str, called: str) -> None:
+    args = curl_args(curl_for({"id": "m", "url": url}, GATEWAY))
+    assert args[:2] == ["curl", "-s"] and args[2] == called
+    assert args[3:7] == ["-H", "Authorization: Bearer $MAAS_API_KEY", "-H", "Content-Type: application/json"]
+    assert args[7] == "-d" and json.loads(args[8])["model"] == "m" and len(args) == 9
+
+
+@pytest.mark.parametrize("url", [
+    f"{BASE}\nid", f"{BASE} id", f"{BASE}\tid", f"{BASE}\x00", f"{BASE}#x", f"{BASE}?a=b;id",
+    "https://evil.example/v1", "http://gw.example.com/llm/m/v1", "https://gw.example.com:8443/v1",
+    "https://gw.example.com@evil.example/v1", "https://user:pw@gw.example.com/v1",
+    "https://gw.example.com;id/v1", "https://{gw.example.com,evil.example}/v1", "ftp://gw.example.com/v1",
+    "https://gw.example.com:bad/v1", "https://[::1/v1", "gw.example.com/v1", "",
+])
+def test_no_curl_off_the_gateway_or_for_a_url_that_is_not_plain(url: str) -> None:
+    assert curl_for({"id": "m", "url": url}, GATEWAY) is None
+    assert curl_for({"id": "m", "url": f"{BASE}/v1"}, ()) is None  # no gateway configured: no command at all
+
+
+def test_curl_quotes_the_model_id() -> None:
+    model_id = "m'; touch x; echo '"
+    args = curl_args(curl_for({"id": model_id, "url": BASE}, GATEWAY))
+    assert len(args) == 9 and json.loads(args[8])["model"] == model_id
+
+
+@pytest.mark.parametrize("tail", [";{touch,pwned};true", "$(touch${IFS}pwned)", "`touch${IFS}pwned`",
+                                  "|{touch,pwned}", "&{touch,pwned}&", "';{touch,pwned};'", "\";{touch,pwned};\"",
+                                  "/{touch,pwned}", ">pwned"])
+def test_pasted_curl_runs_nothing_else(tmp_path: pathlib.Path, tail: str) -> None:
+    """The page's command through bash, curl replaced by a function that records its arguments."""
+    command = curl_for({"id": "m", "url": BASE + tail}, GATEWAY)
+    assert command is not None
+    script = "curl() { printf '%s\\0' \"$@\" >> args; }\ntouch() { echo ran >> pwned; }\n" + command
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          env={"MAAS_API_KEY": "k", "PATH": os.environ["PATH"]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args"], done.stderr  # nothing else ran
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().split("\0")[:-1]
+    expected = curl_args(command)[1:]
+    expected[3] = "Authorization: Bearer k"
+    assert args == expected and len(args) == 8 and args[1].startswith(BASE)
+
+
+def test_anonymous_sessions_never_evict_a_signed_in_one() -> None:
+    store = SessionStore("secret", 3600, max_sessions=5, max_anonymous=10)
+    admin = store.rotate(store.new(), Identity("admin", ("maas-admins",), "tok"))
+    cookie = store.cookie_value(admin)
+    for _ in range(1000):  # cookie-less GET /signin, again and again
+        store.new()
+    assert store.find(cookie) is admin
+    assert len(store) == 11
+
+
+def test_anonymous_sessions_expire_after_their_ttl_and_evict_each_other() -> None:
+    clock = [1000.0]
+    store = SessionStore("secret", 3600, 5, clock=lambda: clock[0], anonymous_ttl_seconds=600, max_anonymous=2)
+    first, second = store.new(), store.new()
+    store.new()  # the least recently used anonymous session goes
+    assert store.find(store.cookie_value(first)) is None
+    assert store.find(store.cookie_value(second)) is second
+    clock[0] += 601
+    assert store.find(store.cookie_value(second)) is None
+    fresh = store.new()
+    signed_in = store.rotate(fresh, Identity("alice", (), "t"))
+    assert signed_in.expires == clock[0] + 3600  # the long TTL starts at sign-in
+    clock[0] += 601
+    assert store.find(store.cookie_value(signed_in)) is signed_in
+
+
+def test_one_users_sign_ins_evict_only_that_users_oldest_sessions() -> None:
+    store = SessionStore("secret", 3600, max_sessions=100, max_per_user=20)
+    bob = store.cookie_value(store.rotate(store.new(), Identity("bob", (), "b")))
+    alice = [store.cookie_value(store.rotate(store.new(), Identity("alice", (), "a"))) for _ in range(25)]
+    assert [store.find(c) is not None for c in alice] == [False] * 5 + [True] * 20
+    assert store.find(bob) is not None
+    store.drop(store.find(alice[-1]))  # type: ignore[arg-type]
+    store.rotate(None, Identity("alice", (), "a"))
+    assert all(store.find(c) is not None for c in alice[5:-1])  # a freed slot is reused: nobody else goes
+
+
+def test_signed_in_sessions_stay_within_the_global_bound() -> None:
+    store = SessionStore("secret", 3600, max_sessions=3, max_anonymous=2)
+    cookies = [store.cookie_value(store.rotate(None, Identity(f"user{i}", (), "t"))) for i in range(5)]
+    for _ in range(4):
+        store.new()
+    assert len(store) == 5  # 3 signed in, 2 anonymous
+    assert [store.find(c) is not None for c in cookies] == [False, False, True, True, True]

@@ -12,6 +12,8 @@ from tests.console import objects
 from tests.console.browser import Browser
 from tests.console.conftest import ConsoleWorld
 
+FOREIGN_ENDPOINT = "https://models.evil.example/v1;{touch,/tmp/x};true"
+
 
 async def run_curl(command: str, key: str) -> dict[str, object]:
     """Run a command copied from the page with bash, the key in $MAAS_API_KEY (as a user would)."""
@@ -27,8 +29,10 @@ async def run_curl(command: str, key: str) -> dict[str, object]:
 async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: ConsoleWorld, browser: Browser) -> None:
     ns = await objects.namespace(world, "dev")
     sub = f"team-{objects.suffix()}"
-    await objects.apply(world, [*objects.external_model(world, ns, "gpt-x"),
-                                *objects.access(world, sub, ns, ["gpt-x"], ["alice"],
+    far = objects.external_model(world, ns, "gpt-far")  # its owner points status.endpoint elsewhere
+    far[2]["spec"]["endpointOverride"] = FOREIGN_ENDPOINT
+    await objects.apply(world, [*objects.external_model(world, ns, "gpt-x"), *far,
+                                *objects.access(world, sub, ns, ["gpt-x", "gpt-far"], ["alice"],
                                                 [(100_000_000, "1h"), (1_000_000_000, "24h")])])
     browser.sign_in_with_token(world.token("alice"))
     await browser.until(lambda: browser.path == "/my/subscriptions")
@@ -59,6 +63,12 @@ async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: Console
     browser.screenshot("user-models")
     answer = await run_curl(command, key)
     assert answer.get("object") == "chat.completion", (command, answer)
+
+    # A model advertised off the gateway: its URL and a note, no command that would send the key there.
+    await browser.until(lambda: (browser.go("/models"), "gpt-far" in browser.text())[1], what="gpt-far listed")
+    assert not browser.all(".model[data-model='gpt-far'] pre.curl")
+    assert browser.one(".model[data-model='gpt-far'] code").text == FOREIGN_ENDPOINT
+    assert "not on a MaaS gateway origin" in browser.text(".model[data-model='gpt-far'] .not-gateway")
 
     # The usage reaches maas-api and shows up in the chart of the subscription.
     def chart_has_usage() -> bool:

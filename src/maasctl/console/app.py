@@ -41,7 +41,9 @@ def templates() -> Jinja2Templates:
 
 def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: OidcClient | None = None) -> FastAPI:
     app = FastAPI(title="MaaS console", docs_url=None, redoc_url=None, openapi_url=None)
-    sessions = SessionStore(settings.session_secret, settings.session_ttl_seconds, settings.max_sessions)
+    sessions = SessionStore(settings.session_secret, settings.session_ttl_seconds, settings.max_sessions,
+                            anonymous_ttl_seconds=settings.anonymous_session_ttl_seconds,
+                            max_anonymous=settings.max_anonymous_sessions, max_per_user=settings.max_sessions_per_user)
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     for module in (auth, user, admin_models, admin_services, admin_subscriptions, admin_report):

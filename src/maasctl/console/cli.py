@@ -28,6 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--kubeconfig", default=_env("kubeconfig", "") or None,
                    help="the console's own credential (TokenReview); default: in-cluster service account")
     p.add_argument("--maas-api-url", default=_env("maas_api_url", d.maas_api_url))
+    p.add_argument("--gateway-url", dest="gateway_urls", action="append", default=[],
+                   help="origin of the MaaS gateway (repeatable; MAASCTL_CONSOLE_GATEWAY_URL: comma-separated); "
+                        "the Models page offers a curl, which sends the user's key, only for models served there")
     p.add_argument("--subscription-namespace", default=_env("subscription_namespace", d.subscription_namespace))
     p.add_argument("--model-namespace", default=_env("model_namespace", d.model_namespace),
                    help="namespace suggested when importing a model service")
@@ -46,6 +49,11 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default=env_default("log_level", "info"))
 
 
+def _gateway_urls(flags: list[str]) -> tuple[str, ...]:
+    """The repeated flag, else the comma-separated environment variable (a list has no single-value default)."""
+    return tuple(flags) or tuple(u.strip() for u in _env("gateway_url").split(",") if u.strip())
+
+
 def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
     oidc = None
     if args.oidc_issuer_url:
@@ -58,7 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
     secret = Path(args.session_secret_file).read_text().strip() if args.session_secret_file else ""
     return ConsoleSettings(
         host=args.host, port=args.port, public_url=args.public_url or f"http://{args.host}:{args.port}",
-        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url,
+        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url, gateway_urls=_gateway_urls(args.gateway_urls),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
         admin_groups=tuple(args.admin_groups) or ConsoleSettings().admin_groups, session_secret=secret, oidc=oidc,
     )

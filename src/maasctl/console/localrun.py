@@ -61,7 +61,8 @@ async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str
     secret.chmod(0o600)
     url = f"http://127.0.0.1:{port}"
     args = ["console", f"--port={port}", f"--public-url={url}", f"--kubeconfig={kubeconfig}",
-            f"--maas-api-url={stack.api_url}", f"--subscription-namespace={stack.settings.subscription_namespace}",
+            f"--maas-api-url={stack.api_url}", f"--gateway-url={stack.gateway_url}",
+            f"--subscription-namespace={stack.settings.subscription_namespace}",
             f"--model-namespace={model_namespace}", f"--session-secret-file={secret}", "--log-format=json",
             *(f"--admin-group={g}" for g in admin_groups)]
     if oidc is not None:

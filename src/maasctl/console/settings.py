@@ -26,7 +26,13 @@ class OidcSettings:
 @dataclass(frozen=True, kw_only=True)
 class ConsoleSettings:
     """Everything `maasctl console` needs. `public_url` is where browsers reach the console (OIDC redirect
-    URI, Secure cookies when https); `gateway_url` is only shown in examples when a model has no endpoint."""
+    URI, Secure cookies when https). `gateway_urls` are the MaaS gateway origins: the Models page offers a
+    ready-to-paste curl (which sends the user's API key) only for a model served on one of them, never for a host a
+    model owner wrote (`endpointOverride`); none configured means no command at all.
+
+    Sessions come in two pools so that traffic nobody signed in for cannot push a user out: anonymous ones
+    (sign-in form, OIDC request in flight) are short-lived and evict only each other; signed-in ones are bounded
+    in total (`max_sessions`) and per user."""
 
     host: str = "127.0.0.1"
     port: int = 8095
@@ -38,7 +44,11 @@ class ConsoleSettings:
     admin_groups: tuple[str, ...] = ("maas-admins",)
     session_secret: str = field(default="", repr=False)  # signs session cookies; empty: random per process
     session_ttl_seconds: int = 8 * 3600
-    max_sessions: int = 10_000
+    max_sessions: int = 10_000  # signed-in sessions
+    max_sessions_per_user: int = 20
+    max_anonymous_sessions: int = 10_000
+    anonymous_session_ttl_seconds: int = 600
+    gateway_urls: tuple[str, ...] = ()
     oidc: OidcSettings | None = None
 
     @property

@@ -1,19 +1,22 @@
 """Pages for every signed-in user: My Subscriptions (limits, current usage, chart), API keys (mint, shown
-once, list, revoke) and the models they can call with a ready-to-paste curl."""
+once, list, revoke) and the models they can call, with a ready-to-paste curl for those on a MaaS gateway origin."""
 
 from __future__ import annotations
 
 import json
-import re
+import shlex
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import Response
 
 from maasctl.console import usage
 from maasctl.console.maasapi_client import MaasApiError, UserMaasApi
-from maasctl.console.web import User, ensure_session, flash, maasapi_as, redirect, render
+from maasctl.console.web import User, console, ensure_session, flash, maasapi_as, redirect, render
+from maasctl.maasapi.models import _origin
 
 router = APIRouter()
 NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -154,21 +157,49 @@ async def revoke_key(request: Request, identity: User,
     return redirect("/keys")
 
 
-_SHELL_SAFE = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
+# RFC 3986 path characters a model's path keeps as written; anything else is percent-encoded, so the URL holds no
+# shell or curl-glob character ({ } [ ] | ` < > " \ ^).
+_PATH_SAFE = "/:@!$&'()*+,;=%"
 
 
-def curl_for(model: dict[str, Any]) -> str | None:
-    """A ready-to-paste chat request for the model, reading the key from $MAAS_API_KEY."""
-    url, model_id = str(model.get("url") or ""), str(model.get("id") or "")
-    if not url or not _SHELL_SAFE.match(model_id) or not re.match(r"^https?://[^\s'\"\\`$]+$", url):
+def _rebuilt_url(url: str) -> str | None:
+    """The model's URL rebuilt from its parsed parts (http/https, a host, no userinfo, query or fragment), or
+    None: rebuilding, not pattern-matching, is what keeps text a model owner wrote from becoming shell syntax."""
+    if not url or any(c.isspace() or not c.isprintable() for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host or "@" in parts.netloc or parts.query or parts.fragment:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, quote(parts.path, safe=_PATH_SAFE), "", ""))
+
+
+def on_gateway(url: str, gateway_urls: Sequence[str]) -> bool:
+    """Whether `url` is on one of the MaaS gateway origins: the only hosts a pasted command may send a key to."""
+    origin = _origin(url)
+    return origin is not None and origin in {_origin(g) for g in gateway_urls}
+
+
+def curl_for(model: dict[str, Any], gateway_urls: Sequence[str]) -> str | None:
+    """A ready-to-paste chat request for the model, reading the key from $MAAS_API_KEY; None unless the model is
+    served on a gateway origin (the command carries the key, and `endpointOverride` is written by model owners).
+    Every interpolated value is shell-quoted."""
+    url, model_id = _rebuilt_url(str(model.get("url") or "")), str(model.get("id") or "")
+    if url is None or not model_id or not on_gateway(url, gateway_urls):
         return None
     body = json.dumps({"model": model_id, "messages": [{"role": "user", "content": "Hello!"}]})
     base = url.rstrip("/")
     base = base if base.endswith("/v1") else base + "/v1"
-    return (f"curl -s {base}/chat/completions \\\n"
+    return (f"curl -s {shlex.quote(base + '/chat/completions')} \\\n"
             f"  -H \"Authorization: Bearer $MAAS_API_KEY\" \\\n"
             f"  -H 'Content-Type: application/json' \\\n"
-            f"  -d '{body}'")
+            f"  -d {shlex.quote(body)}")
 
 
 @router.get("/models")
@@ -185,5 +216,6 @@ async def models_page(request: Request, identity: User) -> Response:
                 entry["subscriptions"] = sorted({*entry["subscriptions"], *names})
     except MaasApiError as exc:
         error = str(exc)
-    rows = [{**m, "curl": curl_for(m)} for _, m in sorted(models.items())]
+    gateways = console(request).settings.gateway_urls
+    rows = [{**m, "url": str(m.get("url") or ""), "curl": curl_for(m, gateways)} for _, m in sorted(models.items())]
     return render(request, "user/models.html", title="Models", models=rows, error=error)
