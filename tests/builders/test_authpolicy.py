@@ -363,3 +363,38 @@ def test_a_decision_for_a_plain_request_runs_entirely_on_the_compiled_fast_path(
     outcome = run(policy(PREMIUM_POLICY, ALICE_POLICY, objectives=bindings), headers)
     assert outcome.status == 200 and outcome.identity["userid"] == "alice"
     assert cel_interpreted == []
+
+
+
+_PART = st.text(alphabet="ab|,:\\", max_size=5)
+
+
+def _selection_key(credential: str, requested: str, user: str = "u", groups: tuple[str, ...] = ()) -> Any:
+    rule = policy(PREMIUM_POLICY)["spec"]["rules"]["metadata"]["subscriptionInfo"]
+    headers = {"authorization": credential, **({"x-maas-subscription": requested} if requested else {})}
+    ctx = {"request": {"path": "/llm/granite/v1/models", "method": "GET", "headers": headers},
+           "auth": {"identity": {"user": {"username": user, "groups": list(groups)}}, "metadata": {}}}
+    return compile_expression(rule["cache"]["key"]["expression"]).evaluate(ctx)
+
+
+@pytest.mark.parametrize(("one", "other"), [
+    pytest.param(("Bearer t1", "", "a|b", ("c",)), ("Bearer t2", "", "a", ("b|c",)), id="separator-in-username"),
+    pytest.param(("Bearer t1", "", "a", ("x,y",)), ("Bearer t2", "", "a", ("x", "y")), id="comma-in-group"),
+    pytest.param(("Bearer t1", "free|", "a", ()), ("Bearer t2", "", "a|free", ()), id="separator-in-header"),
+    pytest.param(("Bearer t|free", "", "a", ()), ("Bearer t", "free|", "a", ()), id="separator-in-credential"),
+    pytest.param(("Bearer t\\", "|x", "a", ()), ("Bearer t\\|", "x", "a", ()), id="backslash-before-separator"),
+    pytest.param(("Bearer t1", "free", "a", ()), ("Bearer t1", "premium", "a", ()), id="requested-subscription"),
+])
+def test_different_callers_never_share_a_cached_subscription_selection(
+        one: tuple[str, str, str, tuple[str, ...]], other: tuple[str, str, str, tuple[str, ...]]) -> None:
+    """Keyed by username and groups joined with separators, user `a|b` in group `c` and user `a` in group `b|c`
+    (or groups `x,y` and `x`, `y`) shared a cached selection; the key is now the caller's credential and the
+    requested subscription, escaped."""
+    assert _selection_key(*one) != _selection_key(*other)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PART, _PART, _PART, _PART)
+def test_the_selection_cache_key_reads_one_way_only(c1: str, h1: str, c2: str, h2: str) -> None:
+    same = (c1, h1) == (c2, h2)
+    assert (_selection_key("Bearer " + c1, h1) == _selection_key("Bearer " + c2, h2)) == same

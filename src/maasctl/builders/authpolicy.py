@@ -97,6 +97,12 @@ _ONE_CREDENTIAL: Final = (
     f"!({_HAS_X_API_KEY} && has(request.headers.authorization) && {_X_API_KEY}.startsWith({cel_string('sk-oai-')}))"
     f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
 )
+_BACKSLASH: Final = "\\"
+_CREDENTIAL: Final = f"(({IS_API_KEY}) ? {API_KEY_EXPRESSION} : request.headers.authorization)"
+"""The caller's credential: everything a subscription selection depends on besides the requested subscription
+(the identity, its groups and a key's own subscription all follow from it). The selection cache is keyed by it:
+keyed by username and groups joined with separators, user `a|b` in group `c` and user `a` in group `b|c` (or
+groups `x,y` and `x`, `y`) shared an entry, so one caller could be served another's cached selection."""
 _KEY: Final = "auth.metadata.apiKeyValidation"
 _SUB: Final = "auth.metadata.subscriptionInfo"
 USERNAME_EXPRESSION: Final = f"(({IS_API_KEY}) ? {_KEY}.username : auth.identity.user.username)"
@@ -237,6 +243,12 @@ def _callback_url(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
+def _escaped(expression: str) -> str:
+    """A CEL string with each backslash and `|` escaped by a backslash: parts joined by `|` read one way only."""
+    return (f'({expression}).replace({cel_string(_BACKSLASH)}, {cel_string(_BACKSLASH * 2)})'
+            f'.replace({cel_string("|")}, {cel_string(_BACKSLASH + "|")})')
+
+
 def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     model_ref = inp.model.key
     ttl = settings.cache_ttl_seconds
@@ -250,10 +262,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         + (f', "gateway": {cel_string(inp.tenant_gateway.key)}' if inp.tenant_gateway is not None else "")
         + "}"
     )
-    select_cache_key = (
-        f'{USERNAME_EXPRESSION} + "|" + {GROUPS_EXPRESSION}.join(",") + "|" + {_HEADER_SUBSCRIPTION}'
-        f' + "|" + {_KEY_SUBSCRIPTION}'
-    )
+    select_cache_key = f'{_escaped(_CREDENTIAL)} + "|" + {_escaped(_HEADER_SUBSCRIPTION)}'
     selected_key = f'{_SELECTED_REF} + {cel_string("@" + model_ref)}'
     headers: dict[str, Any] = {
         SUBSCRIPTION_HEADER: {"plain": {"expression": f"{_SUB}.name"}, "when": [{"predicate": _SELECTED}]},
