@@ -192,9 +192,165 @@ def test_probe_target() -> None:
     from maasctl.maasapi.models import probe_target
 
     gw = ("https://gw.example:8443",)
-    assert probe_target("https://gw.example:8443/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
-    assert probe_target("https://GW.example:8443/llm/m", gw) == ("https://GW.example:8443/llm/m/v1/models", True)
-    assert probe_target("https://evil.example/llm/m/v1", gw) == ("https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://gw.example:8443/llm/m/v1", gw, "/llm/m") == (
+        "https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://GW.example:8443/llm/m", gw, "/llm/m") == (
+        "https://gw.example:8443/llm/m/v1/models", True)
+    assert probe_target("https://evil.example/llm/m/v1", gw, "/llm/m") == (
+        "https://gw.example:8443/llm/m/v1/models", True)
     assert probe_target("https://evil.example/steal", gw, "/llm/m") == ("https://gw.example:8443/llm/m/v1/models", True)
-    assert probe_target("https://gw.example@evil.example/llm/m", gw)[0].startswith("https://gw.example:8443/")
-    assert probe_target("https://evil.example/llm/m/v1", ()) == ("https://evil.example/llm/m/v1/models", False)
+    assert probe_target("https://gw.example@evil.example/llm/m", gw, "/llm/m")[0].startswith("https://gw.example:8443/")
+    assert probe_target("https://evil.example/llm/m/v1", (), "/llm/m") == (
+        "https://evil.example/llm/m/v1/models", False)
+
+
+GW_URL = "https://gw.example:8443"
+OWN_PROBE = f"{GW_URL}/llm/m/v1/models"
+
+
+@pytest.mark.parametrize("endpoint", [
+    f"{GW_URL}/maas-api",  # maas-api's own /v1/models through the shipped HTTPRoute
+    f"{GW_URL}/maas-api/v1",
+    f"{GW_URL}/maas-api/",
+    f"{GW_URL}",
+    f"{GW_URL}/",
+    f"{GW_URL}/llm/other",  # another model's route
+    f"{GW_URL}/llm/m-other",  # a string prefix is not the route
+    f"{GW_URL}/llm/mm/v1",
+    f"{GW_URL}/LLM/M",
+    f"{GW_URL}/llm/m/../../maas-api",
+    f"{GW_URL}/llm/m/./../../maas-api/v1",
+    f"{GW_URL}/llm/m/%2e%2e/%2E%2E/maas-api",
+    f"{GW_URL}/llm/m/.%2e/.%2E/maas-api",
+    f"{GW_URL}/llm/m/..%2f..%2fmaas-api",
+    f"{GW_URL}/llm/m%2F..%2F..%2Fmaas-api",
+    f"{GW_URL}/llm/m/%252e%252e/%252e%252e/maas-api",
+    f"{GW_URL}/llm/m/..;/..;/maas-api",
+    f"{GW_URL}/llm/m/..\\..\\maas-api",
+    f"{GW_URL}/llm/m/%00/../../maas-api",
+    f"{GW_URL}//maas-api",
+    f"{GW_URL}/llm//m/../../maas-api",
+    f"{GW_URL}/llm/m/..",
+    f"{GW_URL}/maas-api?/llm/m",
+    f"{GW_URL}/maas-api#/llm/m",
+    f"{GW_URL}/maas-api/v1?x=/llm/m/v1",
+    "https://user:pw@gw.example:8443/maas-api",
+    "https://gw.example:8443@gw.example:8443/maas-api",
+    "https://GW.EXAMPLE:8443/maas-api",
+    "HTTPS://gw.example:8443/maas-api",
+    "https://gw.example/llm/m/v1",  # another port: another origin
+    "http://gw.example:8443/llm/m",  # another scheme
+    "https://gw.example.:8443/maas-api",
+    "https://evil.example/maas-api",
+    "https://evil.example:8443/llm/m",
+    "not a url",
+    "",
+])
+def test_a_probe_on_the_gateway_goes_to_the_models_own_route_only(endpoint: str) -> None:
+    """Whatever a model's endpoint says, the credentialed probe goes to the model's own gateway route: an
+    endpoint that is not that route (maas-api, another model) or only looks like it (dot segments, encoded
+    dots or slashes, `;`, backslashes, double slashes, `?`/`#`, user info, case, ports) is replaced by it."""
+    from maasctl.maasapi.models import probe_target
+
+    assert probe_target(endpoint, (GW_URL,), "/llm/m") == (OWN_PROBE, True)
+
+
+@pytest.mark.parametrize(("endpoint", "probed"), [
+    (f"{GW_URL}/llm/m", OWN_PROBE),
+    (f"{GW_URL}/llm/m/", OWN_PROBE),
+    (f"{GW_URL}/llm/m/v1", OWN_PROBE),
+    (f"{GW_URL}/llm/m/v1/", OWN_PROBE),
+    (f"{GW_URL}/llm/m/./v1", OWN_PROBE),
+    (f"{GW_URL}/llm/m/x/../v1", OWN_PROBE),
+    (f"{GW_URL}/llm/m/%76%31", OWN_PROBE),
+    (f"{GW_URL}/llm/m/v1?api-version=1#top", OWN_PROBE),
+    ("https://u:p@GW.Example:8443/llm/m/v1", OWN_PROBE),
+    (f"{GW_URL}/llm/m/openai/v1", f"{GW_URL}/llm/m/openai/v1/models"),
+    (f"{GW_URL}/llm/m//openai", f"{GW_URL}/llm/m/openai/v1/models"),
+])
+def test_a_probe_below_the_models_own_route_is_kept_in_canonical_form(endpoint: str, probed: str) -> None:
+    from maasctl.maasapi.models import probe_target
+
+    assert probe_target(endpoint, (GW_URL,), "/llm/m") == (probed, True)
+
+
+@pytest.mark.parametrize(("origins", "endpoint", "probed"), [
+    (("https://gw.example",), "https://gw.example:443/maas-api", "https://gw.example/llm/m/v1/models"),
+    (("https://gw.example",), "https://GW.example:443/llm/m/v1", "https://gw.example/llm/m/v1/models"),
+    (("http://gw.example:80/",), "http://gw.example/maas-api", "http://gw.example:80/llm/m/v1/models"),
+    (("https://a.example", "https://b.example"), "https://b.example/llm/m/x", "https://b.example/llm/m/x/v1/models"),
+    (("https://a.example", "https://b.example"), "https://b.example/maas-api", "https://b.example/llm/m/v1/models"),
+    (("https://gw.example/base",), "https://gw.example/base/llm/m/v1", "https://gw.example/base/llm/m/v1/models"),
+    (("https://gw.example/base",), "https://gw.example/llm/m/v1", "https://gw.example/base/llm/m/v1/models"),
+])
+def test_a_probe_uses_the_configured_gateway_url(origins: tuple[str, ...], endpoint: str, probed: str) -> None:
+    from maasctl.maasapi.models import probe_target
+
+    assert probe_target(endpoint, origins, "/llm/m") == (probed, True)
+
+
+class LoopingGateway(httpx.AsyncBaseTransport):
+    """The gateway as the manifests configure it: `/maas-api/v1/*` goes to maas-api's `/v1/*` (the shipped
+    HTTPRoute), `/llm/granite/*` to a model that answers 200; every request is recorded."""
+
+    def __init__(self) -> None:
+        self.maas_api: httpx.AsyncBaseTransport | None = None
+        self.paths: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.paths.append(path)
+        if len(self.paths) > 20:
+            return httpx.Response(503)  # the bug: stop the recursion instead of hanging the test
+        if path.startswith("/maas-api/v1/") and self.maas_api is not None:
+            inner = httpx.Request(request.method, "http://maas-api" + path.removeprefix("/maas-api"),
+                                  headers=request.headers)
+            return await self.maas_api.handle_async_request(inner)
+        if path == "/llm/granite/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": []})
+        return httpx.Response(404)
+
+
+async def list_through_gateway(store: KeyStore, model: ModelRefView, subs: list[SubscriptionView]
+                               ) -> tuple[httpx.Response, LoopingGateway]:
+    gateway = LoopingGateway()
+    settings = MaasApiSettings(model_probe_timeout=2.0, models_deadline=5.0, gateway_origins=("http://gw.example",))
+    sources = StaticSources(subs, [model])
+    app = create_app(settings, sources, StaticAuthenticator(USERS), store=store, model_source=sources,
+                     probe_client=httpx.AsyncClient(transport=gateway))
+    gateway.maas_api = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://maas-api") as c:
+        return await c.get("/v1/models", headers=auth("alice")), gateway
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("endpoint", ["http://gw.example/maas-api", "http://gw.example/maas-api/v1",
+                                      "http://gw.example/llm/granite/../../maas-api",
+                                      "http://gw.example/llm/granite/%2e%2e/%2e%2e/maas-api"])
+async def test_an_endpoint_override_cannot_make_v1_models_probe_itself(store: KeyStore, endpoint: str) -> None:
+    """The review's finding: an `endpointOverride` naming maas-api on the gateway made one `/v1/models` call
+    itself recursively (301 nested calls) and list the "model" as ready. Now the model's own route is probed,
+    once."""
+    model = ModelRefView("llm", "granite", kind="ExternalModel", target="granite", model_id="granite",
+                         endpoint=endpoint, phase="Ready")
+    r, gateway = await list_through_gateway(store, model, [
+        SubscriptionView(NS, "premium", groups=frozenset(("premium-users",)), phase="Active",
+                         models=(SubscribedModel("llm", "granite", LIM),))])
+    assert r.status_code == 200, r.text
+    assert gateway.paths == ["/llm/granite/v1/models"]
+    assert [m["id"] for m in r.json()["data"]] == ["granite"]  # listed because its own route answered
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_probe_that_reaches_v1_models_is_answered_without_probing_again(store: KeyStore) -> None:
+    """Defence in depth: a model whose own gateway route leads to maas-api (here a MaaSModelRef `v1` in a
+    namespace `maas-api`) is probed once; maas-api recognises its own probe, answers 508 and probes nothing."""
+    model = ModelRefView("maas-api", "v1", kind="ExternalModel", target="v1", model_id="v1",
+                         endpoint="http://gw.example/maas-api/v1", phase="Ready")
+    r, gateway = await list_through_gateway(store, model, [
+        SubscriptionView(NS, "premium", groups=frozenset(("premium-users",)), phase="Active",
+                         models=(SubscribedModel("maas-api", "v1", LIM),))])
+    assert r.status_code == 200, r.text
+    assert gateway.paths == ["/maas-api/v1/models"]
+    assert r.json()["data"] == []

@@ -71,10 +71,20 @@ async def post(env: Env, records: list[dict[str, Any]], headers: dict[str, str] 
     return await env.client.post("/internal/v1/usage", json={"records": records}, headers=headers)
 
 
+def set_clock(env: Env, now: datetime) -> None:
+    env.app.state.maasapi_usage.clock = lambda: now
+
+
 async def ingest_all(env: Env, records: list[dict[str, Any]]) -> None:
-    for batch in batches(records, MAX_RECORDS):
-        r = await post(env, batch)
-        assert r.status_code == 200, r.text
+    """Ingest `records` as the gateway sends them: each batch when its newest record happened (records older
+    than the raw retention are refused on arrival), then the clock is back at NOW."""
+    try:
+        for batch in batches(sorted(records, key=ts_of), MAX_RECORDS):
+            set_clock(env, max(ts_of(rec) for rec in batch))
+            r = await post(env, batch)
+            assert r.status_code == 200 and "rejected" not in r.json(), r.text
+    finally:
+        set_clock(env, NOW)
 
 
 async def row_counts(store: KeyStore) -> tuple[int, int, int]:
@@ -189,6 +199,85 @@ async def test_oversized_unauthenticated_and_odd_batches_are_rejected(env: Env) 
     assert await row_counts(env.store) == (0, 0, 0)
     rotated = await post(env, make_records(1), headers={"Authorization": "Bearer old-secret"})
     assert rotated.status_code == 200
+
+
+OLDEST = NOW - timedelta(days=90) + timedelta(days=1)  # the default raw retention, less the margin
+
+
+async def monthly_tokens(store: KeyStore) -> int:
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(select(func.coalesce(func.sum(usage_monthly.c.total_tokens), 0)))).scalar_one())
+
+
+@pytest.mark.parametrize("stale", [
+    (NOW - timedelta(days=400)).timestamp(),
+    (NOW - timedelta(days=400)).isoformat(),
+    1.0,  # the Unix epoch (contract.usage accepts anything after it)
+    (NOW - timedelta(days=91)).isoformat(),  # older than the retention itself: purgeable at once
+    (NOW - timedelta(days=89, seconds=1)).timestamp(),  # within the retention, but inside the margin
+    (OLDEST - timedelta(microseconds=1)).isoformat(),  # just before the boundary
+])
+async def test_records_older_than_the_raw_retention_window_are_refused_one_by_one(env: Env, stale: Any) -> None:
+    """A record whose raw row the purge may delete (or has deleted) could not be recognised as a duplicate
+    later: it is refused, with a reason, while the rest of its batch is stored (the gateway forgets a batch
+    answered 2xx, so the refused record is not resent forever)."""
+    fresh, at_boundary, old = make_records(3)
+    at_boundary["timestamp"] = OLDEST.isoformat()  # exactly the oldest accepted timestamp
+    old["timestamp"] = stale
+    r = await post(env, [fresh, old, at_boundary])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["accepted"], body["duplicates"]) == (2, 0)
+    assert [(x["index"], x["requestId"], x["code"]) for x in body["rejected"]] == [
+        (1, old["request_id"], "timestamp_too_old")]
+    assert "retention" in body["rejected"][0]["message"]
+    want = fresh["total_tokens"] + at_boundary["total_tokens"]
+    assert (await row_counts(env.store))[0] == 2
+    assert await raw_token_sum(env.store) == want and await monthly_tokens(env.store) == want
+    again = (await post(env, [old])).json()
+    assert (again["accepted"], again["duplicates"], len(again["rejected"])) == (0, 0, 1)
+    assert await monthly_tokens(env.store) == want
+
+
+async def test_a_record_resent_after_the_purge_is_not_counted_twice(env: Env) -> None:
+    """Stored at the last moment it is accepted, then resent (a spool replay, a retry racing the purge) just
+    before, just after and long after the purge deleted its raw row: counted once."""
+    rec = make_records(1)[0]
+    ts = ts_of(rec)
+    set_clock(env, ts + timedelta(days=89))  # the boundary: accepted
+    assert (await post(env, [rec])).json() == {"accepted": 1, "duplicates": 0}
+    outcomes = []
+    for later in (timedelta(days=89), timedelta(days=90), timedelta(days=90, microseconds=1), timedelta(days=91),
+                  timedelta(days=400)):
+        set_clock(env, ts + later)
+        purge = await env.client.post("/internal/v1/usage/purge", headers=auth("admin"))
+        assert purge.status_code == 200, purge.text
+        again = (await post(env, [rec])).json()
+        assert again["accepted"] == 0, (later, again)
+        outcomes.append("duplicate" if again["duplicates"] else again["rejected"][0]["code"])
+        assert await monthly_tokens(env.store) == rec["total_tokens"]
+    assert outcomes == ["duplicate", "timestamp_too_old", "timestamp_too_old", "timestamp_too_old",
+                        "timestamp_too_old"]
+    assert (await row_counts(env.store))[0] == 0  # the raw row is gone: only the refusal kept it out
+
+
+async def test_a_total_below_input_plus_output_is_stored_as_their_sum(env: Env) -> None:
+    """`total_tokens` is what reports, exports and rollups add up: a record claiming fewer tokens in total than
+    its input and output is stored with total = input + output (a larger total is kept: nothing undercounted)."""
+    base = {"cached_tokens": 0, "reasoning_tokens": 0}
+    recs = [rec | base for rec in make_records(3)]
+    recs[0] |= {"input_tokens": 10**12, "output_tokens": 0, "total_tokens": 0}
+    recs[1] |= {"input_tokens": 100, "output_tokens": 50, "total_tokens": 7}
+    recs[2] |= {"input_tokens": 100, "output_tokens": 50, "total_tokens": 1000}
+    r = await post(env, recs)
+    assert r.status_code == 200 and r.json() == {"accepted": 3, "duplicates": 0}
+    async with env.store.engine.connect() as conn:
+        stored = dict((await conn.execute(select(usage_records.c.id, usage_records.c.total_tokens))).all())
+        sums = [(await conn.execute(select(func.sum(t.c.total_tokens)))).scalar_one() for t in ROLLUPS]
+    assert [stored[rec["request_id"]] for rec in recs] == [10**12, 150, 1000]
+    assert sums == [10**12 + 1150] * len(ROLLUPS)
+    report = await env.client.get("/v1/usage/report", params={"range": "90d"}, headers=auth("admin"))
+    assert counts_of(report.json()["totals"])["total_tokens"] == 10**12 + 1150
 
 
 async def test_ingestion_is_refused_when_no_token_is_configured(store: KeyStore) -> None:

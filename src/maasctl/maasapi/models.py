@@ -1,52 +1,76 @@
 """The model catalogue (`GET /v1/models`): MaaSModelRefs reachable through the caller's subscriptions,
 filtered by probing each model's `/v1/models` with the caller's own Authorization header (seed 001).
 
-A model is listed when its probe answers 2xx or 405. The caller's credentials go to the gateway only
-(`probe_target`): never to a host a MaaSModelRef names. Probes run concurrently, each with its own timeout,
-under one overall deadline; a slow or failing model is left out (fail closed) instead of failing the list.
+A model is listed when its probe answers 2xx or 405. The caller's credentials go to the gateway only, and there
+only to the model's own route (`probe_target`): never to a host a MaaSModelRef names, nor to another path on
+the gateway (maas-api itself, another model). Probes run concurrently, each with its own timeout, under one
+overall deadline; a slow or failing model is left out (fail closed) instead of failing the list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from maasctl.contract.edge import AmbiguousPath, canonical_path
+from maasctl.contract.origins import origin
 from maasctl.contract.views import ModelRefView
 
+# Marks maas-api's own probes. `/v1/models` refuses a request carrying it (508), so a probe that reaches
+# maas-api anyway (a route nobody expected) ends there instead of probing again. Not `x-maas-*`: the gateway
+# refuses those from clients.
+PROBE_HEADER = "X-Model-Probe"
+PROBE_HEADER_VALUE = "maas-api"
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~/-]*")
 
-def _origin(url: str) -> tuple[str, str, int] | None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+
+def _matching_gateway(endpoint: str, gateway_origins: Sequence[str]) -> str | None:
+    """The configured gateway URL whose origin (scheme, host, port; case and default port aside) `endpoint`
+    is on, or None."""
+    mine = origin(endpoint)
+    if mine is None:
         return None
+    return next((g for g in gateway_origins if origin(g) == mine), None)
+
+
+def _within(endpoint_path: str, root: str) -> str | None:
+    """`endpoint_path` in canonical form (the gateway's own `canonical_path`) when that is `root` or below
+    it and made of plain characters only; else None. What is checked is what is sent, so dot segments,
+    percent-escapes, repeated slashes or `;` cannot turn an accepted path into another route."""
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
+        path = canonical_path(endpoint_path).rstrip("/")
+    except (AmbiguousPath, UnicodeError):
         return None
-    return parts.scheme, parts.hostname.lower(), port
+    if not _PLAIN_PATH.fullmatch(path):
+        return None
+    return path if path == root or path.startswith(root + "/") else None
 
 
-def probe_target(endpoint: str, gateway_origins: Sequence[str], gateway_path: str | None = None) -> tuple[str, bool]:
+def probe_target(endpoint: str, gateway_origins: Sequence[str], gateway_path: str) -> tuple[str, bool]:
     """(probe URL, whether the caller's credentials may go with it).
 
-    The caller's Authorization header is sent to the gateway only: a model endpoint on a configured gateway
-    origin is probed as is; for any other origin (a user-written `endpointOverride`, a status URL) the model
-    is probed where the gateway serves it (`gateway_path`, e.g. `/<ns>/<name>`) on the first gateway origin, so
-    no host taken from a MaaSModelRef ever receives credentials (no SSRF). Without a configured gateway the
-    probe goes where the endpoint says, without credentials.
+    With a gateway configured the probe always goes to a configured gateway URL (its scheme, host and port as
+    configured: user info, case or port spelling in a model's URL change nothing) and only to the model's own
+    route there: `gateway_path` (e.g. `/<ns>/<name>`) or a path below it. Any other endpoint (another host,
+    another path on the gateway such as `/maas-api`, a path that only normalises into the route) is replaced by
+    `gateway_path` on the first gateway URL, so no user-written `endpointOverride` aims the caller's credentials
+    at another host, maas-api itself or another model. Without a configured gateway the probe goes where the
+    endpoint says, without credentials.
     """
-    parts = urlsplit(probe_url(endpoint))
-    netloc = parts.netloc.rpartition("@")[2]  # userinfo in a model's URL is never sent anywhere
-    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    allowed = {o for o in (_origin(g) for g in gateway_origins) if o is not None}
-    if _origin(url) in allowed:
-        return url, True
     if not gateway_origins:
-        return url, False
-    path = probe_url(gateway_path) if gateway_path else parts.path
-    return gateway_origins[0].rstrip("/") + path, True
+        parts = urlsplit(probe_url(endpoint))
+        netloc = parts.netloc.rpartition("@")[2]  # userinfo in a model's URL is never sent anywhere
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), False
+    matched = _matching_gateway(endpoint, gateway_origins)
+    gateway = urlsplit(matched or gateway_origins[0])
+    prefix = gateway.path.rstrip("/")
+    root = prefix + gateway_path
+    path = (_within(urlsplit(endpoint).path, root) if matched else None) or root
+    return probe_url(urlunsplit((gateway.scheme, gateway.netloc, path, "", ""))), True
 
 
 def gateway_path(model: ModelRefView) -> str:
@@ -74,6 +98,7 @@ async def probe(
     url, with_credentials = probe_target(model.endpoint, gateway_origins, gateway_path(model))
     credentials = ("authorization", "x-api-key")
     sent = dict(headers) if with_credentials else {k: v for k, v in headers.items() if k.lower() not in credentials}
+    sent[PROBE_HEADER] = PROBE_HEADER_VALUE
     try:
         r = await asyncio.wait_for(http.get(url, headers=sent), timeout)
     except (TimeoutError, httpx.HTTPError):

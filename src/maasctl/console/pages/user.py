@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from maasctl.console import usage
 from maasctl.console.maasapi_client import MaasApiError, UserMaasApi
 from maasctl.console.web import User, console, ensure_session, flash, maasapi_as, redirect, render
-from maasctl.maasapi.models import _origin
+from maasctl.contract.origins import origin
 
 router = APIRouter()
 NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -182,8 +182,8 @@ def _rebuilt_url(url: str) -> str | None:
 
 def on_gateway(url: str, gateway_urls: Sequence[str]) -> bool:
     """Whether `url` is on one of the MaaS gateway origins: the only hosts a pasted command may send a key to."""
-    origin = _origin(url)
-    return origin is not None and origin in {_origin(g) for g in gateway_urls}
+    mine = origin(url)
+    return mine is not None and mine in {origin(g) for g in gateway_urls}
 
 
 def curl_for(model: dict[str, Any], gateway_urls: Sequence[str]) -> str | None:

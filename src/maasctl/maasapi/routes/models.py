@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Request, Response
 from maasctl.contract.selection import find, rank
 from maasctl.maasapi.deps import ERROR_RESPONSES, Caller, StateDep, subscriptions_of
 from maasctl.maasapi.errors import ApiError
-from maasctl.maasapi.models import accessible
+from maasctl.maasapi.models import PROBE_HEADER, accessible
 from maasctl.maasapi.routes.views import subscription_info
 from maasctl.maasapi.schemas import ModelDetails, ModelList, ModelView, SubscriptionInfo
 
@@ -32,6 +32,9 @@ async def list_models(
     x_maas_subscription: Annotated[str | None, Header(max_length=317)] = None,
 ) -> ModelList:
     response.headers["Cache-Control"] = "no-store"
+    if request.headers.get(PROBE_HEADER) is not None:
+        # one of our own probes came back here (a route to maas-api): answer it as "not a model", never probe again
+        raise ApiError(508, "probe_loop", "a model probe reached maas-api's /v1/models; it is not a model")
     if st.models is None or st.probe_http is None:
         raise ApiError(503, "models_unavailable", "the model catalogue is not configured")
     subs = await subscriptions_of(st)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
+import structlog
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import SQLAlchemyError
@@ -36,6 +37,7 @@ from maasctl.maasapi.usage.schemas import (
     LimitView,
     ModelUsage,
     PurgeResponse,
+    RejectedRecord,
     ReportRow,
     SubscriptionUsage,
     TokenCounts,
@@ -43,10 +45,15 @@ from maasctl.maasapi.usage.schemas import (
     UsageRecordOut,
     UsageReport,
 )
-from maasctl.maasapi.usage.store import GROUP_COLUMNS, GroupBy, Period, Totals, UsageFilter, UsageStore
+from maasctl.maasapi.usage.store import GROUP_COLUMNS, GroupBy, Period, Totals, UsageEntry, UsageFilter, UsageStore
+
+log = structlog.get_logger("maasctl.maasapi")
 
 INGEST_PATH = "/internal/v1/usage"
 FUTURE_SKEW = timedelta(hours=1)
+# Records are accepted only this much younger than the raw retention (at most a tenth of it): the purge may run
+# on a replica whose clock is ahead by up to this much.
+RAW_RETENTION_MARGIN = timedelta(days=1)
 CSV_COUNTERS = ("total_tokens", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens",
                 "requests", "failed_requests")
 _COUNTER_INDEX = {name: i for i, name in enumerate(
@@ -103,6 +110,39 @@ async def _gateway(ctx: Ctx, authorization: Annotated[str | None, Header()] = No
 
 
 GatewayAuth = Annotated[None, Depends(_gateway)]
+
+
+def oldest_accepted(now: datetime, raw_retention: timedelta) -> datetime:
+    """The oldest record timestamp ingestion accepts.
+
+    The raw row of a record is what makes its resend a duplicate, and the purge deletes raw rows by the
+    record's own timestamp. A record older than the raw retention could be stored, purged, and then counted
+    again when resent (a spool replay, a retry racing the purge). Accepting only records younger than the
+    retention minus a margin means a record can never arrive after its raw row is gone."""
+    return now - raw_retention + min(RAW_RETENTION_MARGIN, raw_retention / 10)
+
+
+def _too_old(entries: Sequence[UsageEntry], oldest: datetime) -> list[RejectedRecord]:
+    """The records timestamped before `oldest`, each with a reason the gateway can log."""
+    message = (f"timestamped before {oldest.isoformat()}, outside the raw retention window: a resend could no "
+               "longer be recognised as a duplicate, so it is not stored (resending cannot succeed)")
+    return [RejectedRecord(index=i, request_id=e.id, code="timestamp_too_old", message=message)
+            for i, e in enumerate(entries) if e.ts < oldest]
+
+
+def _refuse_too_old(ctx: UsageContext, entries: list[UsageEntry], now: datetime
+                    ) -> tuple[list[UsageEntry], list[RejectedRecord]]:
+    """(the entries to store, the ones refused as too old). Refused per record, not per batch: the gateway
+    forgets a batch maas-api answered 2xx, so a refused record is not resent again and again, and the rest of
+    its batch is stored."""
+    rejected = _too_old(entries, oldest_accepted(now, ctx.settings.usage_raw_retention))
+    if not rejected:
+        return entries, []
+    ctx.metrics.records.labels("rejected").inc(len(rejected))
+    log.warning("usage_records_rejected", code="timestamp_too_old", count=len(rejected),
+                request_ids=[r.request_id for r in rejected[:20]])
+    refused = {r.index for r in rejected}
+    return [e for i, e in enumerate(entries) if i not in refused], rejected
 
 
 def _range(ctx: UsageContext, name: str | None, start: datetime | None, end: datetime | None,
@@ -210,9 +250,12 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
             raise ApiError(403, "forbidden", "you do not administer that organization")
         return frozenset((organization,))
 
-    @app.post(INGEST_PATH, response_model=IngestResponse, tags=["gateway"], responses=errors)
+    @app.post(INGEST_PATH, response_model=IngestResponse, response_model_exclude_none=True, tags=["gateway"],
+              responses=errors)
     async def ingest_usage(body: UsageBatchIn, ctx: Ctx, _: GatewayAuth) -> IngestResponse:
-        """Append a batch of usage records from the gateway, atomically and idempotently (by record id)."""
+        """Append a batch of usage records from the gateway, atomically and idempotently (by record id).
+        Records older than the raw retention window (less a margin) are refused one by one and listed in
+        `rejected`; a total below input + output tokens is stored as input + output."""
         s = ctx.settings
         if len(body.records) > s.usage_max_batch_records:
             ctx.metrics.rejected.labels("batch_too_large").inc()
@@ -224,13 +267,14 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
             ctx.metrics.rejected.labels("timestamp_in_future").inc()
             raise ApiError(400, "timestamp_in_future", "records are timestamped in the future",
                            [{"field": f"records.{i}.timestamp"} for i in future[:20]])
+        entries, rejected = _refuse_too_old(ctx, entries, now)
         try:
             result = await ctx.store().ingest(entries, now)
         except (SQLAlchemyError, OSError) as exc:
             ctx.metrics.rejected.labels("usage_store_unavailable").inc()
             raise ApiError(503, "usage_store_unavailable", "usage records cannot be stored now; retry") from exc
         ctx.metrics.observe(result.inserted, result.duplicates)
-        return IngestResponse(accepted=len(result.inserted), duplicates=result.duplicates)
+        return IngestResponse(accepted=len(result.inserted), duplicates=result.duplicates, rejected=rejected or None)
 
     @app.get("/v1/usage/report", response_model=UsageReport, tags=["usage"], responses=errors)
     async def usage_report(

@@ -35,7 +35,7 @@ class UsageMetrics:
         )
         self.records = Counter(
             "maas_usage_records_total",
-            "Usage records received by result (stored, duplicate)",
+            "Usage records received by result (stored, duplicate, rejected)",
             ["result"],
             registry=registry,
         )

@@ -21,6 +21,12 @@ Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS, strict=True)]
 class UsageRecordIn(UsageRecord):
     """One request as reported by the gateway: the shared wire type (`contract.usage.UsageRecord`)."""
 
+    @property
+    def consistent_total(self) -> int:
+        """`total_tokens`, but never less than input + output (cached and reasoning tokens are part of those):
+        a record reporting a smaller total would undercount every report and export built on the total."""
+        return max(self.total_tokens, self.input_tokens + self.output_tokens)
+
     def entry(self) -> UsageEntry:
         return UsageEntry(
             id=self.request_id,
@@ -38,7 +44,7 @@ class UsageRecordIn(UsageRecord):
             cached_tokens=self.cached_tokens,
             output_tokens=self.output_tokens,
             reasoning_tokens=self.reasoning_tokens,
-            total_tokens=self.total_tokens,
+            total_tokens=self.consistent_total,
             charged_tokens=self.charged_tokens,
             cost_center=self.cost_center,
             labels=dict(self.labels),
@@ -54,9 +60,21 @@ class UsageBatchIn(BaseModel):
     records: list[UsageRecordIn] = Field(min_length=1)
 
 
+class RejectedRecord(Response):
+    """A record of an otherwise accepted batch that was not stored, and why (for the sender's log)."""
+
+    index: int = Field(description="Position of the record in the batch")
+    request_id: str
+    code: str = Field(description="Stable reason code, e.g. timestamp_too_old")
+    message: str
+
+
 class IngestResponse(Response):
     accepted: int = Field(description="Records stored by this request")
     duplicates: int = Field(description="Records already stored earlier (same id): not counted again")
+    rejected: list[RejectedRecord] | None = Field(
+        default=None, description="Records refused one by one and not stored (absent when none); resending them "
+        "cannot succeed")
 
 
 class TokenCounts(Response):
