@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import pytest
 
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
-from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable
-from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
+from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
+from maasctl.gateway.authpolicy import RequestInfo, audience_of_host, compile_auth_policy
 
 KEYS = {"sk-oai-good": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
                         "subscription": "models-as-a-service/premium"}}
@@ -123,6 +124,23 @@ async def test_decisions_are_reused_only_for_the_same_relevant_request_attribute
         assert rt.decision_hits == 1
 
 
+async def test_a_simulated_identity_neither_reads_nor_fills_the_callback_cache() -> None:
+    """`maasctl simulate` evaluates a user and groups without a credential: each simulation asks maas-api, and
+    nothing it was answered is reused for another simulated identity or a real request."""
+    cb = Callbacks()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(cb)) as http:
+        rt = AuthPolicyRuntime(http, review, callback_secret="gw")
+        p = policy()
+        for user in ("alice", "carol", "alice"):
+            out = await rt.check(p, req(), identity_override={"user": {"username": user,
+                                                                         "groups": ["premium-users"]}})
+            assert out.allowed == (user != "carol"), (user, out.reason)
+        assert [body["username"] for _, body in cb.calls] == ["alice", "carol", "alice"]
+        token = await rt.check(p, req("Bearer tok-bob"))  # a real request: its own selection, then cached
+        again = await rt.check(p, req("Bearer tok-bob", x_request_id="2"))
+        assert token.allowed and again.allowed and [b["username"] for _, b in cb.calls][3:] == ["bob"]
+
+
 async def unreachable(request: httpx.Request) -> httpx.Response:
     raise httpx.ConnectError("connection refused", request=request)
 
@@ -173,3 +191,105 @@ async def test_a_plain_decision_of_the_gateway_runs_without_cel_python(cel_inter
             outcome = await rt.check(policy(), request)
             assert outcome.allowed, outcome.reason
     assert cel_interpreted == []
+
+
+# --- the decision cache key: everything a decision reads of the request ----------------------------------
+
+HOST_A = "a.example.com"
+
+
+class AudienceReview:
+    """A TokenReview as the API server answers it: `tok-a` is valid for the audience `a.example.com` only."""
+
+    def __init__(self, user: Mapping[str, Any] | None = None) -> None:
+        self.user = user or {"username": "alice", "groups": ["free-users"]}
+        self.calls: list[tuple[str, ...]] = []
+
+    async def __call__(self, token: str, audiences: tuple[str, ...]) -> Mapping[str, Any] | None:
+        self.calls.append(audiences)
+        return {"authenticated": True, "user": self.user} if (token, audiences) == ("tok-a", (HOST_A,)) else None
+
+
+def token_policy(audiences: list[str] | None = None, **spec: Any) -> Any:
+    """A policy that authenticates by TokenReview (no audiences named: the host is the audience) and allows."""
+    review = {"audiences": audiences} if audiences else {}
+    rules = {"authentication": {"k8s": {"kubernetesTokenReview": review}}, **spec.pop("rules", {})}
+    return compile_auth_policy({"apiVersion": "kuadrant.io/v1", "kind": "AuthPolicy", "metadata": {
+        "name": "p", "namespace": "n", "uid": "u", "generation": 1}, "spec": {"rules": rules, **spec}})
+
+
+def at(host: str, token: str = "tok-a", **headers: str) -> RequestInfo:
+    h = {"authorization": f"Bearer {token}", "host": host, **{k.replace("_", "-"): v for k, v in headers.items()}}
+    return RequestInfo("POST", "/team/m/v1/chat/completions", host, h)
+
+
+def runtime(http: httpx.AsyncClient, review: AudienceReview, from_host: bool = True) -> AuthPolicyRuntime:
+    """The gateway's runtime: its own TokenReview cache (`TokenReviewer`) in front of the review."""
+    return AuthPolicyRuntime(http, TokenReviewer(review), callback_secret="gw", audiences_from_host=from_host)
+
+
+@pytest.mark.parametrize("host,audience", [
+    ("a.example.com", "a.example.com"), ("A.Example.COM", "a.example.com"), ("a.example.com:8443", "a.example.com"),
+    (" A.example.com:80", "a.example.com"), ("[::1]:8080", "[::1]"), ("[FE80::1]", "[fe80::1]"), ("", "")])
+def test_the_audience_of_a_host_is_its_lower_case_name_without_port(host: str, audience: str) -> None:
+    assert audience_of_host(host) == audience
+
+
+class TestDecisionCacheKey:
+    @pytest.mark.parametrize("generated", [False, True], ids=["token-policy", "generated-policy"])
+    async def test_a_token_for_host_a_is_not_allowed_on_host_b_from_the_cache(self, generated: bool) -> None:
+        review = AudienceReview()
+        async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
+            rt = runtime(http, review)
+            p = policy() if generated else token_policy()
+            assert (await rt.check(p, at(HOST_A))).allowed
+            on_b = await rt.check(p, at("b.example.com"))
+            assert (on_b.allowed, on_b.status) == (False, 401)  # as a fresh check: the token is not for b
+            assert review.calls == [(HOST_A,), ("b.example.com",)]
+            again = await rt.check(p, at(HOST_A))
+            assert again.allowed and rt.decision_hits == 1
+            rt.clear_caches()
+            fresh = await runtime(http, AudienceReview()).check(p, at("b.example.com"))
+            assert fresh.status == on_b.status
+
+    async def test_a_host_differing_only_by_case_or_port_shares_the_decision(self) -> None:
+        review = AudienceReview()
+        hosts = [HOST_A, "A.Example.COM", "a.example.com:8443", "A.EXAMPLE.com:80"]
+        async with httpx.AsyncClient() as http:
+            rt = runtime(http, review)
+            p = token_policy()
+            assert len({repr(p.deps.key(at(h), audience_from_host=True)) for h in hosts}) == 1
+            for host in hosts:
+                out = await rt.check(p, at(host))
+                assert out.allowed, (host, out.reason)
+            assert rt.decision_hits == 3 and review.calls == [(HOST_A,)]
+            # the host is no part of the key when it is not the audience: named audiences, or the flag off
+            named = token_policy(audiences=[HOST_A])
+            assert named.deps.key(at(HOST_A), audience_from_host=True) == named.deps.key(
+                at("b.example.com"), audience_from_host=True)
+            assert p.deps.key(at(HOST_A)) == p.deps.key(at("b.example.com"))
+
+    @pytest.mark.parametrize("spec,good,bad", [
+        ({"patterns": {"internal": {"allOf": [{"selector": "request.headers.x-team", "operator": "eq", "value": "a"}]}},
+          "rules": {"authorization": {"team": {"patternMatching": {"patterns": [{"patternRef": "internal"}]}}}}},
+         at(HOST_A, x_team="a"), at(HOST_A, x_team="b")),
+        ({"rules": {"authorization": {"team": {"patternMatching": {"patterns": [
+            {"predicate": 'request . headers["x-team"] == "a"'}]}}}}},
+         at(HOST_A, x_team="a"), at(HOST_A, x_team="b")),
+        ({"rules": {"authorization": {"team": {"patternMatching": {"patterns": [
+            {"predicate": 'request["headers"]["x-team"] == "a"'}]}}}}},
+         at(HOST_A, x_team="a"), at(HOST_A, x_team="b")),
+        ({"rules": {"authorization": {"team": {"patternMatching": {"patterns": [
+            {"predicate": 'request.\n  path.startsWith("/team/")'}]}}}}},
+         at(HOST_A), RequestInfo("POST", "/other/v1/chat/completions", HOST_A, at(HOST_A).headers)),
+    ], ids=["patternRef", "blank-around-dot", "indexed-request", "newline-after-dot"])
+    async def test_every_request_input_a_pattern_reads_is_in_the_key(
+            self, spec: dict[str, Any], good: RequestInfo, bad: RequestInfo) -> None:
+        async with httpx.AsyncClient() as http:
+            rt = runtime(http, AudienceReview(), from_host=False)
+            p = token_policy(audiences=[HOST_A], **spec)
+            assert (await rt.check(p, good)).allowed
+            denied = await rt.check(p, bad)
+            fresh = await runtime(http, AudienceReview(), from_host=False).check(p, bad)
+            assert (fresh.allowed, fresh.status) == (False, 403)
+            assert (denied.allowed, denied.status) == (False, 403), "allowed from the cache, denied when fresh"

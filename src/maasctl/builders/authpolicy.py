@@ -98,7 +98,10 @@ _ONE_CREDENTIAL: Final = (
     f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
 )
 _BACKSLASH: Final = "\\"
-_CREDENTIAL: Final = f"(({IS_API_KEY}) ? {API_KEY_EXPRESSION} : request.headers.authorization)"
+_CREDENTIAL: Final = (
+    f"(({IS_API_KEY}) ? {API_KEY_EXPRESSION}"
+    ' : (has(request.headers.authorization) ? request.headers.authorization : ""))'
+)
 """The caller's credential: everything a subscription selection depends on besides the requested subscription
 (the identity, its groups and a key's own subscription all follow from it). The selection cache is keyed by it:
 keyed by username and groups joined with separators, user `a|b` in group `c` and user `a` in group `b|c` (or

@@ -18,7 +18,8 @@ Phases, each over its entries in `priority` order (then name), each entry guarde
 Decision cache: CEL in cel-python costs about a millisecond per expression, and the generated policy has
 about twenty, so a whole successful decision is reused for the shortest TTL of the caches it went through
 (metadata `cache.ttl`, TokenReview TTL), keyed by exactly the request attributes the policy's expressions
-read (found by scanning them at compile time; any reference that cannot be pinned down adds every header).
+read (found by scanning them at compile time; any reference that cannot be pinned down adds every header, or
+every attribute) and, when a TokenReview's audience is the request host, that host (`audience_of_host`).
 That is what Authorino's own caches give: a revoked key keeps working at most `cache.ttl` seconds. A policy
 with an uncached callback, a failed callback, or a denial is never reused.
 
@@ -49,7 +50,14 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import httpx
 
 from maasctl.contract.cel import CelError
-from maasctl.gateway.authpolicy import Authentication, CompiledAuthPolicy, DenyWith, Metadata, RequestInfo
+from maasctl.gateway.authpolicy import (
+    Authentication,
+    CompiledAuthPolicy,
+    DenyWith,
+    Metadata,
+    RequestInfo,
+    audience_of_host,
+)
 from maasctl.gateway.expressions import PolicyError
 
 __all__ = ["AuthOutcome", "AuthPolicyRuntime", "AuthServiceUnavailable", "TokenReview", "TokenReviewer"]
@@ -87,10 +95,12 @@ REFRESH_AT = 0.75
 @dataclass
 class _Run:
     """Whether (and until when) one decision may be reused; what could not be reached. `refresh`: read the
-    callbacks afresh instead of from the metadata cache (a refresh ahead of expiry)."""
+    callbacks afresh instead of from the metadata cache (a refresh ahead of expiry). `private`: neither read nor
+    fill the metadata cache (a simulated identity: what it is answered must never reach a real request)."""
 
     started: float
     refresh: bool = False
+    private: bool = False
     cacheable: bool = True
     expires: float = float("inf")
     unavailable: str | None = None
@@ -229,8 +239,10 @@ class AuthPolicyRuntime:
     ) -> AuthOutcome:
         """Run the four phases. `identity_override` skips authentication (simulate for user+groups)."""
         if identity_override is not None or not self._decision_cache:
-            return await self._check(policy, request, identity_override, _Run(self._clock()))
-        key = hashlib.sha256(repr((policy.uid, policy.generation, policy.deps.key(request))).encode()).digest()
+            run = _Run(self._clock(), private=identity_override is not None)
+            return await self._check(policy, request, identity_override, run)
+        deps = policy.deps.key(request, audience_from_host=self._audiences_from_host)
+        key = hashlib.sha256(repr((policy.uid, policy.generation, deps)).encode()).digest()
         hit = self._decisions.lookup(key)
         if hit is not None:
             self.decision_hits += 1
@@ -355,7 +367,7 @@ class AuthPolicyRuntime:
             return None
         audiences = entry.audiences
         if not audiences and self._audiences_from_host:
-            audiences = (request.host.split(":", 1)[0],)
+            audiences = (audience_of_host(request.host),)  # the same host as the decision cache key
         return await self._token_review(token, audiences)
 
     async def _fetch_metadata(self, policy: CompiledAuthPolicy, activation: dict[str, Any], run: _Run) -> None:
@@ -366,7 +378,7 @@ class AuthPolicyRuntime:
                 if entry.cache_key is None or entry.cache_ttl <= 0:
                     run.cacheable = False
                 cache_key = None
-                if entry.cache_key is not None and entry.cache_ttl > 0:
+                if entry.cache_key is not None and entry.cache_ttl > 0 and not run.private:
                     text = _header_text(entry.cache_key.get(activation))
                     cache_key = (policy.uid, policy.generation, entry.name, text)
                     hit = None if run.refresh else self._cache.lookup(cache_key)

@@ -19,7 +19,17 @@ from typing import Any
 
 from maasctl.gateway.expressions import PolicyError, Predicates, ValueSource, lookup, predicates, value_source
 
-__all__ = ["Authentication", "CompiledAuthPolicy", "DenyWith", "Metadata", "RequestInfo", "compile_auth_policy"]
+__all__ = ["Authentication", "CompiledAuthPolicy", "DenyWith", "Metadata", "RequestInfo", "audience_of_host",
+           "compile_auth_policy"]
+
+
+def audience_of_host(host: str) -> str:
+    """The TokenReview audience a request host stands for (Authorino's default when an entry names none): the
+    host lower-cased (host names are case-insensitive) without its port (`[v6]:port` keeps the brackets)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -186,9 +196,14 @@ class DenyWith:
 
 
 _MACROS = frozenset({"exists", "all", "exists_one", "map", "filter", "size"})
-_HEADER_REF = re.compile(r"request\.headers\b")
-_ATTR_REF = re.compile(r"request\.(\w+)")
+_HEADER_REF = re.compile(r"(?<!\w)(?<!\w\.)request\.headers\b")
+_ATTR_REF = re.compile(r"(?<!\w)(?<!\w\.)request\.(\w+)")
+_WHOLE_REF = re.compile(r"(?<!\w)(?<!\w\.)request(?!\.\w)\b")
+"""`request` not followed by `.name` (`request["host"]`, `string(request)`): any attribute may be read."""
+_DOT = re.compile(r"\s*\.\s*")
+"""CEL allows blanks around a member `.` (`request . host`): removed before the references are scanned."""
 _NAMED_INDEX = re.compile(r'\[\s*"([^"\\]*)"\s*\]')
+_ATTRIBUTES = frozenset(RequestInfo("", "", "", {}).attributes()) - {"headers"}
 
 
 @dataclass(frozen=True)
@@ -199,8 +214,11 @@ class _RequestDeps:
     header_values: frozenset[str] = frozenset()
     header_names: bool = False
     all_headers: bool = False
+    host_audience: bool = False  # a TokenReview names no audiences: the host may be the audience
 
-    def key(self, request: RequestInfo) -> tuple[Any, ...]:
+    def key(self, request: RequestInfo, *, audience_from_host: bool = False) -> tuple[Any, ...]:
+        """The parts of `request` a decision depends on. `audience_from_host`: the runtime reviews tokens for
+        the request host when an entry names no audiences, so the host (as that audience) is part of the key."""
         attrs = request.attributes()
         parts: list[Any] = [tuple(str(attrs.get(a)) for a in sorted(self.attributes))]
         if self.all_headers:
@@ -209,15 +227,21 @@ class _RequestDeps:
             parts.append(tuple(request.headers.get(h) for h in sorted(self.header_values)))
             if self.header_names:
                 parts.append(tuple(sorted(request.headers)))
+        if self.host_audience and audience_from_host:
+            parts.append(("audience", audience_of_host(request.host)))
         return tuple(parts)
 
 
-def _request_deps(texts: list[str], selectors: list[str], header_sources: set[str], query: bool) -> _RequestDeps:
+def _request_deps(texts: list[str], selectors: list[str], header_sources: set[str], query: bool,
+                  host_audience: bool = False) -> _RequestDeps:
     attributes: set[str] = {"path"} if query else set()
     values = set(header_sources)
     names = False
     full = False
-    for text in texts:
+    for text in (_DOT.sub(".", t) for t in texts):
+        if _WHOLE_REF.search(text):
+            attributes |= _ATTRIBUTES
+            full = True
         for m in _ATTR_REF.finditer(text):
             if m.group(1) != "headers":
                 attributes.add(m.group(1))
@@ -242,7 +266,10 @@ def _request_deps(texts: list[str], selectors: list[str], header_sources: set[st
             full = True
         elif sel.startswith("request."):
             attributes.add(sel.split(".")[1])
-    return _RequestDeps(frozenset(attributes), frozenset(values), names, full)
+        elif sel == "request":
+            attributes |= _ATTRIBUTES
+            full = True
+    return _RequestDeps(frozenset(attributes), frozenset(values), names, full, host_audience)
 
 
 @dataclass(frozen=True)
@@ -423,7 +450,7 @@ def compile_auth_policy(policy: Mapping[str, Any]) -> CompiledAuthPolicy:
         filters=tuple(_response_item(n, s) for n, s in sorted((success.get("filters") or {}).items())),
         unauthenticated=_deny(response.get("unauthenticated"), 401, "Authentication required"),
         unauthorized=_deny(response.get("unauthorized"), 403, "Access denied"),
-        deps=_deps_of(rules, when),
+        deps=_deps_of(rules, when, named),
     )
 
 
@@ -440,14 +467,20 @@ def _strings_under(node: Any, keys: frozenset[str], out: list[str]) -> list[str]
     return out
 
 
-def _deps_of(rules: Mapping[str, Any], when: Any) -> _RequestDeps:
-    texts = _strings_under([rules, when], frozenset({"expression", "predicate", "urlExpression"}), [])
-    selectors = _strings_under([rules, when], frozenset({"selector"}), [])
+def _deps_of(rules: Mapping[str, Any], when: Any, named: Mapping[str, Any]) -> _RequestDeps:
+    """What the decision reads of a request: every expression and selector of the rules, the policy's `when` and
+    its named patterns (`patternRef`), the credential of each TokenReview, and the host where a TokenReview
+    names no audiences."""
+    sources = [rules, when, named]
+    texts = _strings_under(sources, frozenset({"expression", "predicate", "urlExpression"}), [])
+    selectors = _strings_under(sources, frozenset({"selector"}), [])
     header_sources: set[str] = set()
     query = False
+    host_audience = False
     for entry in (rules.get("authentication") or {}).values():
         if "kubernetesTokenReview" not in (entry or {}):
             continue
+        host_audience = host_audience or not (entry["kubernetesTokenReview"] or {}).get("audiences")
         cred = _credentials(entry.get("credentials"))
         if cred.kind == "authorizationHeader":
             header_sources.add("authorization")
@@ -457,4 +490,4 @@ def _deps_of(rules: Mapping[str, Any], when: Any) -> _RequestDeps:
             header_sources.add("cookie")
         else:
             query = True
-    return _request_deps(texts, selectors, header_sources, query)
+    return _request_deps(texts, selectors, header_sources, query, host_audience)

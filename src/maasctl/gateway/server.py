@@ -30,7 +30,6 @@ import aiohttp
 import httpx
 import uvicorn
 from multidict import CIMultiDict
-from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
@@ -45,7 +44,6 @@ from maasctl.contract.usage import (
     PreparedBody,
     SseUsageFilter,
     Termination,
-    UsageRecord,
     charge_for,
     prepare_body,
 )
@@ -60,6 +58,7 @@ from maasctl.gateway.guardrails import error_body as guard_error_body
 from maasctl.gateway.guardrails import input_text as guard_input_text
 from maasctl.gateway.proxy import response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
+from maasctl.gateway.record import BOUNDS, fit_text, usage_record
 from maasctl.gateway.requestlimit import RequestLimiter, denial_response
 from maasctl.gateway.routes import RouteMatch
 from maasctl.gateway.simulate import SimulateRequest, simulate
@@ -509,7 +508,7 @@ class Gateway:
 
     async def _finish(self, ex: _Exchange, status: int, usage: Any, termination: Termination) -> None:
         """Charge the counters (the answer's usage, else a conservative estimate), release the request's
-        reservation and emit the usage record."""
+        reservation and emit the usage record (always one: `usage_record`; an unrecorded request is unbilled)."""
         charge = charge_for(status, usage, ex.body, termination, completion_ceiling=self.settings.completion_ceiling)
         await self.limiter.settle(ex.reservation, ex.applied, charge.charged)
         guard = ex.guard
@@ -526,37 +525,34 @@ class Gateway:
         sub = ""
         if identity.get("selected_subscription"):
             sub = f"{identity.get('selected_subscription_namespace', '')}/{identity['selected_subscription']}"
-        try:
-            record = UsageRecord(
-                timestamp=time.time(),
-                request_id=ex.request_id,
-                user=str(identity.get("userid", "")),
-                key_id=str(identity.get("keyId", "")),
-                subscription=sub,
-                organization=str(sub_info.get("organizationId") or ""),
-                cost_center=str(sub_info.get("costCenter") or ""),
-                labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
-                model=billed_model(ex.match.rule.model, identity),
-                route=ex.match.rule.route_key,
-                status=status,
-                latency_ms=round((time.monotonic() - ex.started) * 1000, 3),
-                streamed=ex.body.streaming,
-                charged_tokens=charge.charged if ex.applied else 0,
-                estimated=charge.estimated,
-                estimate_reason=charge.estimate_reason,
-                termination=termination,
-                guardrails=guard.outcome if guard is not None else "",
-                **charge.numbers,
-            )
-        except ValidationError as exc:  # a value out of the record's bounds: never lose the charge silently
-            log.error("usage record of %s not emitted: %s", ex.request_id, exc.errors()[0].get("msg"))
-            return
+        record = usage_record({
+            "timestamp": time.time(),
+            "request_id": ex.request_id,
+            "user": str(identity.get("userid", "")),
+            "key_id": str(identity.get("keyId", "")),
+            "subscription": sub,
+            "organization": str(sub_info.get("organizationId") or ""),
+            "cost_center": str(sub_info.get("costCenter") or ""),
+            "labels": {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+            "model": billed_model(ex.match.rule.model, identity),
+            "route": ex.match.rule.route_key,
+            "status": status,
+            "latency_ms": round((time.monotonic() - ex.started) * 1000, 3),
+            "streamed": ex.body.streaming,
+            "charged_tokens": charge.charged if ex.applied else 0,
+            "estimated": charge.estimated,
+            "estimate_reason": charge.estimate_reason,
+            "termination": termination,
+            "guardrails": guard.outcome if guard is not None else "",
+            **charge.numbers,
+        })
         self.telemetry.observe(record)
         self.sink.emit(record)
         if guard is not None and guard.prompt_tokens + guard.completion_tokens > 0:
             # guardrails: the guard model's tokens, metered on their own record, never charged to the quota
             guard_record = record.model_copy(update={
-                "request_id": f"{ex.request_id}-guard", "model": f"guardrails/{guard.binding.config}",
+                "request_id": f"{ex.request_id}-guard",
+                "model": fit_text(f"guardrails/{guard.binding.config}", BOUNDS.strings["model"]),
                 "input_tokens": guard.prompt_tokens, "output_tokens": guard.completion_tokens,
                 "total_tokens": guard.prompt_tokens + guard.completion_tokens, "cached_tokens": 0,
                 "reasoning_tokens": 0, "charged_tokens": 0, "estimated": False, "estimate_reason": "",
