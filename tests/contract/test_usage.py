@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.contract.usage import (
+    DEFAULT_COMPLETION_CEILING,
     TAIL_BYTES,
     Decompressor,
     InvalidBody,
@@ -61,17 +62,31 @@ def test_client_asking_for_usage_keeps_its_usage_chunk() -> None:
     assert body.streaming and not body.injected_usage
 
 
+NON_JSON_BODIES = (
+    b"not json", b"[1,2]", b'"x"', b"", b"\xef\xbb\xbfplain text with a BOM", b"\xff\xfe\x00\x01binary",
+    b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00", b"\xff\xd8\xff\xe0\x00\x10JFIF", b"RIFF\x24\x00\x00\x00WAVE",
+    b'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n{"stream":true}\r\n'
+    b"--b0undary--\r\n",
+)
+
+
 def test_content_type_does_not_matter_and_non_objects_pass() -> None:
     assert prepare_body(b'  {"stream": "true"}').streaming
-    for raw in (b"not json", b"[1,2]", b'"x"', b""):
+    for raw in NON_JSON_BODIES:
         assert prepare_body(raw).content == raw and not prepare_body(raw).streaming
 
 
 def test_max_tokens_and_prompt_estimate() -> None:
     body = prepare_body(json.dumps({"messages": [{"content": "x" * 400}], "max_tokens": 50}).encode())
     assert body.max_tokens == 50 and body.prompt_estimate >= 100
-    assert prepare_body(b'{"max_completion_tokens": 7, "max_tokens": 9}').max_tokens == 7
-    assert prepare_body(b'{"max_tokens": true}').max_tokens is None
+    assert prepare_body(b'{"max_completion_tokens": 7, "max_tokens": 9}').max_tokens == 9  # the largest
+    assert prepare_body(b'{"max_completion_tokens": 9, "max_tokens": 7}').max_tokens == 9
+    assert prepare_body(b'{"max_tokens": 1000000000000000}').max_tokens == 10**12
+    for odd in ("abc", None, [], {}, True, False, -5, 0, "-30000", "0", "nan", "", "1e-400", "0x10"):
+        assert prepare_body(json.dumps({"max_tokens": odd, "max_completion_tokens": 64}).encode()).max_tokens == 64
+        alone = prepare_body(json.dumps({"stream": True, "max_tokens": odd}).encode())
+        assert alone.max_tokens is None  # the default ceiling applies
+        assert charge_for(200, None, alone, "truncated").charged > DEFAULT_COMPLETION_CEILING
 
 
 @pytest.mark.parametrize("depth", [129, 2000, 100_000])
@@ -139,6 +154,9 @@ def test_charge_uses_usage_else_a_conservative_estimate_never_zero_or_one() -> N
     assert cut.charged == 65 and "client_disconnect" in cut.estimate_reason
     assert charge_for(200, {"total_tokens": 0}, body, "complete").charged > 1
     assert charge_for(503, None, body, "upstream_error").charged == 0
+    short_total = {"prompt_tokens": 10, "completion_tokens": 5000, "total_tokens": 10}
+    assert charge_for(200, short_total, body, "complete").charged == 5010  # never less than its parts
+    assert charge_for(200, {**short_total, "total_tokens": 9000}, body, "complete").charged == 9000
 
 
 @given(st.integers(0, 10**12), st.integers(0, 10**12))

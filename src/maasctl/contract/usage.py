@@ -10,9 +10,16 @@ Counting cannot be switched off by the client:
   name; a non-JSON body cannot be rewritten and is refused. A streaming request —
   `stream` true, 1, "true", "1", "yes", "on" in any case — is sent with `stream: true` and
   `stream_options.include_usage: true`; the usage chunk this adds is hidden from a client that did not ask for
-  it. JSON nested deeper than `MAX_JSON_DEPTH` is refused (`InvalidBody`, 400).
+  it. JSON nested deeper than `MAX_JSON_DEPTH` is refused (`InvalidBody`, 400). What the gateway forwards
+  unparsed can never be JSON to a backend: JSON with a byte-order mark or in UTF-16/32 (which Python's
+  `json.loads`, hence FastAPI and vLLM, still reads) is refused, and so is a body that starts with `{` but is not
+  exactly one valid UTF-8 JSON object (trailing data, invalid UTF-8, an integer too long to read) or holds an
+  escaped lone surrogate. Other bodies (multipart uploads, binary) pass as they are. The completion limit is
+  the largest of `max_tokens`, `max_completion_tokens` and `max_output_tokens`, read as leniently as pydantic
+  reads them ("30000", 30000.0).
 - The gateway asks upstream for `Accept-Encoding: identity` and decompresses gzip/deflate answers it must scan
-  (`Decompressor`); an encoding it cannot read is counted as unreadable.
+  (`Decompressor`), every byte of them; an encoding it cannot read, invalid data or a chunk that would inflate
+  beyond `DECOMPRESS_LIMIT` (a bomb) is counted as unreadable — never scanned short.
 - `JsonUsageScanner` reads `usage` from a JSON answer of any size with bounded memory: the whole body when it
   is small, else the last `TAIL_BYTES` (where OpenAI-compatible servers put `usage`). `SseUsageFilter` takes the
   last `usage` of an event stream, event by event.
@@ -20,8 +27,9 @@ Counting cannot be switched off by the client:
   rewrites each event's top-level `model`, `JsonModelRewriter` a JSON answer's (up to a size bound).
 - When usage cannot be read from a served (2xx) answer — the backend omitted it, the stream was cut, the client
   went away — `charge_for` returns a conservative estimate: the prompt estimate (request bytes / 4) plus the
-  request's `max_tokens` (or `max_completion_tokens`), else the configured completion ceiling. Never 0 or 1; the
-  record says it was estimated and why.
+  request's completion limit, else the configured completion ceiling. Never 0 or 1; the record says it was
+  estimated and why. Usage with a malformed count (a string, float, negative, null, bool) is unreadable too:
+  charged the larger of the estimate and what could be read.
 
 The usage record (`UsageRecord`) carries who (user, key id, subscription, organization id, cost center, the
 subscription's labels), what (model, route), how much (tokens of every kind, the tokens charged to the
@@ -31,6 +39,7 @@ counters, whether they were estimated) and how it ended (status, `termination`);
 from __future__ import annotations
 
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass
@@ -40,6 +49,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 __all__ = [
+    "DECOMPRESS_LIMIT",
     "DEFAULT_COMPLETION_CEILING",
     "MAX_JSON_DEPTH",
     "MAX_TOKENS",
@@ -66,8 +76,16 @@ MAX_TOKENS: Final = 10**12  # per request; far above any model's context, far be
 TAIL_BYTES: Final = 64 * 1024
 DEFAULT_COMPLETION_CEILING: Final = 4096
 MAX_JSON_DEPTH: Final = 128
+DECOMPRESS_LIMIT: Final = 16 * 1024 * 1024  # per `Decompressor.feed`: a whole realistic answer, not a bomb
+_UTF8_ONLY: Final = "request bodies must be UTF-8 JSON without a byte-order mark"
+_JSON_STARTS: Final = frozenset('{["-0123456789tfnNI')  # what a JSON value (Python's NaN, Infinity too) starts with
+_LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+_COUNT_NAMES: Final = {"input_tokens": ("prompt_tokens", "input_tokens"),
+                       "output_tokens": ("completion_tokens", "output_tokens"),
+                       "total_tokens": ("total_tokens",)}
 _TRUE_TEXT: Final = frozenset({"true", "1", "yes", "on"})
 _MAX_EVENT_BYTES: Final = 4 * 1024 * 1024
+_SEPARATORS: Final = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
 Termination = Literal["complete", "client_disconnect", "upstream_error", "truncated", "refused"]
 
@@ -125,12 +143,27 @@ def _truthy(value: Any) -> bool:
     return False
 
 
+def _lenient_int(value: Any) -> int | None:
+    """`value` as a whole number the way a lax reader (pydantic: "30000", 30000.0) may take it, rounded up and
+    capped at MAX_TOKENS; None when it is no number (bools included). Only for readings where more is safer."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, int):
+        return min(value, MAX_TOKENS)
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return MAX_TOKENS if number == math.inf else None
+    return min(math.ceil(number), MAX_TOKENS)
+
+
 def _max_tokens(body: dict[str, Any]) -> int | None:
-    for field in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = body.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return min(value, MAX_TOKENS)
-    return None
+    """The largest completion limit any limit field allows: backends coerce numeric strings and whole floats
+    and differ in which field they prefer, so the estimate's ceiling must cover every reading."""
+    limits = [n for n in (_lenient_int(body.get(field)) for field in _LIMIT_FIELDS) if n is not None and n > 0]
+    return max(limits) if limits else None
 
 
 def _too_deep(raw: bytes, limit: int) -> bool:
@@ -158,6 +191,55 @@ def _too_deep(raw: bytes, limit: int) -> bool:
     return False
 
 
+def _foreign_json(raw: bytes) -> bool:
+    """True for JSON that is not plain UTF-8 text (a byte-order mark, UTF-16, UTF-32): Python's `json.loads`
+    (FastAPI, vLLM) sniffs the encoding and reads it, so forwarding it unread would serve it uncounted."""
+    encoding = json.detect_encoding(raw)
+    if encoding == "utf-8":
+        return False
+    head = raw[:64].decode(encoding, "replace").lstrip(" \t\r\n\ufeff")[:1]
+    if head in ("{", "["):
+        return True
+    if head not in _JSON_STARTS:  # binary bodies: no need to decode all of them
+        return False
+    try:
+        json.loads(raw)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a body that starts with `{`. Anything but exactly one valid UTF-8 JSON object is
+    refused: a lenient backend may still read it (skipping trailing data, decoding another charset), and the
+    gateway would forward what it never read."""
+    if _too_deep(raw, MAX_JSON_DEPTH):
+        raise InvalidBody(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidBody(f"{_UTF8_ONLY}: invalid UTF-8 at byte {exc.start}") from exc
+    except RecursionError as exc:
+        raise InvalidBody("the JSON body is nested too deeply") from exc
+    except json.JSONDecodeError as exc:
+        raise InvalidBody(f"the body is not one valid JSON object: {exc.msg} at character {exc.pos}") from exc
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        raise InvalidBody("the body is not one valid JSON object: a number is too long") from exc
+    if not isinstance(body, dict):
+        raise InvalidBody("the body is not one valid JSON object")
+    return body
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """`body` as the compact UTF-8 JSON the backend receives; an escaped lone surrogate has no UTF-8 form."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidBody("the JSON body contains an unpaired surrogate escape (\\ud800-\\udfff)") from exc
+
+
 def _not_rewritable(raw: bytes, rename: ModelRename | None, estimate: int) -> PreparedBody:
     if rename is not None and rename.renamed and raw.strip():
         raise InvalidBody(f"model {rename.published!r} is served under another name upstream: send a JSON object")
@@ -170,20 +252,14 @@ def _short(value: Any) -> str:
 
 
 def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
-    """Normalise an OpenAI-style request (see the module docstring). Raises InvalidBody (ModelMismatch)."""
+    """Normalise an OpenAI-style request (see the module docstring). Raises InvalidBody (ModelMismatch) and
+    nothing else, whatever the bytes."""
     estimate = max(1, len(raw) // 4)
+    if _foreign_json(raw):
+        raise InvalidBody(_UTF8_ONLY)
     if raw.lstrip()[:1] != b"{":
         return _not_rewritable(raw, rename, estimate)
-    if _too_deep(raw, MAX_JSON_DEPTH):
-        raise InvalidBody(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        body = json.loads(raw)
-    except RecursionError as exc:
-        raise InvalidBody("the JSON body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError):
-        return _not_rewritable(raw, rename, estimate)
-    if not isinstance(body, dict):
-        return _not_rewritable(raw, rename, estimate)
+    body = _parse_object(raw)
     model = body.get("model") if isinstance(body.get("model"), str) else None
     response_model = None
     if rename is not None:
@@ -204,7 +280,7 @@ def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
         asked = isinstance(options, dict) and options.get("include_usage") is True
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         injected = not asked
-    content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    content = _encode(body)
     return PreparedBody(content, streaming, injected, model, max_tokens, estimate, response_model)
 
 
@@ -212,17 +288,21 @@ def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
 
 
 class Decompressor:
-    """Undo a response's Content-Encoding for scanning (the client still gets the bytes as sent).
-    `readable` is False for encodings the gateway cannot decode (their usage counts as unreadable)."""
+    """Undo a response's Content-Encoding for scanning (the client still gets the bytes as sent). Every byte
+    comes out (gzip members that follow each other included) until `readable` turns False: for encodings the
+    gateway cannot decode, invalid data, or a chunk that would yield more than `limit` bytes (a decompression
+    bomb) — their usage counts as unreadable (the estimate applies), never as read from a shortened answer."""
 
-    def __init__(self, encoding: str) -> None:
+    def __init__(self, encoding: str, limit: int = DECOMPRESS_LIMIT) -> None:
         enc = encoding.strip().lower()
         self._z: Any = None
+        self._gzip = enc in ("gzip", "x-gzip")
+        self._limit = limit
         self.readable = True
         self.identity = enc in ("", "identity")
         if self.identity:
             return
-        if enc in ("gzip", "x-gzip"):
+        if self._gzip:
             self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif enc == "deflate":
             self._z = zlib.decompressobj()
@@ -230,15 +310,37 @@ class Decompressor:
             self.readable = False
 
     def feed(self, chunk: bytes) -> bytes:
+        """All the decompressed bytes of `chunk`, or b"" once unreadable (never a silently shortened part)."""
         if not self.readable:
             return b""
         if self._z is None:
             return chunk
         try:
-            return bytes(self._z.decompress(chunk, 8 * len(chunk) + 65536))
+            out = self._inflate(chunk)
         except zlib.error:
-            self.readable = False
+            out = None
+        if out is None:
+            self.readable, self._z = False, None
             return b""
+        return out
+
+    def _inflate(self, data: bytes) -> bytes | None:
+        """`data` decompressed, or None when that is more than `limit` bytes or data follows a deflate stream's
+        end. Asks zlib for one byte over the limit: output below it means the input was used up."""
+        parts: list[bytes] = []
+        room = self._limit
+        while data:
+            piece = self._z.decompress(data, room + 1)
+            room -= len(piece)
+            if room < 0 or self._z.unconsumed_tail:
+                return None
+            parts.append(piece)
+            data = self._z.unused_data if self._z.eof else b""
+            if data and not self._gzip:
+                return None
+            if data:  # the next gzip member (RFC 1952)
+                self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return b"".join(parts)
 
 
 class SseUsageFilter:
@@ -254,18 +356,21 @@ class SseUsageFilter:
         self.done = False  # saw `data: [DONE]`
 
     def feed(self, chunk: bytes) -> bytes:
-        """Bytes to forward now (complete events only)."""
+        """Bytes to forward now (complete events only). Linear in the chunk's size: a decompressed chunk may hold
+        thousands of events."""
         self._buffer += chunk
         out: list[bytes] = []
+        start = 0
+        found = {sep: -2 for sep in _SEPARATORS}  # next position of each separator; -2: not searched yet
         while True:
-            cut, sep = self._boundary()
+            cut, sep = self._boundary(start, found)
             if cut < 0:
                 break
-            event = self._buffer[: cut + sep]
-            self._buffer = self._buffer[cut + sep:]
-            kept = self._process(event)
+            kept = self._process(self._buffer[start: cut + sep])
+            start = cut + sep
             if kept:
                 out.append(kept)
+        self._buffer = self._buffer[start:]
         if len(self._buffer) > _MAX_EVENT_BYTES:
             out.append(self._buffer)
             self._buffer = b""
@@ -276,10 +381,14 @@ class SseUsageFilter:
         rest, self._buffer = self._buffer, b""
         return self._process(rest) if rest else b""
 
-    def _boundary(self) -> tuple[int, int]:
-        candidates = [(self._buffer.find(s), len(s)) for s in (b"\n\n", b"\r\n\r\n", b"\r\r")]
-        found = [c for c in candidates if c[0] >= 0]
-        return min(found) if found else (-1, 0)
+    def _boundary(self, start: int, found: dict[bytes, int]) -> tuple[int, int]:
+        """The first event end at or after `start`: (position, separator length), (-1, 0) when none. `found`
+        remembers each separator's next position, so each is searched for once per buffer position."""
+        for sep, at in found.items():
+            if at == -2 or 0 <= at < start:
+                found[sep] = self._buffer.find(sep, start)
+        candidates = [(at, len(sep)) for sep, at in found.items() if at >= 0]
+        return min(candidates) if candidates else (-1, 0)
 
     def _process(self, event: bytes) -> bytes:
         """The event to forward (b"" to drop it)."""
@@ -483,26 +592,38 @@ class JsonUsageScanner:
 
 
 def _int(value: Any) -> int:
-    return min(value, MAX_TOKENS) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return min(value, MAX_TOKENS) if _well_formed(value) else 0
+
+
+def _well_formed(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_usage(usage: Any) -> tuple[dict[str, int], list[str]]:
+    """Token counts of an OpenAI `usage` object ({} when it is no object) and the names of the charged counts
+    that are present but not non-negative ints. Each count is the largest its names (`prompt_tokens` or
+    `input_tokens`, ...) give, read leniently, so a null or a smaller alias never hides a larger number. The
+    details (cached, reasoning) only inform the record: malformed ones read as 0."""
+    if not isinstance(usage, dict):
+        return {}, []
+    out: dict[str, int] = {}
+    malformed = [name for names in _COUNT_NAMES.values() for name in names
+                 if name in usage and not _well_formed(usage[name])]
+    for count, names in _COUNT_NAMES.items():
+        out[count] = max([0, *(_lenient_int(usage.get(name)) or 0 for name in names)])
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    out["cached_tokens"] = _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+    out["reasoning_tokens"] = (
+        _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0)
+    out["total_tokens"] = min(max(out["total_tokens"], out["input_tokens"] + out["output_tokens"]), MAX_TOKENS)
+    return out, malformed
 
 
 def usage_numbers(usage: Any) -> dict[str, int]:
-    """Token counts of an OpenAI `usage` object (zeros for anything missing or malformed; {} when absent)."""
-    if not isinstance(usage, dict):
-        return {}
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    out = {
-        "input_tokens": _int(usage.get("prompt_tokens", usage.get("input_tokens"))),
-        "output_tokens": _int(usage.get("completion_tokens", usage.get("output_tokens"))),
-        "total_tokens": _int(usage.get("total_tokens")),
-        "cached_tokens": _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0,
-        "reasoning_tokens": (
-            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
-        ),
-    }
-    out["total_tokens"] = max(out["total_tokens"], out["input_tokens"] + out["output_tokens"])
-    return out
+    """Token counts of an OpenAI `usage` object ({} when absent; see `_read_usage`). The total is never less
+    than input + output."""
+    return _read_usage(usage)[0]
 
 
 @dataclass(frozen=True)
@@ -517,16 +638,23 @@ class Charge:
 
 def charge_for(status: int, usage: Any, body: PreparedBody, termination: str, *,
                completion_ceiling: int = DEFAULT_COMPLETION_CEILING) -> Charge:
-    """The tokens to charge for a request (see the module docstring for the estimate)."""
-    numbers = usage_numbers(usage)
-    if numbers and numbers["total_tokens"] > 0:
-        return Charge(numbers, numbers["total_tokens"])
+    """The tokens to charge for a request (see the module docstring for the estimate). Usage with a malformed
+    count is unreadable: a served answer is charged the larger of the estimate and what could be read."""
+    numbers, malformed = _read_usage(usage)
+    read = numbers.get("total_tokens", 0)
+    if read > 0 and not malformed:
+        return Charge(numbers, read)
     if not 200 <= status < 300:
-        return Charge(numbers, 0)
+        return Charge(numbers, read)
     completion = body.max_tokens or completion_ceiling
-    estimate = max(2, body.prompt_estimate + completion)
-    reason = "usage missing from the answer" if termination == "complete" else f"usage unreadable ({termination})"
-    return Charge(numbers or {}, min(estimate, MAX_TOKENS), True, reason)
+    estimate = min(max(2, body.prompt_estimate + completion), MAX_TOKENS)
+    if malformed:
+        reason = f"usage malformed in the answer ({', '.join(malformed)})"
+    elif termination == "complete":
+        reason = "usage missing from the answer"
+    else:
+        reason = f"usage unreadable ({termination})"
+    return Charge(numbers, max(estimate, read), True, reason)
 
 
 # --- the record ----------------------------------------------------------------------------------------
