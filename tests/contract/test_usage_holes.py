@@ -214,6 +214,65 @@ class TestCompletionLimitsAreReadAsTheBackendReadsThem:
         assert prepare_body(json.dumps(fields).encode()).max_tokens == expected
 
 
+class TestEveryCompletionTheRequestAsksForCounts:
+    """`n` and `best_of` make the backend generate several completions: when usage cannot be read, the estimate
+    counts the completion limit once per completion (read as leniently as the limits)."""
+
+    @pytest.mark.parametrize(("fields", "choices"), [
+        ({"n": 8}, 8), ({"n": "8"}, 8), ({"n": 8.0}, 8), ({"n": 2, "best_of": 5}, 5), ({"best_of": "3"}, 3),
+        ({"n": 0}, 1), ({"n": "many"}, 1), ({"n": None}, 1), ({"n": True}, 1), ({}, 1),
+    ])
+    @pytest.mark.parametrize("limit", [{"max_tokens": 1000}, {}])
+    def test_the_estimate_counts_each_completion(self, fields: dict[str, Any], choices: int,
+                                                  limit: dict[str, Any]) -> None:
+        body = prepare_body(json.dumps({"model": "m", "stream": True, **limit, **fields}).encode())
+        assert body.choices == choices
+        charge = charge_for(200, None, body, "client_disconnect")
+        per_completion = limit.get("max_tokens", DEFAULT_COMPLETION_CEILING)
+        assert charge.estimated and charge.charged >= body.prompt_estimate + choices * per_completion
+
+    def test_the_estimate_stays_within_the_record_bound(self) -> None:
+        body = prepare_body(json.dumps({"max_tokens": 10**11, "n": 10**6}).encode())
+        charge = charge_for(200, None, body, "truncated")
+        assert charge.charged == MAX_TOKENS
+        UsageRecord(timestamp=1.0, request_id="r1", status=200, charged_tokens=charge.charged, **charge.numbers)
+
+
+class TestUsageWithoutInputTokens:
+    """Usage naming output tokens only (an Anthropic-style `message_delta`, a partial usage object) left the
+    prompt uncharged: it is charged at the prompt estimate, marked estimated."""
+
+    @pytest.mark.parametrize("usage", [
+        {"output_tokens": 500}, {"completion_tokens": 500}, {"output_tokens": 500, "cache_read_input_tokens": 0},
+        {"completion_tokens": 500, "completion_tokens_details": {"reasoning_tokens": 100}},
+    ])
+    def test_the_prompt_is_charged_at_its_estimate(self, usage: dict[str, Any]) -> None:
+        body = prepare_body(json.dumps({"model": "m", "messages": [{"content": "x" * 4000}]}).encode())
+        charge = charge_for(200, usage, body, "complete")
+        assert charge.estimated and charge.estimate_reason == "usage without input tokens"
+        assert charge.charged == 500 + body.prompt_estimate and charge.numbers["input_tokens"] == body.prompt_estimate
+        UsageRecord(timestamp=1.0, request_id="r1", status=200, **charge.numbers)
+
+    def test_from_a_stream_whose_last_usage_names_output_tokens_only(self) -> None:
+        stream = (b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":900}}}'
+                  b'\n\nevent: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":40}}\n\n')
+        filt = SseUsageFilter(drop_usage_chunk=False)
+        filt.feed(stream)
+        body = PreparedBody(b"{}", streaming=True, prompt_estimate=1000)
+        charge = charge_for(200, filt.usage, body, "complete")
+        assert charge.charged >= 1040 and charge.estimated
+
+    @pytest.mark.parametrize("usage", [
+        {"prompt_tokens": 0, "completion_tokens": 5, "total_tokens": 5},  # a prompt of 0 tokens, as read
+        {"prompt_tokens": 8, "total_tokens": 8},  # embeddings
+        {"total_tokens": 70},  # a total covers the prompt
+        {"input_tokens": 3, "output_tokens": 4},
+    ])
+    def test_usage_that_names_its_input_or_total_is_taken_as_read(self, usage: dict[str, Any]) -> None:
+        charge = charge_for(200, usage, PreparedBody(b"{}", prompt_estimate=1000), "complete")
+        assert not charge.estimated and charge.charged == usage_numbers(usage)["total_tokens"]
+
+
 # --- 4. malformed usage is unreadable usage -------------------------------------------------------------
 
 BODY = PreparedBody(b"{}", max_tokens=8000, prompt_estimate=10)

@@ -27,8 +27,9 @@ Counting cannot be switched off by the client:
   rewrites each event's top-level `model`, `JsonModelRewriter` a JSON answer's (up to a size bound).
 - When usage cannot be read from a served (2xx) answer — the backend omitted it, the stream was cut, the client
   went away — `charge_for` returns a conservative estimate: the prompt estimate (request bytes / 4) plus the
-  request's completion limit, else the configured completion ceiling. Never 0 or 1; the record says it was
-  estimated and why. Usage with a malformed count (a string, float, negative, null, bool) is unreadable too:
+  request's completion limit (else the configured completion ceiling) for each completion it asks for (`n`,
+  `best_of`). Never 0 or 1; the record says it was estimated and why. Usage naming neither input tokens nor a
+  total (output tokens only, as an Anthropic-style `message_delta`) is charged the prompt at its estimate. Usage with a malformed count (a string, float, negative, null, bool) is unreadable too:
   charged the larger of the estimate and what could be read.
 
 The usage record (`UsageRecord`) carries who (user, key id, subscription, organization id, cost center, the
@@ -80,7 +81,9 @@ DECOMPRESS_LIMIT: Final = 16 * 1024 * 1024  # per `Decompressor.feed`: a whole r
 _UTF8_ONLY: Final = "request bodies must be UTF-8 JSON without a byte-order mark"
 _JSON_STARTS: Final = frozenset('{["-0123456789tfnNI')  # what a JSON value (Python's NaN, Infinity too) starts with
 _LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
-_COUNT_NAMES: Final = {"input_tokens": ("prompt_tokens", "input_tokens"),
+_CHOICE_FIELDS: Final = ("n", "best_of")
+_INPUT_NAMES: Final = ("prompt_tokens", "input_tokens")
+_COUNT_NAMES: Final = {"input_tokens": _INPUT_NAMES,
                        "output_tokens": ("completion_tokens", "output_tokens"),
                        "total_tokens": ("total_tokens",)}
 _TRUE_TEXT: Final = frozenset({"true", "1", "yes", "on"})
@@ -131,6 +134,7 @@ class PreparedBody:
     max_tokens: int | None = None
     prompt_estimate: int = 0
     response_model: str | None = None
+    choices: int = 1  # completions the request asks for (`n`, `best_of`): the estimate's limit counts each
 
 
 def _truthy(value: Any) -> bool:
@@ -281,7 +285,14 @@ def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
         body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         injected = not asked
     content = _encode(body)
-    return PreparedBody(content, streaming, injected, model, max_tokens, estimate, response_model)
+    return PreparedBody(content, streaming, injected, model, max_tokens, estimate, response_model, _choices(body))
+
+
+def _choices(body: dict[str, Any]) -> int:
+    """How many completions the backend may generate: the largest of `n` and `best_of` (read as leniently as
+    the limit fields), at least 1."""
+    asked = [n for n in (_lenient_int(body.get(field)) for field in _CHOICE_FIELDS) if n is not None]
+    return max([1, *asked])
 
 
 # --- the answer ----------------------------------------------------------------------------------------
@@ -620,6 +631,11 @@ def _read_usage(usage: Any) -> tuple[dict[str, int], list[str]]:
     return out, malformed
 
 
+def _without_input(usage: Any) -> bool:
+    """Usage that names neither input tokens nor a total: the prompt went uncounted, not "0 tokens"."""
+    return isinstance(usage, dict) and not any(name in usage for name in (*_INPUT_NAMES, "total_tokens"))
+
+
 def usage_numbers(usage: Any) -> dict[str, int]:
     """Token counts of an OpenAI `usage` object ({} when absent; see `_read_usage`). The total is never less
     than input + output."""
@@ -643,10 +659,13 @@ def charge_for(status: int, usage: Any, body: PreparedBody, termination: str, *,
     numbers, malformed = _read_usage(usage)
     read = numbers.get("total_tokens", 0)
     if read > 0 and not malformed:
+        if _without_input(usage):  # e.g. an Anthropic-style `message_delta`: output tokens only
+            numbers = {**numbers, "input_tokens": body.prompt_estimate, "total_tokens": read + body.prompt_estimate}
+            return Charge(numbers, numbers["total_tokens"], True, "usage without input tokens")
         return Charge(numbers, read)
     if not 200 <= status < 300:
         return Charge(numbers, read)
-    completion = body.max_tokens or completion_ceiling
+    completion = min((body.max_tokens or completion_ceiling) * body.choices, MAX_TOKENS)
     estimate = min(max(2, body.prompt_estimate + completion), MAX_TOKENS)
     if malformed:
         reason = f"usage malformed in the answer ({', '.join(malformed)})"
