@@ -29,8 +29,9 @@ Counting cannot be switched off by the client:
   went away — `charge_for` returns a conservative estimate: the prompt estimate (request bytes / 4) plus the
   request's completion limit (else the configured completion ceiling) for each completion it asks for (`n`,
   `best_of`). Never 0 or 1; the record says it was estimated and why. Usage naming neither input tokens nor a
-  total (output tokens only, as an Anthropic-style `message_delta`) is charged the prompt at its estimate. Usage with a malformed count (a string, float, negative, null, bool) is unreadable too:
-  charged the larger of the estimate and what could be read.
+  total (output tokens only, as an Anthropic-style `message_delta`) is charged the prompt at its estimate.
+  Usage with a malformed count (a string, float, negative, null, bool) is unreadable too: charged the larger of
+  the estimate and what could be read.
 
 The usage record (`UsageRecord`) carries who (user, key id, subscription, organization id, cost center, the
 subscription's labels), what (model, route), how much (tokens of every kind, the tokens charged to the
