@@ -107,9 +107,17 @@ async def test_sink_buffers_through_a_database_outage_and_nothing_is_lost_or_dou
         for rec in [*good[:3], bad, *good[3:]]:
             sink.emit(rec)
         assert await sink.flush() and sink.rejected == 1 and sink.pending == 0
+        # a record too old to be told from a resend, in an accepted batch: counted as refused, not as sent,
+        # and not resent (maas-api lists it in `rejected[]` of a 2xx answer)
+        stale = gateway_record(0).model_copy(update={"timestamp": NOW.timestamp() - 400 * 86400})
+        fresh = gateway_record(60)
+        sent_before = sink.sent
+        for rec in (stale, fresh):
+            sink.emit(rec)
+        assert await sink.flush() and sink.rejected == 2 and sink.sent == sent_before + 1 and sink.pending == 0
         await sink.aclose()
-        tokens = sum(r.total_tokens for r in [*sent, *good])
-        assert await api.sums() == (35, 35, tokens, tokens)
+        tokens = sum(r.total_tokens for r in [*sent, *good, fresh])
+        assert await api.sums() == (36, 36, tokens, tokens)
 
 
 async def test_batching_by_size_and_interval_delivers_every_record_exactly_once(pg_server: PostgresServer) -> None:

@@ -98,6 +98,21 @@ POSTS = Counter("maas_gateway_usage_posts_total", "Usage batch POSTs to maas-api
 BUFFERED = Gauge("maas_gateway_usage_buffered", "Usage records waiting for delivery to maas-api")
 
 
+def _refused_in(response: httpx.Response) -> int:
+    """How many records of an accepted batch maas-api refused one by one (`rejected[]`), logged by reason."""
+    try:
+        rejected = response.json().get("rejected") or []
+    except (ValueError, AttributeError):
+        return 0
+    if not isinstance(rejected, list):
+        return 0
+    for item in rejected[:20]:
+        if isinstance(item, dict):
+            log.error("maas-api refused usage record %s (%s): %s", str(item.get("requestId"))[:64],
+                      str(item.get("code"))[:64], str(item.get("message"))[:300])
+    return len(rejected)
+
+
 class HttpBatchSink:
     """Buffers records and POSTs them to maas-api in batches, retrying with capped exponential backoff.
 
@@ -269,8 +284,12 @@ class HttpBatchSink:
                 return False
             POSTS.labels("ok").inc()
             self._remove(count)
-            RECORDS.labels("sent").inc(count)
-            self.sent += count
+            refused = _refused_in(response)
+            RECORDS.labels("sent").inc(count - refused)
+            if refused:  # stored apart from these (e.g. too old to be told from a resend): never resent
+                RECORDS.labels("rejected").inc(refused)
+                self.rejected += refused
+            self.sent += count - refused
             self.posts += 1
             budget -= count
             self._cap = self._batch
