@@ -14,7 +14,7 @@ from aiohttp import web
 from maasctl.contract.views import ModelRefView, SubscribedModel, SubscriptionView, Tier, model_ref_view
 from maasctl.maasapi.app import create_app
 from maasctl.maasapi.auth import StaticAuthenticator
-from maasctl.maasapi.models import probe_url
+from maasctl.maasapi.models import accessible, probe_url
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore
@@ -186,6 +186,23 @@ async def test_credentials_never_go_to_a_host_a_model_ref_names(
             assert ("ok", "Bearer alice-token", None) in model_servers.seen
     finally:
         await attacker.stop()
+
+
+@pytest.mark.parametrize("endpoint", ["http://exa mple.com/v1", "http://[::1/v1", "http://example.com:99999/v1",
+                                      "http://\u00e9\u0301.example/v1", "http://example.com/\x00/v1"])
+async def test_a_model_whose_url_cannot_be_sent_is_left_out_not_a_500(store: KeyStore, endpoint: str) -> None:
+    """Without a configured gateway the probe goes where the endpoint says: a URL the HTTP client refuses leaves
+    that model out of the list (it was a 500 for the whole list); the others are still listed."""
+    good = ModelRefView("llm", "ok", kind="ExternalModel", model_id="ok", endpoint="http://127.0.0.1:1/v1",
+                        phase="Ready")
+    odd = ModelRefView("llm", "odd", kind="ExternalModel", model_id="odd", endpoint=endpoint, phase="Ready")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"data": []})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        listed = await accessible(http, [odd, good], {"authorization": "Bearer t"}, per_probe=1, deadline=2)
+    assert good in listed
 
 
 def test_probe_target() -> None:

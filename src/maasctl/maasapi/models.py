@@ -101,7 +101,7 @@ async def probe(
     sent[PROBE_HEADER] = PROBE_HEADER_VALUE
     try:
         r = await asyncio.wait_for(http.get(url, headers=sent), timeout)
-    except (TimeoutError, httpx.HTTPError):
+    except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, ValueError):  # a URL no client can send: not listed
         return False
     return 200 <= r.status_code < 300 or r.status_code == 405
 
@@ -124,4 +124,5 @@ async def accessible(
         t.cancel()
     if pending:
         await asyncio.gather(*pending, return_exceptions=True)
-    return [m for m, t in zip(models, tasks, strict=True) if t in done and not t.cancelled() and t.result()]
+    return [m for m, t in zip(models, tasks, strict=True)
+            if t in done and not t.cancelled() and t.exception() is None and t.result()]
