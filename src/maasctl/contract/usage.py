@@ -167,8 +167,12 @@ def _lenient_int(value: Any) -> int | None:
 def _max_tokens(body: dict[str, Any]) -> int | None:
     """The largest completion limit any limit field allows: backends coerce numeric strings and whole floats
     and differ in which field they prefer, so the estimate's ceiling must cover every reading."""
-    limits = [n for n in (_lenient_int(body.get(field)) for field in _LIMIT_FIELDS) if n is not None and n > 0]
-    return max(limits) if limits else None
+    largest = 0
+    for field in _LIMIT_FIELDS:
+        value = body.get(field)
+        if value is not None:
+            largest = max(largest, (value if type(value) is int else _lenient_int(value)) or 0)
+    return min(largest, MAX_TOKENS) if largest > 0 else None
 
 
 def _too_deep(raw: bytes, limit: int) -> bool:
@@ -199,6 +203,8 @@ def _too_deep(raw: bytes, limit: int) -> bool:
 def _foreign_json(raw: bytes) -> bool:
     """True for JSON that is not plain UTF-8 text (a byte-order mark, UTF-16, UTF-32): Python's `json.loads`
     (FastAPI, vLLM) sniffs the encoding and reads it, so forwarding it unread would serve it uncounted."""
+    if raw[:1] == b"{" and raw[1:2] != b"\x00":  # the usual body: UTF-8 by the same rule detect_encoding applies
+        return False
     encoding = json.detect_encoding(raw)
     if encoding == "utf-8":
         return False
@@ -619,10 +625,19 @@ def _read_usage(usage: Any) -> tuple[dict[str, int], list[str]]:
     if not isinstance(usage, dict):
         return {}, []
     out: dict[str, int] = {}
-    malformed = [name for names in _COUNT_NAMES.values() for name in names
-                 if name in usage and not _well_formed(usage[name])]
+    malformed: list[str] = []
     for count, names in _COUNT_NAMES.items():
-        out[count] = max([0, *(_lenient_int(usage.get(name)) or 0 for name in names)])
+        best = 0
+        for name in names:
+            if name not in usage:
+                continue
+            value = usage[name]
+            if type(value) is int and value >= 0:  # the usual case (bool is not int here)
+                best = max(best, value)
+            else:
+                malformed.append(name)
+                best = max(best, _lenient_int(value) or 0)
+        out[count] = min(best, MAX_TOKENS)
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
     out["cached_tokens"] = _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
