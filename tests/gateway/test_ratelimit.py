@@ -4,6 +4,7 @@ in a real Redis server (shared by several gateway replicas)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -12,7 +13,8 @@ import pytest
 
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
-from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING, prepare_body, request_bound
+from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore, _redis_key
 from maasctl.gateway.ratelimit import RateDenial, Reservation, TokenRateLimiter, compile_token_rate_limit_policy
 from maasctl.testenv.redis import RedisServer, start_redis
 
@@ -122,14 +124,38 @@ async def test_sub_second_windows_are_not_enforced_like_kuadrant_truncation() ->
     assert await limiter.check(applied) is None
 
 
-async def test_the_estimate_learns_what_requests_use() -> None:
+async def test_the_reservation_is_the_requests_own_bound_at_most_the_smallest_limit() -> None:
     limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
-    applied = limiter.applicable(policy((RateTier(10_000, "1m"),)), "r", activation("alice"))
-    assert limiter.estimate(applied, prompt_estimate=20) == 40  # nothing learned: twice the prompt
+    applied = limiter.applicable(policy((RateTier(10_000, "1m"), RateTier(50_000, "1h"))), "r", activation("alice"))
+    assert limiter.estimate(applied, 4_120) == 4_120
+    assert limiter.estimate(applied, 90_000) == 10_000  # a request larger than the limit still fits an empty window
+    assert limiter.estimate(applied, 0) == 1
+    for _ in range(30):  # small requests teach it nothing: no caller can lower what the next ones reserve
+        assert await served(limiter, applied, 15, limiter.estimate(applied, 20))
+    assert limiter.estimate(applied, 4_120) == 4_120
+
+
+@pytest.mark.parametrize(("body", "bound"), [
+    ({"max_tokens": 4000}, 4000), ({"max_tokens": 4000, "n": 3}, 12_000), ({}, DEFAULT_COMPLETION_CEILING),
+    ({"n": 2}, 2 * DEFAULT_COMPLETION_CEILING), ({"max_completion_tokens": "30000"}, 30_000),
+])
+async def test_a_burst_of_long_requests_cannot_pass_a_limit(body: dict[str, Any], bound: int) -> None:
+    """The review's case: a 1,000-token limit, 30 small requests first (the old learned average fell to ~5),
+    then 500 concurrent requests that each may generate `bound` tokens: while they run, what is reserved never
+    lets the window be overrun by more than the one request an empty window admits."""
+    limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
+    applied = limiter.applicable(policy((RateTier(1_000, "1h"),)), "r", activation("alice"))
     for _ in range(30):
-        assert await served(limiter, applied, 15, limiter.estimate(applied, 5))
-    assert limiter.estimate(applied, prompt_estimate=5) == 15
-    assert limiter.estimate(applied, prompt_estimate=500) == 500  # never less than the prompt alone
+        small = prepare_body(b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}')
+        assert await served(limiter, applied, 5, limiter.estimate(applied, request_bound(small)))
+    prepared = prepare_body(json.dumps({"messages": [{"role": "user", "content": "hi"}], **body}).encode())
+    assert request_bound(prepared) >= bound
+    held = [await limiter.reserve(applied, limiter.estimate(applied, request_bound(prepared))) for _ in range(500)]
+    admitted = [h for h in held if isinstance(h, Reservation)]
+    assert len(admitted) == 1
+    for h in admitted:
+        await limiter.settle(h, applied, request_bound(prepared))
+    assert (await limiter.states(applied))[0].used <= 150 + request_bound(prepared)
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +192,27 @@ async def test_redis_counters_behave_like_the_in_process_ones(redis_url: str) ->
         await limiter.store.aclose()
 
 
+async def test_a_reservation_that_outlived_its_key_leaves_no_debt_in_redis(redis_url: str) -> None:
+    """A request longer than its window plus the grace settles after its reservation key expired: the settle
+    must not leave a negative reservation without TTL, which would hide later reservations (every request of a
+    burst admitted)."""
+    limiter = TokenRateLimiter(RedisCounterStore(redis_url))
+    try:
+        applied = limiter.applicable(policy((RateTier(1_000, "1m"),)), "r", activation("alice"))
+        long_one = await limiter.reserve(applied, 50_000)
+        assert isinstance(long_one, Reservation)
+        store = limiter.store
+        assert isinstance(store, RedisCounterStore)
+        reserved_key = _redis_key("maasctl:rl:", long_one.slots[0].key) + ":r"
+        await store._redis.delete(reserved_key)  # as if it expired while the request ran
+        await limiter.settle(long_one, applied, 10)
+        assert await store._redis.get(reserved_key) is None
+        burst = [await limiter.reserve(applied, 100) for _ in range(200)]  # in flight together
+        assert sum(isinstance(b, Reservation) for b in burst) == 10  # 10 + 10 x 100 > 1,000: the 11th is refused
+    finally:
+        await limiter.store.aclose()
+
+
 @pytest.mark.parametrize("concurrency", [10, 50, 100])
 async def test_two_replicas_sharing_redis_overshoot_by_at_most_one_request(redis_url: str, concurrency: int) -> None:
     """The concurrency hole: a burst against a 100-token window, served by two gateway replicas at once."""
@@ -173,12 +220,9 @@ async def test_two_replicas_sharing_redis_overshoot_by_at_most_one_request(redis
     per_request = 15
     try:
         applied = [r.applicable(policy((RateTier(100, "1m"),)), "r", activation("alice")) for r in replicas]
-        for replica, a in zip(replicas, applied, strict=True):  # both have served this caller before
-            replica._typical[(a[0].domain, a[0].limit.name)] = per_request
-
         async def one(i: int) -> bool:
             replica, a = replicas[i % 2], applied[i % 2]
-            got = await replica.reserve(a, replica.estimate(a, 5))
+            got = await replica.reserve(a, replica.estimate(a, per_request))  # a request that states its bound
             if isinstance(got, RateDenial):
                 return False
             await asyncio.sleep(random.uniform(0.001, 0.02))  # the model answers meanwhile

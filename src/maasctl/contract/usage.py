@@ -70,6 +70,7 @@ __all__ = [
     "charge_for",
     "prepare_body",
     "replace_spans",
+    "request_bound",
     "set_top_level_model",
     "usage_numbers",
 ]
@@ -668,6 +669,14 @@ class Charge:
     estimate_reason: str = ""
 
 
+def request_bound(body: PreparedBody, completion_ceiling: int = DEFAULT_COMPLETION_CEILING) -> int:
+    """The most a request can use as far as the gateway knows before the answer: the prompt estimate plus its
+    completion limit (else `completion_ceiling`) for each completion it asks for. What a token limit reserves
+    and what an unreadable answer is charged."""
+    completion = (body.max_tokens or completion_ceiling) * body.choices
+    return min(body.prompt_estimate + completion, MAX_TOKENS)
+
+
 def charge_for(status: int, usage: Any, body: PreparedBody, termination: str, *,
                completion_ceiling: int = DEFAULT_COMPLETION_CEILING) -> Charge:
     """The tokens to charge for a request (see the module docstring for the estimate). Usage with a malformed
@@ -681,8 +690,7 @@ def charge_for(status: int, usage: Any, body: PreparedBody, termination: str, *,
         return Charge(numbers, read)
     if not 200 <= status < 300:
         return Charge(numbers, read)
-    completion = min((body.max_tokens or completion_ceiling) * body.choices, MAX_TOKENS)
-    estimate = min(max(2, body.prompt_estimate + completion), MAX_TOKENS)
+    estimate = max(2, request_bound(body, completion_ceiling))
     if malformed:
         reason = f"usage malformed in the answer ({', '.join(malformed)})"
     elif termination == "complete":

@@ -150,7 +150,9 @@ _SETTLE = """
 local reserved = tonumber(ARGV[1])
 local actual = tonumber(ARGV[2])
 for i = 1, #KEYS / 2 do
-  if reserved > 0 then redis.call('DECRBY', KEYS[2*i], reserved) end
+  if reserved > 0 and redis.call('DECRBY', KEYS[2*i], reserved) <= 0 then
+    redis.call('DEL', KEYS[2*i])  -- nothing left in flight (or the key had expired: never a debt without TTL)
+  end
   if actual > 0 then
     if redis.call('EXISTS', KEYS[2*i-1]) == 0 then
       redis.call('SET', KEYS[2*i-1], actual, 'EX', tonumber(ARGV[i+2]))

@@ -174,7 +174,6 @@ class TokenRateLimiter:
         self.store: CounterStore = store or MemoryCounterStore()
         self._memo: dict[str, list[AppliedLimit]] = {}
         self._memo_size = memo_size
-        self._typical: dict[tuple[str, str], float] = {}  # (domain, limit name) -> average tokens per request
         self._slot_names: dict[CounterKey, tuple[str, str]] = {}  # for messages: limit name and window text
 
     def applicable(
@@ -230,13 +229,15 @@ class TokenRateLimiter:
         return tuple(Slot(item.key(rate), rate.limit) for item in applied for rate in item.limit.rates
                      if rate.seconds > 0)
 
-    def estimate(self, applied: list[AppliedLimit], prompt_estimate: int) -> int:
-        """Tokens to reserve for a request: what requests under these limits used on average (learned from
-        settled requests), never less than the prompt alone; twice the prompt until something is learned."""
-        typical = [self._typical[(a.domain, a.limit.name)] for a in applied if (a.domain, a.limit.name)
-                   in self._typical]
-        guess = max(typical) if typical else 2 * prompt_estimate
-        return max(1, prompt_estimate, round(guess))
+    @staticmethod
+    def estimate(applied: list[AppliedLimit], bound: int) -> int:
+        """Tokens to reserve for a request: its own bound (`contract.usage.request_bound`: the prompt estimate
+        plus its completion limit for each completion, the completion ceiling when it states none), at most the
+        smallest limit that applies, so a request still fits an empty window (requests whose bound is the whole
+        limit then pass one at a time). Never a learned average: a caller could lower that with small requests
+        and then burst long ones past the limit."""
+        limits = [rate.limit for item in applied for rate in item.limit.rates if rate.seconds > 0]
+        return max(1, min([bound, *limits]))
 
     def _denial(self, denied: Denied) -> RateDenial:
         slot, usage = denied.slot, denied.usage
@@ -264,15 +265,8 @@ class TokenRateLimiter:
         return Reservation(slots, amount)
 
     async def settle(self, reservation: Reservation, applied: list[AppliedLimit], tokens: int) -> None:
-        """Count the request's `tokens` and release its reservation; learn what requests typically use."""
+        """Count the request's `tokens` and release its reservation."""
         await self.store.settle([s.key for s in reservation.slots], reservation.amount, max(0, tokens))
-        if tokens > 0:
-            for item in applied:
-                key = (item.domain, item.limit.name)
-                old = self._typical.get(key)
-                self._typical[key] = tokens if old is None else 0.8 * old + 0.2 * tokens
-            if len(self._typical) > 100_000:
-                self._typical.clear()
 
     async def report(self, applied: list[AppliedLimit], tokens: int) -> None:
         """Count `tokens` without a reservation (a request admitted elsewhere)."""
