@@ -8,14 +8,25 @@ The engine is NVIDIA NeMo Guardrails' server. One check is `POST <url>/v1/chat/c
 `model: ""` (the configuration's own models decide; the caller never picks the guard model). A rail that
 stops the conversation (`activated_rails[].stop`) blocks, and its name is the guardrail named in the error.
 
-- Input: every message's text (all roles, content parts joined) is checked as one user message, so content
-  hidden in a system, assistant or earlier message is checked too; `prompt` for completions. A guarded body
-  the gateway cannot read (not a JSON object with `messages` or `prompt`) is refused (400), never passed.
-- Output (`OutputGuard`, a wrapper around the ASGI `send`): JSON answers are held back, their choices' text
-  checked, then sent or replaced by the error. Event streams are checked in chunks: events are held until
-  `stream_chunk_chars` new characters arrived (or the stream ended), the text so far is checked, and the held
-  events are released; a block ends the stream with an error event and `[DONE]`. Error answers (non-2xx) are
-  not checked.
+Deny by default: what the rails did not read reaches neither the model nor the client.
+
+- Input (`input_text`): everything the model reads is checked as one user message — every message's text (all
+  roles, content parts joined, tool call names and arguments, reasoning), `prompt` (a string or strings),
+  Responses `input` (text or message/tool items) and `instructions`, Anthropic `system`, `suffix`, `tools`,
+  `documents`. A guarded body whose model input the rails cannot read is refused (400
+  `guardrails_unreadable`), never passed: not a JSON object, not exactly one of messages/prompt/input, token
+  ids, non-text parts (images, audio, files), `chat_template`, `chat_template_kwargs` holding strings,
+  `prompt_embeds`, stored context (`previous_response_id`, `conversation`, item references, encrypted
+  reasoning), and — when the caller passes the upstream path — endpoints other than completions, chat
+  completions, responses, messages and embeddings.
+- Output (`OutputGuard`, a wrapper around the ASGI `send`): JSON answers are held back, their text (choices'
+  messages and deltas with reasoning, refusals and tool calls; Responses output items; Anthropic content
+  blocks) checked, then sent or replaced by the error. Event streams are checked in chunks: events are held
+  until `stream_chunk_chars` new characters arrived (or the stream ended), the text so far is checked, and
+  the held events are released; a block ends the stream with an error event and `[DONE]`. A 2xx answer the
+  rails cannot read (an unknown shape, an unknown event, a compressed or binary body, duplicate JSON keys) is
+  blocked the same way with `guardrails_unreadable`, whatever the failure policy, and charged as a blocked
+  answer. Error answers (non-2xx) are not checked.
 - Blocked: 400 `{"error": {"type": "invalid_request_error", "code": "guardrail_blocked", "message": ...,
   "param": "input"|"output"}}` naming the configuration and the rail; `X-MaaS-Guardrail: <config>/<rail>`.
 - Engine down, slow (the settings' timeout) or failing: FailClosed -> 503 `guardrails_unavailable`; FailOpen
@@ -33,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -44,7 +56,8 @@ from prometheus_client import Counter, Histogram
 from maasctl.contract.guardrails import GuardrailsBinding
 from maasctl.contract.usage import PreparedBody
 
-__all__ = ["GuardCheck", "GuardrailsClient", "OutputGuard", "Verdict", "input_text"]
+__all__ = ["GuardCheck", "GuardrailsClient", "OutputGuard", "Unreadable", "Verdict", "answer_text", "guarded_endpoint",
+           "input_text", "output_text", "request_text", "stream_event_text"]
 
 log = logging.getLogger("maasctl.gateway.guardrails")
 
@@ -89,48 +102,354 @@ class GuardCheck:
             self.outcome = "fail_open"
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
+# --- what the rails read -------------------------------------------------------------------------------
+# Deny by default: text the model would read, or the client would get, that these readers do not understand
+# raises `Unreadable`; the request is refused (400 `guardrails_unreadable`) or the answer blocked.
+
+
+class Unreadable(ValueError):
+    """Content the rails cannot read but the model (request) or the client (answer) would."""
+
+
+_TEXT_PARTS: Final = frozenset({"text", "input_text", "output_text", "summary_text", "reasoning_text"})
+_PROMPT_FIELDS: Final = ("messages", "prompt", "input")
+# Read besides the prompt: instructions and system prompts, fill-in-the-middle suffix, tool descriptions and
+# vLLM's `documents` are all rendered into what the model reads.
+_EXTRA_FIELDS: Final = ("instructions", "system", "suffix", "tools", "functions", "documents")
+# Model input the rails cannot see: a template of the caller's own, precomputed embeddings, stored context.
+_REFUSED_FIELDS: Final = ("chat_template", "prompt_embeds", "previous_response_id", "conversation")
+_MESSAGE_META: Final = frozenset({"role", "tool_call_id", "id", "type", "status", "call_id"})
+_ENDPOINTS: Final = frozenset({"completions", "responses", "messages", "embeddings"})  # chat/completions too
+_ANTHROPIC_QUIET: Final = frozenset({"content_block_stop", "message_delta", "message_stop", "ping"})
+# Keys of a Responses stream event that are bookkeeping, not text the client reads.
+_RESPONSES_EVENT_META: Final = frozenset({"type", "sequence_number", "item_id", "output_index", "content_index",
+                                          "summary_index", "annotation_index", "obfuscation"})
+_RESPONSES_EVENT_TEXT: Final = ("delta", "text", "refusal", "arguments", "input")
+
+
+def _strings(value: Any, *, keys: bool = False) -> list[str]:
+    """Every string in a JSON value; with `keys`, mapping keys too (tool schemas name parameters with keys,
+    completions logprobs name tokens with keys)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [text for key, item in value.items()
+                for text in ([str(key)] if keys else []) + _strings(item, keys=keys)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item, keys=keys)]
+    return []
+
+
+def _string(value: Any, what: str) -> str:
+    """A text field: absent or null is empty; anything but a string is not text the rails can read."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Unreadable(f"{what} is not a string")
+    return value
+
+
+def _part_text(part: Any, *, answer: bool) -> str:
+    """One content part or block (OpenAI chat, Responses, Anthropic). Non-text parts (images, audio, files,
+    documents) carry content the text rails cannot judge, so they are unreadable."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, Mapping):
+        raise Unreadable("a content part is not an object")
+    kind = part.get("type")
+    if kind in _TEXT_PARTS or (kind is None and "text" in part):
+        return _string(part.get("text"), "a text part")
+    if kind in ("refusal", "thinking"):
+        return _string(part.get(kind), f"a {kind} part")
+    if kind in ("tool_use", "server_tool_use"):
+        return "\n".join([_string(part.get("name"), "a tool name"), *_strings(part.get("input"))])
+    if kind == "tool_result":
+        return _content_text(part.get("content"), answer=answer)
+    if kind == "redacted_thinking" and answer:
+        return ""  # encrypted: the client cannot read it either
+    raise Unreadable(f"a content part of type {kind!r}")
+
+
+def _content_text(content: Any, *, answer: bool = False) -> str:
+    """A message's content: a string, null, or a list of parts (joined by newlines, as before)."""
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "\n".join(_text(part.get("text", "") if isinstance(part, Mapping) else part) for part in content)
-    return "" if content is None else json.dumps(content, ensure_ascii=False)
+        return "\n".join(_part_text(part, answer=answer) for part in content)
+    raise Unreadable("message content is neither a string nor a list of parts")
 
 
-def input_text(body: PreparedBody) -> str | None:
-    """Everything the caller wrote that the model will read, or None when the body cannot be read."""
-    try:
-        data = json.loads(body.content)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    if isinstance(data.get("messages"), list):
-        return "\n\n".join(_text(m.get("content")) if isinstance(m, Mapping) else _text(m)
-                           for m in data["messages"])
-    if "prompt" in data:
-        return _text(data["prompt"])
-    if "input" in data:
-        return _text(data["input"])
+def _message_text(message: Any) -> str:
+    """A chat message: its content, then every other field's strings (name, tool call names and arguments,
+    reasoning, refusal), since chat templates render them for the model."""
+    if not isinstance(message, Mapping):
+        raise Unreadable("a message is not an object")
+    extra = [text for key, value in message.items() if key != "content" and key not in _MESSAGE_META
+             for text in _strings(value)]
+    return "\n".join([_content_text(message.get("content")), *extra])
+
+
+def _item_text(item: Any, *, answer: bool) -> str:
+    """A Responses API item (input or output). Items that point at stored content or carry non-text results
+    are unreadable."""
+    if not isinstance(item, Mapping):
+        raise Unreadable("an item is not an object")
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        if answer:
+            return _content_text(item.get("content"), answer=True)
+        return _message_text({k: v for k, v in item.items() if k != "type"})
+    if kind == "reasoning":
+        if item.get("encrypted_content") and not answer:
+            raise Unreadable("encrypted reasoning")
+        return "\n".join(_part_text(p, answer=answer) for key in ("summary", "content") for p in item.get(key) or ())
+    if kind in ("function_call", "custom_tool_call"):
+        return "\n".join(_strings([item.get("name"), item.get("arguments"), item.get("input")]))
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        return _content_text(item.get("output"), answer=answer)
+    raise Unreadable(f"an item of type {kind!r}")
+
+
+def _prompt_text(prompt: Any) -> str:
+    """`prompt` (completions) or `input` as a string or a list of strings. Token ids are unreadable: the rails
+    read text, and the gateway does not have the model's tokenizer."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        return "\n\n".join(prompt)
+    raise Unreadable("the prompt is not text (token ids or another shape)")
+
+
+def _input_field_text(value: Any) -> str:
+    """Responses/embeddings `input`: text, a list of strings, or a list of items (messages, tool calls)."""
+    if isinstance(value, list) and value and any(isinstance(v, Mapping) for v in value):
+        return "\n\n".join(_item_text(item, answer=False) for item in value)
+    return _prompt_text(value)
+
+
+def _refusal(data: Mapping[str, Any]) -> str | None:
+    """Why a guarded body must be refused whatever its text says, or None."""
+    present = [name for name in _PROMPT_FIELDS if name in data]
+    if len(present) != 1:
+        return "the body must carry exactly one of messages, prompt or input"
+    for name in _REFUSED_FIELDS:
+        if data.get(name) is not None:
+            return f"{name} is not checked by guardrails"
+    kwargs = data.get("chat_template_kwargs")
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and not any(_strings(v) for v in kwargs.values())):
+        return "chat_template_kwargs may only hold flags and numbers"  # strings can reach the rendered prompt
     return None
 
 
-def output_text(data: Any) -> str:
-    """The text of a chat/completions answer (all choices)."""
+def request_text(data: Any) -> str:
+    """Everything the model will read from a guarded JSON request; raises Unreadable otherwise."""
     if not isinstance(data, Mapping):
-        return ""
-    parts: list[str] = []
-    for choice in data.get("choices") or ():
+        raise Unreadable("the body is not a JSON object")
+    refused = _refusal(data)
+    if refused is not None:
+        raise Unreadable(refused)
+    if "messages" in data:
+        if not isinstance(data["messages"], list):
+            raise Unreadable("messages is not a list")
+        body = "\n\n".join(_message_text(m) for m in data["messages"])
+    elif "prompt" in data:
+        body = _prompt_text(data["prompt"])
+    else:
+        body = _input_field_text(data["input"])
+    head = [_content_text(data.get(name)) for name in ("instructions", "system") if data.get(name) is not None]
+    tail = [text for name in _EXTRA_FIELDS[2:] for text in _strings(data.get(name), keys=True)]
+    return "\n\n".join([*head, body, *tail])
+
+
+def guarded_endpoint(path: str) -> bool:
+    """Endpoints whose requests and answers the rails read; a guarded model is served on these only."""
+    return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] in _ENDPOINTS
+
+
+def input_text(body: PreparedBody, path: str | None = None) -> str | None:
+    """Everything the caller wrote that the model will read, or None when the rails cannot read all of it
+    (refused with 400 `guardrails_unreadable`). `path`, when given, is the upstream path: other endpoints of a
+    guarded model are refused too."""
+    if path is not None and not guarded_endpoint(path):
+        return None
+    try:
+        return request_text(json.loads(body.content))
+    except (Unreadable, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        log.debug("guarded request unreadable: %s", exc)
+        return None
+
+
+def _loads(raw: bytes | str) -> Any:
+    """Strict JSON for answers: a duplicated key could be read one way here and another way by the client."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        result = dict(items)
+        if len(result) != len(items):
+            raise Unreadable("duplicate keys")
+        return result
+    return json.loads(raw, object_pairs_hook=pairs)
+
+
+def _answer_message_text(message: Any) -> str:
+    """An answer's message or delta: content plus every other field (reasoning, refusal, tool calls...).
+    Audio the client would hear is unreadable."""
+    if not isinstance(message, Mapping):
+        raise Unreadable("a message is not an object")
+    audio = message.get("audio")
+    if isinstance(audio, Mapping) and audio.get("data"):
+        raise Unreadable("audio output")
+    extra = [text for key, value in message.items() if key not in ("content", "role", "audio")
+             for text in _strings(value)]
+    transcript = [audio["transcript"]] if isinstance(audio, Mapping) and isinstance(audio.get("transcript"), str) \
+        else []
+    return "".join([_content_text(message.get("content"), answer=True), *extra, *transcript])
+
+
+def _choices_text(data: Mapping[str, Any]) -> str:
+    """chat/completions and completions answers and chunks: every choice's message, delta, text, logprobs."""
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise Unreadable("choices is not a list")
+    parts: list[str] = _strings(data.get("error"))
+    for choice in choices:
         if not isinstance(choice, Mapping):
-            continue
-        message = choice.get("message") or choice.get("delta") or {}
-        if isinstance(message, Mapping):
-            parts.append(_text(message.get("content")))
-            if message.get("tool_calls"):
-                parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-        if "text" in choice:
-            parts.append(_text(choice.get("text")))
+            raise Unreadable("a choice is not an object")
+        parts.extend(_answer_message_text(choice[key]) for key in ("message", "delta") if choice.get(key) is not None)
+        parts.append(_string(choice.get("text"), "a choice's text"))
+        parts.extend(_strings(choice.get("logprobs"), keys=True))
     return "".join(parts)
+
+
+def _response_text(data: Mapping[str, Any]) -> str:
+    """A Responses API object: its output items (and the `output_text` convenience field when present)."""
+    output = data.get("output")
+    if output is not None and not isinstance(output, list):
+        raise Unreadable("output is not a list")
+    parts = [_item_text(item, answer=True) for item in output or ()]
+    return "".join([_string(data.get("output_text"), "output_text"), *parts, *_strings(data.get("error"))])
+
+
+def _anthropic_text(data: Mapping[str, Any]) -> str:
+    """An Anthropic-style message: its content blocks."""
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise Unreadable("content is not a list of blocks")
+    return "".join(_part_text(block, answer=True) for block in content)
+
+
+def _embeddings(data: Mapping[str, Any]) -> bool:
+    """An embeddings answer: vectors, no text (the input they embed was checked)."""
+    items = data.get("data")
+    return data.get("object") == "list" and isinstance(items, list) and all(
+        isinstance(i, Mapping) and i.get("object") == "embedding" and set(i) <= {"object", "embedding", "index"}
+        for i in items)
+
+
+def answer_text(data: Any) -> str:
+    """The text of a JSON answer of a shape the rails know; raises Unreadable for any other shape."""
+    if not isinstance(data, Mapping):
+        raise Unreadable("the answer is not a JSON object")
+    if "choices" in data:
+        return _choices_text(data)
+    if data.get("object") == "response" or "output" in data:
+        return _response_text(data)
+    if data.get("type") == "message":
+        return _anthropic_text(data)
+    if _embeddings(data):
+        return ""
+    raise Unreadable("an answer of an unknown shape")
+
+
+def output_text(data: Any) -> str | None:
+    """The text of a JSON answer (all choices, items or blocks), or None when it cannot all be read."""
+    try:
+        return answer_text(data)
+    except Unreadable:
+        return None
+
+
+def _responses_event_text(data: Mapping[str, Any]) -> str:
+    """A Responses stream event: its text fields, part, item or response; any other field is unreadable (a
+    partial image, a tool's result)."""
+    parts: list[str] = []
+    for key, value in data.items():
+        if key in _RESPONSES_EVENT_META or value is None:
+            continue
+        if key in _RESPONSES_EVENT_TEXT or key in ("logprobs", "annotation"):
+            parts.extend(_strings(value, keys=key == "logprobs"))
+        elif key == "part":
+            parts.append(_part_text(value, answer=True))
+        elif key == "item":
+            parts.append(_item_text(value, answer=True))
+        elif key == "response" and isinstance(value, Mapping):
+            parts.append(_response_text(value))
+        else:
+            raise Unreadable(f"event field {key!r}")
+    return "".join(parts)
+
+
+def _anthropic_event_text(data: Mapping[str, Any], kind: str) -> str:
+    """An Anthropic stream event: message start, content block start and deltas."""
+    if kind in _ANTHROPIC_QUIET:
+        return ""
+    if kind == "message_start":
+        return _anthropic_text(data.get("message") or {})
+    if kind == "content_block_start":
+        return _part_text(data.get("content_block"), answer=True)
+    delta = data.get("delta")
+    if kind != "content_block_delta" or not isinstance(delta, Mapping):
+        raise Unreadable(f"event {kind!r}")
+    fields = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+    if delta.get("type") in fields:
+        return _string(delta.get(fields[str(delta["type"])]), "a delta")
+    if delta.get("type") == "signature_delta":
+        return ""
+    if delta.get("type") == "citations_delta":
+        return "".join(_strings(delta.get("citation")))
+    raise Unreadable(f"a delta of type {delta.get('type')!r}")
+
+
+def stream_event_text(data: Any) -> str:
+    """The text of one stream event's JSON data (chat chunks, Responses and Anthropic events, errors)."""
+    if not isinstance(data, Mapping):
+        raise Unreadable("an event that is not a JSON object")
+    kind = data.get("type")
+    if "choices" in data:
+        return _choices_text(data)
+    if isinstance(kind, str) and kind.startswith("response."):
+        return _responses_event_text(data)
+    if isinstance(kind, str) and kind in (*_ANTHROPIC_QUIET, "message_start", "content_block_start",
+                                          "content_block_delta"):
+        return _anthropic_event_text(data, kind)
+    if kind == "error" or set(data) == {"error"}:
+        return "".join(_strings({k: v for k, v in data.items() if k != "type"}))
+    raise Unreadable("an event of an unknown shape")
+
+
+def _event_data(event: bytes) -> bytes:
+    """The `data` of one event as a client assembles it: data lines joined by newlines."""
+    return b"\n".join(line[5:].removeprefix(b" ") for line in event.splitlines() if line.startswith(b"data:"))
+
+
+def _event_text(event: bytes) -> str | None:
+    """The text a client reads from one event; None when it cannot all be read. Data that is not JSON is
+    checked as the characters the client gets."""
+    data = _event_data(event)
+    if not data.strip() or data.strip() == b"[DONE]":
+        return ""
+    try:
+        chars = data.decode()
+    except UnicodeDecodeError:
+        return None
+    try:
+        value = _loads(chars)
+    except Unreadable:
+        return None
+    except (ValueError, RecursionError):
+        return chars
+    try:
+        return stream_event_text(value)
+    except (Unreadable, RecursionError):
+        return None
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
@@ -195,6 +514,25 @@ class GuardrailsClient:
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
+# An event ends at a blank line; a line ends at CRLF, LF or CR (the SSE grammar, as clients parse it).
+_EVENT_END: Final = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
+_UNREADABLE_ANSWER: Final = "guardrails apply to this model and cannot read its answer"
+
+
+def _answer_body_text(raw: bytes) -> str | None:
+    """The text of a whole non-stream answer, or None when the rails cannot read all of it. JSON must be of a
+    known shape; other UTF-8 bodies are checked as the characters the client gets; anything else is not."""
+    try:
+        chars = raw.decode()
+    except UnicodeDecodeError:
+        return None
+    try:
+        return output_text(_loads(chars))
+    except Unreadable:
+        return None
+    except (ValueError, RecursionError):
+        return chars
+
 
 @dataclass
 class OutputGuard:
@@ -207,6 +545,7 @@ class OutputGuard:
     _start: MutableMapping[str, Any] | None = None
     _passthrough: bool = False
     _sse: bool = False
+    _encoded: bool = False
     _held: list[bytes] = field(default_factory=list)
     _held_size: int = 0
     _buffer: bytes = b""
@@ -214,6 +553,7 @@ class OutputGuard:
     _checked: int = 0
     _blocked: bool = False
     _started: bool = False
+    _events: int = 0
 
     @property
     def blocked(self) -> bool:
@@ -226,6 +566,8 @@ class OutputGuard:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message.get("headers", [])}
             self._passthrough = not 200 <= status < 300
             self._sse = "text/event-stream" in headers.get("content-type", "")
+            # the gateway asks for identity; a compressed answer cannot be read here, so it is not passed
+            self._encoded = headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
             if self._passthrough:
                 await self._send_start()
             return
@@ -236,7 +578,9 @@ class OutputGuard:
             return
         chunk: bytes = message.get("body", b"")
         more = bool(message.get("more_body"))
-        if self._sse:
+        if self._encoded:
+            await self._unreadable()
+        elif self._sse:
             await self._feed_sse(chunk, more)
         else:
             await self._feed_json(chunk, more)
@@ -259,6 +603,27 @@ class OutputGuard:
         self.check.add(verdict)
         return verdict
 
+    async def _unreadable(self) -> None:
+        """An answer the rails cannot read is blocked like a blocked answer (charged what the model produced),
+        whatever the failure policy: FailOpen is about the engine being down, not about unread content."""
+        self._blocked = True
+        self.check.outcome = "blocked_output"
+        CHECKS.labels(self.check.binding.config, "output", "unreadable").inc()
+        err = {"message": _UNREADABLE_ANSWER, "type": "invalid_request_error", "code": "guardrails_unreadable",
+               "param": "output"}
+        if self._sse and not self._encoded:  # as a blocked stream ends
+            await self._end_stream(err)
+        else:
+            await self._refuse(400, json.dumps({"error": err}).encode(), None)
+
+    async def _end_stream(self, err: Mapping[str, Any]) -> None:
+        """End a stream with an error event and `[DONE]`, dropping what is held (never checked text)."""
+        self.check.client_status = self.check.client_status or 200
+        await self._send_start()
+        tail = f"data: {json.dumps({'error': err})}\n\ndata: [DONE]\n\n".encode()
+        await self.send({"type": "http.response.body", "body": tail, "more_body": False})
+        self._held = []
+
     async def _feed_json(self, chunk: bytes, more: bool) -> None:
         self._held.append(chunk)
         self._held_size += len(chunk)
@@ -271,10 +636,10 @@ class OutputGuard:
         if more:
             return
         raw = b"".join(self._held)
-        try:
-            text = output_text(json.loads(raw))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            text = raw.decode(errors="replace")
+        text = _answer_body_text(raw)
+        if text is None:
+            await self._unreadable()
+            return
         verdict = await self._verdict(text)
         if verdict.outcome == "blocked":
             self._blocked = True
@@ -291,20 +656,34 @@ class OutputGuard:
         await self._send_start()
         await self.send({"type": "http.response.body", "body": raw})
 
+    def _take_event(self, event: bytes) -> bool:
+        """Hold one event and add its text; False when it cannot be read."""
+        self._held.append(event)
+        if self._events == 0:
+            event = event.removeprefix(b"\xef\xbb\xbf")  # clients drop a leading byte-order mark
+        self._events += 1
+        text = _event_text(event)
+        if text is None:
+            return False
+        self._text += text
+        return True
+
     async def _feed_sse(self, chunk: bytes, more: bool) -> None:
         self._buffer += chunk
-        while True:
-            cut = self._buffer.find(b"\n\n")
-            if cut < 0:
-                break
-            event, self._buffer = self._buffer[: cut + 2], self._buffer[cut + 2:]
-            self._held.append(event)
-            self._text += _event_text(event)
+        while (end := _EVENT_END.search(self._buffer)) is not None:
+            event, self._buffer = self._buffer[: end.end()], self._buffer[end.end():]
+            if not self._take_event(event):
+                await self._unreadable()
+                return
+        if len(self._buffer) > MAX_HELD_BYTES:  # one event this large is no answer the rails can check
+            await self._unreadable()
+            return
         if not more:
             if self._buffer:
-                self._held.append(self._buffer)
-                self._text += _event_text(self._buffer)
-                self._buffer = b""
+                event, self._buffer = self._buffer, b""
+                if not self._take_event(event):
+                    await self._unreadable()
+                    return
             await self._release(final=True)
         elif len(self._text) - self._checked >= self.stream_chunk_chars > 0:
             await self._release(final=False)
@@ -325,23 +704,9 @@ class OutputGuard:
                     self.check.outcome = "unavailable"
                     err = {"message": verdict.reason, "type": "api_error", "code": "guardrails_unavailable",
                            "param": None}
-                self.check.client_status = self.check.client_status or 200
-                await self._send_start()
-                tail = f"data: {json.dumps({'error': err})}\n\ndata: [DONE]\n\n".encode()
-                await self.send({"type": "http.response.body", "body": tail, "more_body": False})
-                self._held = []
+                await self._end_stream(err)
                 return
         await self._send_start()
         body = b"".join(self._held)
         self._held = []
         await self.send({"type": "http.response.body", "body": body, "more_body": not final})
-
-
-def _event_text(event: bytes) -> str:
-    data = b"".join(line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:"))
-    if not data or data.strip() == b"[DONE]":
-        return ""
-    try:
-        return output_text(json.loads(data))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return ""

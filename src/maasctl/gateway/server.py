@@ -46,6 +46,7 @@ from maasctl.contract.usage import (
     Termination,
     charge_for,
     prepare_body,
+    request_bound,
 )
 from maasctl.eventloop import tune_gc
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
@@ -375,7 +376,8 @@ class Gateway:
         if trlp is not None:
             activation = {"request": request.attributes(), "auth": outcome.filters}
             applied = self.limiter.applicable(trlp, route, activation)
-            admitted = await self.limiter.reserve(applied, self.limiter.estimate(applied, body.prompt_estimate))
+            bound = request_bound(body, self.settings.completion_ceiling)
+            admitted = await self.limiter.reserve(applied, self.limiter.estimate(applied, bound))
             if isinstance(admitted, RateDenial):
                 await _respond(send, 429, _error_body(
                     429, f"token limit {admitted.limit} per {admitted.window} exceeded", "rate_limited"),
@@ -404,7 +406,7 @@ class Gateway:
 
     async def _guard_input(self, send: Send, ex: _Exchange, binding: GuardrailsBinding) -> bool:
         """Input rails; False when the request was answered here (blocked or refused, settled and recorded)."""
-        text = guard_input_text(ex.body)
+        text = guard_input_text(ex.body, ex.match.upstream_path)
         ex.guard = GuardCheck(binding, prompt=text or "")
         if text is None:
             ex.guard.outcome = "unavailable"
