@@ -3,8 +3,9 @@
 Starts the whole local stack (control plane, controller, maas-api, test model, gateway) with its token
 counters in a real Redis server, then two more gateway replicas of the same Gateway: one sharing that Redis,
 one counting in process. Each scenario gets its own subscription (100 tokens per hour, the test model answers
-15 tokens a request), a key, one warm-up request per replica it uses (so each has learned what a request
-costs), then C requests at once spread round-robin over its replicas. Overshoot = tokens served in the window
+15 tokens a request), a key, one warm-up request per replica it uses, then C requests at once spread
+round-robin over its replicas. Each reserves its own bound (prompt estimate plus `--max-tokens`, or the
+completion ceiling when the request states none), at most the limit. Overshoot = tokens served in the window
 beyond the limit.
 
 Then what the gateway costs (API key auth, subscription selection by maas-api, reservation on every rate,
@@ -12,7 +13,7 @@ settlement, usage record to maas-api) on an unlimited subscription: N sequential
 directly and through the gateway with each counter store (p50/p99), and requests/s with C concurrent clients.
 
     .venv/bin/python benchmarks/overshoot_bench.py [--concurrency 10,50,100] [--requests 300] [--clients 16]
-        [--max-seconds 30] [--json]
+        [--max-seconds 30] [--max-tokens N] [--json]
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ async def mint(http: aiohttp.ClientSession, stack: LocalStack, user: str, subscr
 PAYLOAD = {"model": "gpt-x", "messages": [{"role": "user", "content": "hello"}]}
 
 
-async def chat(http: aiohttp.ClientSession, base: str, key: str) -> int:
-    async with http.post(f"{base}/{NS}/gpt/v1/chat/completions", json=PAYLOAD,
+async def chat(http: aiohttp.ClientSession, base: str, key: str, max_tokens: int | None = None) -> int:
+    payload = PAYLOAD if max_tokens is None else {**PAYLOAD, "max_tokens": max_tokens}
+    async with http.post(f"{base}/{NS}/gpt/v1/chat/completions", json=payload,
                          headers={"Authorization": f"Bearer {key}"}) as resp:
         await resp.read()
         return resp.status
@@ -145,11 +147,11 @@ async def charged(http: aiohttp.ClientSession, stack: LocalStack, subscription: 
 
 
 async def burst(http: aiohttp.ClientSession, stack: LocalStack, urls: dict[str, str], scenario: Scenario,
-                key: str) -> dict[str, Any]:
+                key: str, max_tokens: int | None = None) -> dict[str, Any]:
     for name in scenario.gateways:
         await served_once(http, urls[name], key)
     bases = [urls[scenario.gateways[i % len(scenario.gateways)]] for i in range(scenario.concurrency)]
-    statuses = await asyncio.gather(*(chat(http, base, key) for base in bases))
+    statuses = await asyncio.gather(*(chat(http, base, key, max_tokens) for base in bases))
     served = statuses.count(200)
     other = [s for s in statuses if s not in (200, 429)]
     if other:
@@ -234,7 +236,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rows = []
             for scenario in scenarios:
                 key = await mint(http, stack, "alice", scenario.subscription)
-                row = await burst(http, stack, urls, scenario, key)
+                row = await burst(http, stack, urls, scenario, key, args.max_tokens)
                 row["setup"] = labels[scenario.label]
                 rows.append(row)
                 print(row, file=sys.stderr)
@@ -286,6 +288,8 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=300, help="sequential requests per path")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients for requests/s")
     parser.add_argument("--max-seconds", type=float, default=30, help="time bound of each requests/s run")
+    parser.add_argument("--max-tokens", type=int, help="max_tokens of the burst requests (default: none stated, "
+                        "so each reserves the completion ceiling, at most the limit)")
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
     out = asyncio.run(main(ns))
