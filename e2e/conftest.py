@@ -195,7 +195,9 @@ class World:
         port = workload["spec"]["ports"][0]["port"]
         return [
             {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
-             "metadata": {"name": name, "namespace": ns}, "spec": {}},
+             "metadata": {"name": name, "namespace": ns},
+             # the route below stands in for KServe's: the LLMInferenceService names it (`refs`)
+             "spec": {"router": {"route": {"http": {"refs": [{"name": f"{name}-kserve-route"}]}}}}},
             workload,
             {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
              "metadata": {"name": f"{name}-kserve-route", "namespace": ns, "labels": {

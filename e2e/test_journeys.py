@@ -22,7 +22,8 @@ async def test_publish_list_mint_and_call(world: World) -> None:
     ns, stack = world.namespace, world.stack
     assert stack.incluster_model_url is not None
     llm = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
-           "metadata": {"name": "granite", "namespace": ns}, "spec": {}}
+           "metadata": {"name": "granite", "namespace": ns},
+           "spec": {"router": {"route": {"http": {"refs": [{"name": "granite-kserve-route"}]}}}}}
     workload = world.workload_service("granite-workload", stack.incluster_model_url)
     port = workload["spec"]["ports"][0]["port"]
     route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",

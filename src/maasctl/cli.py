@@ -49,6 +49,10 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant-gateway", action="append", default=None, metavar="NAMESPACE/NAME",
                    help="a further Gateway this controller manages (repeatable; env MAASCTL_TENANT_GATEWAYS, "
                    "comma-separated): subscriptions may be bound to it with spec.gatewayRef")
+    p.add_argument("--provider-service-namespace", dest="provider_service_namespaces", action="append",
+                   default=None, metavar="NAMESPACE",
+                   help="a namespace whose Services any ExternalModel may name as its endpoint (repeatable; env "
+                   "MAASCTL_PROVIDER_SERVICE_NAMESPACES, comma-separated); by default only its own namespace's")
     p.add_argument("--subscription-namespace",
                    default=env_default("subscription_namespace", d.subscription_namespace))
     p.add_argument("--maas-api-url", default=env_default("maas_api_url", d.maas_api_url),
@@ -97,6 +101,9 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace,
         tenant_gateways=_tenant_gateways(args.tenant_gateway),
+        provider_service_namespaces=tuple(v.strip() for v in (
+            args.provider_service_namespaces if args.provider_service_namespaces is not None
+            else env_default("provider_service_namespaces", "").split(",")) if v.strip()),
         subscription_namespace=args.subscription_namespace,
         maas_api_url=args.maas_api_url,
         cleanup_job_image=args.cleanup_job_image,

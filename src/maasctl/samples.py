@@ -49,7 +49,9 @@ def models(settings: ControllerSettings, model_url: str, incluster_url: str) -> 
         {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": EXTERNAL_MODEL, "namespace": ns},
          "spec": {"modelRef": {"kind": "ExternalModel", "name": EXTERNAL_MODEL}}},
         {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
-         "metadata": {"name": IN_CLUSTER_MODEL, "namespace": ns}, "spec": {}},
+         "metadata": {"name": IN_CLUSTER_MODEL, "namespace": ns},
+         # the route below is ours, not KServe's: the LLMInferenceService names it (`refs`), as a user would
+         "spec": {"router": {"route": {"http": {"refs": [{"name": f"{IN_CLUSTER_MODEL}-kserve-route"}]}}}}},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": f"{IN_CLUSTER_MODEL}-workload", "namespace": ns,
                       "annotations": {LOCAL_URL_ANNOTATION: incluster_url}},

@@ -33,6 +33,9 @@ class ControllerSettings:
     # Further Gateways this controller manages (`namespace/name`): each gets the default-deny AuthPolicy, models
     # whose routes sit on them are published, and subscriptions may be bound to them (spec.gatewayRef).
     tenant_gateways: tuple[str, ...] = ()
+    # Namespaces whose Services any ExternalModel may name as its endpoint (e.g. a shared model-provider
+    # namespace); otherwise an ExternalModel may name only Services of its own namespace.
+    provider_service_namespaces: tuple[str, ...] = ()
     subscription_namespace: str = "models-as-a-service"
     maas_api_url: str = "http://maas-api.opendatahub.svc.cluster.local:8080"
     # Subscription key cleanup Job (issue 7); it runs in `leader_election_namespace`, the controller namespace.

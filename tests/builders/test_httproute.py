@@ -16,6 +16,8 @@ from maasctl.builders.httproute import (
 )
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
+from maasctl.contract.edge import CREDENTIAL_HEADERS, upstream_headers
+from maasctl.gateway.routes import build_route_table
 
 BASE = ExternalRouteInput(
     model=ObjectRef("llm", "gpt-4o"),
@@ -55,10 +57,14 @@ def test_exact_route() -> None:
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": "/llm/gpt-4o/v1"}}],
-                    "filters": [{"type": "URLRewrite", "urlRewrite": {
-                        "hostname": "api.openai.com",
-                        "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"},
-                    }}],
+                    "filters": [
+                        {"type": "URLRewrite", "urlRewrite": {
+                            "hostname": "api.openai.com",
+                            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"},
+                        }},
+                        {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": [
+                            "authorization", "x-api-key", "api-key", "cookie", "proxy-authorization"]}},
+                    ],
                     "backendRefs": [{"group": "", "kind": "Service", "name": "maas-gpt-4o", "port": 443,
                                      "weight": 1}],
                     "timeouts": {"request": "300s"},
@@ -192,3 +198,69 @@ def test_published_and_target_model_names() -> None:
     for bad in ("", "x" * 254, 'say "hi"', "a\nb", "back\\slash"):
         with pytest.raises(InvalidInputError):
             build_external_route(replace(BASE, target_model=bad))
+
+
+# -- the caller's credentials never reach the provider ------------------------------------------------------
+
+
+def _header_filter(route: dict[str, object]) -> dict[str, object]:
+    rules = route["spec"]["rules"]  # type: ignore[index]
+    return next(f for f in rules[0]["filters"] if f["type"] == "RequestHeaderModifier")
+
+
+@pytest.mark.parametrize("inp", [
+    pytest.param(BASE, id="with-upstream-key"),
+    pytest.param(replace(BASE, credential_secret=None), id="without-upstream-key"),
+    pytest.param(replace(BASE, host="localhost", tls=False, port=8000), id="local-provider"),
+])
+def test_route_removes_every_caller_credential(inp: ExternalRouteInput) -> None:
+    """Envoy forwards whatever the route does not remove, and the endpoint is a namespace admin's choice: the
+    route itself removes every header the edge contract counts as a caller credential."""
+    modifier = _header_filter(build_external_route(inp))["requestHeaderModifier"]
+    assert set(modifier["remove"]) >= CREDENTIAL_HEADERS  # type: ignore[index]
+    assert set(modifier) == {"remove"}  # nothing set or added: no value of ours is ever in the route  # type: ignore[arg-type]
+
+
+def test_local_data_plane_applies_the_removal_and_still_injects_the_provider_key() -> None:
+    """The local gateway reads the generated route: the caller's credentials are gone, the provider key (injected
+    after the route's filters) arrives, and other headers pass."""
+    service, route = build_external_model_objects(replace(BASE, host="localhost", tls=False, port=8000))
+    table = build_route_table([route], lambda ns, name: service if name == service["metadata"]["name"] else None,
+                              ("maas-default-gateway", "openshift-ingress"))
+    match = table.match("gw.example", "/llm/gpt-4o/v1/chat/completions", "POST", {})
+    assert match is not None
+    rule = match.rule
+    client = [("Authorization", "Bearer sk-oai-caller"), ("X-Api-Key", "sk-oai-caller"), ("Cookie", "s=1"),
+              ("Proxy-Authorization", "Basic eA=="), ("Api-Key", "k"), ("Content-Type", "application/json")]
+    sent = upstream_headers(client, {}, forward_credentials=True, set_headers=rule.set_headers,
+                            add_headers=rule.add_headers, remove_headers=rule.remove_headers,
+                            upstream_key="provider-secret")
+    assert ("authorization", "Bearer provider-secret") in sent
+    assert ("content-type", "application/json") in sent
+    credentials = {"cookie", "x-api-key", "api-key", "proxy-authorization"}
+    leaked = [(n, v) for n, v in sent if "caller" in v or n in credentials]
+    assert leaked == []
+
+
+# -- the provider host is a destination the gateway may be sent to -------------------------------------------
+
+
+@pytest.mark.parametrize("host", [
+    "169.254.169.254", "169.254.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "10.1",
+    "granite-kserve-workload-svc.llm-team-b.svc.cluster.local", "maas-api.opendatahub.svc",
+    "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "kubernetes", "kubernetes.default",
+    "x.other.svc.cluster.local", "a-b-c-d.llm.pod.cluster.local",
+])
+def test_provider_host_must_be_a_permitted_destination(host: str) -> None:
+    with pytest.raises(InvalidInputError, match="provider host"):
+        build_external_model_objects(replace(BASE, host=host))
+
+
+@pytest.mark.parametrize("host", [
+    "api.openai.com", "localhost", "127.0.0.1", "10.0.0.1", "192.168.1.20", "vllm.internal.example",
+    "granite-workload.llm.svc.cluster.local", "granite-workload.llm.svc",
+])
+def test_ordinary_local_private_and_own_namespace_hosts_still_work(host: str) -> None:
+    service, route = build_external_model_objects(replace(BASE, host=host))
+    assert service["spec"]["externalName"] == host
+    assert route["spec"]["rules"][0]["filters"][0]["urlRewrite"]["hostname"] == host

@@ -88,9 +88,9 @@ async def test_a_cluster_serving_only_v1alpha1_llm_inference_services(v1alpha1_c
         await ensure_namespace(k8s.CoreV1Api(kube), ns)
         objs = Objects(kube)
         await objs.create(model_ref(ns, "llama-ref", "LLMInferenceService", "llama"))
-        await k8s.CustomObjectsApi(kube).create_namespaced_custom_object(
+        llm = await k8s.CustomObjectsApi(kube).create_namespaced_custom_object(
             "serving.kserve.io", "v1alpha1", ns, "llminferenceservices", llmisvc_v1alpha1(ns, "llama", "meta/llama"))
-        await objs.create(kserve_route(ns, "llama"))
+        await objs.create(kserve_route(ns, "llama", owner=llm))
         await _ready_status(kube, "v1alpha1", ns, "llama", {"url": "https://llama.example.test", **READY})
         mr = await eventually(lambda: _phase(objs, ns, "llama-ref", "Ready"), timeout=60)
         assert mr["status"]["endpoint"] == "https://llama.example.test"
@@ -104,9 +104,9 @@ async def test_v1alpha1_manifests_apply_where_both_versions_are_served(
     controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
 ) -> None:
     await objs.create(model_ref(namespace, "granite", "LLMInferenceService", "granite"))
-    await k8s.CustomObjectsApi(kube).create_namespaced_custom_object(
+    llm = await k8s.CustomObjectsApi(kube).create_namespaced_custom_object(
         "serving.kserve.io", "v1alpha1", namespace, "llminferenceservices", llmisvc_v1alpha1(namespace, "granite"))
-    await objs.create(kserve_route(namespace, "granite"))
+    await objs.create(kserve_route(namespace, "granite", owner=llm))
     await _ready_status(kube, "v1alpha1", namespace, "granite", {"url": "https://granite.example.test", **READY})
     mr = await eventually(lambda: _phase(objs, namespace, "granite", "Ready"))
     assert mr["status"]["resolvedModelAlias"] == "granite"

@@ -40,6 +40,7 @@ from tests.reconcilers.conftest import (
     start_controller,
 )
 from tests.reconcilers.test_core_flow import publish_external, uid
+from tests.reconcilers.test_llmisvc import controller_ref
 
 CONTROLLER_NS = "maas-controller-test"
 OBJECTIVES = ("llm-d.ai", "v1alpha2", "inferenceobjectives")
@@ -138,9 +139,11 @@ async def serve_through_pool(
         "metadata": {"name": pool, "namespace": ns},
         "spec": {"selector": {"matchLabels": {"app": llm}}, "targetPorts": [{"number": 8000}],
                  "endpointPickerRef": {"name": f"{llm}-epp-service", "port": {"number": 9002}}}})
+    owner = await objs.get("LLMInferenceService", ns, llm)
+    assert owner is not None
     await create(kube, ROUTES, ns, {
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": f"{llm}-kserve-route", "namespace": ns,
+        "metadata": {"name": f"{llm}-kserve-route", "namespace": ns, "ownerReferences": controller_ref(owner),
                      "labels": {"app.kubernetes.io/name": llm,
                                 "app.kubernetes.io/component": "llminferenceservice-router",
                                 "app.kubernetes.io/part-of": "llminferenceservice"}},

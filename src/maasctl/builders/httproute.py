@@ -8,7 +8,14 @@ implementation we target resolves, and the one upstream MaaS uses). The route:
   rewrites that prefix to the provider's base path (`/v1` for `https://host/v1`, `/openai/v1`, or `/`), so
   `/<ns>/<model>/v1/chat/completions` reaches `https://host/v1/chat/completions`;
 - rewrites `Host` to the provider host (`urlRewrite.hostname`; needed for TLS SNI and virtual hosting);
+- removes the caller's credentials (`CALLER_CREDENTIAL_HEADERS`) with a `RequestHeaderModifier`: the endpoint
+  is chosen by a namespace admin, so a caller's MaaS key, token or cookie must never reach it. Envoy applies the
+  route filter itself; the local data plane drops the same headers anyway and injects the provider key after
+  the route's filters (`contract.edge.upstream_headers`), so the key still arrives there;
 - bounds the request with `timeouts.request` (default 300s).
+
+The provider host must be a destination the gateway may be sent to (`validation.check_destination`: no
+link-local or numeric-trick addresses, no API server, no other namespace's Services).
 
 The model name: clients send the published name (the ExternalModel's name, `status.resolvedModelAlias`); the
 provider expects `targetModel`. The route carries both (`maas.opendatahub.io/published-model`,
@@ -37,6 +44,7 @@ from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import (
     InvalidInputError,
+    check_destination,
     check_dns_label,
     check_dns_subdomain,
     check_hostname,
@@ -46,6 +54,7 @@ from maasctl.contract.windows import is_valid_duration
 
 __all__ = [
     "API_VERSION",
+    "CALLER_CREDENTIAL_HEADERS",
     "KIND",
     "ExternalRouteInput",
     "build_external_model_objects",
@@ -60,6 +69,8 @@ KIND: Final = "HTTPRoute"
 PART_OF: Final = "maas-model"
 COMPONENT_ROUTE: Final = "external-model-route"
 COMPONENT_SERVICE: Final = "external-model-backend"
+# What a caller authenticates with; never for the provider (the same set as contract.edge.CREDENTIAL_HEADERS).
+CALLER_CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "cookie", "proxy-authorization")
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,7 @@ class ExternalRouteInput:
     credential_key: str = "api-key"
     owner: OwnerRef | None = None
     target_model: str | None = None
+    shared_service_namespaces: tuple[str, ...] = ()  # whose Services any ExternalModel may name (operator's choice)
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -116,6 +128,7 @@ def _validate(inp: ExternalRouteInput) -> None:
     check_dns_subdomain(inp.model.name, "MaaSModelRef name")
     check_dns_label(inp.model.namespace, "MaaSModelRef namespace")
     check_hostname(inp.host, "provider host")
+    check_destination(inp.host, inp.model.namespace, "provider host", inp.shared_service_namespaces)
     check_dns_subdomain(inp.gateway.name, "Gateway name")
     check_dns_subdomain(inp.external_model, "ExternalModel name")
     target = inp.target_model
@@ -146,6 +159,12 @@ def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
             "ports": [{"name": scheme, "port": inp.port, "protocol": "TCP", "appProtocol": scheme}],
         },
     }
+
+
+def _strip_caller_credentials() -> dict[str, Any]:
+    """The filter that keeps a caller's credentials from the provider on data planes that forward every header
+    the route does not remove (Envoy); the local data plane drops them regardless."""
+    return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": list(CALLER_CREDENTIAL_HEADERS)}}
 
 
 def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
@@ -181,7 +200,8 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
                             "hostname": inp.host,
                             "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)},
                         },
-                    }
+                    },
+                    _strip_caller_credentials(),
                 ],
                 "backendRefs": [
                     {

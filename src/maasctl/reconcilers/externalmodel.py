@@ -51,7 +51,8 @@ class ExternalModelReconciler:
         requeue: float | None = None
         ref = em.spec.credential_ref
         try:
-            provider_endpoint(str(em.spec.endpoint), em.metadata.annotations)
+            provider_endpoint(str(em.spec.endpoint), em.metadata.annotations, req.namespace,
+                              ctx.settings.provider_service_namespaces)
         except ValueError as exc:
             phase, reason, message, ref = ExternalModelPhase.FAILED, "InvalidEndpoint", str(exc), None
         if ref is not None:

@@ -34,7 +34,13 @@ from maasctl.reconcilers.kinds import (
     TOKEN_RATE_LIMIT_POLICY,
 )
 from maasctl.reconcilers.modelpolicies import ModelPolicies
-from maasctl.reconcilers.routes import RouteResolution, model_alias, provider_endpoint, resolve
+from maasctl.reconcilers.routes import (
+    RouteResolution,
+    UnsafeDestinationError,
+    model_alias,
+    provider_endpoint,
+    resolve,
+)
 from maasctl.runtime import Request, Result, finalize, is_deleting, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
@@ -144,7 +150,14 @@ class ModelRefReconciler:
             return None
         em = parse(ExternalModel, thaw(em_obj))
         try:
-            host, port, tls, base_path = provider_endpoint(str(em.spec.endpoint), em.metadata.annotations)
+            shared = self.ctx.settings.provider_service_namespaces
+            host, port, tls, base_path = provider_endpoint(str(em.spec.endpoint), em.metadata.annotations,
+                                                           model.namespace, shared)
+        except UnsafeDestinationError as exc:
+            # a route generated before this rule existed must not keep sending traffic there
+            await self.ctx.event(obj, "Warning", "UnsafeDestination", str(exc))
+            await self._delete_external(obj, model)
+            return str(exc)
         except ValueError as exc:
             await self.ctx.event(obj, "Warning", "InvalidExternalModel", str(exc))
             return str(exc)
@@ -167,6 +180,7 @@ class ModelRefReconciler:
             credential_secret=em.spec.credential_ref.name if em.spec.credential_ref else None,
             credential_key=em.spec.credential_ref.key if em.spec.credential_ref else "api-key",
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
+            shared_service_namespaces=self.ctx.settings.provider_service_namespaces,
         )
         try:
             desired = build_external_model_objects(inp)

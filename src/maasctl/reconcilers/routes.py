@@ -1,8 +1,13 @@
 """Resolve the HTTPRoute that serves a MaaSModelRef, from the cache only.
 
 The MaaSModelRef, MaaSAuthPolicy and MaaSSubscription reconcilers all need the same answer, so it lives in
-one place: for an LLMInferenceService the route KServe created (found by its labels), for an ExternalModel the
-route this controller generates.
+one place: for an LLMInferenceService the route KServe created, for an ExternalModel the route this controller
+generates.
+
+A KServe route is found by its labels but trusted only when the LLMInferenceService controls it (an
+ownerReference with `controller: true`, its kind and uid, as KServe sets) or names it itself
+(`spec.router.route.http.refs`, an existing route KServe then uses): labels are writable by whoever may create
+HTTPRoutes in the namespace, and the model's AuthPolicy and TokenRateLimitPolicy attach to the route found.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from urllib.parse import urlsplit
 from maasctl.api.externalmodel import PORT_ANNOTATION, TLS_ANNOTATION
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
+from maasctl.builders.validation import destination_problem
 from maasctl.contract.views import SubscriptionView
 from maasctl.reconcilers.kinds import EXTERNAL_MODEL, GATEWAY, HTTP_ROUTE, LLM_INFERENCE_SERVICES, MAAS_MODEL_REF
 from maasctl.runtime import Cache, is_deleting
@@ -27,6 +33,11 @@ KSERVE_ROUTE_LABELS = {
 
 
 MODEL_NOT_FOUND = "NotFound"
+KSERVE_API_GROUP = "serving.kserve.io"
+
+
+class UnsafeDestinationError(ValueError):
+    """An ExternalModel endpoint names a destination the gateway must not be sent to."""
 
 
 def llm_inference_service(cache: Cache, name: str, namespace: str) -> FrozenObject | None:
@@ -140,6 +151,58 @@ def _llm_endpoint(llm: Mapping[str, Any]) -> str | None:
     return str(url) if url else None
 
 
+def controlled_by(obj: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+    """True when `owner` is `obj`'s controller: the ownerReference with `controller: true` names its API group,
+    kind, name and uid (any served version: KServe writes the version it reconciles with)."""
+    meta = owner["metadata"]
+    group = str(owner.get("apiVersion", "")).split("/")[0]
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") is not True:
+            continue
+        return bool(
+            str(ref.get("apiVersion", "")).split("/")[0] == group and ref.get("kind") == owner.get("kind")
+            and ref.get("name") == meta.get("name") and ref.get("uid") == meta.get("uid")
+        )
+    return False
+
+
+def _referenced_routes(llm: Mapping[str, Any]) -> list[str]:
+    """Names of the existing HTTPRoutes `llm` says serve it (`spec.router.route.http.refs`; KServe then makes
+    none of its own). Named by the LLMInferenceService itself, so trusted like a route it controls."""
+    spec = llm.get("spec") or {}
+    http = (((spec.get("router") or {}).get("route") or {}).get("http") or {}) if isinstance(spec, Mapping) else {}
+    refs = http.get("refs") if isinstance(http, Mapping) else None
+    return [str(r["name"]) for r in refs or () if isinstance(r, Mapping) and r.get("name")]
+
+
+def kserve_route(cache: Cache, llm: Mapping[str, Any]) -> tuple[FrozenObject | None, int]:
+    """The HTTPRoute serving `llm` — labelled by KServe and controlled by `llm`, else the first existing route
+    its `spec.router.route.http.refs` names — and how many labelled routes were passed over because `llm`
+    neither controls nor names them."""
+    meta = llm["metadata"]
+    namespace = str(meta["namespace"])
+    labelled = cache.list(HTTP_ROUTE, namespace,
+                          labels={**KSERVE_ROUTE_LABELS, "app.kubernetes.io/name": str(meta["name"])})
+    named = _referenced_routes(llm)
+    owned = [r for r in labelled if controlled_by(r, llm)]
+    foreign = sum(1 for r in labelled if not controlled_by(r, llm) and r["metadata"]["name"] not in named)
+    if owned:
+        return min(owned, key=lambda r: str(r["metadata"]["name"])), foreign
+    referenced = (cache.get(HTTP_ROUTE, name, namespace) for name in named)
+    return next((r for r in referenced if r is not None), None), foreign
+
+
+def _route_not_found(model: ObjectRef, name: str, foreign: int) -> RouteResolution:
+    if not foreign:
+        return RouteResolution(model, "RouteNotFound", f"waiting for the HTTPRoute of LLMInferenceService {name}")
+    return RouteResolution(
+        model, "RouteNotFound",
+        f"waiting for the HTTPRoute of LLMInferenceService {name}: {foreign} HTTPRoute(s) carry its KServe labels "
+        f"but it neither controls them (an ownerReference with controller: true and its uid) nor names them "
+        f"(spec.router.route.http.refs), so they are ignored",
+    )
+
+
 def _managed(parents: tuple[GatewayRef, ...], managed: tuple[GatewayRef, ...]) -> tuple[GatewayRef, ...]:
     return tuple(gw for gw in managed if gw in parents)
 
@@ -177,10 +240,9 @@ def resolve(cache: Cache, model: ObjectRef, gateway: GatewayRef,
         if llm is None:
             return RouteResolution(model, "BackendNotFound",
                                    f"LLMInferenceService {model.namespace}/{name} not found")
-        routes = cache.list(HTTP_ROUTE, model.namespace, labels={**KSERVE_ROUTE_LABELS, "app.kubernetes.io/name": name})
-        if not routes:
-            return RouteResolution(model, "RouteNotFound", f"waiting for the HTTPRoute of LLMInferenceService {name}")
-        route = sorted(routes, key=lambda r: str(r["metadata"]["name"]))[0]
+        route, foreign = kserve_route(cache, llm)
+        if route is None:
+            return _route_not_found(model, name, foreign)
         gateways = _parent_gateways(route)
         route_ref = ObjectRef(model.namespace, str(route["metadata"]["name"]))
         on = _managed(gateways, managed)
@@ -233,12 +295,26 @@ def split_endpoint(url: str) -> tuple[str, int, bool, str]:
 HOST_FORM_BASE_PATH = "/v1"
 
 
-def provider_endpoint(endpoint: str, annotations: Mapping[str, str] | None) -> tuple[str, int, bool, str]:
+def provider_endpoint(endpoint: str, annotations: Mapping[str, str] | None,
+                      namespace: str | None = None, shared: tuple[str, ...] = ()) -> tuple[str, int, bool, str]:
     """(host, port, tls, base path) of an ExternalModel's `spec.endpoint`: a base URL as is; a host name alone
     (the reference's form) is https on 443 with base path `/v1` unless `maas.opendatahub.io/tls: "false"`
-    (then http, port 80) or `maas.opendatahub.io/port` say otherwise. Raises ValueError for bad annotations."""
+    (then http, port 80) or `maas.opendatahub.io/port` say otherwise. Raises ValueError for bad annotations and
+    UnsafeDestinationError for a host the gateway must not be sent to (`validation.destination_problem`;
+    `namespace`, the ExternalModel's, enables the rule on other namespaces' Services; `shared` namespaces'
+    Services are allowed to all)."""
+    parsed = _endpoint_parts(endpoint, annotations)
+    problem = destination_problem(parsed[0], namespace, shared)
+    if problem is not None:
+        raise UnsafeDestinationError(f"endpoint host {parsed[0][:300]!r} {problem}")
+    return parsed
+
+
+def _endpoint_parts(endpoint: str, annotations: Mapping[str, str] | None) -> tuple[str, int, bool, str]:
+    """`provider_endpoint` before the destination check."""
     if "://" in endpoint:
-        return split_endpoint(endpoint)
+        host, port, tls, base = split_endpoint(endpoint)
+        return host.rstrip("."), port, tls, base
     notes = annotations or {}
     tls_text = str(notes.get(TLS_ANNOTATION, "true")).strip().lower()
     if tls_text not in ("true", "false"):
