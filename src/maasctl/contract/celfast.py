@@ -271,10 +271,13 @@ class _Compiler:
             return self.node(kids[0])
         lf, rf = self.node(kids[0]).fn, self.node(kids[1]).fn
         passes = not decides
+        look_anyway = _hazardous(kids[1])
 
         def logical(act: Mapping[str, Any], scope: Scope) -> bool:
             left = lf(act, scope)
             if left is decides:
+                if look_anyway:
+                    rf(act, scope)  # Unsure where cel-python might crash (see `_hazardous`)
                 return not passes
             if left is not passes:
                 raise Unsure
@@ -606,6 +609,22 @@ class _Compiler:
         if name in _RESERVED:
             raise _Unsupported(name)
         return name
+
+
+def _hazardous(tree: Any) -> bool:
+    """Whether `tree` holds a conditional with an empty list or map literal in a branch. cel-python evaluates
+    the right side of a decided `&&`/`||` too, and crashes ("pop from empty list") on such a conditional under an
+    `&&`/`||` whose left side is an error: where the fast path would skip such a side, it evaluates it as well,
+    and any doubt there (an error is one) leaves the answer to cel-python."""
+    if not isinstance(tree, lark.Tree):
+        return False
+    for node in tree.iter_subtrees():
+        if node.data == "expr" and len(node.children) == 3 and any(
+                isinstance(branch, lark.Tree) and any(
+                    inner.data in ("list_lit", "map_lit") and not inner.children for inner in branch.iter_subtrees())
+                for branch in node.children[1:]):
+            return True
+    return False
 
 
 def compile_tree(tree: lark.Tree[Any], extensions: Mapping[str, Callable[..., Any]]) -> FastProgram | None:
