@@ -143,8 +143,11 @@ async def test_auto_reload_keeps_a_prepaid_tenant_serving_until_its_card_fails(
         return dict(obj.get("status") or {})
 
     ledger = Ledger.from_url(ledger_url(local))
-    sender = FakeStripeSender(Payments(ledger), tenant_key,
-                              f"http://127.0.0.1:{connector[1]}/webhooks/{gw_ns}/{conn_name}")
+    payments = Payments(ledger)
+    # the sender reads the payment book at once; the connector creates its tables only when it first reconciles
+    # this connector, which may come later: creating them here (idempotent) removes that race
+    await payments.ensure_schema()
+    sender = FakeStripeSender(payments, tenant_key, f"http://127.0.0.1:{connector[1]}/webhooks/{gw_ns}/{conn_name}")
     task = asyncio.create_task(sender.run(), name="stripe webhook sender")
     try:
         await asyncio.sleep(max(0.0, (effective - datetime.now(UTC)).total_seconds() + 0.1))  # book in force
