@@ -212,3 +212,182 @@ test_queue_contract = QueueMachine.TestCase
 @pytest.mark.parametrize("failures", [0, 1, 10, 17, 18, 100])
 def test_backoff_formula(failures: int) -> None:
     assert RateLimiter().delay(failures) == min(0.005 * 2**failures, 1000.0)
+
+
+class SteppingClock(FakeClock):
+    """Time moves on by ``step`` at every reading, so the queue sees time pass between its own calls."""
+
+    def __init__(self, step: float) -> None:
+        super().__init__()
+        self.step = step
+
+    def now(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+@pytest.mark.parametrize(("step", "delay"), [(1.0, 1.5), (1.0, 2.0), (0.5, 0.75), (0.25, 0.3)])
+async def test_a_key_falling_due_while_a_worker_decides_to_wait_is_not_slept_through(step: float,
+                                                                                    delay: float) -> None:
+    """The lost wake-up: the worker finds nothing ready, the delayed key falls due before it goes to sleep,
+    and the only key comes back through ``add_after`` (the rater's single key, ``requeue_after``)."""
+    q: WorkQueue[str] = WorkQueue("t", clock=SteppingClock(step))
+    q.add_after("rater", delay)
+    assert await asyncio.wait_for(q.get(), 1) == "rater"
+    q.done("rater")
+    q.add_after("rater", delay)  # requeue_after, again
+    assert await asyncio.wait_for(q.get(), 1) == "rater"
+
+
+async def test_a_waiting_worker_is_woken_by_a_key_requeued_by_done() -> None:
+    q: WorkQueue[str] = WorkQueue("t", clock=SteppingClock(0.5))
+    q.add("a")
+    assert q.get_nowait() == "a"
+    waiter = asyncio.create_task(q.get())
+    await asyncio.sleep(0)
+    q.add("a")  # while processing: not handed out yet
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    q.done("a")
+    assert await asyncio.wait_for(waiter, 1) == "a"
+
+
+def test_oldest_due_age_counts_ready_and_overdue_keys_only() -> None:
+    metrics = Metrics()
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue("age", clock=clock, metrics=metrics)
+    labels = {"name": "age", "controller": "age"}
+    assert metrics.registry.get_sample_value("workqueue_oldest_due_seconds", labels) == 0
+    q.add_after("later", 10)
+    clock.advance(4)
+    assert q.oldest_due_age() == 0  # not due yet
+    q.add("now")
+    clock.advance(3)
+    assert q.oldest_due_age() == 3
+    clock.advance(5)  # "later" has been due for 2 s, "now" ready for 8 s
+    assert metrics.registry.get_sample_value("workqueue_oldest_due_seconds", labels) == 8
+    assert q.get_nowait() == "now"  # ready first; "later" joins the lane behind it when promoted
+    assert q.get_nowait() == "later"
+    assert q.oldest_due_age() == 0
+    q.add("later")  # added while processing: due only once done
+    clock.advance(7)
+    assert q.oldest_due_age() == 0
+    q.done("later")
+    clock.advance(1)
+    assert q.oldest_due_age() == 1
+
+
+_SETTLE = 0.006  # real seconds; longer than any fake delay the machine below uses (<= 0.004)
+
+
+class WorkersMachine(RuleBasedStateMachine):
+    """Workers blocked in ``get()`` against a clock that jumps between the queue's own readings.
+
+    After every step the event loop runs long enough for any armed timeout to fire; then no key may be due
+    (ready, or past its deadline) while a worker still waits, no key is handed to two workers, and every key
+    handed out was owed (added since it was last handed out)."""
+
+    @initialize(step=st.sampled_from([0.0, 0.0005, 0.001, 0.003]))
+    def setup(self, step: float) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.clock = SteppingClock(step)
+        self.q: WorkQueue[str] = WorkQueue("workers", clock=self.clock,
+                                           rate_limiter=RateLimiter(base=0.001, cap=0.004))
+        self.getters: list[asyncio.Task[str | None]] = []
+        self.holding: set[str] = set()
+        self.dirty: set[str] = set()
+        self.delayed: dict[str, float] = {}
+        self.closed = False
+
+    def teardown(self) -> None:
+        self.q.shutdown()
+        self.loop.run_until_complete(asyncio.sleep(0))
+        for task in self.getters:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.sleep(0))
+        self.loop.close()
+
+    def _due(self) -> bool:
+        now = self.clock.t  # read without stepping
+        return len(self.q) > 0 or any(ready <= now for ready, _ in self.q._waiting.values())
+
+    def _collect(self) -> None:
+        for task in [t for t in self.getters if t.done()]:
+            self.getters.remove(task)
+            key = task.result()
+            if key is None:
+                assert self.closed, "get() returned None before shutdown"
+                continue
+            assert key not in self.holding, "a key was handed to two workers at once"
+            deadline = self.delayed.get(key)
+            assert key in self.dirty or deadline is not None, "a key was handed out that was not owed"
+            self.dirty.discard(key)
+            if deadline is not None and deadline <= self.clock.t:
+                del self.delayed[key]
+            self.holding.add(key)
+
+    def _settle(self) -> None:
+        for _ in range(3):
+            self.loop.run_until_complete(asyncio.sleep(_SETTLE))
+            self._collect()
+            if not self.getters or not self._due():
+                return
+
+    @precondition(lambda self: not self.closed)
+    @rule()
+    def worker_waits(self) -> None:
+        if len(self.getters) < 3:
+            self.getters.append(self.loop.create_task(self.q.get()))
+        self._settle()
+
+    @rule(key=KEYS, low=st.booleans())
+    def add(self, key: str, low: bool) -> None:
+        self.q.add(key, Priority.LOW if low else Priority.NORMAL)
+        if not self.closed:
+            self.dirty.add(key)
+        self._settle()
+
+    @rule(key=KEYS, delay=st.sampled_from([0.0005, 0.001, 0.003]))
+    def add_after(self, key: str, delay: float) -> None:
+        before = self.clock.t
+        self.q.add_after(key, delay)
+        if not self.closed:
+            self.delayed[key] = min(self.delayed.get(key, before + delay), self.clock.t + delay)
+        self._settle()
+
+    @rule(key=KEYS)
+    def add_rate_limited(self, key: str) -> None:
+        self.q.add_rate_limited(key)
+        if not self.closed:
+            self.delayed[key] = min(self.delayed.get(key, float("inf")), self.clock.t + 0.004)
+        self._settle()
+
+    @rule(dt=st.sampled_from([0.0005, 0.002, 0.01]))
+    def advance(self, dt: float) -> None:
+        self.clock.advance(dt)
+        self._settle()
+
+    @precondition(lambda self: bool(self.holding))
+    @rule(data=st.data())
+    def done(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.holding)))
+        self.holding.discard(key)
+        self.q.done(key)
+        self._settle()
+
+    @precondition(lambda self: not self.closed)
+    @rule()
+    def shutdown(self) -> None:
+        self.closed = True
+        self.q.shutdown()
+        self._settle()
+        assert not self.getters, "a worker kept waiting after shutdown"
+
+    @invariant()
+    def no_worker_sleeps_through_due_work(self) -> None:
+        if self.getters and not self.closed:
+            assert not self._due(), "a key is due while a worker waits"
+
+
+WorkersMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+test_workers_never_sleep_through_due_work = WorkersMachine.TestCase

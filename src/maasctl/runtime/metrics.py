@@ -103,6 +103,13 @@ class Metrics:
             ["name", "controller"],
             registry=r,
         )
+        self.workqueue_oldest_due_seconds = Gauge(
+            "workqueue_oldest_due_seconds",
+            "How many seconds the oldest key that is due (ready, or past its delay) has waited for a worker. "
+            "Growing while workers are idle means the queue stopped handing out work.",
+            ["name", "controller"],
+            registry=r,
+        )
         self.rest_client_requests_total = Counter(
             "rest_client_requests_total",
             "Number of HTTP requests, partitioned by status code, method, and host.",

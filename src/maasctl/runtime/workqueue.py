@@ -6,7 +6,9 @@ Guarantees (client-go semantics):
     processed is queued again when ``done`` is called, so no change is lost;
   * ``add_rate_limited`` delays a key by 5 ms * 2**failures, capped at 1000 s, until ``forget``;
   * ``add_after`` keeps the earliest pending deadline per key;
-  * ``Priority.LOW`` keys (initial list, resync) are handed out only when no normal key is ready.
+  * ``Priority.LOW`` keys (initial list, resync) are handed out only when no normal key is ready;
+  * a worker waiting in ``get`` never sleeps through a key that is ready or falls due (see ``get``), and
+    ``oldest_due_age`` (metric ``workqueue_oldest_due_seconds``) shows how long the oldest due key has waited.
 Time comes from an injectable ``Clock`` so tests can drive backoff without sleeping.
 """
 
@@ -88,6 +90,7 @@ class WorkQueue(Generic[K]):
         self._dirty: dict[K, Priority] = {}
         self._processing: dict[K, float] = {}
         self._added_at: dict[K, float] = {}
+        self._ready_since: dict[K, float] = {}
         self._waiting: dict[K, tuple[float, Priority]] = {}
         self._heap: list[tuple[float, int, K]] = []
         self._seq = itertools.count()
@@ -104,6 +107,7 @@ class WorkQueue(Generic[K]):
             self._m_retries = metrics.workqueue_retries_total.labels(*labels)
             metrics.workqueue_unfinished_work_seconds.labels(*labels).set_function(self._unfinished)
             metrics.workqueue_longest_running_processor_seconds.labels(*labels).set_function(self._longest)
+            metrics.workqueue_oldest_due_seconds.labels(*labels).set_function(self.oldest_due_age)
 
     # -- introspection -----------------------------------------------------------------------------------
 
@@ -159,6 +163,7 @@ class WorkQueue(Generic[K]):
             self._m_adds.inc()
         if key not in self._processing:
             self._lanes[priority][key] = None
+            self._ready_since[key] = self._added_at[key]
             self._depth_changed()
             self._wakeup.set()
 
@@ -207,6 +212,30 @@ class WorkQueue(Generic[K]):
             self.add(key, current[1])
         return None
 
+    def _next_deadline(self) -> float | None:
+        """Seconds until the earliest pending deadline (<= 0: already due), or None when nothing waits."""
+        while self._heap:
+            ready, _, key = self._heap[0]
+            current = self._waiting.get(key)
+            if current is None or current[0] != ready:
+                heapq.heappop(self._heap)  # superseded entry
+                continue
+            return ready - self._clock.now()
+        return None
+
+    def oldest_due_age(self) -> float:
+        """Seconds the longest-waiting due key has waited for a worker: ready keys since they were added (or
+        re-queued by ``done``), delayed keys since their deadline passed. 0 when nothing is due. A value that
+        keeps growing while workers are idle means the queue stopped handing out work."""
+        now = self._clock.now()
+        oldest = now
+        for lane in self._lanes.values():
+            for key in lane:
+                oldest = min(oldest, self._ready_since.get(key, now))
+        for ready, _ in self._waiting.values():
+            oldest = min(oldest, ready)
+        return max(0.0, now - oldest)
+
     # -- taking ------------------------------------------------------------------------------------------
 
     def get_nowait(self) -> K | None:
@@ -220,6 +249,7 @@ class WorkQueue(Generic[K]):
                 now = self._clock.now()
                 self._processing[key] = now
                 added = self._added_at.pop(key, now)
+                self._ready_since.pop(key, None)
                 if self._metrics is not None:
                     self._m_queue.observe(max(0.0, now - added))
                 self._depth_changed()
@@ -227,15 +257,22 @@ class WorkQueue(Generic[K]):
         return None
 
     async def get(self) -> K | None:
-        """Wait for the next key. Returns None once the queue is shut down."""
+        """Wait for the next key. Returns None once the queue is shut down.
+
+        The wake-up event is cleared *before* looking for work, never after: anything that becomes ready
+        later (an add, a done, a delayed key promoted by another caller) sets it again, so a worker cannot
+        sleep through work. The sleep is bounded by the next deadline, read without promoting, so a key that
+        falls due while the worker decides is found on the next turn."""
         while True:
             if self._shutting_down:
                 return None
+            self._wakeup.clear()
             key = self.get_nowait()
             if key is not None:
                 return key
-            wait = self._promote_ready()
-            self._wakeup.clear()
+            wait = self._next_deadline()
+            if wait is not None and wait <= 0:
+                continue
             try:
                 async with asyncio.timeout(wait):
                     await self._wakeup.wait()
@@ -250,6 +287,7 @@ class WorkQueue(Generic[K]):
         priority = self._dirty.get(key)
         if priority is not None and not self._shutting_down:
             self._lanes[priority][key] = None
+            self._ready_since[key] = self._clock.now()
             self._depth_changed()
             self._wakeup.set()
 
