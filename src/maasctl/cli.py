@@ -200,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--incluster-model-port", type=int, default=0,
                      help="the in-cluster test model's port (0: a free one)")
     dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
+    dev.add_argument("--billing-probe-address", default="0",
+                     help="where the billing operator serves /readyz and /metrics (e.g. 127.0.0.1:8096; 0: off)")
 
     _add_api_parser(sub)
     _add_gateway_parsers(sub)
@@ -273,7 +275,8 @@ def _dev(args: argparse.Namespace) -> int:
     _configure_logging(args)
     return _run_async(run_dev(settings_from_args(args), DevOptions(
         directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, console_port=args.console_port,
-        model_port=args.model_port, incluster_model_port=args.incluster_model_port, samples=not args.no_samples)))
+        model_port=args.model_port, incluster_model_port=args.incluster_model_port, samples=not args.no_samples,
+        billing_probe_address=args.billing_probe_address)))
 
 
 def _api(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ class DevOptions:
     model_port: int = 0  # 0: a free port (the test models' URLs are in the sample objects)
     incluster_model_port: int = 0
     samples: bool = True
+    billing_probe_address: str = "0"  # the billing operator's /readyz and /metrics ("0": not served)
 
 
 async def apply_samples(stack: LocalStack) -> None:
@@ -113,7 +114,8 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
             await apply_samples(stack)
         # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
-                                      stack.settings.gateway_name, stop, samples=options.samples)
+                                      stack.settings.gateway_name, stop, samples=options.samples,
+                                      probe_address=options.billing_probe_address)
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
                                           model_namespace=samples.MODEL_NAMESPACE)
         print(banner(stack, directory, console_url), flush=True)

@@ -28,7 +28,7 @@ from maasctl.billing.kinds import (
     TENANT_ACCOUNT,
 )
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import Catalog, PassReport, Rater, build_catalog
+from maasctl.billing.rater import Catalog, PassReport, Rater, RaterMetrics, build_catalog
 from maasctl.billing.reconcilers.budget import (
     BUDGET_TENANT_INDEX,
     BudgetReconciler,
@@ -134,7 +134,10 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
             for obj in manager.cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key)):
                 budgets(Request.for_object(obj))
 
-    rater = Rater(reader, ledger, catalog, on_page=charged)
+    rater = Rater(reader, ledger, catalog, on_page=charged, metrics=RaterMetrics(manager.metrics.registry))
+    stall = ctx.settings.rater_stall_seconds
+    # Only the leader rates: a standby replica is not stalled, it is waiting for the lease.
+    manager.add_ready_check("rater", lambda: rater.stalled(stall) if manager.elected else None)
     rating_ctl = (manager.controller("rater")
                   .for_(TENANT_ACCOUNT, predicates=[_never])
                   .watches(TENANT_ACCOUNT, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])

@@ -50,6 +50,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--rate-interval-seconds", type=int,
                      default=int(env_default("billing_rate_interval_seconds", str(d.rate_interval_seconds))),
                      help="how often the rater looks for new usage records")
+    run.add_argument("--rater-stall-seconds", type=int,
+                     default=int(env_default("billing_rater_stall_seconds", str(d.rater_stall_seconds))),
+                     help="/readyz fails when the rater has made no progress for this long")
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
@@ -73,6 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> BillingSettings:
         ledger_url=args.ledger_url,
         usage_database_url=args.usage_database_url,
         rate_interval_seconds=args.rate_interval_seconds,
+        rater_stall_seconds=args.rater_stall_seconds,
     )
 
 

@@ -44,14 +44,14 @@ class Stack(Protocol):
 
 async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, gateway_name: str,
                         stop: asyncio.Event, *, samples: bool = True,
-                        settings: BillingSettings | None = None) -> asyncio.Task[int]:
+                        settings: BillingSettings | None = None, probe_address: str = "0") -> asyncio.Task[int]:
     """Install the billing CRDs, start `maasctl billing run` in this loop (until `stop`) and apply samples."""
     await install_billing_crds(stack.api)
     ledger_url = f"sqlite+aiosqlite:///{stack.directory.joinpath('billing-ledger.db')}"
     usage_url = stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory.joinpath('maas-api.db')}"
     base = settings or BillingSettings(ledger_url=ledger_url, usage_database_url=usage_url)
-    settings = dataclasses.replace(base, kubeconfig=kubeconfig, metrics_bind_address="0",
-                                   health_probe_bind_address="0")
+    settings = dataclasses.replace(base, kubeconfig=kubeconfig, metrics_bind_address=probe_address,
+                                   health_probe_bind_address=probe_address)
     task = asyncio.create_task(run_billing(settings, stop), name="billing controller")
     if samples:
         client = Client(stack.api)

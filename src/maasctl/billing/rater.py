@@ -13,6 +13,7 @@ whatever had been written. The `Catalog` is a snapshot of the billing objects (p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 import structlog
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 
 from maasctl.api import parse
@@ -30,14 +31,33 @@ from maasctl.billing.ledger import entries
 from maasctl.billing.ledger.store import Ledger, Unpriced
 from maasctl.billing.usage_source import UsageReader, UsageRow
 
-__all__ = ["COMMITTED_USE_ANNOTATION", "Catalog", "PassReport", "Rater", "TenantRef", "build_catalog"]
+__all__ = ["COMMITTED_USE_ANNOTATION", "Catalog", "PassReport", "Rater", "RaterMetrics", "TenantRef",
+           "build_catalog"]
 
 log = structlog.get_logger("maasctl.billing.rater")
 COMMITTED_USE_ANNOTATION = "billing.opendatahub.io/committed-use"
 CURSOR = "usage"
-RATED = Counter("maasctl_billing_rated_records_total", "Usage records rated into the ledger", ["result"])
-UNPRICED = Counter("maasctl_billing_unpriced_records_total", "Usage records no SKU prices (reported, not charged)",
-                   ["namespace", "tenant"])
+
+
+class RaterMetrics:
+    """What the rater exports (on the billing operator's /metrics): what it rated, and whether it keeps up."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.rated = Counter("maasctl_billing_rated_records_total", "Usage records rated into the ledger",
+                             ["result"], registry=r)
+        self.unpriced = Counter("maasctl_billing_unpriced_records_total",
+                                "Usage records no SKU prices (reported, not charged)", ["namespace", "tenant"],
+                                registry=r)
+        self.behind = Gauge("maasctl_billing_rater_records_behind",
+                            "Usage records received after the rater's cursor when it last looked (counted up "
+                            "to 100,000)", registry=r)
+        self.oldest_unrated = Gauge("maasctl_billing_rater_oldest_unrated_seconds",
+                                    "Age of the oldest usage record the rater had not reached when it last "
+                                    "looked; keeps growing while the rater makes no progress", registry=r)
+        self.since_progress = Gauge("maasctl_billing_rater_seconds_since_progress",
+                                    "Seconds since the rater last committed a page or finished a pass",
+                                    registry=r)
 
 
 @dataclass(frozen=True)
@@ -160,18 +180,45 @@ class Rater:
 
     def __init__(self, reader: UsageReader, ledger: Ledger, catalog: Callable[[], Catalog], *,
                  page_size: int = 500, lag: timedelta = timedelta(seconds=30),
-                 on_page: Callable[[PassReport], None] | None = None) -> None:
+                 on_page: Callable[[PassReport], None] | None = None,
+                 metrics: RaterMetrics | None = None) -> None:
         self.reader = reader
         self.ledger = ledger
         self.catalog = catalog
         self.page_size = page_size
         self.lag = lag
         self.on_page = on_page
+        self.metrics = metrics or RaterMetrics()
+        self.progress_at = time.monotonic()
+        self.behind = 0
+        self.oldest_unrated: datetime | None = None
+        self.metrics.since_progress.set_function(lambda: time.monotonic() - self.progress_at)
+        self.metrics.oldest_unrated.set_function(self._oldest_unrated_age)
+
+    def _oldest_unrated_age(self) -> float:
+        if self.oldest_unrated is None:
+            return 0.0
+        return max(0.0, (datetime.now(UTC) - self.oldest_unrated).total_seconds())
+
+    def stalled(self, after: float) -> str | None:
+        """A reason when the rater has made no progress (no page committed, no pass finished) for `after`
+        seconds, else None. Work that is due but not done reads as failing, never as idle."""
+        idle = time.monotonic() - self.progress_at
+        if idle <= after:
+            return None
+        oldest = f", the oldest received {int(self._oldest_unrated_age())} s ago" if self.oldest_unrated else ""
+        return (f"the rater has made no progress for {int(idle)} s ({self.behind} usage records behind when it "
+                f"last looked{oldest})")
+
+    async def _look_behind(self, cursor: tuple[datetime, str] | None) -> None:
+        self.behind, self.oldest_unrated = await self.reader.backlog(cursor)
+        self.metrics.behind.set(self.behind)
 
     async def run_once(self, max_pages: int | None = None) -> PassReport:
         """Rate every record not rated yet (up to `max_pages` pages); return what happened."""
         report = PassReport()
         saved = await self.ledger.cursor(CURSOR)
+        await self._look_behind(saved)
         after = (saved[0] - self.lag, "") if saved is not None else None
         pages = 0
         months: dict[tuple[str, datetime], int] = {}
@@ -186,22 +233,25 @@ class Rater:
             async with self.ledger.engine.begin() as conn:
                 await self.ledger.post(page.txs, conn=conn)
                 await self.ledger.mark_unpriced(page.unpriced, conn=conn)
-                if saved is None or newest > saved[0]:
+                if saved is None or (newest, rows[-1].id) > saved:  # the last row read: where the backlog starts
                     await self.ledger.set_cursor(CURSOR, newest, rows[-1].id, conn)
                     saved = (newest, rows[-1].id)
+            self.progress_at = time.monotonic()
             report.read += len(rows)
             report.charged += page.charged
             report.unpriced += len(page.unpriced)
             report.skipped += page.skipped
             report.known += page.known
             report.tenants |= page.tenants
-            RATED.labels("charged").inc(page.charged)
-            RATED.labels("unpriced").inc(len(page.unpriced))
+            self.metrics.rated.labels("charged").inc(page.charged)
+            self.metrics.rated.labels("unpriced").inc(len(page.unpriced))
             if self.on_page is not None and page.tenants:
                 self.on_page(PassReport(len(rows), page.charged, len(page.unpriced), page.skipped, page.known,
                                         set(page.tenants)))
             if len(rows) < self.page_size:
                 break
+        await self._look_behind(saved)
+        self.progress_at = time.monotonic()
         if report.charged or report.unpriced:
             log.info("rated usage", read=report.read, charged=report.charged, unpriced=report.unpriced,
                      tenants=len(report.tenants))
@@ -225,7 +275,7 @@ class Rater:
                 page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts,
                                               f"no PriceBook is in force for tenant {tenant.name} at "
                                               f"{row.ts.isoformat()}"))
-                UNPRICED.labels(tenant.namespace, tenant.name).inc()
+                self.metrics.unpriced.labels(tenant.namespace, tenant.name).inc()
                 continue
             month = (tenant.key, month_start(row.ts))
             if month not in months:
@@ -236,7 +286,7 @@ class Rater:
             line = rating.rate(usage_of(row), book, ctx)
             if isinstance(line, rating.Unpriced):
                 page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts, line.reason))
-                UNPRICED.labels(tenant.namespace, tenant.name).inc()
+                self.metrics.unpriced.labels(tenant.namespace, tenant.name).inc()
                 continue
             months[month] += line.tokens
             page.txs.append(entries.usage_charge(f"usage:{row.id}", tenant.key, row.ts, line.amount,

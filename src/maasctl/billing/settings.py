@@ -31,6 +31,8 @@ class BillingSettings:
     """maas-api's database (read-only) holding the usage records to rate; None: no rating."""
     rate_interval_seconds: int = 2
     """How often the rater looks for new usage records (it is also woken when a TenantAccount changes)."""
+    rater_stall_seconds: int = 120
+    """/readyz fails ("rater") when the rater has committed no page and finished no pass for this long."""
     balance_stale_seconds: int = 300
     """A balance mirror older than this (the ledger could not be read) is reported with BalanceStale."""
     wallet_resync_seconds: int = 60

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, and_, or_, select
+from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from maasctl.dbtypes import UTCDateTime
@@ -104,13 +105,25 @@ class UsageReader:
             out |= {k for k, labels in found.items() if all(labels.get(n) == v for n, v in selector.items())}
         return out
 
+    async def backlog(self, after: tuple[datetime, str] | None, cap: int = 100_000) -> tuple[int, datetime | None]:
+        """How many records lie after `(received_at, id)` (counted up to `cap`, so a long outage stays a cheap
+        query) and when the oldest of them was received."""
+        t = usage_records
+        inner = select(t.c.received_at)
+        if after is not None:
+            inner = inner.where(_after(after))
+        inner = inner.order_by(t.c.received_at, t.c.id).limit(cap)
+        sub = inner.subquery()
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(func.count(), func.min(sub.c.received_at)))).one()
+        return int(row[0]), row[1]
+
     async def page(self, after: tuple[datetime, str] | None, limit: int) -> list[UsageRow]:
         """Up to `limit` records strictly after `(received_at, id)` (or from the start), in that order."""
         t = usage_records
         stmt = select(*t.c).order_by(t.c.received_at, t.c.id).limit(limit)
         if after is not None:
-            at, rid = after
-            stmt = stmt.where(or_(t.c.received_at > at, and_(t.c.received_at == at, t.c.id > rid)))
+            stmt = stmt.where(_after(after))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return [UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, key_id=str(r.key_id),
@@ -120,3 +133,10 @@ class UsageReader:
                          output_tokens=int(r.output_tokens), reasoning_tokens=int(r.reasoning_tokens),
                          total_tokens=int(r.total_tokens), estimated=bool(r.estimated),
                          estimate_reason=str(r.estimate_reason), termination=str(r.termination)) for r in rows]
+
+
+def _after(after: tuple[datetime, str]) -> Any:
+    """Records strictly after `(received_at, id)`, the order the rater reads in."""
+    at, rid = after
+    t = usage_records
+    return or_(t.c.received_at > at, and_(t.c.received_at == at, t.c.id > rid))
