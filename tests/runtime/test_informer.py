@@ -267,3 +267,47 @@ async def test_a_watch_that_closes_at_once_is_reopened_with_backoff(kube: k8s.Ap
         await asyncio.sleep(2.0)
     # without backoff this spins thousands of times a second; with it, a handful in two seconds
     assert 1 <= client.opened <= 6 and inf.empty_watches >= 1
+
+
+@pytest.mark.restarts_shared_processes
+@pytest.mark.parametrize("outage", [4.0, 9.0])
+async def test_resumes_once_the_server_answers_not_when_the_backoff_ends(
+    client: Client, namespace: str, control_plane: ControlPlane, kube: k8s.ApiClient, outage: float
+) -> None:
+    """A backoff of at least 60 s is armed by the first failure of the outage; the informer must still see a
+    change made right after the server is back within a fraction of that (it probes /readyz meanwhile)."""
+    inf = Informer(client, CONFIG_MAP, namespaces=(namespace,), backoff=(60.0, 120.0), watch_timeout=(300, 300))
+    async for _ in _running(inf):
+        await client.create(config_map("before", namespace))
+        await eventually(lambda: len(inf.store) == 1)
+        await control_plane.stop_apiserver()
+        try:
+            await asyncio.sleep(outage)
+        finally:
+            await control_plane.start_apiserver()
+        fresh = Client(kube, metrics=Metrics())
+        await eventually(fresh.ready, timeout=30)
+        await fresh.create(config_map("after", namespace))
+        await eventually(lambda: f"{namespace}/after" in {f"{namespace}/{o['metadata']['name']}" for o in inf.store},
+                         timeout=30, every=0.2)
+
+
+async def test_a_failure_while_the_server_answers_keeps_the_full_backoff(client: Client, namespace: str) -> None:
+    """The shortcut is for outages only: a list that fails on a healthy server backs off as before."""
+
+    class FailingList(Client):
+        calls = 0
+
+        async def list(self, *args: Any, **kw: Any) -> Any:
+            FailingList.calls += 1
+            raise RuntimeError("bad stream")
+
+    failing = FailingList(client.api, metrics=Metrics())
+    inf = Informer(failing, CONFIG_MAP, namespaces=(namespace,), backoff=(1.5, 3.0), ready_probe_interval=0.1)
+    task = asyncio.create_task(inf.run())
+    try:
+        await asyncio.sleep(3.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert FailingList.calls == 2  # at 0 s, after 1.5-1.8 s, the next not before 4.5 s; not every 0.1 s probe

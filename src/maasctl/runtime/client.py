@@ -120,6 +120,15 @@ class Client:
             raise error_from_response(resp.status, data)
         return json.loads(data) if data else {}
 
+    async def ready(self, timeout: float = 2.0) -> bool:
+        """Whether the server's ``/readyz`` answers 200 now (no error raised: an outage is a False)."""
+        try:
+            resp = await self._open("GET", "/readyz", request_timeout=timeout)
+        except ServerError:
+            return False
+        resp.release()
+        return resp.status == 200
+
     async def _get_path(self, path: str) -> Mapping[str, Any]:
         result: Mapping[str, Any] = await self._send("GET", path)
         return result

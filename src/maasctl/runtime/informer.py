@@ -4,7 +4,8 @@ Expected flow: wait until the kind is served (a CRD may not be installed yet), L
 from the list's resourceVersion with bookmarks. A watch that ends normally is resumed from the last seen
 resourceVersion (bookmarks advance it); a 410 Gone, or a kind that disappears, forces a fresh LIST, which is
 diffed against the store so handlers see the adds, updates and deletes that were missed. Errors back off
-from 0.8 s to 30 s, with jitter.
+from 0.8 s to 30 s, with jitter; while the server does not answer, the backoff is cut short as soon as its
+``/readyz`` does again (probed every second), so an outage costs its own length, not the backoff's.
 
 Guarantees: handlers are called in the order the server sent events, after the store was updated; the store
 only holds frozen objects. Caveat: handlers run inline and must be quick (they enqueue keys).
@@ -115,6 +116,8 @@ class Informer:
         resync_period: float | None = None,
         crd_poll_interval: float = 5.0,
         watch_timeout: tuple[int, int] = (300, 600),
+        backoff: tuple[float, float] = (0.8, 30.0),
+        ready_probe_interval: float = 1.0,
     ) -> None:
         self.client = client
         self.gvk = gvk
@@ -126,6 +129,8 @@ class Informer:
         self._resync_period = resync_period
         self._crd_poll = crd_poll_interval
         self._watch_timeout = watch_timeout
+        self._backoff = backoff
+        self._probe_every = ready_probe_interval
         self._handlers: list[Handler] = []
         self._synced = asyncio.Event()
         self.state = InformerState.PENDING
@@ -205,8 +210,25 @@ class Informer:
             for obj in self.store:
                 self._emit(Event(EventType.UPDATED, obj, obj, low_priority=True))
 
+    async def _pause(self, backoff: _Backoff) -> None:
+        """Sleep out the backoff after a failure; if the server was not answering, return (and reset the
+        backoff) as soon as it is ready again. A server that answers means the failure was something else:
+        then the full backoff applies, so a bad stream never turns into a 1 Hz retry loop."""
+        delay = backoff.next()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + delay
+        if delay <= self._probe_every or await self.client.ready():
+            await asyncio.sleep(delay)
+            return
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(self._probe_every, left))
+            if await self.client.ready():
+                log.info("API server answers again, resuming", extra={"gvk": str(self.gvk)})
+                backoff.reset()
+                return
+
     async def _reflect(self, namespace: str | None, pending: set[str | None]) -> None:
-        backoff = _Backoff()
+        backoff = _Backoff(*self._backoff)
         rv: str | None = None
         first = True
         while True:
@@ -243,7 +265,7 @@ class Informer:
                 if seen == 0 and time.monotonic() - opened < 1.0:
                     # closed at once with nothing in it (a proxy or a restarting server): back off, don't spin
                     self.empty_watches += 1
-                    await asyncio.sleep(backoff.next())
+                    await self._pause(backoff)
             except Gone:
                 log.info("watch expired, re-listing", extra={"gvk": str(self.gvk), "namespace": namespace})
                 rv = None
@@ -262,7 +284,7 @@ class Informer:
                     "list/watch failed, retrying",
                     extra={"gvk": str(self.gvk), "namespace": namespace, "error": repr(exc)},
                 )
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
 
     def _on_watch_event(self, event: Mapping[str, Any]) -> str | None:
         kind = event.get("type")

@@ -254,6 +254,13 @@ class ControlPlane:
     async def restart_apiserver(self) -> None:
         await asyncio.to_thread(self.restart_apiserver_blocking)
 
+    async def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (an outage); ``start_apiserver`` brings it back on the same port."""
+        await asyncio.to_thread(self._procs["kube-apiserver"].stop)
+
+    async def start_apiserver(self) -> None:
+        await asyncio.to_thread(self._start_apiserver)
+
     def check_healthy(self) -> None:
         """Raise with the component's log tail when a process has died."""
         for proc in self._procs.values():
