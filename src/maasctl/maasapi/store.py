@@ -309,6 +309,7 @@ class KeyStore:
         # validation key cache drops them at once instead of waiting for the database's notice, so a replica
         # always reads its own writes.
         self.on_changed: Callable[[Sequence[str]], None] | None = None
+        self._postgres = engine.dialect.name == "postgresql"
         self._mint_lock = asyncio.Lock()  # SQLite (one process): serializes limited mints
 
     @property
@@ -336,7 +337,7 @@ class KeyStore:
         lock in the process on SQLite), so concurrent mints cannot pass the limit together (`MintLimited`)."""
         values = {c.name: getattr(record, c.name) for c in api_keys.c}
         values["groups"] = list(record.groups)
-        if limit is not None and self._fast is None:
+        if limit is not None and not self._postgres:
             async with self._mint_lock:
                 await self._insert(record, values, actor, details, limit)
         else:
@@ -356,7 +357,7 @@ class KeyStore:
             await self._event(conn, record.id, "minted", actor, record.created_at, None, details)
 
     async def _check_limit(self, conn: AsyncConnection, owner: str, now: datetime, limit: MintLimit) -> None:
-        if self._fast is not None:
+        if self._postgres:  # held until this transaction ends: the next mint of the owner counts this one
             await conn.execute(select(func.pg_advisory_xact_lock(_MINT_LOCK_CLASS, func.hashtext(owner))))
         mine = api_keys.c.owner == owner
         since = now - limit.window
