@@ -140,6 +140,11 @@ def _add_api_parser(sub: Any) -> None:
     api.add_argument("--key-cache-max-age", type=float, default=float(env_default("key_cache_max_age", "30")),
                      help="seconds a validated key row may be served from memory on PostgreSQL (invalidated at "
                      "once on any change through LISTEN/NOTIFY; this is the safety net); 0 disables the cache")
+    api.add_argument("--max-active-keys-per-user", type=int,
+                     default=int(env_default("max_active_keys_per_user", "100")),
+                     help="active (unrevoked, unexpired) API keys one user may hold; a mint past it is 429")
+    api.add_argument("--key-mints-per-minute", type=int, default=int(env_default("key_mints_per_minute", "30")),
+                     help="API keys one user may mint in any minute; a mint past it is 429 with Retry-After")
     _add_logging_flags(api)
 
 
@@ -297,7 +302,8 @@ def _api(args: argparse.Namespace) -> int:
         subscription_namespace=args.subscription_namespace, key_pepper=SecretStr(pepper) if pepper else None,
         gateway_tokens=(SecretStr(token),) if token else (),
         default_gateway=f"{args.gateway_namespace}/{args.gateway_name}",
-        key_cache_max_age=args.key_cache_max_age, **extra,
+        key_cache_max_age=args.key_cache_max_age, max_active_keys_per_user=args.max_active_keys_per_user,
+        key_mints_per_minute=args.key_mints_per_minute, **extra,
     ))
     return 0
 

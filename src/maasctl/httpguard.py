@@ -7,11 +7,16 @@ A client cannot make a server spend unbounded memory or hold a connection foreve
   otherwise); once the body is complete, waiting on the connection (for a disconnect while a response
   streams) is not timed;
 - at most `max_connections` concurrent connections and tasks per server (uvicorn `limit_concurrency`: 503
-  above), idle keep-alive connections closed after `keep_alive_timeout` seconds.
+  above), idle keep-alive connections closed after `keep_alive_timeout` seconds;
+- the request head (request line and headers) must be complete within `header_timeout` seconds of the
+  connection opening or of the previous response on it, however the bytes trickle in; otherwise the
+  connection is closed (with a 408 when part of a request had arrived). uvicorn has no such timeout, so
+  `uvicorn_options` runs its httptools protocol with one added; aiohttp servers (the payment-webhook receiver)
+  get it from `aiohttp_runner_options` (their keep-alive timer, which a trickled head does not reset);
+- a trailing-slash redirect (`relative_slash_redirects`) is a path-only `Location`: Starlette's own builds
+  an absolute URL from the request's `Host` header, which the client chooses.
 
 Body size limits stay with each application (they differ: 64 KiB for maas-api, 10 MiB for a model request).
-Known limit: uvicorn has no timeout for a client that sends its header block slowly; the connection cap bounds
-how many such clients can be held open at once.
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from starlette.datastructures import URL
+from starlette.responses import RedirectResponse
+from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HttpGuard", "HttpLimits", "uvicorn_options"]
+__all__ = ["HttpGuard", "HttpLimits", "aiohttp_runner_options", "relative_slash_redirects", "uvicorn_options"]
 
 
 @dataclass(frozen=True)
@@ -33,11 +42,109 @@ class HttpLimits:
     body_read_timeout: float = 30.0
     max_connections: int = 1000
     keep_alive_timeout: float = 5.0
+    header_timeout: float = 10.0
 
 
 def uvicorn_options(limits: HttpLimits) -> dict[str, Any]:
     """The `uvicorn.Config` keyword arguments that carry `limits`."""
-    return {"limit_concurrency": limits.max_connections, "timeout_keep_alive": limits.keep_alive_timeout}
+    return {"limit_concurrency": limits.max_connections, "timeout_keep_alive": limits.keep_alive_timeout,
+            "http": _head_timeout_protocol(limits.header_timeout)}
+
+
+def aiohttp_runner_options(limits: HttpLimits) -> dict[str, Any]:
+    """The `aiohttp.web.AppRunner` keyword arguments that carry `limits`: aiohttp arms its keep-alive timer
+    when a connection opens and after each response, and closes the connection when it fires while no request
+    head has been parsed, so it bounds the head's time as uvicorn's added timer does."""
+    return {"keepalive_timeout": limits.header_timeout}
+
+
+_HEAD_TIMEOUT_BODY: Final = json.dumps({"error": {
+    "message": "the request headers did not arrive in time", "type": "invalid_request_error",
+    "code": "request_timeout"}}).encode()
+_HEAD_TIMEOUT_RESPONSE: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: " + str(len(_HEAD_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _HEAD_TIMEOUT_BODY
+)
+
+
+def _head_timeout_protocol(timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with a timer on the request head (see the module docstring)."""
+
+    class HeadTimeoutProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._heads = 0  # request heads parsed on this connection
+            self._answered = 0  # responses completed on it
+            self._head_begun = False  # a request has begun whose head is not complete
+
+        def _arm_head_timer(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(timeout, self._head_timed_out)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            if self._head_begun:
+                self.transport.write(_HEAD_TIMEOUT_RESPONSE)
+            self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head_begun = True
+
+        def on_headers_complete(self) -> None:
+            self._cancel_head_timer()
+            self._heads += 1
+            self._head_begun = False
+            super().on_headers_complete()
+
+        def on_response_complete(self) -> None:
+            self._answered += 1
+            super().on_response_complete()
+            # The next head is timed only once every parsed request is answered (a pipelined one that is
+            # already parsed waits for its turn, untimed).
+            if self._heads == self._answered and not self.transport.is_closing():
+                self._arm_head_timer()
+
+    return HeadTimeoutProtocol
+
+
+def relative_slash_redirects(router: Router) -> None:
+    """Answer a path that matches a route only with its trailing slash added or removed by a redirect whose
+    `Location` is the path (and query) alone, instead of Starlette's absolute URL built from `Host`. A path
+    that would start with `//` (a scheme-relative URL to another host) is never produced."""
+    router.redirect_slashes = False
+    fallback = router.default
+
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if scope["type"] == "http" and path != "/":
+            other = path.rstrip("/") if path.endswith("/") else path + "/"
+            other = "/" + other.lstrip("/")
+            candidate = {**scope, "path": other}
+            if other != path and any(route.matches(candidate)[0] is not Match.NONE for route in router.routes):
+                query = scope.get("query_string", b"").decode("latin-1")
+                location = str(URL(path=other, query=query))
+                await RedirectResponse(location)(scope, receive, send)
+                return
+        await fallback(scope, receive, send)
+
+    router.default = default
 
 
 async def _error(send: Send, status: int, code: str, message: str) -> None:

@@ -23,7 +23,7 @@ from maasctl.console.pages import admin_models, admin_report, admin_services, ad
 from maasctl.console.sessions import SessionStore
 from maasctl.console.settings import ConsoleSettings
 from maasctl.console.web import Console, Forbidden, SignInRequired, redirect, render
-from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
+from maasctl.httpguard import HttpGuard, HttpLimits, relative_slash_redirects, uvicorn_options
 
 log = structlog.get_logger("maasctl.console")
 HERE = Path(__file__).parent
@@ -41,6 +41,7 @@ def templates() -> Jinja2Templates:
 
 def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: OidcClient | None = None) -> FastAPI:
     app = FastAPI(title="MaaS console", docs_url=None, redoc_url=None, openapi_url=None)
+    relative_slash_redirects(app.router)
     sessions = SessionStore(settings.session_secret, settings.session_ttl_seconds, settings.max_sessions,
                             anonymous_ttl_seconds=settings.anonymous_session_ttl_seconds,
                             max_anonymous=settings.max_anonymous_sessions, max_per_user=settings.max_sessions_per_user)

@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from maasctl.contract.credentials import bearer_credential
+
 __all__ = [
     "API_KEY_HEADER",
     "API_KEY_PREFIX",
@@ -83,10 +85,7 @@ def presented_credential(authorization: str | None, x_api_key: str | None) -> st
     key, as Anthropic-style clients send it). An `x-api-key` that is not a MaaS API key is no credential (and
     never forwarded); a MaaS API key in `x-api-key` beside an `Authorization` naming something else is
     refused (`ConflictingCredentials`), never guessed."""
-    bearer: str | None = None
-    if authorization is not None:
-        scheme, _, rest = authorization.strip().partition(" ")
-        bearer = rest.strip() if scheme.lower() == "bearer" and rest.strip() else None
+    bearer = bearer_credential(authorization)
     header_key = x_api_key.strip() if x_api_key is not None else ""
     if not header_key.startswith(API_KEY_PREFIX):
         return bearer

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from maasctl.contract.credentials import bearer_credential
 from maasctl.gateway.expressions import PolicyError, Predicates, ValueSource, lookup, predicates, value_source
 
 __all__ = ["Authentication", "CompiledAuthPolicy", "DenyWith", "Metadata", "RequestInfo", "audience_of_host",
@@ -71,8 +72,9 @@ class _Credentials:
     def extract(self, request: RequestInfo) -> str | None:
         if self.kind == "authorizationHeader":
             value = request.headers.get("authorization", "")
-            prefix = self.name + " " if self.name else ""
-            return value[len(prefix):].strip() or None if value.startswith(prefix) else None
+            if not self.name:
+                return value.strip() or None
+            return bearer_credential(value, self.name)
         if self.kind == "customHeader":
             return request.headers.get(self.name.lower()) or None
         if self.kind == "queryString":

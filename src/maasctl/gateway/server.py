@@ -33,6 +33,7 @@ from multidict import CIMultiDict
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
+from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.usage import (
@@ -278,7 +279,8 @@ class Gateway:
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.monotonic()
         raw_headers: list[tuple[str, str]] = [
-            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]
+            (name, canonical_authorization(value) if name == "authorization" else value)
+            for name, value in ((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"])
         ]
         headers: dict[str, str] = {}
         for name, value in raw_headers:

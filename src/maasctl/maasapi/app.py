@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
+from maasctl.httpguard import relative_slash_redirects
 from maasctl.maasapi import migrate
 from maasctl.maasapi.auth import Authenticator
 from maasctl.maasapi.deps import AppState, access_of, caller_identity, subscriptions_of
@@ -96,6 +97,7 @@ def create_app(
         lifespan=lifespan,
         description="API keys bound to MaaSSubscriptions, subscriptions and gateway callbacks.",
     )
+    relative_slash_redirects(app.router)
     app.state.maasapi = state
     install_error_handlers(app)
     for router in (meta.router, keys.router, subscriptions.router, internal.router, models.router):

@@ -6,6 +6,7 @@ may contain a key)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -20,12 +21,14 @@ log = structlog.get_logger("maasctl.maasapi")
 class ApiError(Exception):
     """An error answered to the client as `{"error": {"message", "type", "code"}}` with `status`."""
 
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+    def __init__(self, status: int, code: str, message: str, details: Any = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
+        self.headers = dict(headers or {})  # e.g. Retry-After on a 429
 
 
 _TYPES = {
@@ -85,7 +88,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, exc.message, exc.details, status=exc.status),
-                            status_code=exc.status)
+                            status_code=exc.status, headers=exc.headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

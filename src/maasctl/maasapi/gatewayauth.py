@@ -14,15 +14,16 @@ from collections.abc import Sequence
 
 from pydantic import SecretStr
 
+from maasctl.contract.credentials import bearer_credential
+
 __all__ = ["gateway_token_valid"]
 
 
 def gateway_token_valid(authorization: str | bytes | None, tokens: Sequence[SecretStr]) -> bool:
-    """True when `authorization` is `Bearer <one of tokens>`."""
-    if isinstance(authorization, bytes):
-        authorization = authorization.decode("latin-1")
-    if not tokens or not authorization or authorization[:7].lower() != "bearer ":
+    """True when `authorization` is `Bearer <one of tokens>` (`contract.credentials`: any case of the scheme)."""
+    credential = bearer_credential(authorization)
+    if not tokens or credential is None:
         return False
-    presented = authorization[7:].strip().encode()
+    presented = credential.encode()
     matched = [hmac.compare_digest(presented, t.get_secret_value().encode()) for t in tokens]
     return any(matched)

@@ -27,7 +27,7 @@ from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.keycache import KeyCache
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.store import KeyRecord, KeyScope, KeyStore, SearchQuery
+from maasctl.maasapi.store import KeyRecord, KeyScope, KeyStore, MintLimit, MintLimited, SearchQuery
 
 Clock = Callable[[], datetime]
 log = structlog.get_logger("maasctl.maasapi")
@@ -43,6 +43,18 @@ _DUMMY_HASH = "0" * 64
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _limited(exc: MintLimited, limit: MintLimit) -> ApiError:
+    """The 429 of a refused mint, with the seconds until it can succeed (or a slot frees) as Retry-After."""
+    if exc.reason == "too_many_keys":
+        code = "too_many_keys"
+        message = (f"at most {limit.max_active} active API keys per user: revoke one, or wait until one "
+                   "expires")
+    else:
+        code = "key_mint_rate_limited"
+        message = f"at most {limit.per_window} API keys may be minted per user and minute"
+    return ApiError(429, code, message, headers={"Retry-After": str(exc.retry_after)})
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,8 @@ class KeyService:
         self._pepper = settings.pepper_bytes()
         self._group_refreshes: dict[tuple[str, tuple[str, ...]], datetime] = {}
         self._last_used: dict[str, datetime] = {}
+        self.mint_limit = MintLimit(settings.max_active_keys_per_user, settings.key_mints_per_minute,
+                                    timedelta(minutes=1))
 
     def lifetime(self, expires_in: str | int | None, ephemeral: bool) -> timedelta:
         """Requested lifetime, defaulted and bounded by the configured maxima."""
@@ -134,7 +148,11 @@ class KeyService:
             labels=dict(req.labels),
             organization_id=sub.organization,
         )
-        await self.store.insert(record, actor=caller.username, details={"subscription": sub.key})
+        try:
+            await self.store.insert(record, actor=caller.username, details={"subscription": sub.key},
+                                    limit=self.mint_limit)
+        except MintLimited as exc:
+            raise _limited(exc, self.mint_limit) from None
         return record, new.plaintext
 
     async def validate(self, key: str) -> Validation:

@@ -32,6 +32,11 @@ class MaasApiSettings(BaseModel):
     # refused (`groups_stale`) until the owner signs in again: a key outlives a group membership change by at
     # most this long (docs/security.md).
     key_groups_max_age: timedelta = timedelta(hours=24)
+    # Per user (the key's owner), counted in the database so every replica shares them: at most this many
+    # active (unrevoked, unexpired) keys, and at most this many keys minted in any minute; a mint past either
+    # is 429 with Retry-After (docs/security.md).
+    max_active_keys_per_user: int = Field(default=100, ge=1)
+    key_mints_per_minute: int = Field(default=30, ge=1)
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     max_labels: int = 50
     host: str = "127.0.0.1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,31 @@ from sqlalchemy.sql.elements import ColumnElement
 from maasctl.maasapi.db import api_key_events, api_key_labels, api_keys
 
 Status = Literal["active", "revoked", "expired"]
+
+_MINT_LOCK_CLASS = 0x4D414153  # "MAAS": the advisory-lock namespace of per-owner mint checks on PostgreSQL
+
+
+@dataclass(frozen=True)
+class MintLimit:
+    """At most `max_active` active keys per owner, and at most `per_window` keys minted per `window`."""
+
+    max_active: int
+    per_window: int
+    window: timedelta
+
+
+class MintLimited(Exception):
+    """A mint refused by `MintLimit`: `reason` is `too_many_keys` or `mint_rate`; `retry_after` in seconds."""
+
+    def __init__(self, reason: Literal["too_many_keys", "mint_rate"], retry_after: int) -> None:
+        super().__init__(reason)
+        self.reason: Literal["too_many_keys", "mint_rate"] = reason
+        self.retry_after = retry_after
+
+
+def _seconds_until(when: datetime, now: datetime) -> int:
+    """Whole seconds from `now` until `when`, rounded up, at least 1 (a Retry-After value)."""
+    return max(1, math.ceil((when - now).total_seconds()))
 
 
 @dataclass(frozen=True)
@@ -283,6 +309,8 @@ class KeyStore:
         # validation key cache drops them at once instead of waiting for the database's notice, so a replica
         # always reads its own writes.
         self.on_changed: Callable[[Sequence[str]], None] | None = None
+        self._postgres = engine.dialect.name == "postgresql"
+        self._mint_lock = asyncio.Lock()  # SQLite (one process): serializes limited mints
 
     @property
     def pg_dsn(self) -> str | None:
@@ -302,10 +330,24 @@ class KeyStore:
         async with self.engine.connect() as conn:
             await conn.execute(select(1))
 
-    async def insert(self, record: KeyRecord, actor: str, details: dict[str, Any] | None = None) -> None:
+    async def insert(self, record: KeyRecord, actor: str, details: dict[str, Any] | None = None,
+                     limit: MintLimit | None = None) -> None:
+        """Store a new key with its labels and audit event. With `limit`, the owner's keys are counted in the
+        same transaction, serialized per owner (an advisory lock on PostgreSQL, shared by every replica; one
+        lock in the process on SQLite), so concurrent mints cannot pass the limit together (`MintLimited`)."""
         values = {c.name: getattr(record, c.name) for c in api_keys.c}
         values["groups"] = list(record.groups)
+        if limit is not None and not self._postgres:
+            async with self._mint_lock:
+                await self._insert(record, values, actor, details, limit)
+        else:
+            await self._insert(record, values, actor, details, limit)
+
+    async def _insert(self, record: KeyRecord, values: dict[str, Any], actor: str, details: dict[str, Any] | None,
+                      limit: MintLimit | None) -> None:
         async with self.engine.begin() as conn:
+            if limit is not None:
+                await self._check_limit(conn, record.owner, record.created_at, limit)
             await conn.execute(insert(api_keys).values(**values))
             if record.labels:
                 await conn.execute(
@@ -313,6 +355,23 @@ class KeyStore:
                     [{"key_id": record.id, "name": k, "value": v} for k, v in record.labels.items()],
                 )
             await self._event(conn, record.id, "minted", actor, record.created_at, None, details)
+
+    async def _check_limit(self, conn: AsyncConnection, owner: str, now: datetime, limit: MintLimit) -> None:
+        if self._postgres:  # held until this transaction ends: the next mint of the owner counts this one
+            await conn.execute(select(func.pg_advisory_xact_lock(_MINT_LOCK_CLASS, func.hashtext(owner))))
+        mine = api_keys.c.owner == owner
+        since = now - limit.window
+        recent = (await conn.execute(
+            select(api_keys.c.created_at).where(mine, api_keys.c.created_at > since)
+            .order_by(api_keys.c.created_at.desc()).offset(limit.per_window - 1).limit(1)
+        )).scalar_one_or_none()
+        if recent is not None:  # `per_window` keys were minted in the window: wait until the oldest leaves it
+            raise MintLimited("mint_rate", _seconds_until(_aware(recent) + limit.window, now))
+        active = and_(mine, _status_condition("active", now))
+        count = (await conn.execute(select(func.count()).select_from(api_keys).where(active))).scalar_one()
+        if count >= limit.max_active:
+            first = (await conn.execute(select(func.min(api_keys.c.expires_at)).where(active))).scalar_one()
+            raise MintLimited("too_many_keys", _seconds_until(_aware(first), now))
 
     async def _event(
         self,

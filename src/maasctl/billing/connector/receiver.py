@@ -24,6 +24,7 @@ from maasctl.billing.clock import Clock
 from maasctl.billing.connector.events import MAX_BODY, BadEvent
 from maasctl.billing.connector.payments import Applied, Payments
 from maasctl.billing.connector.providers import Provider
+from maasctl.httpguard import HttpLimits, aiohttp_runner_options
 
 __all__ = ["DELIVERIES", "Receiver", "Registered", "Registry"]
 
@@ -88,7 +89,7 @@ class Receiver:
 
     async def start(self, bind: str) -> int:
         host, _, port = bind.rpartition(":")
-        self.runner = web.AppRunner(self.app(), access_log=None)
+        self.runner = web.AppRunner(self.app(), access_log=None, **aiohttp_runner_options(HttpLimits()))
         await self.runner.setup()
         site = web.TCPSite(self.runner, host or None, int(port or 0))
         await site.start()

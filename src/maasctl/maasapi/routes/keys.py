@@ -7,14 +7,14 @@ revoking anything else answers as if it did not exist (404, an empty page) or 40
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 
 from maasctl.contract.selection import parse_ref
 from maasctl.maasapi import keys
 from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, access_of, subscriptions_of
-from maasctl.maasapi.errors import ApiError
+from maasctl.maasapi.errors import ApiError, error_body
 from maasctl.maasapi.routes.views import key_subscription, key_view
 from maasctl.maasapi.schemas import (
     BulkRevokeRequest,
@@ -43,7 +43,15 @@ async def key_config(st: StateDep, _: TokenCaller) -> KeyConfig:
     )
 
 
-@router.post("/v1/api-keys", response_model=MintResponse, status_code=201)
+_MINT_LIMITED: dict[int | str, dict[str, Any]] = {429: {
+    "description": "The caller holds the maximum of active keys (`too_many_keys`) or minted too many in the last "
+                   "minute (`key_mint_rate_limited`); `Retry-After` says when a mint can succeed",
+    "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+    "content": {"application/json": {"example": error_body("too_many_keys", "message", status=429)}},
+}}
+
+
+@router.post("/v1/api-keys", response_model=MintResponse, status_code=201, responses=_MINT_LIMITED)
 async def mint_key(body: MintRequest, st: StateDep, caller: TokenCaller) -> MintResponse:
     subs = await subscriptions_of(st)
     try:
