@@ -318,6 +318,17 @@ async def guarded_model(world: World, *, config_yaml: str = CONFIG_YAML, policy:
     await world.wait_active(sub)
     keys = {user: (await world.mint(user, subscription=sub))["key"] for user in users}
     guarded = Guarded(world, model, cfg, guard_key, keys)
+    engine = local.engine
+
+    async def engine_serves_it() -> bool:  # the runner restarted the engine with this configuration
+        async with httpx.AsyncClient(timeout=5) as http:
+            try:
+                listed = (await http.get(f"{engine.url}/v1/rails/configs")).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+        return isinstance(listed, list) and {"id": cfg} in listed
+
+    await eventually(engine_serves_it, timeout=120, describe=lambda: f"runner: {engine.last_error}")
     last: list[httpx.Response] = []
 
     async def checked() -> bool:  # the AuthPolicy exports the filter and the engine serves the configuration

@@ -3,11 +3,24 @@ engine-failure reading and the per-caller slots."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
+import httpx
 import pytest
 
 from maasctl.builders.guardrails import SERVER_CONFIG_KEY, EngineInput, build_engine, config_problems
-from maasctl.contract.guardrails import MAX_CHECK_CHARS, ConfigView, GuardModel
-from maasctl.gateway.guardrails import CallerSlots, caller_of, engine_failure
+from maasctl.contract.guardrails import MAX_CHECK_CHARS, ConfigView, GuardModel, GuardrailsBinding
+from maasctl.contract.usage import prepare_body
+from maasctl.gateway.guardrails import (
+    CallerSlots,
+    GuardCheck,
+    GuardrailsClient,
+    OutputGuard,
+    caller_of,
+    engine_failure,
+)
 from maasctl.guardrails_redact import MASK, bounded, redact, secret_values
 
 KEY = "sk-abcdef0123456789"
@@ -117,3 +130,59 @@ class TestCallerSlots:
     ])
     def test_the_caller_is_the_user(self, filters: dict[str, object], caller: str) -> None:
         assert caller_of(filters) == caller
+
+
+class TestAnswersLongerThanTheLimit:
+    """The gateway's own limit, before any engine call: an answer the output rails cannot take whole is never
+    passed unchecked, whatever the failure policy (a real client; the engine URL is never reached)."""
+
+    @staticmethod
+    def run(chunks: list[bytes], content_type: str, fail_open: bool,
+            chunk_chars: int = 400) -> tuple[list[int], bytes, GuardCheck]:
+        binding = GuardrailsBinding("safety", True, "http://127.0.0.1:9", fail_open, 5)
+        check = GuardCheck(binding, prompt="u" * 50_000)
+        out: list[dict[str, Any]] = []
+
+        async def send(message: Any) -> None:
+            out.append(dict(message))
+
+        async def go() -> None:
+            async with httpx.AsyncClient() as http:
+                guard = OutputGuard(GuardrailsClient(http), check, send, chunk_chars)
+                await guard({"type": "http.response.start", "status": 200,
+                             "headers": [(b"content-type", content_type.encode())]})
+                for i, chunk in enumerate(chunks):
+                    await guard({"type": "http.response.body", "body": chunk, "more_body": i < len(chunks) - 1})
+
+        asyncio.run(go())
+        statuses = [int(m["status"]) for m in out if m["type"] == "http.response.start"]
+        return statuses, b"".join(m.get("body", b"") for m in out if m["type"] == "http.response.body"), check
+
+    @pytest.mark.parametrize("fail_open", [False, True])
+    def test_json(self, fail_open: bool) -> None:
+        answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "z" * (MAX_CHECK_CHARS + 1)}}]}
+        statuses, body, check = self.run([json.dumps(answer).encode()], "application/json", fail_open)
+        assert statuses == [502] and b"guardrails_answer_too_large" in body and b"zzz" not in body
+        assert check.outcome == "unavailable"
+
+    @pytest.mark.parametrize("fail_open", [False, True])
+    def test_stream(self, fail_open: bool) -> None:
+        events = [f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': 'z' * 1000}}]})}\n\n".encode()
+                  for _ in range(13)] + [b"data: [DONE]\n\n"]
+        statuses, body, _ = self.run(events, "text/event-stream", fail_open, chunk_chars=0)  # checked at the end
+        assert statuses == [200] and b"guardrails_answer_too_large" in body and body.rstrip().endswith(b"[DONE]")
+        assert b"z" * 1000 not in body  # nothing of the text over the limit was released
+
+    def test_input(self) -> None:
+        async def go() -> tuple[GuardCheck, Any]:
+            async with httpx.AsyncClient() as http:
+                client = GuardrailsClient(http)
+                binding = GuardrailsBinding("safety", True, "http://127.0.0.1:9", True, 5)
+                body = prepare_body(json.dumps({"model": "m", "messages": [
+                    {"role": "user", "content": "y" * (MAX_CHECK_CHARS + 1)}]}).encode(), None)
+                return await client.admit(binding, body, "/v1/chat/completions", "alice")
+
+        check, refusal = asyncio.run(go())
+        assert check.release is not None
+        assert refusal is not None and refusal.status == 413
+        assert json.loads(refusal.body)["error"]["code"] == "guardrails_input_too_large"

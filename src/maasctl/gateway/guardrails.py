@@ -501,13 +501,14 @@ def engine_failure(activated: list[Any], events: Any) -> str | None:
             value = action.get("return_value") if isinstance(action, Mapping) else None
             if isinstance(value, Mapping) and value.get("failed") is True:
                 return str(rail.get("name") or "")
+    stopped = next((str(r.get("name") or "") for r in activated if isinstance(r, Mapping) and r.get("stop")), "")
     for event in events if isinstance(events, list) else ():
         if not isinstance(event, Mapping):
             continue
         if (event.get("type") == "BotIntent" and event.get("intent") == _INTERNAL_ERROR_INTENT) \
                 or event.get("error_type") == "internal_error" \
                 or (event.get("type") == "InternalSystemActionFinished" and event.get("is_success") is False):
-            return str(event.get("flow_id") or event.get("action_name") or "")
+            return stopped or str(event.get("flow_id") or event.get("action_name") or "")
     return None
 
 
