@@ -248,6 +248,8 @@ async def test_guardrails_journey(world: World) -> None:
 
     await eventually(refused, timeout=60)
     await world.apply(settings(world, enabled=False))
+    # No log of the journey (the engine's, the gateway's, the controller's...) holds a secret it used.
+    Guarded(world, guarded, cfg, "guard-model-key", {"alice": key}).assert_no_secret_in_any_log()
 
 
 # --- issue 32 item 3: secrets, engine errors, input size and the caller's share of the engine -------------
