@@ -7,8 +7,10 @@ containing FORBIDDEN (an output rail's job).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from e2e.conftest import MAAS, Need, World, eventually
+from maasctl.contract.guardrails import MAX_CHECK_CHARS
 from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 
 CONFIG_YAML = """\
@@ -245,3 +248,207 @@ async def test_guardrails_journey(world: World) -> None:
 
     await eventually(refused, timeout=60)
     await world.apply(settings(world, enabled=False))
+    # No log of the journey (the engine's, the gateway's, the controller's...) holds a secret it used.
+    Guarded(world, guarded, cfg, "guard-model-key", {"alice": key}).assert_no_secret_in_any_log()
+
+
+# --- issue 32 item 3: secrets, engine errors, input size and the caller's share of the engine -------------
+
+# A template the engine loads but cannot render: the rail raises at every check (as a prompt over the
+# template's max_length does), the engine logs its configuration (the guard key the engine copied into it),
+# and "stops" with its internal-error message — no rail decided anything.
+BROKEN_YAML = CONFIG_YAML.replace('"{{ user_input }}"', '"{{ user_input | no_such_filter }}"').replace(
+    '"{{ bot_response }}"', '"{{ bot_response | no_such_filter }}"')
+HELD = "x-testmodel-hold"
+
+
+@dataclass
+class Guarded:
+    world: World
+    model: str
+    config: str
+    guard_key: str
+    keys: dict[str, str]  # user -> API key
+
+    async def say(self, user: str, text: str, **extra: Any) -> httpx.Response:
+        return await say(self.world, self.model, self.keys[user], text, **extra)
+
+    async def complete(self, user: str, prompt: str) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=self.world.stack.gateway_url, timeout=30) as http:
+            return await http.post(f"/{self.world.namespace}/{self.model}/v1/completions",
+                                   json={"model": "gpt-x", "prompt": prompt},
+                                   headers={"Authorization": f"Bearer {self.keys[user]}"})
+
+    def assert_no_secret_in_any_log(self) -> None:
+        """Every log of the stack (the engine's pod log among them) is free of every secret of the journey."""
+        local = self.world.stack.local
+        assert local is not None
+        secrets = {"guard key": self.guard_key, "upstream key": self.world.stack.upstream_key,
+                   **{f"{user}'s API key": key for user, key in self.keys.items()}}
+        logs = sorted(local.directory.rglob("*.log"))
+        assert any(p.parent.name == "guardrails" and p.name == "engine.log" for p in logs), logs
+        for path in logs:
+            text = path.read_text(errors="replace")
+            for what, secret in secrets.items():
+                assert secret not in text, f"{what} in {path}"
+
+
+async def guarded_model(world: World, *, config_yaml: str = CONFIG_YAML, policy: str = "FailClosed",
+                        users: tuple[str, ...] = ("alice",)) -> Guarded:
+    """A model of its own, guarded by a configuration of its own with a guard key of its own, served."""
+    world.require(Need.LOCAL_STACK)
+    local = world.stack.local
+    assert local is not None
+    if local.engine is None:
+        pytest.fail("the guardrails engine is not installed: run hack/setup-guardrails.sh (hack/setup.sh does)")
+    model, cfg, sub, secret = world.name("g"), world.name("cfg"), world.name("gsub"), world.name("guard")
+    guard_key = f"sk-guard-{uuid.uuid4().hex}"
+    await world.apply(*world.external_model(model))
+    subscription = world.subscription(sub, {model: [(100_000_000, "1h")]}, users=users)
+    subscription["spec"]["modelRefs"][0]["guardrails"] = {"enabled": True, "config": cfg}
+    await world.apply(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": world.sub_ns()},
+         "stringData": {"api-key": guard_key}},
+        settings(world, enabled=True, policy=policy), guard_config(world, cfg, config_yaml=config_yaml,
+                                                                   key_secret=secret),
+        world.auth_policy(world.name("ap"), [model], users=users), subscription)
+
+    async def config_ready() -> bool:
+        return ((await get(world, "guardrailconfigs", cfg)).get("status") or {}).get("phase") == "Ready"
+
+    await eventually(config_ready, timeout=90)
+    await world.wait_active(sub)
+    keys = {user: (await world.mint(user, subscription=sub))["key"] for user in users}
+    guarded = Guarded(world, model, cfg, guard_key, keys)
+    engine = local.engine
+
+    async def engine_serves_it() -> bool:  # the runner restarted the engine with this configuration
+        async with httpx.AsyncClient(timeout=5) as http:
+            try:
+                listed = (await http.get(f"{engine.url}/v1/rails/configs")).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+        return isinstance(listed, list) and {"id": cfg} in listed
+
+    await eventually(engine_serves_it, timeout=120, describe=lambda: f"runner: {engine.last_error}")
+    last: list[httpx.Response] = []
+
+    async def checked() -> bool:  # the AuthPolicy exports the filter and the engine serves the configuration
+        last[:] = [await guarded.say(users[0], "hello")]
+        code = last[0].json().get("error", {}).get("code", "") if last[0].status_code != 200 else ""
+        return last[0].status_code == 200 or (code.startswith("guardrail")
+                                              and code != "guardrails_config_unavailable")
+
+    try:
+        await eventually(checked, timeout=120)
+    except AssertionError:
+        raise AssertionError(f"{last[0].status_code if last else '-'} {last[0].text if last else ''}\n"
+                             f"runner: {local.engine.last_error}") from None
+    return guarded
+
+
+async def metric(world: World, line: str) -> bool:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return line in (await http.get(f"{world.stack.gateway_url}/_gateway/metrics")).text
+
+
+@pytest.mark.local_stack
+class TestEngineErrorsAreNotBlocks:
+    """A rail the engine failed to run is an engine error: FailClosed 503 `guardrails_unavailable` with the
+    reason, FailOpen served and counted — never 400 "blocked by guardrail". Its config dump has no key."""
+
+    async def test_fail_closed_refuses_with_the_reason(self, world: World) -> None:
+        g = await guarded_model(world, config_yaml=BROKEN_YAML)
+        marker = uuid.uuid4().hex[:8]
+        answers = {
+            "chat": await g.say("alice", f"hello {marker}"),
+            "chat with a blocked word": await g.say("alice", f"FORBIDDEN {marker}"),
+            "stream": await g.say("alice", f"stream {marker}", stream=True),
+            "completions": await g.complete("alice", f"complete {marker}"),
+        }
+        for shape, resp in answers.items():
+            assert resp.status_code == 503, (shape, resp.status_code, resp.text)
+            error = resp.json()["error"]
+            assert error["code"] == "guardrails_unavailable", (shape, error)
+            assert "self check input" in error["message"] and "not a decision" in error["message"], error
+            assert "x-maas-guardrail" not in resp.headers and "blocked" not in error["message"]
+        assert not [p for p in await prompts(world) if marker in p]  # nothing reached the model
+        g.assert_no_secret_in_any_log()
+        await world.apply(settings(world, enabled=False))
+
+    async def test_fail_open_serves_and_counts(self, world: World) -> None:
+        g = await guarded_model(world, config_yaml=BROKEN_YAML, policy="FailOpen")
+        marker = uuid.uuid4().hex[:8]
+        for text, extra in ((f"open {marker}", {}), (f"FORBIDDEN open {marker}", {}),
+                            (f"open stream {marker}", {"stream": True})):
+            resp = await g.say("alice", text, **extra)
+            assert resp.status_code == 200, resp.text
+            assert marker in resp.text and "guardrail" not in resp.text
+        assert f"FORBIDDEN open {marker}" in await prompts(world)
+        assert await metric(world, f'maas_gateway_guardrails_checks_total{{config="{g.config}",outcome="fail_open",'
+                                   'rails="input"}')
+        g.assert_no_secret_in_any_log()
+        await world.apply(settings(world, enabled=False))
+
+
+@pytest.mark.local_stack
+class TestInputLongerThanTheEngineAccepts:
+    """Guarded input over MAX_CHECK_CHARS is refused with 413 `guardrails_input_too_large` before the engine or
+    the model sees it, whatever its shape and whatever the failure policy; input under it is checked."""
+
+    @pytest.mark.parametrize("policy", ["FailClosed", "FailOpen"])
+    async def test_refused_with_413(self, world: World, policy: str) -> None:
+        g = await guarded_model(world, policy=policy)
+        marker = uuid.uuid4().hex[:8]
+        over = MAX_CHECK_CHARS + 1
+        answers = {
+            "one message": await g.say("alice", f"{marker}" + "a" * over),
+            "many small messages": await world.chat(g.model, g.keys["alice"], messages=[
+                {"role": "user" if i % 2 else "system", "content": f"{marker} " + "b" * 1_000} for i in range(13)]),
+            "a tool description": await world.chat(g.model, g.keys["alice"], messages=[
+                {"role": "user", "content": marker}], tools=[{"type": "function", "function": {
+                    "name": "f", "description": "c" * over, "parameters": {"type": "object"}}}]),
+            "completions prompt": await g.complete("alice", marker + "d" * over),
+            "an 8 MiB message": await g.say("alice", marker + "e" * (8 * 1024 * 1024 - 4096)),
+        }
+        for shape, resp in answers.items():
+            assert resp.status_code == 413, (shape, resp.status_code, resp.text[:300])
+            error = resp.json()["error"]
+            assert error["code"] in ("guardrails_input_too_large", "body_too_large"), (shape, error)
+            if error["code"] == "guardrails_input_too_large":
+                assert str(MAX_CHECK_CHARS) in error["message"], error
+        assert answers["one message"].json()["error"]["code"] == "guardrails_input_too_large"
+        assert not [p for p in await prompts(world) if marker in p]
+        under = await g.say("alice", f"{marker} " + "f" * (MAX_CHECK_CHARS - 2_000))
+        assert under.status_code == 200, under.text[:300]
+        g.assert_no_secret_in_any_log()
+        await world.apply(settings(world, enabled=False))
+
+
+@pytest.mark.local_stack
+class TestOneCallerCannotHoldTheEngine:
+    """One user has at most `--guardrails-caller-in-flight` (4) guarded requests in flight per gateway; one more
+    is refused with 429 `guardrails_busy` and Retry-After, while other users are served; the slots come back."""
+
+    async def test_the_fifth_concurrent_request_of_one_user_waits(self, world: World) -> None:
+        g = await guarded_model(world, users=("alice", "bob"))
+        marker = uuid.uuid4().hex[:8]
+        hold = f"20.{uuid.uuid4().int % 10**6:06d}"  # seconds; the value tells this test's requests apart
+        held = [asyncio.create_task(g.say("alice", f"held {marker} {i}", headers={HELD: hold})) for i in range(4)]
+        try:
+            async def all_in_flight() -> bool:  # the four passed the input rails and reached the model
+                return sum(1 for r in await world.model_requests() if r["headers"].get(HELD) == hold) == 4
+
+            await eventually(all_in_flight, timeout=30)
+            for shape, resp in {"chat": await g.say("alice", "one more"),
+                                "stream": await g.say("alice", "one more", stream=True),
+                                "completions": await g.complete("alice", "one more")}.items():
+                assert resp.status_code == 429, (shape, resp.status_code, resp.text)
+                assert resp.json()["error"]["code"] == "guardrails_busy" and resp.headers["retry-after"] == "1"
+            assert (await g.say("bob", f"bob {marker}")).status_code == 200  # another user is served
+        finally:
+            done = await asyncio.gather(*held)
+        assert [r.status_code for r in done] == [200] * 4
+        assert (await g.say("alice", "after")).status_code == 200  # the slots were given back
+        g.assert_no_secret_in_any_log()
+        await world.apply(settings(world, enabled=False))

@@ -172,6 +172,9 @@ def _add_gateway_parsers(sub: Any) -> None:
     gw.add_argument("--guardrails-stream-chunk-chars", type=int,
                     default=int(env_default("guardrails_stream_chunk_chars", "400")),
                     help="streamed answers are checked every this many characters (0: only at the end)")
+    gw.add_argument("--guardrails-caller-in-flight", type=int,
+                    default=int(env_default("guardrails_caller_in_flight", "4")),
+                    help="guarded requests one user may have in flight on this gateway (0: unbounded)")
     _add_logging_flags(gw)
 
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
@@ -319,6 +322,7 @@ def _gateway(args: argparse.Namespace) -> int:
         usage_spool_dir=args.usage_spool_dir, maas_api_token=_read_secret(args.maas_api_token_file),
         redis_url=args.redis_url,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
+        guardrails_caller_in_flight=args.guardrails_caller_in_flight,
     )
     return _run_async(run_gateway(settings))
 

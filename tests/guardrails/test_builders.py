@@ -59,13 +59,14 @@ def test_engine_objects() -> None:
     from maasctl.builders.guardrails import EngineInput
 
     configmap, deployment, service = build_engine(EngineInput("models-as-a-service", "img", (view(),)))
-    assert set(configmap["data"]) == {"safety.config.yml"}
+    assert set(configmap["data"]) == {"safety.config.yml", "server-config.py"}  # config.py: the redaction
     pod = deployment["spec"]["template"]["spec"]
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["GUARDRAILS_SAFETY_MAIN_API_KEY"]["valueFrom"] == {
         "secretKeyRef": {"name": "guard-key", "key": "api-key"}}
     assert env["HF_HUB_OFFLINE"]["value"] == "1"
-    assert pod["volumes"][0]["configMap"]["items"] == [{"key": "safety.config.yml", "path": "safety/config.yml"}]
+    assert pod["volumes"][0]["configMap"]["items"] == [{"key": "server-config.py", "path": "config.py"},
+                                                       {"key": "safety.config.yml", "path": "safety/config.yml"}]
     assert service["spec"]["ports"][0]["port"] == 8000
 
 

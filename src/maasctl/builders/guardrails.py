@@ -9,6 +9,9 @@ Pure functions (no clock, network or environment), as every builder.
   defined in `rails.co`; supported built-ins run against the configuration's own models, with no model or
   embedding download: `self check input`, `self check output` (their prompts `self_check_input` /
   `self_check_output` must be in `prompts`, and a `main` model must be listed);
+- every prompt leaves room for the text the gateway checks: `max_length` (the engine's default 16,000) minus
+  the template's own length must be at least `contract.guardrails.MAX_CHECK_CHARS` (a longer prompt is an
+  engine error, never a decision);
 - `rails.co` must not define canonical user messages (`define user ...`): matching them needs an embedding
   model NeMo Guardrails downloads from a hub at run time, which an offline engine cannot do; nor may
   `config.yaml` configure `embedding_search_provider` / `knowledge_base` / dialog rails for the same reason.
@@ -19,9 +22,11 @@ The real engine (its own loader) checks the rest: `reconcilers.guardrails` runs 
 (`api_key_env_var`), which the Deployment fills from the Secret (`secretKeyRef`).
 
 `build_engine(inp)`: the engine's ConfigMap (every deployed configuration as `<id>/config.yml` and
-`<id>/rails.co`), Deployment (`nemoguardrails server --config /etc/guardrails`, keys from Secrets as
-environment variables, restarted when the content hash changes) and Service, in the subscription namespace
-(a pod can only read Secrets of its own namespace, and the configurations live there).
+`<id>/rails.co`, and the server-level `config.py`: `maasctl/guardrails_redact.py`, which the engine runs at
+start-up so that none of its logs or output carries a credential — the engine itself copies a key from its
+variable into the configuration it can log), Deployment (`nemoguardrails server --config /etc/guardrails`,
+keys from Secrets as environment variables, restarted when the content hash changes) and Service, in the
+subscription namespace (a pod can only read Secrets of its own namespace, and the configurations live there).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any, Final
 
 import yaml
@@ -37,7 +44,15 @@ import yaml
 from maasctl.builders import names
 from maasctl.builders.refs import ObjectRef
 from maasctl.contract.cel import cel_string, cel_string_list
-from maasctl.contract.guardrails import FAIL_CLOSED, FAIL_OPEN, ConfigView, SettingsView, api_key_env_var
+from maasctl.contract.guardrails import (
+    ENGINE_PROMPT_MAX_LENGTH,
+    FAIL_CLOSED,
+    FAIL_OPEN,
+    MAX_CHECK_CHARS,
+    ConfigView,
+    SettingsView,
+    api_key_env_var,
+)
 
 __all__ = [
     "ENGINE_NAME",
@@ -61,6 +76,13 @@ NO_KEY: Final = "not-needed"  # the OpenAI client demands a key; endpoints witho
 _DEFINE_FLOW = re.compile(r"^\s*(?:define\s+(?:subflow|flow)|flow)\s+(.+?)\s*:?\s*$", re.MULTILINE)
 _DEFINE_USER = re.compile(r"^\s*define\s+user\b", re.MULTILINE)
 _OFFLINE_KEYS: Final = ("embedding_search_provider", "knowledge_base", "core")
+SERVER_CONFIG_KEY: Final = "server-config.py"  # the ConfigMap key of the engine's server-level config.py
+
+
+@cache
+def server_config_py() -> str:
+    """The engine's server-level `config.py`: the redaction of `maasctl/guardrails_redact.py` (package data)."""
+    return resources.files("maasctl").joinpath("guardrails_redact.py").read_text(encoding="utf-8")
 
 
 def _load_yaml(text: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -87,6 +109,35 @@ def _flows(rails: Mapping[str, Any], kind: str) -> tuple[list[str], str | None]:
     if not isinstance(flows, list) or not all(isinstance(f, str) for f in flows):
         return [], f"rails.{kind}.flows must be a list of flow names"
     return list(flows), None
+
+
+def _template_chars(prompt: Mapping[str, Any]) -> int:
+    """Characters a task prompt's template adds around the checked text (content, or messages' contents)."""
+    if isinstance(prompt.get("content"), str):
+        return len(prompt["content"])
+    messages = prompt.get("messages")
+    if isinstance(messages, list):
+        return sum(len(str(m.get("content") or "")) if isinstance(m, Mapping) else len(str(m)) for m in messages)
+    return 0
+
+
+def _room_problems(prompts: list[Any]) -> list[str]:
+    """Prompts whose `max_length` leaves less than MAX_CHECK_CHARS for the text the gateway checks."""
+    problems: list[str] = []
+    for prompt in prompts:
+        if not isinstance(prompt, Mapping):
+            continue
+        limit = prompt.get("max_length", ENGINE_PROMPT_MAX_LENGTH)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            problems.append(f"prompt for task {prompt.get('task')!r}: max_length must be an integer")
+            continue
+        room = limit - _template_chars(prompt)
+        if room < MAX_CHECK_CHARS:
+            problems.append(
+                f"prompt for task {prompt.get('task')!r} leaves {room} characters for the checked text under its "
+                f"max_length {limit}; the gateway checks up to {MAX_CHECK_CHARS}: shorten the template or set "
+                f"max_length to at least {MAX_CHECK_CHARS + _template_chars(prompt)}")
+    return problems
 
 
 def config_problems(view: ConfigView) -> list[str]:
@@ -117,6 +168,8 @@ def config_problems(view: ConfigView) -> list[str]:
     tasks = {p.get("task") for p in prompts if isinstance(p, Mapping)} if isinstance(prompts, list) else set()
     if not isinstance(prompts, list):
         problems.append("prompts must be a list")
+    else:
+        problems += _room_problems(prompts)
     flows: list[str] = []
     for kind in ("input", "output"):
         found, err = _flows(rails, kind)
@@ -191,8 +244,8 @@ def _labels() -> dict[str, str]:
 def build_engine(inp: EngineInput) -> list[dict[str, Any]]:
     """ConfigMap, Deployment and Service of the engine (see the module docstring)."""
     configs = sorted(inp.configs, key=lambda c: c.name)
-    data: dict[str, str] = {}
-    items: list[dict[str, str]] = []
+    data: dict[str, str] = {SERVER_CONFIG_KEY: server_config_py()}
+    items: list[dict[str, str]] = [{"key": SERVER_CONFIG_KEY, "path": "config.py"}]
     env: list[dict[str, Any]] = []
     for c in configs:
         data[f"{c.name}.config.yml"] = engine_config_yaml(c)

@@ -13,6 +13,12 @@ only when guardrails are enabled globally and the selected subscription enables 
 NVIDIA NeMo Guardrails' server; the data plane calls `POST <url>/v1/chat/completions` with
 `guardrails.config_id` and `guardrails.options.rails` = ["input"] or ["output"] (see `gateway.guardrails`).
 
+How much one check carries: at most `MAX_CHECK_CHARS` characters of text (the input; for output rails the
+answer plus as much of the user turn as fits). The engine renders that text into a task prompt that must stay
+under the prompt's `max_length` (NeMo Guardrails: 16,000 characters unless the configuration sets one), so the
+controller refuses a configuration whose prompt templates leave less room than that (`builders.guardrails`),
+and the gateway refuses longer input with 413 `guardrails_input_too_large` — both sides read this one number.
+
 Also here: the typed views of the two guardrails kinds (`settings_view`, `config_view`), shared by the
 reconcilers and `maasctl simulate`.
 """
@@ -30,9 +36,11 @@ from maasctl.api.guardrails import SETTINGS_NAME
 from maasctl.runtime.objects import thaw
 
 __all__ = [
+    "ENGINE_PROMPT_MAX_LENGTH",
     "FAIL_CLOSED",
     "FAIL_OPEN",
     "FILTER_NAME",
+    "MAX_CHECK_CHARS",
     "SETTINGS_NAME",
     "ConfigView",
     "GuardModel",
@@ -48,6 +56,8 @@ FILTER_NAME: Final = "guardrails"
 FAIL_CLOSED: Final = "FailClosed"
 FAIL_OPEN: Final = "FailOpen"
 DEFAULT_TIMEOUT: Final = 10.0
+MAX_CHECK_CHARS: Final = 12_000
+ENGINE_PROMPT_MAX_LENGTH: Final = 16_000  # NeMo Guardrails' default `max_length` of a task prompt
 
 
 @dataclass(frozen=True, slots=True)

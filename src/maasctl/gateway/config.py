@@ -48,6 +48,8 @@ class GatewaySettings:
         controller writes the engine Service's in-cluster URL; locally the engine listens elsewhere).
     guardrails_stream_chunk_chars: streamed answers of guarded models are checked every this many characters
         (and at the end); 0 checks only at the end.
+    guardrails_caller_in_flight: guarded requests one user may have in flight on this gateway (from the input
+        check to the end of the answer); one more gets 429 `guardrails_busy`. 0 is unbounded.
     upstream_timeout: seconds per upstream request when the route sets no `timeouts.request`.
     callback_timeout: seconds per maas-api callback or TokenReview.
     token_review_ttl / token_review_negative_ttl: how long a TokenReview answer is reused (seconds).
@@ -77,6 +79,7 @@ class GatewaySettings:
     completion_ceiling: int = 4096
     guardrails_url: str | None = None  # replaces the engine URL the AuthPolicy exports (local engine)
     guardrails_stream_chunk_chars: int = 400  # streamed answers: output rails run every this many characters
+    guardrails_caller_in_flight: int = 4  # guarded requests one user may have in flight here (0: unbounded)
     redis_url: str | None = None
     upstream_timeout: float = 300.0
     connect_timeout: float = 10.0

@@ -29,10 +29,20 @@ Deny by default: what the rails did not read reaches neither the model nor the c
   answer. Error answers (non-2xx) are not checked.
 - Blocked: 400 `{"error": {"type": "invalid_request_error", "code": "guardrail_blocked", "message": ...,
   "param": "input"|"output"}}` naming the configuration and the rail; `X-MaaS-Guardrail: <config>/<rail>`.
-- Engine down, slow (the settings' timeout) or failing: FailClosed -> 503 `guardrails_unavailable`; FailOpen
-  -> the request continues, counted in `maas_gateway_guardrails_checks_total{outcome="fail_open"}` and in the
-  usage record (`guardrails: "fail_open"`). A configuration that is missing or not valid (`ready` false) is
-  refused with 503 `guardrails_config_unavailable` whatever the policy: it never silently passes.
+  Only a rail's decision blocks: a rail the engine could not run (it raised, e.g. a prompt over its
+  `max_length`; the engine then "stops" with an internal-error message) is an engine error, below.
+- Engine down, slow (the settings' timeout) or failing (an answer that is not a rails log, or a rail that
+  failed instead of deciding): FailClosed -> 503 `guardrails_unavailable` with the reason; FailOpen -> the
+  request continues, counted in `maas_gateway_guardrails_checks_total{outcome="fail_open"}` and in the usage
+  record (`guardrails: "fail_open"`). A configuration that is missing or not valid (`ready` false) is refused
+  with 503 `guardrails_config_unavailable` whatever the policy: it never silently passes.
+- Size: one check carries at most `contract.guardrails.MAX_CHECK_CHARS` characters. Longer input is refused
+  with 413 `guardrails_input_too_large` before the engine or the model sees it; for output rails the answer
+  plus the end of the user turn that fits are sent, and an answer (or a stream so far) longer than the limit
+  is not sent unchecked: 502 `guardrails_answer_too_large` (streams: that error event), whatever the policy.
+- Share of the engine: one caller (the identity's user) has at most `caller_in_flight` guarded requests in
+  flight per gateway, from the input check to the end of the answer; one more is refused with 429
+  `guardrails_busy` and `Retry-After`, so one user cannot keep the shared engine busy for everyone.
 
 Metering (see `server.py` and docs/guardrails.md): a request blocked on input never reaches the model and
 costs the caller's token quota nothing; a response blocked on output is charged what the model produced.
@@ -51,23 +61,29 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import httpx
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-from maasctl.contract.guardrails import GuardrailsBinding
+from maasctl.contract.guardrails import MAX_CHECK_CHARS, GuardrailsBinding
 from maasctl.contract.usage import PreparedBody
 
-__all__ = ["GuardCheck", "GuardrailsClient", "OutputGuard", "Unreadable", "Verdict", "answer_text", "guarded_endpoint",
-           "input_text", "output_text", "request_text", "stream_event_text"]
+__all__ = ["CallerSlots", "GuardCheck", "GuardrailsClient", "OutputGuard", "Refusal", "Unreadable", "Verdict",
+           "answer_text", "caller_of", "engine_failure", "guarded_endpoint", "input_text", "output_text",
+           "request_text", "stream_event_text"]
 
 log = logging.getLogger("maasctl.gateway.guardrails")
 
-Outcome = Literal["passed", "blocked", "fail_open", "unavailable", "unreadable"]
+Outcome = Literal["passed", "blocked", "fail_open", "unavailable", "unreadable", "too_large"]
 GUARDRAIL_HEADER: Final = "x-maas-guardrail"
 MAX_HELD_BYTES: Final = 8 * 1024 * 1024
+CALLER_IN_FLIGHT: Final = 4  # guarded requests one caller may have in flight per gateway (default)
+BUSY_RETRY_AFTER: Final = 1  # seconds
+# What NeMo Guardrails records when a rail raised instead of deciding (its Colang 1.0 runtime).
+_INTERNAL_ERROR_INTENT: Final = "inform internal error occurred"
 
 CHECKS = Counter("maas_gateway_guardrails_checks_total", "Guardrails checks by configuration, rail type and outcome",
                  ["config", "rails", "outcome"])
 LATENCY = Histogram("maas_gateway_guardrails_check_seconds", "Guardrails engine round trip", ["rails"])
+IN_FLIGHT = Gauge("maas_gateway_guardrails_in_flight", "Guarded requests holding an engine slot")
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,7 @@ class GuardCheck:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     client_status: int | None = None  # what the client got when a guardrail changed the answer
+    release: Callable[[], None] = lambda: None  # gives the caller's engine slot back (idempotent)
 
     def add(self, verdict: Verdict) -> None:
         self.prompt_tokens += verdict.tokens[0]
@@ -453,7 +470,8 @@ def _event_text(event: bytes) -> str | None:
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
-    kind = "invalid_request_error" if status == 400 else "api_error"
+    kind = {400: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}.get(status,
+                                                                                                   "api_error")
     return json.dumps({"error": {"message": message, "type": kind, "code": code, "param": param}}).encode()
 
 
@@ -461,24 +479,152 @@ def blocked_message(binding: GuardrailsBinding, rail: str, where: str) -> str:
     return f"the {where} was blocked by guardrail {rail or 'unknown'!r} (configuration {binding.config!r})"
 
 
-class GuardrailsClient:
-    """Calls the engine; `url_override` replaces the exported engine URL (the local gateway)."""
+def caller_of(filters: Mapping[str, Any]) -> str:
+    """Who shares the engine: the identity's user (else its key) as the AuthPolicy exported it."""
+    identity = filters.get("identity")
+    if not isinstance(identity, Mapping):
+        return ""
+    return str(identity.get("userid") or identity.get("keyId") or "")
 
-    def __init__(self, http: httpx.AsyncClient, url_override: str | None = None) -> None:
+
+def engine_failure(activated: list[Any], events: Any) -> str | None:
+    """The rail the engine failed to run (it raised instead of deciding), or None when every rail decided.
+
+    NeMo Guardrails answers a failed rail as a stopped one: the action's result is a block marked `failed`, or
+    the runtime uttered its internal-error message (`BotIntent` "inform internal error occurred", a finished
+    action with `is_success` false, a stop event with `error_type` "internal_error"). Such a stop is no
+    decision about the text, so it must never read as "blocked"."""
+    for rail in activated:
+        if not isinstance(rail, Mapping):
+            continue
+        for action in rail.get("executed_actions") or ():
+            value = action.get("return_value") if isinstance(action, Mapping) else None
+            if isinstance(value, Mapping) and value.get("failed") is True:
+                return str(rail.get("name") or "")
+    stopped = next((str(r.get("name") or "") for r in activated if isinstance(r, Mapping) and r.get("stop")), "")
+    for event in events if isinstance(events, list) else ():
+        if not isinstance(event, Mapping):
+            continue
+        if (event.get("type") == "BotIntent" and event.get("intent") == _INTERNAL_ERROR_INTENT) \
+                or event.get("error_type") == "internal_error" \
+                or (event.get("type") == "InternalSystemActionFinished" and event.get("is_success") is False):
+            return stopped or str(event.get("flow_id") or event.get("action_name") or "")
+    return None
+
+
+@dataclass
+class CallerSlots:
+    """Guarded requests in flight per caller: at most `limit` each (one gateway's share of the engine)."""
+
+    limit: int = CALLER_IN_FLIGHT
+    _in_flight: dict[str, int] = field(default_factory=dict)
+
+    def take(self, caller: str) -> Callable[[], None] | None:
+        """A slot for `caller` and the function that gives it back (once), or None when all are taken."""
+        if self.limit > 0 and self._in_flight.get(caller, 0) >= self.limit:
+            return None
+        self._in_flight[caller] = self._in_flight.get(caller, 0) + 1
+        IN_FLIGHT.inc()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            IN_FLIGHT.dec()
+            left = self._in_flight.get(caller, 1) - 1
+            if left > 0:
+                self._in_flight[caller] = left
+            else:
+                self._in_flight.pop(caller, None)
+
+        return release
+
+    def in_flight(self, caller: str) -> int:
+        return self._in_flight.get(caller, 0)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the gateway gives instead of forwarding a guarded request."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class GuardrailsClient:
+    """Calls the engine; `url_override` replaces the exported engine URL (the local gateway); `caller_in_flight`
+    bounds each caller's guarded requests in flight (0: unbounded)."""
+
+    def __init__(self, http: httpx.AsyncClient, url_override: str | None = None,
+                 caller_in_flight: int = CALLER_IN_FLIGHT) -> None:
         self.http = http
         self.url_override = url_override
+        self.slots = CallerSlots(caller_in_flight)
+
+    async def admit(self, binding: GuardrailsBinding, body: PreparedBody, path: str | None,
+                    caller: str) -> tuple[GuardCheck, Refusal | None]:
+        """Input rails of one request: its GuardCheck, and the refusal when it must not be forwarded. On
+        admission the check holds one of the caller's slots until `check.release()`."""
+        text = input_text(body, path)
+        guard = GuardCheck(binding, prompt=text or "")
+        if text is None:
+            guard.outcome = "unavailable"
+            return guard, Refusal(400, error_body(
+                400, "guardrails apply to this model and cannot read this request body", "guardrails_unreadable"))
+        if len(text) > MAX_CHECK_CHARS:
+            guard.outcome = "unavailable"
+            CHECKS.labels(binding.config, "input", "too_large").inc()
+            return guard, Refusal(413, error_body(
+                413, f"guardrails apply to this model and check at most {MAX_CHECK_CHARS} characters of input; "
+                f"this request has {len(text)}", "guardrails_input_too_large", "input"))
+        release = self.slots.take(caller)
+        if release is None:
+            guard.outcome = "unavailable"
+            CHECKS.labels(binding.config, "input", "busy").inc()
+            return guard, Refusal(429, error_body(
+                429, f"at most {self.slots.limit} guarded requests per user may be in flight; retry later",
+                "guardrails_busy"), {"retry-after": str(BUSY_RETRY_AFTER)})
+        guard.release = release
+        try:
+            verdict = await self.check(binding, "input", text)
+        except BaseException:
+            release()
+            raise
+        guard.add(verdict)
+        if verdict.allows:
+            return guard, None
+        release()
+        if verdict.outcome == "blocked":
+            guard.outcome = "blocked_input"
+            return guard, Refusal(400, error_body(400, blocked_message(binding, verdict.rail, "request"),
+                                                  "guardrail_blocked", "input"),
+                                  {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"})
+        guard.outcome = "unavailable"
+        code = "guardrails_unavailable" if binding.ready else "guardrails_config_unavailable"
+        return guard, Refusal(503, error_body(503, verdict.reason, code))
 
     async def check(self, binding: GuardrailsBinding, rails: Literal["input", "output"], user: str,
                     answer: str | None = None) -> Verdict:
         if not binding.ready:
             CHECKS.labels(binding.config, rails, "unavailable").inc()
             return Verdict("unavailable", reason=f"guardrail configuration {binding.config!r} is not available")
+        checked = len(user) if answer is None else len(answer)
+        if checked > MAX_CHECK_CHARS:
+            CHECKS.labels(binding.config, rails, "too_large").inc()
+            return Verdict("too_large", reason=f"more than {MAX_CHECK_CHARS} characters to check")
+        if answer is not None:  # the answer whole, and as much of the user turn (its end) as fits
+            room = MAX_CHECK_CHARS - len(answer)
+            user = user[len(user) - room:] if room > 0 else ""
         messages = [{"role": "user", "content": user}]
         if answer is not None:
             messages.append({"role": "assistant", "content": answer})
         body = {"model": "", "messages": messages,
                 "guardrails": {"config_id": binding.config,
-                               "options": {"rails": [rails], "log": {"activated_rails": True}}}}
+                               "options": {"rails": [rails],
+                                           "log": {"activated_rails": True, "internal_events": True}}}}
         base = (self.url_override or binding.url).rstrip("/")
         started = time.monotonic()
         try:
@@ -497,6 +643,11 @@ class GuardrailsClient:
         activated = log_data.get("activated_rails")
         if not isinstance(activated, list):
             return self._failed(binding, rails, "guardrails engine answered without a rails log")
+        failed = engine_failure(activated, log_data.get("internal_events"))
+        if failed is not None:
+            verdict = self._failed(binding, rails, f"the guardrails engine failed to run rail {failed!r} "
+                                                   "(an engine error, not a decision)")
+            return Verdict(verdict.outcome, reason=verdict.reason, tokens=tokens)
         for rail in activated:
             if isinstance(rail, Mapping) and rail.get("stop"):
                 CHECKS.labels(binding.config, rails, "blocked").inc()
@@ -641,20 +792,25 @@ class OutputGuard:
             await self._unreadable()
             return
         verdict = await self._verdict(text)
-        if verdict.outcome == "blocked":
+        if not verdict.allows:
             self._blocked = True
-            self.check.outcome = "blocked_output"
-            binding = self.check.binding
-            await self._refuse(400, error_body(400, blocked_message(binding, verdict.rail, "response"),
-                                               "guardrail_blocked", "output"), f"{binding.config}/{verdict.rail}")
-            return
-        if verdict.outcome == "unavailable":
-            self._blocked = True
-            self.check.outcome = "unavailable"
-            await self._refuse(503, error_body(503, verdict.reason, "guardrails_unavailable"), None)
+            self.check.outcome = "blocked_output" if verdict.outcome == "blocked" else "unavailable"
+            status, body, header = self._replacement(verdict)
+            await self._refuse(status, body, header)
             return
         await self._send_start()
         await self.send({"type": "http.response.body", "body": raw})
+
+    def _replacement(self, verdict: Verdict) -> tuple[int, bytes, str | None]:
+        """What the client gets instead of an answer the rails did not let through (deny by default)."""
+        binding = self.check.binding
+        if verdict.outcome == "blocked":
+            return 400, error_body(400, blocked_message(binding, verdict.rail, "response"), "guardrail_blocked",
+                                   "output"), f"{binding.config}/{verdict.rail}"
+        if verdict.outcome == "too_large":
+            return 502, error_body(502, f"the answer is longer than the {MAX_CHECK_CHARS} characters the output "
+                                        "guardrails check", "guardrails_answer_too_large"), None
+        return 503, error_body(503, verdict.reason or "guardrails unavailable", "guardrails_unavailable"), None
 
     def _take_event(self, event: bytes) -> bool:
         """Hold one event and add its text; False when it cannot be read."""
@@ -692,19 +848,11 @@ class OutputGuard:
         if len(self._text) > self._checked or (final and self._checked == 0):
             verdict = await self._verdict(self._text)
             self._checked = len(self._text)
-            if verdict.outcome != "passed" and verdict.outcome != "fail_open":
+            if not verdict.allows:
                 self._blocked = True
-                binding = self.check.binding
-                err: dict[str, Any]
-                if verdict.outcome == "blocked":
-                    self.check.outcome = "blocked_output"
-                    err = {"message": blocked_message(binding, verdict.rail, "response"), "type":
-                           "invalid_request_error", "code": "guardrail_blocked", "param": "output"}
-                else:
-                    self.check.outcome = "unavailable"
-                    err = {"message": verdict.reason, "type": "api_error", "code": "guardrails_unavailable",
-                           "param": None}
-                await self._end_stream(err)
+                self.check.outcome = "blocked_output" if verdict.outcome == "blocked" else "unavailable"
+                _, body, _ = self._replacement(verdict)
+                await self._end_stream(json.loads(body)["error"])
                 return
         await self._send_start()
         body = b"".join(self._held)

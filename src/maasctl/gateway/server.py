@@ -55,9 +55,7 @@ from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.guardrails import GUARDRAIL_HEADER, GuardCheck, GuardrailsClient, OutputGuard, blocked_message
-from maasctl.gateway.guardrails import error_body as guard_error_body
-from maasctl.gateway.guardrails import input_text as guard_input_text
+from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
 from maasctl.gateway.proxy import response_headers
 from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
 from maasctl.gateway.record import BOUNDS, fit_text, usage_record
@@ -186,7 +184,8 @@ class Gateway:
             sink = LogSink()
         self.sink = sink
         self.telemetry = SubscriptionTelemetry()  # per-subscription latency and tokens (seed 001 §9.1)
-        self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url)
+        self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url,
+                                           settings.guardrails_caller_in_flight)
         self._cache_task: asyncio.Task[None] | None = None
 
     def _own(self, http: httpx.AsyncClient) -> httpx.AsyncClient:
@@ -404,33 +403,20 @@ class Gateway:
             out_headers.append(("host", match.rule.rewrite_hostname))
         url = backend.base_url + match.upstream_path + (f"?{query}" if query else "")
         timeout = match.rule.timeout if match.rule.timeout is not None else self.settings.upstream_timeout
-        await self._forward(send, exchange, scope["method"], url, out_headers, timeout or None)
+        try:
+            await self._forward(send, exchange, scope["method"], url, out_headers, timeout or None)
+        finally:
+            if exchange.guard is not None:  # guardrails: the caller's engine slot is given back
+                exchange.guard.release()
 
     async def _guard_input(self, send: Send, ex: _Exchange, binding: GuardrailsBinding) -> bool:
         """Input rails; False when the request was answered here (blocked or refused, settled and recorded)."""
-        text = guard_input_text(ex.body, ex.match.upstream_path)
-        ex.guard = GuardCheck(binding, prompt=text or "")
-        if text is None:
-            ex.guard.outcome = "unavailable"
-            await _respond(send, 400, guard_error_body(
-                400, "guardrails apply to this model and cannot read this request body", "guardrails_unreadable"))
-            await self._finish(ex, 400, None, "refused")
-            return False
-        verdict = await self.guardrails.check(binding, "input", text)
-        ex.guard.add(verdict)
-        if verdict.allows:
+        ex.guard, refusal = await self.guardrails.admit(binding, ex.body, ex.match.upstream_path,
+                                                        caller_of(ex.outcome.filters))
+        if refusal is None:
             return True
-        if verdict.outcome == "blocked":
-            ex.guard.outcome = "blocked_input"
-            await _respond(send, 400, guard_error_body(400, blocked_message(binding, verdict.rail, "request"),
-                                                       "guardrail_blocked", "input"),
-                           {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"})
-            await self._finish(ex, 400, None, "refused")
-            return False
-        ex.guard.outcome = "unavailable"
-        code = "guardrails_unavailable" if binding.ready else "guardrails_config_unavailable"
-        await _respond(send, 503, guard_error_body(503, verdict.reason, code))
-        await self._finish(ex, 503, None, "refused")
+        await _respond(send, refusal.status, refusal.body, refusal.headers)
+        await self._finish(ex, refusal.status, None, "refused")
         return False
 
     async def _forward(self, send: Send, ex: _Exchange, method: str, url: str, headers: list[tuple[str, str]],

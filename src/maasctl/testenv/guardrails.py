@@ -6,6 +6,8 @@ and Deployment from the API server, writes the ConfigMap's items where the volum
 the container's `secretKeyRef` environment variables from the Secrets, and runs the container's command
 (`nemoguardrails server --config ...`) from the engine virtualenv that `hack/setup-guardrails.sh` installs,
 on a local port. It restarts the engine when what it would run changes, and stops it when the Deployment goes.
+The engine's output reaches its log (`engine.log`) through `RedactedProcess`, which masks every value it got
+from a Secret (defence in depth: the engine's own `config.py`, `maasctl/guardrails_redact.py`, redacts too).
 
 `engine_venv()` finds that virtualenv (`MAASCTL_GUARDRAILS_VENV`, else the cache path keyed by
 `hack/guardrails/engine-constraints.txt`); `check_command()` is the controller's `--guardrails-check-command`.
@@ -21,16 +23,19 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from maasctl.guardrails_redact import redact, secret_values
 from maasctl.runtime import Client, GroupVersionKind, NotFound
-from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.testenv.controlplane import ManagedProcess, _die_with_parent, free_port
 
-__all__ = ["EngineRunner", "check_command", "engine_venv"]
+__all__ = ["EngineRunner", "RedactedProcess", "check_command", "engine_venv"]
 
 log = logging.getLogger("maasctl.testenv.guardrails")
 
@@ -63,6 +68,41 @@ def check_command(venv: Path) -> tuple[str, ...]:
 
 
 @dataclass
+class RedactedProcess(ManagedProcess):
+    """A ManagedProcess whose output is copied to its log line by line with `secrets` masked."""
+
+    secrets: tuple[str, ...] = ()
+    _pump: threading.Thread | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, **self.env} if self.env else None
+        self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+        self._pump = threading.Thread(target=self._copy, args=(self.popen.stdout,), name=f"{self.name}-log",
+                                      daemon=True)
+        self._pump.start()
+
+    def _copy(self, pipe: Any) -> None:
+        with pipe, open(self.log_path, "ab") as out:
+            for line in iter(pipe.readline, b""):
+                out.write(redact(line.decode(errors="replace"), self.secrets).encode())
+                out.flush()
+
+    def _join(self) -> None:
+        if self._pump is not None:
+            self._pump.join(5)
+            self._pump = None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        super().stop(timeout)
+        self._join()
+
+    def kill(self) -> None:
+        super().kill()
+        self._join()
+
+
+@dataclass
 class EngineRunner:
     """Runs the rendered engine Deployment locally until cancelled (see the module docstring)."""
 
@@ -72,7 +112,7 @@ class EngineRunner:
     directory: Path
     port: int = 0
     interval: float = 0.5
-    process: ManagedProcess | None = None
+    process: RedactedProcess | None = None
     paused: bool = False  # tests: a killed engine stays down until resumed
     starts: int = 0
     last_error: str = ""
@@ -158,7 +198,11 @@ class EngineRunner:
         argv[0] = str(self.venv / "bin" / argv[0])
         argv[argv.index("--config") + 1] = str(root)
         argv[argv.index("--port") + 1] = str(self.port)
-        self.process = ManagedProcess("guardrails-engine", argv, self.directory / "engine.log", env=env)
+        from_secrets = tuple(env[var["name"]] for var in container.get("env") or ()
+                             if (var.get("valueFrom") or {}).get("secretKeyRef") and var["name"] in env)
+        masked = tuple(sorted({*from_secrets, *secret_values(env)}, key=len, reverse=True))
+        self.process = RedactedProcess("guardrails-engine", argv, self.directory / "engine.log", env=env,
+                                       secrets=masked)
         self.process.start()
         self.starts += 1
         self._digest = digest

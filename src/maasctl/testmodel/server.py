@@ -8,7 +8,8 @@ Request headers make it behave like the providers metering must survive (tests o
 `x-testmodel-encoding: gzip|deflate` compresses the answer whatever the request accepted;
 `x-testmodel-pad: N` adds N characters to the answer's text (large answers); `x-testmodel-usage: omit`
 leaves usage out (JSON and streams); `x-testmodel-stream: cut` ends a stream abruptly, before usage and
-`[DONE]`.
+`[DONE]`; `x-testmodel-hold: S` holds the request S seconds (at most 60) before answering, after it is listed
+in `/debug/requests` (tests that need requests in flight).
 
 Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
@@ -136,6 +137,9 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             return _error(404, f"model {model!r} is not served here", "model_not_found")
         if cfg.latency > 0:
             await asyncio.sleep(cfg.latency)
+        hold = _hold(request)
+        if hold > 0:
+            await asyncio.sleep(hold)
         return body
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -164,6 +168,13 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         return _answer(request, _completion(cfg, body["model"], text, chat=False))
 
     return app
+
+
+def _hold(request: Request) -> float:
+    try:
+        return max(0.0, min(float(request.headers.get("x-testmodel-hold", "0")), 60.0))
+    except ValueError:
+        return 0.0
 
 
 def _pad(request: Request) -> int:
