@@ -118,7 +118,8 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     await wallets.ledger.post([credit("start", tenant_key, datetime.now(UTC), Decimal("1.00"), reason="trial",
                                       actor="test")])
     await wallets.usage.ingest([usage(1, org, 100_000, 10_000)], datetime.now(UTC))  # 0.25 + 0.10
-    obj = await eventually(lambda: _state(status, "Active"))
+    # (the credit alone shows first, through the ledger watch, as Active with 1.00)
+    obj = await eventually(lambda: _state(status, "Active", balance="0.650000"))
     assert obj["status"]["balance"] == "0.650000" and obj["status"]["mtdSpend"] == "0.350000"
     assert obj["status"]["allowanceTokens"] == "65000"  # 0.65 at 10 per million (the highest token price)
     assert conditions(obj)["BalanceHealthy"]["status"] == "True"
@@ -136,7 +137,10 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
         limit = limits.get(f"billing/{namespace}/priority/allowance/ten-helix/{today}")
         return int(limit["rates"][0]["limit"]) if limit else None
 
-    assert await eventually(allowance_limit) == 110_000 + 65_000  # no headroom: the cap is the money
+    async def capped() -> bool:  # no headroom: the cap is the money (100,000 while only the credit was seen)
+        return await allowance_limit() == 110_000 + 65_000
+
+    await eventually(capped)
 
     # Below the warning threshold: advisory only.
     await wallets.usage.ingest([usage(2, org, 100_000, 10_000)], datetime.now(UTC))
@@ -256,9 +260,10 @@ def _wake(wallets: Wallets, namespace: str) -> None:
     ctl.queue.add(Request(namespace, "ten-helix"))
 
 
-async def _state(status: Any, want: str) -> dict[str, Any] | None:
+async def _state(status: Any, want: str, balance: str | None = None) -> dict[str, Any] | None:
     obj: dict[str, Any] = await status()
-    return obj if (obj.get("status") or {}).get("state") == want else None
+    got = obj.get("status") or {}
+    return obj if got.get("state") == want and balance in (None, got.get("balance")) else None
 
 
 async def _not(check: Any) -> bool:

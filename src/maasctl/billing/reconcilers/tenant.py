@@ -93,13 +93,15 @@ class TenantReconciler:
         old = obj.get("status") or {}
         try:
             await self.ledger.ensure_schema()
+            # The rated tokens before the balance: a charge committed in between then lowers the cap (its cost
+            # is in the balance, its tokens not yet added back) instead of raising it.
+            starts = wallet.epoch_starts(now)
+            rated = [await self.ledger.tokens(key, start + wallet.CUTOFF_SLACK) for start in starts]
             balance = await self.ledger.balance(key)
             has_entries = await self.ledger.count(key) > 0
             mtd = await self.ledger.spend(key, month_start(now))
             recent = await self.ledger.spend(key, now - timedelta(days=RUNWAY_DAYS))
             unpriced, latest = await self.ledger.unpriced(key, limit=1)
-            starts = wallet.epoch_starts(now)
-            rated = [await self.ledger.tokens(key, start + wallet.CUTOFF_SLACK) for start in starts]
         except (SQLAlchemyError, OSError) as exc:
             log.warning("ledger unavailable", tenant=key, error=str(exc)[:300])
             await ctx.apply_status(obj, self.stale(obj, str(exc)))
