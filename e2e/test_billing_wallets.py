@@ -242,8 +242,18 @@ async def test_a_concurrent_burst_at_a_high_price_overspends_by_at_most_one_requ
         served = statuses.count(200)
         assert served >= 1 and set(statuses) <= {200, 429, 403}, statuses
 
-        async def rated() -> Decimal | None:  # every call charged (the refused ones at 0), and the credit
-            return await ledger.balance(tenant_key) if await ledger.count(tenant_key) >= len(statuses) + 1 else None
+        reader = UsageReader.from_url(usage_url(local))
+        try:
+            async def delivered() -> list[Any]:  # maas-api has every served call's record
+                rows = [r for r in await reader.page(None, 100_000) if r.organization_id == org and r.ts >= effective]
+                return rows if sum(r.status == 200 for r in rows) >= served else []
+
+            rows = await _eventually_value(delivered)
+        finally:
+            await reader.close()
+
+        async def rated() -> Decimal | None:  # each of those records charged (the refused ones at 0), the credit
+            return await ledger.balance(tenant_key) if await ledger.count(tenant_key) >= len(rows) + 1 else None
 
         balance = await _eventually_value(rated)
         assert balance >= -(bound * price), (balance, served)  # at most the one request that crossed zero
