@@ -20,6 +20,7 @@ from maasctl.billing.wallet import (
     epoch_allowance,
     epoch_name,
     epoch_starts,
+    published_cap,
     runway_days,
 )
 
@@ -172,3 +173,36 @@ def test_whatever_the_rater_lag_and_the_price_the_overspend_is_one_request(
             counter += tokens
     spent = sum((t * p for t, p in served), Decimal(0))
     assert spent <= balance + grace + 4096 * top
+
+
+def test_a_cap_is_lowered_at_once_and_raised_only_by_a_real_step_never_stranding_a_tenant() -> None:
+    assert published_cap(None, 500, 0) == 500
+    assert published_cap(500, 480, 100) == 480  # lower: at once
+    assert published_cap(500, 520, 100) == 500  # +20 while 400 are left above what was rated: kept
+    assert published_cap(500, 700, 100) == 700  # +200, half of what is left: published
+    assert published_cap(500, 501, 500) == 501  # everything in force was rated: any raise is published
+    assert published_cap(500, 501, 520) == 501
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 4)), min_size=1, max_size=200))
+def test_on_cheap_usage_the_published_cap_moves_about_log2_times_and_admits_what_the_wallet_pays(
+        calls: list[tuple[int, int]]) -> None:
+    """A caught-up rater, usage at a quarter to all of the highest price: the published cap follows the exact
+    one at most a few times per halving of the room, and a tenant refused by it always has a higher cap coming."""
+    top, balance, rated, counter = Decimal("0.01"), Decimal("10"), 0, 0
+    published: int | None = None
+    changes = 0
+    for tokens, divisor in calls:
+        exact = epoch_allowance(NO_GRACE, balance, rated, top)
+        assert exact is not None
+        new = published_cap(published, exact, rated)
+        changes += new != published
+        published = new
+        assert published <= exact  # never more than the wallet pays
+        if counter > published:  # refused: only because the rater has not caught up, or the wallet is spent
+            assert exact < counter or rated < counter
+            continue
+        counter += tokens
+        rated += tokens
+        balance -= tokens * top / divisor
+    assert changes <= 64

@@ -45,6 +45,7 @@ __all__ = [
     "epoch_allowance",
     "epoch_name",
     "epoch_starts",
+    "published_cap",
     "runway_days",
 ]
 
@@ -194,6 +195,17 @@ def epoch_allowance(policy: Policy, balance: Decimal, rated_tokens: int, price_p
     # gateway refuses until the freeze arrives, and the cap does not move while the rater catches up.
     cap = max(0, rated_tokens) + int(room.to_integral_value(rounding=ROUND_FLOOR, context=money.CONTEXT))
     return min(max(0, cap), MAX_CAP)
+
+
+def published_cap(previous: int | None, cap: int, rated_tokens: int) -> int:
+    """The cap to publish for an epoch, given the one in force (`previous`): a lower cap at once; a higher one
+    only once it adds at least half of what the cap in force still leaves above the rated tokens. Keeping the
+    lower cap is always safe (it refuses earlier), and it cannot strand a tenant: once its rated usage reaches
+    the cap in force, any higher cap is published. So the Plan's policy changes about log2 times while a wallet
+    drains on usage cheaper than the highest price, instead of at every charge."""
+    if previous is None or cap <= previous:
+        return cap
+    return cap if 2 * (cap - previous) >= previous - rated_tokens else previous
 
 
 def runway_days(balance: Decimal, recent_spend: Decimal, days: int) -> Decimal | None:

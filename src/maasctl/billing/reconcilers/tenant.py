@@ -120,8 +120,12 @@ class TenantReconciler:
         ref = ref if ref is not None and ref.key == key else None
         price = cap_price(catalog, ref, (*starts, now))
         allowance = wallet.allowance_tokens(policy, balance, price)
-        caps = [{"epoch": wallet.epoch_name(start), "tokens": cap} for start, tokens in zip(starts, rated, strict=True)
-                if (cap := wallet.epoch_allowance(policy, balance, tokens, price)) is not None]
+        in_force = {str(c.get("epoch")): c.get("tokens") for c in old.get("allowanceLimits") or ()
+                    if isinstance(c, dict) and isinstance(c.get("tokens"), int)}
+        caps = [{"epoch": name, "tokens": wallet.published_cap(in_force.get(name), cap, tokens)}
+                for start, tokens in zip(starts, rated, strict=True)
+                if (cap := wallet.epoch_allowance(policy, balance, tokens, price)) is not None
+                and (name := wallet.epoch_name(start))]
         runway = wallet.runway_days(balance, recent, RUNWAY_DAYS) if spec.billing_mode == BillingMode.PREPAID else None
         drift = self._drift(key, old)
         status: dict[str, Any] = {
