@@ -5,8 +5,8 @@ counters in a real Redis server, then two more gateway replicas of the same Gate
 one counting in process. Each scenario gets its own subscription (100 tokens per hour, the test model answers
 15 tokens a request), a key, one warm-up request per replica it uses, then C requests at once spread
 round-robin over its replicas. Each reserves its own bound (prompt estimate plus `--max-tokens`, or the
-completion ceiling when the request states none), at most the limit. Overshoot = tokens served in the window
-beyond the limit.
+completion ceiling when the request states none), at most one more than the limit. Overshoot = tokens served in
+the window beyond the limit.
 
 Then what the gateway costs (API key auth, subscription selection by maas-api, reservation on every rate,
 settlement, usage record to maas-api) on an unlimited subscription: N sequential requests to the test model

@@ -162,7 +162,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="maas-api base URL receiving usage records (default: log them)")
     gw.add_argument("--usage-spool-dir", default=env_default("usage_spool_dir", "") or None,
                     help="directory where usage records wait on disk until maas-api stored them, so a killed "
-                    "gateway loses none (one per gateway process; default: memory only)")
+                    "gateway loses none, and the in-process counters are journaled so a restart keeps them "
+                    "(one per gateway process; default: memory only)")
     gw.add_argument("--maas-api-token-file", default=env_default("maas_api_token_file", "") or None,
                     help="file with the bearer token maas-api accepts from the gateway (callbacks, usage)")
     gw.add_argument("--redis-url", default=env_default("redis_url", "") or None,

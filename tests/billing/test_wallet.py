@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -16,6 +17,10 @@ from maasctl.billing.wallet import (
     allowance_tokens,
     decide,
     denial_message,
+    epoch_allowance,
+    epoch_name,
+    epoch_starts,
+    published_cap,
     runway_days,
 )
 
@@ -122,3 +127,82 @@ def test_allowance_and_runway() -> None:
     assert runway_days(Decimal("70"), Decimal("70"), 7) == Decimal("7.0")
     assert runway_days(Decimal("70"), Decimal(0), 7) is None
     assert runway_days(Decimal("-1"), Decimal("5"), 7) == 0
+
+
+def test_epochs_are_utc_days_and_a_cap_adds_what_was_rated_to_what_the_wallet_pays() -> None:
+    current, previous = epoch_starts(datetime(2026, 12, 2, 0, 31, tzinfo=UTC))
+    assert (epoch_name(current), epoch_name(previous)) == ("2026-12-02", "2026-12-01")
+    assert epoch_starts(datetime(2026, 12, 1, 23, 59, 59, tzinfo=UTC))[0] == previous
+    price = Decimal("0.02")  # a high-priced SKU: 20,000 per million tokens
+    assert epoch_allowance(NO_GRACE, Decimal("1"), 0, price) == 50
+    assert epoch_allowance(PREPAID, Decimal("1"), 0, price) == 300  # (1 + 5 grace) / 0.02
+    # Rating moves tokens from the wallet's room to the rated count: the cap does not move.
+    assert epoch_allowance(NO_GRACE, Decimal("0.4"), 30, price) == 50
+    # Past the grace the cap falls below what was rated (refused until the freeze arrives), never below 0.
+    assert epoch_allowance(NO_GRACE, Decimal("-0.2"), 60, price) == 50
+    assert epoch_allowance(NO_GRACE, Decimal("-0.01"), 0, price) == 0
+    assert epoch_allowance(NO_GRACE, Decimal("-5"), 10, price) == 0
+    assert epoch_allowance(INVOICED, Decimal("1"), 0, price) is None
+    assert epoch_allowance(NO_GRACE, Decimal("1"), 0, None) is None
+    assert epoch_allowance(NO_GRACE, Decimal("10") ** 20, 0, Decimal("0.000001")) == 2**63 - 1
+
+
+@given(
+    balance=st.decimals(min_value=Decimal("0.01"), max_value=Decimal("20"), places=2),
+    grace=st.decimals(min_value=Decimal(0), max_value=Decimal("5"), places=2),
+    top=st.sampled_from([Decimal("0.02"), Decimal("0.00001"), Decimal("1.5")]),
+    steps=st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 4), st.integers(0, 3)), min_size=1, max_size=300),
+)
+def test_whatever_the_rater_lag_and_the_price_the_overspend_is_one_request(
+        balance: Decimal, grace: Decimal, top: Decimal, steps: list[tuple[int, int, int]]) -> None:
+    """The gateway admits a request while its counter is within the cap (the request that crosses completes);
+    the rater rates any prefix of what was served, at any price up to the highest, and the cap is published
+    again from the ledger. The wallet never pays more than its balance plus grace plus one request."""
+    policy = Policy(BillingMode.PREPAID, grace_amount=grace)
+    served: list[tuple[int, Decimal]] = []  # (tokens, price) of each request served, in order
+    rated = 0  # requests the rater has charged so far
+    counter = 0
+    for tokens, divisor, catch_up in steps:
+        price = top / divisor
+        rated = min(len(served), rated + catch_up)  # the rater lags by any amount, and catches up
+        charged = sum((t * p for t, p in served[:rated]), Decimal(0))
+        cap = epoch_allowance(policy, balance - charged, sum(t for t, _ in served[:rated]), top)
+        assert cap is not None
+        if counter <= cap:
+            served.append((tokens, price))
+            counter += tokens
+    spent = sum((t * p for t, p in served), Decimal(0))
+    assert spent <= balance + grace + 4096 * top
+
+
+def test_a_cap_is_lowered_at_once_and_raised_only_by_a_real_step_never_stranding_a_tenant() -> None:
+    assert published_cap(None, 500, 0) == 500
+    assert published_cap(500, 480, 100) == 480  # lower: at once
+    assert published_cap(500, 520, 100) == 500  # +20 while 400 are left above what was rated: kept
+    assert published_cap(500, 700, 100) == 700  # +200, half of what is left: published
+    assert published_cap(500, 501, 500) == 501  # everything in force was rated: any raise is published
+    assert published_cap(500, 501, 520) == 501
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 4)), min_size=1, max_size=200))
+def test_on_cheap_usage_the_published_cap_moves_about_log2_times_and_admits_what_the_wallet_pays(
+        calls: list[tuple[int, int]]) -> None:
+    """A caught-up rater, usage at a quarter to all of the highest price: the published cap follows the exact
+    one at most a few times per halving of the room, and a tenant refused by it always has a higher cap coming."""
+    top, balance, rated, counter = Decimal("0.01"), Decimal("10"), 0, 0
+    published: int | None = None
+    changes = 0
+    for tokens, divisor in calls:
+        exact = epoch_allowance(NO_GRACE, balance, rated, top)
+        assert exact is not None
+        new = published_cap(published, exact, rated)
+        changes += new != published
+        published = new
+        assert published <= exact  # never more than the wallet pays
+        if counter > published:  # refused: only because the rater has not caught up, or the wallet is spent
+            assert exact < counter or rated < counter
+            continue
+        counter += tokens
+        rated += tokens
+        balance -= tokens * top / divisor
+    assert changes <= 64

@@ -5,25 +5,36 @@ Kueue ClusterQueue stops admitting (Drain: Hold) or also evicts (Preempt: HoldAn
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from maasctl.api import parse
 from maasctl.billing.api import Plan
-from maasctl.billing.api.tenant import TenantState
-from maasctl.billing.compile import ALLOWANCE_HEADROOM, PlanInput, Tenant, compile_plan
-from maasctl.billing.wallet import allowance_bucket, denial_message
+from maasctl.billing.api.tenant import BillingMode, TenantState
+from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.billing.wallet import Policy, denial_message, epoch_allowance
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
 from maasctl.gateway.attachment import effective_policy
 from maasctl.gateway.auth import AuthPolicyRuntime
 from maasctl.gateway.authpolicy import RequestInfo, compile_auth_policy
-from maasctl.gateway.ratelimit import TokenRateLimiter, compile_token_rate_limit_policy
+from maasctl.gateway.counter_journal import CounterJournal
+from maasctl.gateway.counters import CounterStore, MemoryCounterStore, RedisCounterStore
+from maasctl.gateway.ratelimit import (
+    CompiledTokenRateLimitPolicy,
+    RateDenial,
+    TokenRateLimiter,
+    compile_token_rate_limit_policy,
+)
+from maasctl.testenv.redis import RedisServer, start_redis
 
 GW_NS, MODEL_NS = "maas-gateway", "llm"
 
@@ -71,7 +82,7 @@ def callbacks(request: httpx.Request) -> httpx.Response:
                                      "organizationId": ORGS[name], "subscription": {"organizationId": ORGS[name]}})
 
 
-def compiled(*, frozen: bool, gpu: bool = False, mode: str = "Drain", allowance: int | None = None
+def compiled(*, frozen: bool, gpu: bool = False, mode: str = "Drain", allowance: tuple[tuple[str, int], ...] = ()
              ) -> dict[str, dict[str, Any]]:
     """The Plan's objects by kind (ClusterQueues by name)."""
     limits: dict[str, Any] = {"requestsPerMinute": 100, **({"gpuQuota": 1} if gpu else {})}
@@ -138,27 +149,99 @@ def test_a_frozen_tenants_cluster_queue_holds() -> None:
     assert "stopPolicy" not in compiled(frozen=False, gpu=True)[acme]["spec"]
 
 
-async def test_a_prepaid_allowance_bounds_spend_between_ledger_updates() -> None:
-    assert allowance_bucket(Decimal("65000")) == 32768 and allowance_bucket(Decimal("0.5")) is None
-    assert "TokenRateLimitPolicy" not in compiled(frozen=False)  # no token limits, no allowance: none
-    trlp = compiled(frozen=False, allowance=32768)["TokenRateLimitPolicy"]
-    limits = trlp["spec"]["overrides"]["limits"]
-    assert list(limits) == [f"billing/{GW_NS}/basic/allowance/ten-acme"]
-    assert limits[f"billing/{GW_NS}/basic/allowance/ten-acme"]["rates"] == [
-        {"limit": 32768 + ALLOWANCE_HEADROOM, "window": "24h"}]
-    assert "TokenRateLimitPolicy" not in compiled(frozen=True, allowance=32768)  # denied: the deny rule decides
+EPOCHS = (("2026-12-02", 0), ("2026-12-01", 0))
+ACT = {"request": {"url_path": f"/{MODEL_NS}/granite-8b/v1/chat/completions"}, "auth": {"billing": {"tenant": "acme"}}}
 
+
+def allowance_policy(caps: tuple[tuple[str, int], ...], generation: int = 1) -> CompiledTokenRateLimitPolicy:
+    trlp = compiled(frozen=False, allowance=caps)["TokenRateLimitPolicy"]
+    trlp["metadata"]["generation"] = generation  # as the API server counts each change
+    return compile_token_rate_limit_policy(trlp)
+
+
+def test_a_prepaid_tenant_gets_one_limit_per_allowance_epoch_without_headroom() -> None:
+    assert "TokenRateLimitPolicy" not in compiled(frozen=False)  # no token limits, no allowance: none
+    trlp = compiled(frozen=False, allowance=(("2026-12-02", 50), ("2026-12-01", 70)))["TokenRateLimitPolicy"]
+    limits = trlp["spec"]["overrides"]["limits"]
+    assert sorted(limits) == [f"billing/{GW_NS}/basic/allowance/ten-acme/2026-12-01",
+                              f"billing/{GW_NS}/basic/allowance/ten-acme/2026-12-02"]
+    current = limits[f"billing/{GW_NS}/basic/allowance/ten-acme/2026-12-02"]
+    assert current["rates"] == [{"limit": 50, "window": "48h"}]  # the cap itself: no headroom in tokens
+    assert current["counters"][1] == {"expression": '"allowance-2026-12-02"'}
+    assert "TokenRateLimitPolicy" not in compiled(frozen=True, allowance=EPOCHS)  # denied: the deny rule decides
     limiter = TokenRateLimiter()
-    act = {"request": {"url_path": f"/{MODEL_NS}/granite-8b/v1/chat/completions"},
-           "auth": {"billing": {"tenant": "acme"}}}
-    policy = compile_token_rate_limit_policy(trlp)
-    applied = limiter.applicable(policy, "llm/route", act)
-    assert len(applied) == 1
-    assert limiter.applicable(policy, "llm/route", {**act, "auth": {"billing": {"tenant": "other-org"}}}) == []
-    await limiter.report(applied, 32768 + ALLOWANCE_HEADROOM + 1)  # spent past the allowance before the ledger
-    assert await limiter.check(applied) is not None  # moved: refused
-    # The ledger catches up and publishes a new allowance: a fresh count, not the tokens already charged.
-    changed = compiled(frozen=False, allowance=16384)["TokenRateLimitPolicy"]
-    changed["metadata"]["generation"] = 2  # as the API server counts the change
-    fresh = compile_token_rate_limit_policy(changed)
-    assert await limiter.check(limiter.applicable(fresh, "llm/route", act)) is None
+    policy = allowance_policy((("2026-12-02", 50),))
+    assert len(limiter.applicable(policy, "llm/route", ACT)) == 1
+    assert limiter.applicable(policy, "llm/route", {**ACT, "auth": {"billing": {"tenant": "other-org"}}}) == []
+
+
+PRICE = Decimal("0.02")  # a high-priced SKU: 20,000 per million tokens (8,192 tokens were 163.84 of headroom)
+NO_GRACE = Policy(BillingMode.PREPAID)
+
+
+async def burst(limiter: TokenRateLimiter, policy: CompiledTokenRateLimitPolicy, bound: int, n: int) -> int:
+    """`n` concurrent requests, each reserving its bound and charged its bound (the worst case): tokens served."""
+    applied = limiter.applicable(policy, "llm/route", ACT)
+    served = 0
+
+    async def one() -> None:
+        nonlocal served
+        held = await limiter.reserve(applied, limiter.estimate(applied, bound))
+        if isinstance(held, RateDenial):
+            return
+        for _ in range(3):
+            await asyncio.sleep(0)  # in flight while the others arrive
+        await limiter.settle(held, applied, bound)
+        served += bound
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    return served
+
+
+def caps_after(served: int, rated: int, balance: Decimal) -> tuple[tuple[str, int], ...]:
+    """The caps the tenant reconciler publishes once the rater charged `rated` of the `served` tokens."""
+    cap = epoch_allowance(NO_GRACE, balance - rated * PRICE, rated, PRICE)
+    assert cap is not None and served >= rated
+    return (("2026-12-02", cap),)
+
+
+@pytest.mark.parametrize("bound", [15, 700, 4096])
+@pytest.mark.parametrize("store", ["memory", "journaled", "redis"])
+async def test_a_high_priced_burst_overspends_by_at_most_the_requests_in_flight(
+        store: str, bound: int, tmp_path: Path, redis_server: RedisServer) -> None:
+    """A 1.00 wallet at 0.02 a token, grace 0, and 500 concurrent calls: the wallet pays for at most what it
+    holds plus the requests in flight when it crossed (here one: each reserves its own bound), whatever the
+    price and however far the rater lags; a restart of the gateway (journaled counters) or the rater catching
+    up and the cap being published again never admits more."""
+    balance = Decimal("1.00")
+
+    def open_store() -> CounterStore:
+        if store == "redis":
+            return RedisCounterStore(redis_server.url, prefix=f"wallet-{tmp_path.name}:")
+        return MemoryCounterStore(journal=CounterJournal(tmp_path / "counters.jsonl") if store == "journaled"
+                                  else None)
+
+    limiter = TokenRateLimiter(open_store())
+    try:
+        first = caps_after(0, 0, balance)
+        assert first == (("2026-12-02", 50),)
+        served = await burst(limiter, allowance_policy(first), bound, 500)
+        assert 0 < served * PRICE <= balance + bound * PRICE  # one request past the balance, never 549 calls
+        if store != "memory":  # a gateway restart keeps the count (Redis, or the journal beside the spool)
+            await limiter.store.aclose()
+            limiter = TokenRateLimiter(open_store())
+        for generation, rated in enumerate((0, served // 2, served), start=2):  # the rater lags, then catches up
+            again = await burst(limiter, allowance_policy(caps_after(served, rated, balance), generation), bound, 50)
+            assert again == 0, (rated, again)
+    finally:
+        await limiter.store.aclose()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -16,9 +17,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.compile import ALLOWANCE_HEADROOM
 from maasctl.billing.kinds import TENANT_ACCOUNT
-from maasctl.billing.ledger import Ledger, credit
+from maasctl.billing.ledger import Ledger, adjustment, credit
+from maasctl.billing.wallet import epoch_name, epoch_starts
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -38,6 +39,7 @@ class Wallets:
     running: RunningBilling
     ledger: Ledger
     usage: UsageStore
+    url: str
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +48,12 @@ async def wallets(billing_cluster: ControlPlane, billing_pg: PostgresServer) -> 
     engine = make_engine(url)
     await migrate.upgrade(engine)  # maas-api's schema: the usage records the rater reads
     settings = dataclasses.replace(SETTINGS, ledger_url=url, usage_database_url=url, rate_interval_seconds=1,
-                                   wallet_resync_seconds=30)
+                                   wallet_resync_seconds=3600)  # a credit must not wait for the resync
     running = await start_billing(billing_cluster, settings)
     ledger = Ledger.from_url(url)
     await ledger.create_schema()
     try:
-        yield Wallets(running, ledger, UsageStore(engine))
+        yield Wallets(running, ledger, UsageStore(engine), url)
     finally:
         await running.stop()
         await ledger.close()
@@ -116,20 +118,29 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     await wallets.ledger.post([credit("start", tenant_key, datetime.now(UTC), Decimal("1.00"), reason="trial",
                                       actor="test")])
     await wallets.usage.ingest([usage(1, org, 100_000, 10_000)], datetime.now(UTC))  # 0.25 + 0.10
-    obj = await eventually(lambda: _state(status, "Active"))
+    # (the credit alone shows first, through the ledger watch, as Active with 1.00)
+    obj = await eventually(lambda: _state(status, "Active", balance="0.650000"))
     assert obj["status"]["balance"] == "0.650000" and obj["status"]["mtdSpend"] == "0.350000"
     assert obj["status"]["allowanceTokens"] == "65000"  # 0.65 at 10 per million (the highest token price)
     assert conditions(obj)["BalanceHealthy"]["status"] == "True"
     assert conditions(obj)["UsagePriced"]["status"] == "True"
 
-    # The allowance becomes the tenant's TokenRateLimitPolicy limit (a power of two, plus headroom).
+    # The allowance becomes the tenant's TokenRateLimitPolicy limits, one per epoch (today and yesterday): what
+    # was rated since the epoch began plus what the wallet still pays for at the highest token price.
+    today, yesterday = (epoch_name(s) for s in epoch_starts(wallets.running.clock.now()))
+    assert obj["status"]["allowanceLimits"] == [{"epoch": today, "tokens": 175_000},
+                                                {"epoch": yesterday, "tokens": 175_000}]
+
     async def allowance_limit() -> int | None:
         trlp = await cluster.get(TRLP, "billing-plan-priority", namespace)
         limits = ((trlp or {}).get("spec") or {}).get("overrides", {}).get("limits", {})
-        limit = limits.get(f"billing/{namespace}/priority/allowance/ten-helix")
+        limit = limits.get(f"billing/{namespace}/priority/allowance/ten-helix/{today}")
         return int(limit["rates"][0]["limit"]) if limit else None
 
-    assert await eventually(allowance_limit) == 32768 + ALLOWANCE_HEADROOM
+    async def capped() -> bool:  # no headroom: the cap is the money (100,000 while only the credit was seen)
+        return await allowance_limit() == 110_000 + 65_000
+
+    await eventually(capped)
 
     # Below the warning threshold: advisory only.
     await wallets.usage.ingest([usage(2, org, 100_000, 10_000)], datetime.now(UTC))
@@ -164,9 +175,9 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     await eventually(held)
 
     # An operator credits the wallet: Active again, the deny rule and the stopPolicy are gone.
+    # No usage now and the resync is an hour away: the ledger watch notices the credit (within about a second).
     await wallets.ledger.post([credit("topup", tenant_key, datetime.now(UTC), Decimal("10"), reason="top-up",
                                       actor="ops")])
-    _wake(wallets, namespace)  # no usage now: the resync would do it, sooner is nicer
     obj = await eventually(lambda: _state(status, "Active"))
     assert obj["status"]["balance"] == "9.950000"
     await eventually(lambda: _not(denied))
@@ -210,14 +221,49 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     assert obj["status"]["balance"] == "9.950000"
 
 
+@pytest.mark.parametrize("how", ["cli", "adjustment"])
+async def test_a_wallet_change_by_any_process_reaches_the_status_without_the_resync(
+        how: str, wallets: Wallets, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+    """`maasctl billing ledger credit` (its own process) or an entry another writer posts: no usage, the resync
+    an hour away, and the tenant's status (so its Plan's policies and the gateway) follows within a second or
+    so, through the ledger watch."""
+    cluster = Cluster(kube)
+    org = f"org-{uuid.uuid4().hex[:8]}"
+    tenant_key = f"{namespace}/ten-helix"
+    await cluster.create(("gateway.networking.k8s.io", "v1", "gateways"), gateway(namespace))
+    effective = datetime.now(UTC).replace(microsecond=0)
+    for obj in objects(namespace, org, effective):
+        await billing.create(obj)
+
+    async def status() -> dict[str, Any]:
+        obj = await billing.get("TenantAccount", "ten-helix", namespace)
+        assert obj is not None
+        return obj
+
+    await eventually(lambda: _state(status, "Pending"))
+    if how == "cli":
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "maasctl.cli", "billing", "ledger", f"--ledger-url={wallets.url}", "credit",
+            "--tenant", tenant_key, "--amount", "2.50", "--reason", "trial", "--id", f"cli-{org}", "--actor", "ops",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+    else:
+        await wallets.ledger.post([adjustment(f"adj-{org}", tenant_key, datetime.now(UTC), Decimal("2.50"),
+                                              reason="goodwill", actor="ops")])
+    obj = await eventually(lambda: _state(status, "Active"))
+    assert obj["status"]["balance"] == "2.500000"
+
+
 def _wake(wallets: Wallets, namespace: str) -> None:
     ctl = next(c for c in wallets.running.manager.controllers if c.name == "tenantaccount")
     ctl.queue.add(Request(namespace, "ten-helix"))
 
 
-async def _state(status: Any, want: str) -> dict[str, Any] | None:
+async def _state(status: Any, want: str, balance: str | None = None) -> dict[str, Any] | None:
     obj: dict[str, Any] = await status()
-    return obj if (obj.get("status") or {}).get("state") == want else None
+    got = obj.get("status") or {}
+    return obj if got.get("state") == want and balance in (None, got.get("balance")) else None
 
 
 async def _not(check: Any) -> bool:

@@ -128,7 +128,8 @@ async def test_the_reservation_is_the_requests_own_bound_at_most_the_smallest_li
     limiter = TokenRateLimiter(MemoryCounterStore(Clock()))
     applied = limiter.applicable(policy((RateTier(10_000, "1m"), RateTier(50_000, "1h"))), "r", activation("alice"))
     assert limiter.estimate(applied, 4_120) == 4_120
-    assert limiter.estimate(applied, 90_000) == 10_000  # a request larger than the limit still fits an empty window
+    assert limiter.estimate(applied, 90_000) == 10_001  # a request larger than the limit still fits an empty window
+    assert limiter.estimate(applied, 10_000) == 10_000
     assert limiter.estimate(applied, 0) == 1
     for _ in range(30):  # small requests teach it nothing: no caller can lower what the next ones reserve
         assert await served(limiter, applied, 15, limiter.estimate(applied, 20))

@@ -36,6 +36,7 @@ from maasctl.billing.reconcilers.budget import (
     enforcement_changed,
 )
 from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.ledger_watch import LEDGER_WATCH_KEY, LedgerWatch
 from maasctl.billing.reconcilers.plan import (
     GENERATED_KINDS,
     PlanReconciler,
@@ -124,9 +125,14 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
                .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)])
                .complete(TenantReconciler(ctx, ledger, catalog)))
     budgets = setup_budgets(manager, ctx, ledger, reader)
+    enqueue = tenant_enqueuer(tenants.queue.add)
+    watch = (manager.controller("ledger-watch")
+             .for_(TENANT_ACCOUNT, predicates=[_never])
+             .max_concurrent_reconciles(1)
+             .complete(LedgerWatch(ctx, ledger, enqueue)))
+    watch.queue.add(LEDGER_WATCH_KEY)
     if reader is None:
         return
-    enqueue = tenant_enqueuer(tenants.queue.add)
 
     def charged(report: PassReport) -> None:
         enqueue(report.tenants)

@@ -25,12 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from maasctl.billing import identity, names
+from maasctl.billing import identity, names, wallet
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.billing.budget import throttled_tokens_per_minute
 from maasctl.contract.cel import cel_string, cel_string_list
-from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
 
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
@@ -54,8 +53,6 @@ DESIRED_HASH_ANNOTATION: Final = "billing.opendatahub.io/desired-hash"
 FAIL_CLOSED_RULE: Final = "billing-plan-fail-closed"
 MODELS_LISTING: Final = '!request.url_path.endsWith("/v1/models")'
 _PATH: Final = 'request.url_path.split("/")'
-ALLOWANCE_HEADROOM: Final = 2 * DEFAULT_COMPLETION_CEILING
-"""Tokens above a wallet's allowance its limit admits: room for the gateway's reservation of one request."""
 
 
 @dataclass(frozen=True, order=True)
@@ -68,9 +65,9 @@ class Tenant:
     organization: str
     denied: str | None = None
     gpu_freeze_mode: str = "Drain"
-    allowance: int | None = None
-    """A Prepaid wallet's token allowance, as a power of two at most `status.allowanceTokens` (see
-    `wallet.allowance_bucket`): a TokenRateLimitPolicy limit bounding its spend between ledger updates."""
+    allowance: tuple[tuple[str, int], ...] = ()
+    """A Prepaid wallet's (epoch, tokens) caps (`status.allowanceLimits`, `wallet.epoch_allowance`): one
+    TokenRateLimitPolicy limit each, bounding its spend in money whatever the rater's lag."""
 
 
 @dataclass(frozen=True, order=True)
@@ -187,19 +184,22 @@ def _counted_limit(inp: PlanInput, rates: list[dict[str, Any]], tokens: bool) ->
 
 
 def _allowance_limits(inp: PlanInput) -> dict[str, Any]:
-    """One limit per Prepaid tenant with an allowance. Its counter carries the allowance itself, so a new
-    allowance (published after the ledger moved) starts a fresh count instead of re-counting charged tokens.
-    The limit is the allowance plus `ALLOWANCE_HEADROOM`: the gateway reserves a conservative estimate for a
-    request before it runs, and the request that crosses zero is meant to complete (seed: grace)."""
+    """One limit per Prepaid tenant and allowance epoch (the current and the previous UTC day). Each counts the
+    tenant's tokens from the epoch's start (its name carries the epoch, so a new epoch is a new counter and a
+    new cap never restarts the count of the epoch in force); the cap is what the ledger has rated since then
+    plus what the wallet can still pay for (`wallet.epoch_allowance`). No headroom: the gateway admits a request
+    while the counter plus what is in flight is within the cap, so the request that crosses it completes
+    (seed: grace) and the overspend is bounded by the requests in flight, in tokens and so in money."""
     out: dict[str, Any] = {}
     for t in sorted(set(inp.tenants)):
-        if not t.allowance or t.denied:
+        if t.denied:
             continue
-        out[_limit_name(inp, f"allowance/{t.name}")] = {
-            "rates": [{"limit": t.allowance + ALLOWANCE_HEADROOM, "window": "24h"}],
-            "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"allowance-{t.allowance}")}],
-            "when": [{"predicate": identity.tenant_in([t.organization])}, {"predicate": MODELS_LISTING}],
-        }
+        for epoch, tokens in sorted(set(t.allowance)):
+            out[_limit_name(inp, f"allowance/{t.name}/{epoch}")] = {
+                "rates": [{"limit": max(0, tokens), "window": wallet.ALLOWANCE_WINDOW}],
+                "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"allowance-{epoch}")}],
+                "when": [{"predicate": identity.tenant_in([t.organization])}, {"predicate": MODELS_LISTING}],
+            }
     return out
 
 

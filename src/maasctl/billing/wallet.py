@@ -21,24 +21,31 @@ Prepaid wallet returns it to whatever its new balance says, with no hysteresis.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_FLOOR, Decimal
 from typing import Final
 
 from maasctl.billing import money
 from maasctl.billing.api.tenant import BillingMode, TenantState
 
 __all__ = [
+    "ALLOWANCE_WINDOW",
     "CLOSED_ANNOTATION",
+    "CUTOFF_SLACK",
     "DUNNING_LIMIT",
     "ENFORCED",
+    "EPOCH",
     "SUSPENDED_ANNOTATION",
     "Decision",
     "Facts",
     "Policy",
-    "allowance_bucket",
     "allowance_tokens",
     "decide",
     "denial_message",
+    "epoch_allowance",
+    "epoch_name",
+    "epoch_starts",
+    "published_cap",
     "runway_days",
 ]
 
@@ -143,12 +150,62 @@ def allowance_tokens(policy: Policy, balance: Decimal, price_per_token: Decimal 
     return money.CONTEXT.divide_int(room, price_per_token)
 
 
-def allowance_bucket(allowance: Decimal | None) -> int | None:
-    """The largest power of two at most `allowance` (None below one token): what the gateway limit uses, so the
-    generated policy changes about log2 times while a wallet drains instead of at every charge."""
-    if allowance is None or allowance < 1:
+EPOCH: Final = timedelta(days=1)
+"""An allowance epoch: a UTC day. The gateway counts a Prepaid tenant's tokens per epoch (see below)."""
+ALLOWANCE_WINDOW: Final = "48h"
+"""The window of an epoch's counter: it starts at the epoch's first hit (at or after the epoch's start), so it
+outlives the epoch that follows, during which the previous epoch's limit still applies."""
+CUTOFF_SLACK: Final = timedelta(minutes=1)
+"""Usage in the first minute of an epoch counts against the wallet twice (in the ledger balance and in the
+epoch's counter): room for the new epoch's limit to reach the gateway, so no usage escapes both."""
+
+
+MAX_CAP: Final = 2**63 - 1
+"""The largest cap (a TokenRateLimitPolicy limit and the status field are 64-bit integers)."""
+
+
+def epoch_starts(now: datetime) -> tuple[datetime, datetime]:
+    """The start of the current epoch and of the previous one."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day, day - EPOCH
+
+
+def epoch_name(start: datetime) -> str:
+    """An epoch's name (its UTC date, YYYY-MM-DD): part of its limit's name, so its counter is its own."""
+    return start.astimezone(UTC).strftime("%Y-%m-%d")
+
+
+def epoch_allowance(policy: Policy, balance: Decimal, rated_tokens: int, price_per_token: Decimal | None
+                    ) -> int | None:
+    """The cap of one epoch's counter: the tokens the ledger has rated for records since the epoch's cutoff
+    (its start plus `CUTOFF_SLACK`), plus the tokens the wallet can still pay for at the highest token price.
+
+    Why this bounds the overspend in money whatever the rater's lag: the counter holds every token served since
+    the epoch started, rated or not; the rated ones are added back here and paid for in `balance` at their real
+    price, so what the gateway admits beyond them is the unrated usage, which may reach at most
+    `(balance + grace) / price` tokens, each worth at most `price`. Rating a token moves it from the second term
+    to the first at no more than its price, so the cap never grows while the rater catches up on usage at the
+    highest price; at a cheaper price it grows by what the wallet really has left. A caught-up rater leaves the
+    cap above the counter by what the wallet can pay, so the ledger crosses zero (and the tenant is Frozen)
+    first, and the request that crosses it completes."""
+    if policy.mode != BillingMode.PREPAID or price_per_token is None or price_per_token <= 0:
         return None
-    return 1 << (int(allowance).bit_length() - 1)
+    room = money.CONTEXT.divide(money.CONTEXT.add(balance, policy.grace_amount), price_per_token)
+    # Not clamped at zero before adding: a wallet past its grace lowers the cap below what was rated, so the
+    # gateway refuses until the freeze arrives, and the cap does not move while the rater catches up.
+    cap = max(0, rated_tokens) + int(room.to_integral_value(rounding=ROUND_FLOOR, context=money.CONTEXT))
+    return min(max(0, cap), MAX_CAP)
+
+
+def published_cap(previous: int | None, cap: int, rated_tokens: int) -> int:
+    """The cap to publish for an epoch, given the one in force (`previous`): a lower cap at once; a higher one
+    only once it adds at least half of what the cap in force still leaves above the rated tokens. Keeping the
+    lower cap is always safe (it refuses earlier), and it cannot strand a tenant: once its rated usage reaches
+    the cap in force, any higher cap is published. So the Plan's policy changes about log2 times while a wallet
+    drains on usage cheaper than the highest price, instead of at every charge."""
+    if previous is None or cap <= previous:
+        return cap
+    return cap if 2 * (cap - previous) >= previous - rated_tokens else previous
 
 
 def runway_days(balance: Decimal, recent_spend: Decimal, days: int) -> Decimal | None:

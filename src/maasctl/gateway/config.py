@@ -37,13 +37,15 @@ class GatewaySettings:
         directory before it counts as recorded, and a gateway started on it sends the records an earlier one
         did not deliver (`maasctl.gateway.spool`): a killed gateway loses no billing. One directory per
         gateway process (it is locked); in a cluster an emptyDir survives container restarts of the pod.
+        Without `redis_url` the in-process counters are journaled there too (`counters.jsonl`,
+        `maasctl.gateway.counter_journal`): a restarted gateway keeps its counts, 24-hour limits included.
     max_request_bytes: larger request bodies get 413 before anything else happens.
     max_response_scan_bytes: JSON answers up to this size are parsed whole for `usage`; larger ones by their
         last 64 KiB (`contract.usage.JsonUsageScanner`): memory stays bounded whatever the answer's size.
     completion_ceiling: the completion tokens charged when usage cannot be read and the request set no
         `max_tokens` (`contract.usage.charge_for`).
     redis_url: where the token counters live when several gateway replicas share them (`redis://host:6379/0`);
-        None keeps them in this process (one replica).
+        None keeps them in this process (one replica; across restarts only with `usage_spool_dir`).
     guardrails_url: when set, the guardrails engine URL used instead of the one the AuthPolicy exports (the
         controller writes the engine Service's in-cluster URL; locally the engine listens elsewhere).
     guardrails_stream_chunk_chars: streamed answers of guarded models are checked every this many characters

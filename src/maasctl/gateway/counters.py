@@ -11,6 +11,10 @@ cannot: every request of a burst passes the check before any of them is reported
 
 A gateway that dies mid-request leaves its reservation behind until the counter's window (plus a grace
 period) expires; reserved amounts are never read below zero.
+
+Restarts: Redis keeps the counts of every replica whatever happens to the gateways. In process, the counts
+survive a restart when the store has a journal (`gateway.counter_journal`; the gateway keeps one beside its
+usage spool): `counter_store` picks the store from the gateway's settings.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Final, Protocol
 
-__all__ = ["CounterKey", "CounterStore", "Denied", "MemoryCounterStore", "RedisCounterStore", "Slot", "Usage"]
+from maasctl.gateway.counter_journal import CounterJournal
+
+__all__ = ["JOURNAL_NAME", "CounterKey", "CounterStore", "Denied", "MemoryCounterStore", "RedisCounterStore", "Slot",
+           "Usage", "counter_store"]
 
 CounterKey = tuple[str, str, int, tuple[str, ...]]
 """(domain, limit name, window seconds, counter values)."""
@@ -69,11 +77,13 @@ class CounterStore(Protocol):
 
 
 class MemoryCounterStore:
-    """In-process counters (Limitador's default storage): one replica, lost on restart."""
+    """In-process counters (Limitador's default storage): one replica; kept across restarts with a `journal`."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, max_entries: int = 1_000_000) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, max_entries: int = 1_000_000,
+                 journal: CounterJournal | None = None) -> None:
         self.clock = clock
-        self._used: dict[CounterKey, list[float]] = {}  # key -> [used, expires_at]
+        self._journal = journal
+        self._used: dict[CounterKey, list[float]] = journal.load(clock()) if journal is not None else {}
         self._reserved: dict[CounterKey, int] = {}
         self._max = max_entries
         self._ops = 0
@@ -114,17 +124,35 @@ class MemoryCounterStore:
                 entry = [0.0, now + key[2]]
                 self._used[key] = entry
             entry[0] += actual
+            if self._journal is not None:
+                self._journal.write(key, entry)
         self._ops += 1
         if self._ops % 1024 == 0 or len(self._used) > self._max:
             for k in [k for k, (_, exp) in self._used.items() if exp <= now]:
                 del self._used[k]
+        if self._journal is not None and self._journal.needs_compaction(len(self._used)):
+            self._journal.compact([(k, e) for k, e in self._used.items() if e[1] > now])
 
     async def clear(self) -> None:
         self._used.clear()
         self._reserved.clear()
+        if self._journal is not None:
+            self._journal.compact(())
 
     async def aclose(self) -> None:
-        return None
+        if self._journal is not None:
+            self._journal.close()
+
+
+JOURNAL_NAME: Final = "counters.jsonl"
+
+
+def counter_store(redis_url: str | None, state_dir: str | None) -> CounterStore:
+    """The gateway's counter store: Redis when configured (shared by replicas), else in process, journaled in
+    `state_dir` (the usage spool directory) when there is one so that a restart keeps the counts."""
+    if redis_url:
+        return RedisCounterStore(redis_url)
+    return MemoryCounterStore(journal=CounterJournal(Path(state_dir) / JOURNAL_NAME) if state_dir else None)
 
 
 # Lua: KEYS = used_1, reserved_1, used_2, reserved_2, ...; ARGV = amount, grace, limit_1, seconds_1, ...
@@ -171,12 +199,17 @@ def _redis_key(prefix: str, key: CounterKey) -> str:
 
 
 class RedisCounterStore:
-    """Counters shared by every gateway replica, in Redis (windows expire with the keys' TTL)."""
+    """Counters shared by every gateway replica, in Redis (windows expire with the keys' TTL).
 
-    def __init__(self, url: str, prefix: str = "maasctl:rl:") -> None:
+    The connection pool blocks when all `max_connections` are busy: a burst of concurrent requests waits for a
+    connection instead of failing (redis-py's default pool raises past 100 connections in use)."""
+
+    def __init__(self, url: str, prefix: str = "maasctl:rl:", *, max_connections: int = 64,
+                 wait_seconds: float = 10) -> None:
         import redis.asyncio as redis
 
-        self._redis: Any = redis.Redis.from_url(url)
+        pool = redis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait_seconds)
+        self._redis: Any = redis.Redis.from_pool(pool)
         self._prefix = prefix
         self._reserve = self._redis.register_script(_RESERVE)
         self._settle = self._redis.register_script(_SETTLE)

@@ -232,11 +232,13 @@ class TokenRateLimiter:
     @staticmethod
     def estimate(applied: list[AppliedLimit], bound: int) -> int:
         """Tokens to reserve for a request: its own bound (`contract.usage.request_bound`: the prompt estimate
-        plus its completion limit for each completion, the completion ceiling when it states none), at most the
-        smallest limit that applies, so a request still fits an empty window (requests whose bound is the whole
-        limit then pass one at a time). Never a learned average: a caller could lower that with small requests
-        and then burst long ones past the limit."""
-        limits = [rate.limit for item in applied for rate in item.limit.rates if rate.seconds > 0]
+        plus its completion limit for each completion, the completion ceiling when it states none), at most one
+        more than the smallest limit that applies: admission compares what is already used and reserved with the
+        limit, so such a request still fits an empty window, and what it holds then overfills the limit, so
+        requests whose bound reaches the limit pass one at a time (reserving exactly the limit let a second one
+        in: `used + reserved` was not over it). Never a learned average: a caller could lower that with small
+        requests and then burst long ones past the limit."""
+        limits = [rate.limit + 1 for item in applied for rate in item.limit.rates if rate.seconds > 0]
         return max(1, min([bound, *limits]))
 
     def _denial(self, denied: Denied) -> RateDenial:

@@ -53,7 +53,7 @@ from maasctl.eventloop import tune_gc
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.config import GatewaySettings
-from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore
+from maasctl.gateway.counters import counter_store
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
 from maasctl.gateway.proxy import response_headers
@@ -156,8 +156,7 @@ class Gateway:
         self.client = client
         self.cache = Cache(client, CacheOptions(label_selectors={SECRET: UPSTREAM_KEY_SELECTOR}))
         self.state = GatewayState(self.cache, settings)
-        self.limiter = limiter or TokenRateLimiter(
-            RedisCounterStore(settings.redis_url) if settings.redis_url else MemoryCounterStore())
+        self.limiter = limiter or TokenRateLimiter(counter_store(settings.redis_url, settings.usage_spool_dir))
         self.requests = RequestLimiter(self.limiter.store)  # RateLimitPolicy counts, same counter store
         self._owned: list[httpx.AsyncClient] = []
         self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop

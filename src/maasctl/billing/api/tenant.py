@@ -10,7 +10,7 @@ from pydantic import Field
 
 from maasctl.api._base import AGE_COLUMN, CamelModel, Conditions, CrdInfo, Generation, Int32, PrinterColumn
 from maasctl.billing.api._base import CATEGORY, GROUP, BillingObject
-from maasctl.billing.api._types import LocalObjectReference, MoneyField, ObjectName, Time
+from maasctl.billing.api._types import LocalObjectReference, MoneyField, NonNegativeInt64, ObjectName, Time
 
 
 class BillingMode(StrEnum):
@@ -97,6 +97,17 @@ class TenantAccountSpec(CamelModel):
         "admitted) or Preempt (running workloads evicted).")
 
 
+class AllowanceLimit(CamelModel):
+    """A Prepaid tenant's token cap for one allowance epoch (a UTC day), counted by the gateway since the
+    epoch's start (docs/billing.md, "Wallet enforcement")."""
+
+    epoch: Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", max_length=10)] = Field(
+        description="The epoch's UTC date (YYYY-MM-DD).")
+    tokens: NonNegativeInt64 = Field(
+        description="Tokens rated since the epoch's start plus those the wallet can still pay for at the highest "
+        "token price.")
+
+
 class TenantAccountStatus(CamelModel):
     """Observed state of a TenantAccount."""
 
@@ -107,7 +118,10 @@ class TenantAccountStatus(CamelModel):
     runway_days: RunwayDays | None = Field(default=None, description="Estimated days of service left.")
     mtd_spend: Spend | None = Field(default=None, description="Month-to-date spend.")
     allowance_tokens: AllowanceTokens | None = Field(
-        default=None, description="Token allowance computed from balance and pricing, used for enforcement.")
+        default=None, description="Tokens the balance (plus grace) still pays for at the highest token price.")
+    allowance_limits: Annotated[list[AllowanceLimit], Field(max_length=2)] | None = Field(
+        default=None, description="The gateway's token caps of the current and the previous allowance epoch "
+        "(Prepaid), enforced as the Plan's TokenRateLimitPolicy limits.")
     consecutive_payment_failures: Annotated[Int32, Field(ge=0)] | None = Field(
         default=None, description="Consecutive payment failures (Dunning to Frozen after 3). Reset on success.")
     pending_reload_intent_id: Annotated[str, Field(max_length=255)] | None = Field(

@@ -347,6 +347,20 @@ class Ledger:
             total = (await conn.execute(select(func.sum(transactions.c.tokens)).where(and_(*conds)))).scalar()
         return int(total or 0)
 
+    async def last_id(self) -> int:
+        """The newest entry's id (0: none)."""
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(select(func.max(transactions.c.id)))).scalar() or 0)
+
+    async def tenants_after(self, after: int) -> tuple[int, set[str]]:
+        """The newest entry id (at least `after`) and the tenants with an entry newer than `after` (the ledger
+        watch: who must be looked at again)."""
+        t = transactions
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(t.c.tenant, func.max(t.c.id)).where(t.c.id > after)
+                                       .group_by(t.c.tenant))).all()
+        return max([after, *(int(r[1]) for r in rows)]), {str(r[0]) for r in rows}
+
     async def count(self, tenant: str | None = None) -> int:
         stmt = select(func.count()).select_from(transactions)
         if tenant is not None:

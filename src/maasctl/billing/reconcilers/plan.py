@@ -9,14 +9,15 @@ Kuadrant or Kueue missing is a condition, and the Plan is looked at again until 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from maasctl.api import parse
-from maasctl.billing import budget, drift, identity, money, names, wallet
+from maasctl.billing import budget, drift, identity, names, wallet
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
 from maasctl.billing.compile import BudgetAction, PlanInput, Tenant, compile_plan, resource_flavor
@@ -94,19 +95,26 @@ def wallet_state_changed(event: Event) -> bool:
     return before != ((event.obj.get("status") or {}).get("state") in ENFORCED_STATES)
 
 
-def allowance_of(obj: FrozenObject) -> int | None:
-    """The allowance bucket a Prepaid tenant's limit uses (None: no limit)."""
+EPOCH_NAME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def allowance_of(obj: FrozenObject) -> tuple[tuple[str, int], ...]:
+    """The (epoch, tokens) caps a Prepaid tenant's limits use (`status.allowanceLimits`; empty: no limit)."""
     if (obj.get("spec") or {}).get("billingMode") != "Prepaid":
-        return None
-    raw = (obj.get("status") or {}).get("allowanceTokens")
-    try:
-        return wallet.allowance_bucket(money.parse(raw)) if raw is not None else None
-    except money.MoneyError:
-        return None
+        return ()
+    out = []
+    for item in (obj.get("status") or {}).get("allowanceLimits") or ():
+        try:
+            epoch, tokens = str(item["epoch"]), int(item["tokens"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if EPOCH_NAME.fullmatch(epoch) and tokens >= 0:
+            out.append((epoch, tokens))
+    return tuple(sorted(out))
 
 
 def allowance_changed(event: Event) -> bool:
-    """A Prepaid tenant's allowance bucket changed (its Plan's TokenRateLimitPolicy limit changes)."""
+    """A Prepaid tenant's epoch caps changed (its Plan's TokenRateLimitPolicy limits change)."""
     if event.type is not EventType.UPDATED or event.old is None:
         return True
     return allowance_of(event.old) != allowance_of(event.obj)

@@ -2,10 +2,13 @@
 
 Per reconcile: read the balance, month-to-date and recent spend and the unpriced records from the ledger;
 decide the state (pure); work out `allowanceTokens` (balance plus grace at the highest token price of the book
-in force) and `runwayDays` (last 7 days' spend); write status and conditions (`BalanceHealthy`, `BalanceStale`,
-`ReconcileDrift`, `UsagePriced`); an Event when the state changes. The rater enqueues the tenants it charged,
-so a balance crossing zero reaches the status within one reconcile; a resync every `wallet_resync_seconds`
-catches the rest. When the ledger cannot be read the status keeps its last balance and says `BalanceStale`.
+in force), the gateway's caps of the current and previous allowance epochs (`allowanceLimits`,
+`wallet.epoch_allowance`) and `runwayDays` (last 7 days' spend); write status and conditions (`BalanceHealthy`,
+`BalanceStale`, `ReconcileDrift`, `UsagePriced`); an Event when the state changes. The rater enqueues the
+tenants it charged, so a balance crossing zero reaches the status within one reconcile; the ledger watch
+enqueues a tenant whose wallet got any other entry (a credit) within about a second; a resync every
+`wallet_resync_seconds` (and at each epoch's start) catches the rest. When the ledger cannot be read the status
+keeps its last balance and says `BalanceStale`.
 Enforcement is not done here: the Plan reconciler turns an enforced state into a deny rule of the Plan's
 AuthPolicy (and a Kueue stopPolicy), which the gateway enforces.
 """
@@ -13,7 +16,7 @@ AuthPolicy (and a Kueue stopPolicy), which the gateway enforces.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -26,12 +29,12 @@ from maasctl.billing.api import TenantAccount
 from maasctl.billing.api.tenant import BillingMode, TenantState
 from maasctl.billing.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import Catalog, month_start
+from maasctl.billing.rater import Catalog, TenantRef, month_start
 from maasctl.billing.reconcilers.context import BillingContext, log
 from maasctl.runtime import Request, Result, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
-__all__ = ["RUNWAY_DAYS", "TenantReconciler", "highest_token_price"]
+__all__ = ["RUNWAY_DAYS", "TenantReconciler", "cap_price", "highest_token_price"]
 
 BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED = (
     "BalanceHealthy", "BalanceStale", "ReconcileDrift", "UsagePriced")
@@ -54,6 +57,13 @@ def highest_token_price(book: rating.Book | None) -> Decimal | None:
                 price = money.CONTEXT.divide(rate, Decimal(divisors[0]))
                 best = price if best is None or price > best else best
     return best
+
+
+def cap_price(catalog: Catalog, ref: TenantRef | None, times: tuple[datetime, ...]) -> Decimal | None:
+    """The highest token price of the books in force for `ref` at any of `times` (the epochs' starts and now):
+    a cap in tokens must never value a token below what it may have been charged since the epoch started."""
+    prices = [p for t in times if ref is not None and (p := highest_token_price(catalog.book_for(ref, t)))]
+    return max(prices) if prices else None
 
 
 def _signed(amount: Decimal) -> str:
@@ -83,6 +93,10 @@ class TenantReconciler:
         old = obj.get("status") or {}
         try:
             await self.ledger.ensure_schema()
+            # The rated tokens before the balance: a charge committed in between then lowers the cap (its cost
+            # is in the balance, its tokens not yet added back) instead of raising it.
+            starts = wallet.epoch_starts(now)
+            rated = [await self.ledger.tokens(key, start + wallet.CUTOFF_SLACK) for start in starts]
             balance = await self.ledger.balance(key)
             has_entries = await self.ledger.count(key) > 0
             mtd = await self.ledger.spend(key, month_start(now))
@@ -103,8 +117,15 @@ class TenantReconciler:
         decision = wallet.decide(previous, policy, facts)
         catalog = self.catalog()
         ref = catalog.tenants.get(identity.tenant_id(obj))
-        book = catalog.book_for(ref, now) if ref is not None and ref.key == key else None
-        allowance = wallet.allowance_tokens(policy, balance, highest_token_price(book))
+        ref = ref if ref is not None and ref.key == key else None
+        price = cap_price(catalog, ref, (*starts, now))
+        allowance = wallet.allowance_tokens(policy, balance, price)
+        in_force = {str(c.get("epoch")): c.get("tokens") for c in old.get("allowanceLimits") or ()
+                    if isinstance(c, dict) and isinstance(c.get("tokens"), int)}
+        caps = [{"epoch": name, "tokens": wallet.published_cap(in_force.get(name), cap, tokens)}
+                for start, tokens in zip(starts, rated, strict=True)
+                if (cap := wallet.epoch_allowance(policy, balance, tokens, price)) is not None
+                and (name := wallet.epoch_name(start))]
         runway = wallet.runway_days(balance, recent, RUNWAY_DAYS) if spec.billing_mode == BillingMode.PREPAID else None
         drift = self._drift(key, old)
         status: dict[str, Any] = {
@@ -114,6 +135,7 @@ class TenantReconciler:
             "mtdSpend": money.fmt(money.quantize(mtd)),
             "runwayDays": money.fmt(runway) if runway is not None else None,
             "allowanceTokens": money.fmt(allowance) if allowance is not None else None,
+            "allowanceLimits": caps or None,
             "observedGeneration": int(obj["metadata"].get("generation", 0)),
             "conditions": self.conditions(obj, decision, drift, unpriced, latest[0].reason if latest else ""),
         }
@@ -125,7 +147,8 @@ class TenantReconciler:
                             f"{previous.value if previous else 'new'} -> {decision.state.value}: {decision.message}")
             log.info("tenant state", tenant=key, state=decision.state.value,
                      previous=previous.value if previous else None, balance=status["balance"])
-        return Result.requeue_after(ctx.settings.wallet_resync_seconds)
+        next_epoch = (starts[0] + wallet.EPOCH - now).total_seconds()
+        return Result.requeue_after(max(0.5, min(float(ctx.settings.wallet_resync_seconds), next_epoch)))
 
     def _drift(self, key: str, old: dict[str, Any]) -> str | None:
         """A message when the mirror in status is not what this controller last wrote (someone edited it)."""
