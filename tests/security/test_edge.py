@@ -196,13 +196,38 @@ CONTENT_TYPES = [None, "application/json", "application/json; charset=utf-8", "A
                  "application/vnd.openai+json", "text/plain", "application/octet-stream"]
 
 
-async def test_every_json_value_is_read_or_refused_never_forwarded_unread(world: World) -> None:
+async def _served_under_its_own_name(world: World) -> str:
+    """An ExternalModel the provider knows by the same name (`targetModel` = its name: nothing to rename, so the
+    gateway has no rename forcing it to read the body) published as `plain`; alice's key for it."""
+    ns = world.namespace
+    provider = [obj for obj in world.external_model("plain") if obj["kind"] != "ExternalModel"]
+    external = {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "ExternalModel",
+                "metadata": {"name": "gpt-x", "namespace": ns},
+                "spec": {"provider": "openai", "endpoint": f"{world.stack.model_url}/v1", "targetModel": "gpt-x",
+                         "credentialRef": {"name": "provider-key"}}}
+    for obj in provider:
+        if obj["kind"] == "MaaSModelRef":
+            obj["spec"]["modelRef"]["name"] = "gpt-x"
+    await world.apply(*provider, external)
+    sub = world.name("p")
+    await world.apply(world.auth_policy(world.name("pap"), ["plain"], users=("alice",)),
+                      world.subscription(sub, {"plain": [(100_000, "1m")]}, users=("alice",)))
+    await world.wait_active(sub)
+    key = str((await world.mint("alice", subscription=sub))["key"])
+    await world.wait_enforced("plain", key)
+    return key
+
+
+@pytest.mark.parametrize("renamed", [False, True], ids=["same-name-upstream", "renamed-upstream"])
+async def test_every_json_value_is_read_or_refused_never_forwarded_unread(world: World, renamed: bool) -> None:
     """A top-level JSON array (at any depth), a JSON scalar, JSON after whitespace, under any Content-Type or
     none, is refused with 400 and never reaches the provider with the provider's key; so is a non-JSON body
-    whose Content-Type reads as JSON. An object under any of those Content-Types is read and served."""
-    key = await served_model(world)
+    whose Content-Type reads as JSON. An object under any of those Content-Types is read and served. Both on a
+    route whose provider knows the model by its published name and on one that renames it."""
+    key = await served_model(world) if renamed else await _served_under_its_own_name(world)
+    model = "gpt" if renamed else "plain"
     before = len(await backend_log(world))
-    target = f"/{world.namespace}/gpt/v1/chat/completions"
+    target = f"/{world.namespace}/{model}/v1/chat/completions"
     for body in NOT_AN_OBJECT:
         for content_type in CONTENT_TYPES:
             headers = [("Authorization", f"Bearer {key}")] + ([("Content-Type", content_type)] if content_type else [])

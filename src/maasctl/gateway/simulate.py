@@ -249,10 +249,7 @@ class SimulateAuthority:
         """Return when the caller may see `request`'s simulation; raise SimulateRefused otherwise."""
         if request.user is None:
             return  # key or token: the request carries the credential it simulates
-        try:
-            token = presented_credential(authorization, None)
-        except ValueError:
-            token = None
+        token = presented_credential(authorization, None)
         if token is None:
             raise SimulateRefused(401, "simulating a user needs an administrator's token (Authorization: Bearer)",
                                   "unauthenticated")
