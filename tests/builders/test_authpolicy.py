@@ -290,7 +290,8 @@ def test_objective_header_follows_selected_subscription() -> None:
     bindings = (ObjectiveBinding(ObjectRef("maas", "premium"), "maas-premium-0123456789"),)
     pol = policy(PREMIUM_POLICY, objectives=bindings)
     premium = run(pol, {"Authorization": "Bearer t-alice"})
-    assert premium.headers == {"x-maas-subscription": "premium", OBJECTIVE_HEADER: "maas-premium-0123456789"}
+    assert premium.headers == {"x-maas-subscription": "premium", OBJECTIVE_HEADER: "maas-premium-0123456789",
+                               "x-gateway-inference-objective": "maas-premium-0123456789"}
     free = run(pol, {"Authorization": "Bearer sk-oai-alice"})
     assert free.headers == {"x-maas-subscription": "free"}
 
@@ -357,7 +358,7 @@ def test_objective_header_with_hostile_subscription_names(refs: list[tuple[str, 
     fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": "u", "groups": []}})
     outcome = run(pol, {"Authorization": "Bearer t"}, fake)
     assert outcome.status == 200
-    assert outcome.headers[OBJECTIVE_HEADER] == f"obj-{chosen}"
+    assert outcome.headers[OBJECTIVE_HEADER] == outcome.headers["x-gateway-inference-objective"] == f"obj-{chosen}"
     assert outcome.identity["selected_subscription_key"] == f"{ns}/{name}@llm/granite"
 
 

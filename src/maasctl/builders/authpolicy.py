@@ -24,9 +24,10 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    groups (union over all MaaSAuthPolicies of the model; `*` = any authenticated caller); a subscription must
    have been selected.
 4. Response: upstream gets only `X-MaaS-Subscription` (server-resolved, never the client's value) and, when
-   the model is served through an inference scheduler, the InferenceObjective header of the selected
-   subscription. Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity`
-   (`auth.identity.*` in TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
+   the model is served through an inference scheduler, the InferenceObjective of the selected subscription
+   (`x-llm-d-inference-objective` and `x-gateway-inference-objective`, which the endpoint picker reads).
+   Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity` (`auth.identity.*` in
+   TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
    `keyId`, `selected_subscription`, `selected_subscription_namespace`, `selected_subscription_key`
    (`<sub ns>/<sub>@<model ns>/<model>`), `organization_id` (the subscription's `organization.id`, else
    its legacy `tokenMetadata.organizationId`, else "") and `subscription_info` (seed 001 §9.1: `name`,
@@ -59,10 +60,12 @@ __all__ = [
     "API_VERSION",
     "DENIAL_MESSAGE",
     "DENIAL_REASON",
+    "GATEWAY_OBJECTIVE_HEADER",
     "GROUPS_EXPRESSION",
     "IS_API_KEY",
     "KIND",
     "OBJECTIVE_HEADER",
+    "OBJECTIVE_HEADERS",
     "SELECT_PATH",
     "SUBSCRIPTION_HEADER",
     "SUBSCRIPTION_INFO_EXPRESSION",
@@ -83,6 +86,10 @@ VALIDATE_PATH: Final = "/internal/v1/api-keys/validate"
 SELECT_PATH: Final = "/internal/v1/subscriptions/select"
 SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
 OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
+GATEWAY_OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
+OBJECTIVE_HEADERS: Final = (OBJECTIVE_HEADER, GATEWAY_OBJECTIVE_HEADER)
+"""The selected subscription's InferenceObjective goes out under both names: the reference's `x-llm-d-*` and the
+Gateway API Inference Extension's, the one the public endpoint picker (and llm-d's, built on it) reads."""
 API_KEY_PREFIX: Final = "Bearer sk-oai-"
 
 _X_API_KEY: Final = 'request.headers["x-api-key"]'
@@ -280,10 +287,11 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     }
     if inp.objectives:
         objective_map = _objective_map(inp.objectives)
-        headers[OBJECTIVE_HEADER] = {
-            "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
-            "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
-        }
+        for name in OBJECTIVE_HEADERS:
+            headers[name] = {
+                "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
+                "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
+            }
     return {
         "authentication": {
             "api-keys": {
