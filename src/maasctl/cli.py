@@ -156,6 +156,9 @@ def _add_gateway_parsers(sub: Any) -> None:
     gw.add_argument("--gateway-name", default=env_default("gateway_name", ControllerSettings().gateway_name))
     gw.add_argument("--gateway-namespace",
                     default=env_default("gateway_namespace", ControllerSettings().gateway_namespace))
+    gw.add_argument("--subscription-namespace",
+                    default=env_default("subscription_namespace", ControllerSettings().subscription_namespace),
+                    help="where the MaaS admin check is asked (simulating a user needs an administrator)")
     gw.add_argument("--maas-api-url", default=env_default("gateway_maas_api_url", "") or None,
                     help="replace the origin of the policies' maas-api callback URLs (local maas-api)")
     gw.add_argument("--usage-url", default=env_default("usage_url", "") or None,
@@ -187,6 +190,8 @@ def _add_gateway_parsers(sub: Any) -> None:
     who.add_argument("--user", help="a user name (with --group)")
     sim.add_argument("--group", dest="groups", action="append", default=[])
     sim.add_argument("--subscription", help="X-MaaS-Subscription value")
+    sim.add_argument("--admin-token-file", default=env_default("admin_token_file", "") or None,
+                     help="file with a MaaS administrator's Kubernetes token: needed to simulate --user")
     sim.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -321,7 +326,7 @@ def _gateway(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
         usage_spool_dir=args.usage_spool_dir, maas_api_token=_read_secret(args.maas_api_token_file),
-        redis_url=args.redis_url,
+        redis_url=args.redis_url, subscription_namespace=args.subscription_namespace,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
         guardrails_caller_in_flight=args.guardrails_caller_in_flight,
     )
@@ -333,7 +338,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     request = SimulateRequest(model=args.model, key=args.key, token=args.token, user=args.user,
                               groups=tuple(args.groups), subscription=args.subscription)
-    report = asyncio.run(simulate_remote(args.gateway_url, request))
+    report = asyncio.run(simulate_remote(args.gateway_url, request, admin_token=_read_secret(args.admin_token_file)))
     print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
     return 0
 

@@ -189,6 +189,7 @@ class LocalStack:
         gw_namespace, gw_name = gateway or (self.settings.gateway_namespace, self.settings.gateway_name)
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
                 f"--gateway-name={gw_name}", f"--gateway-namespace={gw_namespace}",
+                f"--subscription-namespace={self.settings.subscription_namespace}",
                 f"--maas-api-url={self.api_url}", f"--usage-url={usage_url or self.api_url}",
                 f"--usage-spool-dir={self.spool_dir(name)}",
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]

@@ -196,6 +196,40 @@ def test_behaviour(
         assert outcome.identity["selected_subscription_key"] == f"maas/{subscription}@llm/granite"
 
 
+SCHEDULER_SPELLINGS = [
+    "x-gateway-inference-objective", "X-Gateway-Inference-Objective", "x_gateway_inference_objective",
+    "x-gateway-inference-fairness-id", "x-gateway-destination-endpoint", "x-gateway-destination-endpoint-subset",
+    "x-gateway-model-name-rewrite", "x-gateway-inference-request-cost", "x-gateway-anything-next-release",
+    "x-llm-d-inference-objective", "X_LLM_D_INFERENCE_OBJECTIVE", "x-llm-d-priority",
+    "x-prefiller-host-port", "x-encoder-hosts-ports", "x-data-parallel-host-port", "x-slo-ttft-ms",
+    "X-SLO-TPOT-MS", "x-original-path", "x-forwarded-path", "x-forwarded-user", "X_Remote_User",
+]
+
+
+@pytest.mark.parametrize("header", SCHEDULER_SPELLINGS)
+def test_the_envoy_policy_refuses_the_headers_the_local_gateway_refuses(header: str) -> None:
+    """An Envoy data plane enforces the same header contract as the local gateway: every header an inference
+    scheduler reads (objective, fairness bucket, destination endpoint, peers, SLOs, path) and every identity
+    header, in any case or with `_`, is refused by the generated policy (`contract.edge.server_decided`)."""
+    from maasctl.contract.edge import server_decided
+
+    assert server_decided(header)
+    for credential in ("Bearer t-alice", "Bearer sk-oai-alice"):
+        outcome = run(policy(PREMIUM_POLICY), {"Authorization": credential, header: "other"})
+        assert (outcome.status, outcome.denied_by) == (403, "no-client-identity-headers"), header
+
+
+@pytest.mark.parametrize("header", ["x-maas-subscription", "X_MAAS_SUBSCRIPTION", "x-session-token",
+                                    "x-request-id", "x-gateway", "x-llm-dx", "x-slo"])
+def test_the_envoy_policy_lets_client_choices_through(header: str) -> None:
+    from maasctl.contract.edge import server_decided
+
+    assert not server_decided(header)
+    value = "free" if "subscription" in header.lower() else "v"
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", header: value})
+    assert outcome.status == 200, (header, outcome.denied_by)
+
+
 def test_identity_exports_subscription_info_with_its_labels_for_tier_limits() -> None:
     gold = SubscriptionView("maas", "gold", priority=20, groups=frozenset({"premium-users"}), models=GRANITE,
                             organization_id="acme", cost_center="cc-1", labels=(("tier", "gold"),))
@@ -256,7 +290,8 @@ def test_objective_header_follows_selected_subscription() -> None:
     bindings = (ObjectiveBinding(ObjectRef("maas", "premium"), "maas-premium-0123456789"),)
     pol = policy(PREMIUM_POLICY, objectives=bindings)
     premium = run(pol, {"Authorization": "Bearer t-alice"})
-    assert premium.headers == {"x-maas-subscription": "premium", OBJECTIVE_HEADER: "maas-premium-0123456789"}
+    assert premium.headers == {"x-maas-subscription": "premium", OBJECTIVE_HEADER: "maas-premium-0123456789",
+                               "x-gateway-inference-objective": "maas-premium-0123456789"}
     free = run(pol, {"Authorization": "Bearer sk-oai-alice"})
     assert free.headers == {"x-maas-subscription": "free"}
 
@@ -323,7 +358,7 @@ def test_objective_header_with_hostile_subscription_names(refs: list[tuple[str, 
     fake = FakeMaasApi(subscriptions=[sub], tokens={"t": {"username": "u", "groups": []}})
     outcome = run(pol, {"Authorization": "Bearer t"}, fake)
     assert outcome.status == 200
-    assert outcome.headers[OBJECTIVE_HEADER] == f"obj-{chosen}"
+    assert outcome.headers[OBJECTIVE_HEADER] == outcome.headers["x-gateway-inference-objective"] == f"obj-{chosen}"
     assert outcome.identity["selected_subscription_key"] == f"{ns}/{name}@llm/granite"
 
 

@@ -72,7 +72,14 @@ def test_canonical_paths_are_fixed_points(raw: str) -> None:
     "name",
     ["X-MaaS-Username", "x-maas-group", "X_MAAS_KEY_ID", "Impersonate-User", "impersonate-group",
      "Impersonate-Extra-Scopes", "X-Remote-User", "x_remote_group", "X-Forwarded-User", "x-forwarded-email",
-     "X-Auth-Request-User", "Remote-User", "X-LLM-D-Inference-Objective", "x_llm_d_inference_objective"],
+     "X-Auth-Request-User", "Remote-User", "X-LLM-D-Inference-Objective", "x_llm_d_inference_objective",
+     # the inference scheduler's family: Gateway API Inference Extension keys, llm-d's, sidecar peers, SLOs, path
+     "x-gateway-inference-objective", "X-Gateway-Inference-Fairness-Id", "x_gateway_destination_endpoint",
+     "x-gateway-destination-endpoint-subset", "x-gateway-destination-endpoint-served",
+     "x-gateway-model-name-rewrite", "x-gateway-inference-request-cost", "X-GATEWAY-WHATEVER-COMES-NEXT",
+     "x-llm-d-request-dropped-reason", "x-prefiller-host-port", "x-encoder-hosts-ports",
+     "x_data_parallel_host_port", "x-slo-ttft-ms", "X-Slo-Tpot-Ms", "x-original-path", "x-forwarded-path",
+     " x-gateway-inference-objective"],
 )
 def test_server_decided_headers(name: str) -> None:
     assert server_decided(name)
@@ -80,7 +87,8 @@ def test_server_decided_headers(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["X-MaaS-Subscription", "x_maas_subscription", "content-type", "x-request-id",
-                                  "user-agent", "x-forwarded-for"])
+                                  "user-agent", "x-forwarded-for", "x-session-token", "x-gateway", "x-llm-d",
+                                  "x-slo", "x-gatewayinference-objective"])
 def test_client_headers_that_are_fine(name: str) -> None:
     assert not server_decided(name)
 
@@ -91,6 +99,15 @@ CLIENT = [
     ("impersonate-user", "admin"), ("connection", "keep-alive, x-drop-me"), ("x-drop-me", "1"),
     ("host", "gw"), ("content-length", "10"), ("x-request-id", "r1"),
 ]
+
+
+def test_no_scheduler_header_a_client_sent_reaches_the_backend_on_any_route() -> None:
+    client = [("x-gateway-inference-objective", "premium"), ("x_gateway_inference_fairness_id", "other"),
+              ("X-Gateway-Destination-Endpoint", "10.0.0.9:8000"), ("x-prefiller-host-port", "evil:1"),
+              ("content-type", "application/json")]
+    for forward in (False, True):
+        out = upstream_headers(client, {"x-llm-d-inference-objective": "obj-1"}, forward_credentials=forward)
+        assert dict(out) == {"content-type": "application/json", "x-llm-d-inference-objective": "obj-1"}
 
 
 def test_model_routes_never_forward_credentials_or_identity() -> None:

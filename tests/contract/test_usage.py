@@ -23,6 +23,7 @@ from maasctl.contract.usage import (
     SseUsageFilter,
     UsageRecord,
     charge_for,
+    declares_json,
     prepare_body,
     set_top_level_model,
     usage_numbers,
@@ -63,17 +64,71 @@ def test_client_asking_for_usage_keeps_its_usage_chunk() -> None:
 
 
 NON_JSON_BODIES = (
-    b"not json", b"[1,2]", b'"x"', b"", b"\xef\xbb\xbfplain text with a BOM", b"\xff\xfe\x00\x01binary",
+    b"not json", b"\xef\xbb\xbfplain text with a BOM", b"\xff\xfe\x00\x01binary",
     b"\x00\x00\x00\x20ftypisom\x00\x00\x02\x00", b"\xff\xd8\xff\xe0\x00\x10JFIF", b"RIFF\x24\x00\x00\x00WAVE",
     b'--b0undary\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n{"stream":true}\r\n'
-    b"--b0undary--\r\n",
+    b"--b0undary--\r\n", b"-- not a number", b"nope", b"trust me", b"\x0c[1]",
+)
+NON_JSON_TYPES = ("multipart/form-data; boundary=b0undary", "application/octet-stream", "text/plain", "audio/wav")
+JSON_TYPES = (None, "", "application/json", "Application/JSON; charset=utf-8", "application/json;charset=latin-1",
+              "application/vnd.api+json", "application/merge-patch+json", "text/json", "application/x-json",
+              " application/json ")
+
+
+def test_an_object_is_read_whatever_the_content_type() -> None:
+    for content_type in (*JSON_TYPES, *NON_JSON_TYPES):
+        assert prepare_body(b'  {"stream": "true"}', content_type=content_type).streaming
+        assert prepare_body(b'\r\n\t {"stream": "true"}', content_type=content_type).streaming
+
+
+def test_non_json_bodies_pass_under_a_non_json_content_type() -> None:
+    for content_type in NON_JSON_TYPES:
+        for raw in NON_JSON_BODIES:
+            body = prepare_body(raw, content_type=content_type)
+            assert body.content == raw and not body.streaming
+
+
+def test_an_empty_body_passes_under_any_content_type() -> None:
+    for content_type in (*JSON_TYPES, *NON_JSON_TYPES):
+        for raw in (b"", b" ", b"\r\n"):
+            assert prepare_body(raw, content_type=content_type).content == raw
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+NON_OBJECT_JSON = (
+    "[]", "[1,2]", _nested(2), _nested(50), _nested(127), _nested(128), _nested(129), _nested(5000),
+    '[{"model":"m","stream":true,"max_tokens":100000}]', _nested(3, '{"stream":true}'),
+    '"x"', '"{\\"stream\\":true}"', "1", "-1", "1e400", "0.5", "true", "false", "null", "NaN", "Infinity",
+    "-Infinity", "[1] trailing", '"x" trailing', "1 2", "[", "[1,", '["unterminated', "[,]",
 )
 
 
-def test_content_type_does_not_matter_and_non_objects_pass() -> None:
-    assert prepare_body(b'  {"stream": "true"}').streaming
-    for raw in NON_JSON_BODIES:
-        assert prepare_body(raw).content == raw and not prepare_body(raw).streaming
+class TestEveryJsonValueIsReadOrRefused:
+    """No JSON the gateway did not read reaches a backend: a JSON value that is not an object — an array at any
+    depth, a scalar, after any JSON whitespace, with trailing data or cut off — is refused under every
+    Content-Type, and a body whose Content-Type reads as JSON must be one object."""
+
+    @pytest.mark.parametrize("text", NON_OBJECT_JSON)
+    @pytest.mark.parametrize("lead", ["", " ", "\n", "\r\n\t  "])
+    def test_non_object_json_is_refused_under_any_content_type(self, text: str, lead: str) -> None:
+        for content_type in (*JSON_TYPES, *NON_JSON_TYPES):
+            with pytest.raises(InvalidBody):
+                prepare_body((lead + text).encode(), content_type=content_type)
+            with pytest.raises(InvalidBody):
+                prepare_body((lead + text).encode(), RENAME, content_type=content_type)
+
+    @pytest.mark.parametrize("raw", NON_JSON_BODIES)
+    def test_a_body_declared_json_must_be_an_object(self, raw: bytes) -> None:
+        for content_type in JSON_TYPES:
+            with pytest.raises(InvalidBody):
+                prepare_body(raw, content_type=content_type)
+
+    def test_the_declared_types(self) -> None:
+        assert all(declares_json(t) for t in JSON_TYPES)
+        assert not any(declares_json(t) for t in NON_JSON_TYPES)
 
 
 def test_max_tokens_and_prompt_estimate() -> None:
@@ -198,7 +253,8 @@ def test_a_body_without_model_gets_the_providers_name_and_odd_bodies_are_refused
         with pytest.raises(InvalidBody):
             prepare_body(raw, RENAME)
     same = ModelRename("gpt-4o", "gpt-4o")
-    assert prepare_body(b"model=x", same).content == b"model=x"  # not renamed: nothing to rewrite
+    form = "application/x-www-form-urlencoded"
+    assert prepare_body(b"model=x", same, content_type=form).content == b"model=x"  # not renamed: nothing to rewrite
     assert prepare_body(b'{"model":"gpt-4o"}', same).response_model is None
     with pytest.raises(ModelMismatch):
         prepare_body(b'{"model":"other"}', same)

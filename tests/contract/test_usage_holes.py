@@ -138,7 +138,9 @@ _ENCODINGS = st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-
 @st.composite
 def odd_bodies(draw: st.DrawFn) -> bytes:
     """Bytes a client might send: random, JSON-ish fragments, or JSON objects in odd encodings with odd edges."""
-    kind = draw(st.integers(0, 2))
+    kind = draw(st.integers(0, 3))
+    if kind == 3:  # any JSON value (arrays and scalars too), after JSON whitespace
+        return (draw(st.sampled_from(["", " ", "\r\n\t"])) + json.dumps(draw(_VALUES))).encode()
     if kind == 0:
         return draw(st.binary(max_size=64))
     if kind == 1:
@@ -162,21 +164,26 @@ class TestAnyBytesGiveABodyOrARefusal:
     reads exactly as the gateway did: a stream it forwards asks for usage and carries the limit it counted."""
 
     @settings(max_examples=600)
-    @given(odd_bodies(), st.sampled_from([None, RENAME]))
-    @example(b'{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}', None)
-    @example(b'{"model":"company-chat","x":"\\udfff"}', RENAME)
-    @example(b'\xef\xbb\xbf{"model":"m","stream":true,"max_tokens":100000}', None)
-    @example(b'{"model":"m","stream":true,"max_tokens":100000} x', None)
-    @example(json.dumps({"stream": True}).encode("utf-16-be"), None)
-    def test_only_refusals_and_bodies_read_like_the_backend_reads_them(self, raw: bytes,
-                                                                       rename: ModelRename | None) -> None:
+    @given(odd_bodies(), st.sampled_from([None, RENAME]),
+           st.sampled_from([None, "application/json; charset=utf-8", "application/x+json", "text/plain",
+                            "application/octet-stream", "multipart/form-data; boundary=x"]))
+    @example(b'{"model":"m","messages":[{"role":"user","content":"\\ud800"}]}', None, None)
+    @example(b'{"model":"company-chat","x":"\\udfff"}', RENAME, None)
+    @example(b'\xef\xbb\xbf{"model":"m","stream":true,"max_tokens":100000}', None, None)
+    @example(b'{"model":"m","stream":true,"max_tokens":100000} x', None, None)
+    @example(b' [{"model":"m","stream":true}]', None, "text/plain")
+    @example(b'"x"', RENAME, "application/octet-stream")
+    @example(json.dumps({"stream": True}).encode("utf-16-be"), None, None)
+    def test_only_refusals_and_bodies_read_like_the_backend_reads_them(
+            self, raw: bytes, rename: ModelRename | None, content_type: str | None) -> None:
         try:
-            body = prepare_body(raw, rename)
+            body = prepare_body(raw, rename, content_type=content_type)
         except InvalidBody:
             return
         seen = _python_backend(body.content)
         if not isinstance(seen, dict):
-            return  # no JSON object reaches the backend
+            assert seen is None, seen  # no JSON value the gateway did not read reaches the backend
+            return
         assert body.streaming == (seen.get("stream") is True)
         if body.streaming:
             assert seen["stream_options"]["include_usage"] is True

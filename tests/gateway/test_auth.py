@@ -293,3 +293,24 @@ class TestDecisionCacheKey:
             fresh = await runtime(http, AudienceReview(), from_host=False).check(p, bad)
             assert (fresh.allowed, fresh.status) == (False, 403)
             assert (denied.allowed, denied.status) == (False, 403), "allowed from the cache, denied when fresh"
+
+
+@pytest.mark.parametrize(("text", "values", "names", "full"), [
+    ('request.headers.exists(h, h.startsWith("x-auth-request-"))', set(), True, False),
+    ('"request" in request.headers', set(), True, False),
+    ("'request.headers' == request.headers['x-a']", set(), False, True),
+    ('request.headers["x-a"] == "request"', {"x-a"}, False, False),
+    ('"a\\"request" + request.headers.authorization', {"authorization"}, False, False),
+    ('request.headers["x-a"] + string(request)', {"x-a"}, False, True),
+    ('r"\\" + request.headers.x + "request"', {"x"}, False, True),  # a raw literal: read conservatively
+    ('"""request""" == request.headers["x-b"]', {"x-b"}, False, True),
+])
+def test_what_a_policy_reads_ignores_words_inside_string_literals(
+        text: str, values: set[str], names: bool, full: bool) -> None:
+    """The decision cache keys on what a policy reads: `request` inside a literal is no reference (the header
+    contract's prefix list names `x-auth-request-`), so the cache is not keyed on every header; a reference
+    outside literals still is, and unusual literals are read conservatively."""
+    from maasctl.gateway.authpolicy import _request_deps
+
+    deps = _request_deps([text], [], set(), False)
+    assert (set(deps.header_values), deps.header_names, deps.all_headers) == (values, names, full)

@@ -234,7 +234,7 @@ async def test_the_edge_takes_the_client_address_and_scheme_from_the_connection(
     try:
         async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
             for claim in claims:
-                r = await http.post("/_gateway/simulate", json={"model": "nowhere/none", "user": "alice"},
+                r = await http.post("/_gateway/simulate", json={"model": "nowhere/none", "key": "sk-oai-x"},
                                     headers=claim)
                 assert r.status_code == 200, (claim, r.text)
                 await http.post("/any-ns/any/v1/chat/completions", json=chat(), headers=claim)

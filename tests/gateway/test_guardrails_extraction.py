@@ -377,7 +377,7 @@ class TestUnreadableRequestsAreRefused:
         assert text_of(body) is None
 
     def test_non_json_bodies_are_refused(self) -> None:
-        assert input_text(prepare_body(b"not json")) is None
+        assert input_text(prepare_body(b"not json", content_type="text/plain")) is None
         assert input_text(prepare_body(b"")) is None
 
     @pytest.mark.parametrize("path", ["/v1/audio/speech", "/v1/images/generations", "/tokenize", "/v1/rerank",

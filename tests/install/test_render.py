@@ -117,6 +117,12 @@ def test_gateway_exposes_only_the_public_maas_api(overlay: Any) -> None:
     prefixes = [m["path"]["value"] for r in route["spec"]["rules"] for m in r["matches"]]
     assert prefixes == ["/maas-api/v1", "/maas-api/health"]
     assert all(b["name"] == "maas-api" for r in route["spec"]["rules"] for b in r["backendRefs"])
+    # maas-api authenticates callers itself: their credentials reach it on Envoy (no filter removes them) and
+    # on the local data plane (the opt-in of a non-model route)
+    assert route["metadata"]["annotations"]["maas.opendatahub.io/forward-credentials"] == "true"
+    assert "maas.opendatahub.io/model" not in (route["metadata"].get("labels") or {})
+    assert not [f for r in route["spec"]["rules"] for f in r.get("filters") or ()
+                if f["type"] == "RequestHeaderModifier"]
     policy = find(docs, "AuthPolicy", "maas-api")
     assert policy["spec"]["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
                                            "name": "maas-api"}

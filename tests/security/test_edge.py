@@ -4,11 +4,15 @@ deny by default, one canonical path, the header contract, the query string, hard
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import yaml
 from e2e.conftest import World, eventually
 
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.reconcilers.kinds import MAAS_AUTH_POLICY, MAAS_MODEL_REF
 from tests.security.helpers import backend_log, raw_request
 
@@ -121,6 +125,36 @@ async def test_headers_the_gateway_decides_are_refused(world: World, header: str
     assert len(await backend_log(world)) == before
 
 
+SCHEDULER_HEADERS = [
+    "x-gateway-inference-objective", "X-Gateway-Inference-Objective", "x_gateway_inference_objective",
+    "x-gateway-inference-fairness-id", "X-GATEWAY-INFERENCE-FAIRNESS-ID", "x-gateway-destination-endpoint",
+    "x-gateway-destination-endpoint-subset", "x-gateway-model-name-rewrite", "x-gateway-inference-request-cost",
+    "x-gateway-not-yet-invented", "x-llm-d-inference-objective", "X-Llm-D-Inference-Objective", "x-llm-d-other",
+    "x-prefiller-host-port", "x-encoder-hosts-ports", "x-data-parallel-host-port", "x-slo-ttft-ms",
+    "x-slo-tpot-ms", "x-original-path", "x-forwarded-path",
+]
+
+
+async def test_no_header_an_inference_scheduler_reads_is_taken_from_a_client(world: World) -> None:
+    """Behind an endpoint picker the objective, fairness bucket, destination pod, prefill peer, SLOs and path
+    are what the scheduler places a request by: a caller sending any spelling of any of them is refused with
+    400 before anything reaches a backend, on a key and on a token, streamed or not."""
+    key = await served_model(world)
+    before = len(await backend_log(world))
+    for header in SCHEDULER_HEADERS:
+        for credential in (key, world.token("alice")):
+            for extra in ({}, {"stream": True}):
+                r = await world.chat("gpt", credential, headers={header: "premium-objective"}, **extra)
+                assert r.status_code == 400, (header, r.status_code, r.text)
+                assert r.json()["error"]["code"] == "forbidden_header", header
+    assert len(await backend_log(world)) == before
+    served = await world.chat("gpt", key, headers={"x-session-token": "abc", "x-request-id": "r-1"})
+    assert served.status_code == 200, served.text
+    seen = {k.lower(): v for k, v in (await backend_log(world))[-1]["headers"].items()}
+    assert seen.get("x-session-token") == "abc"
+    assert not [k for k in seen if k.startswith(("x-gateway-", "x-llm-d-", "x-slo-"))], seen
+
+
 async def test_the_provider_never_sees_the_callers_credentials_cookies_or_identity(world: World) -> None:
     key = await served_model(world)
     r = await world.chat("gpt", key, headers={"Cookie": "session=secret", "X-Api-Key": "caller-key",
@@ -148,3 +182,117 @@ async def test_hardening_limits_hold_at_the_gateway_and_maas_api(world: World) -
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_body"
 
 
+
+
+def _array(depth: int) -> bytes:
+    chat = b'{"model":"gpt-x","messages":[{"role":"user","content":"hi"}],"stream":true}'
+    return b"[" * depth + chat + b"]" * depth
+
+
+NOT_AN_OBJECT = [_array(1), _array(2), _array(64), _array(129), _array(3000), b"  \r\n" + _array(1), b"[]",
+                 b'"{\\"model\\":\\"gpt-x\\"}"', b"1", b"-0.5e3", b"true", b"null", b"NaN", b"\n Infinity",
+                 _array(1) + b" trailing"]
+CONTENT_TYPES = [None, "application/json", "application/json; charset=utf-8", "APPLICATION/JSON;charset=latin-1",
+                 "application/vnd.openai+json", "text/plain", "application/octet-stream"]
+
+
+async def _served_under_its_own_name(world: World) -> str:
+    """An ExternalModel the provider knows by the same name (`targetModel` = its name: nothing to rename, so the
+    gateway has no rename forcing it to read the body) published as `plain`; alice's key for it."""
+    ns = world.namespace
+    provider = [obj for obj in world.external_model("plain") if obj["kind"] != "ExternalModel"]
+    external = {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "ExternalModel",
+                "metadata": {"name": "gpt-x", "namespace": ns},
+                "spec": {"provider": "openai", "endpoint": f"{world.stack.model_url}/v1", "targetModel": "gpt-x",
+                         "credentialRef": {"name": "provider-key"}}}
+    for obj in provider:
+        if obj["kind"] == "MaaSModelRef":
+            obj["spec"]["modelRef"]["name"] = "gpt-x"
+    await world.apply(*provider, external)
+    sub = world.name("p")
+    await world.apply(world.auth_policy(world.name("pap"), ["plain"], users=("alice",)),
+                      world.subscription(sub, {"plain": [(100_000, "1m")]}, users=("alice",)))
+    await world.wait_active(sub)
+    key = str((await world.mint("alice", subscription=sub))["key"])
+    await world.wait_enforced("plain", key)
+    return key
+
+
+@pytest.mark.parametrize("renamed", [False, True], ids=["same-name-upstream", "renamed-upstream"])
+async def test_every_json_value_is_read_or_refused_never_forwarded_unread(world: World, renamed: bool) -> None:
+    """A top-level JSON array (at any depth), a JSON scalar, JSON after whitespace, under any Content-Type or
+    none, is refused with 400 and never reaches the provider with the provider's key; so is a non-JSON body
+    whose Content-Type reads as JSON. An object under any of those Content-Types is read and served. Both on a
+    route whose provider knows the model by its published name and on one that renames it."""
+    key = await served_model(world) if renamed else await _served_under_its_own_name(world)
+    model = "gpt" if renamed else "plain"
+    before = len(await backend_log(world))
+    target = f"/{world.namespace}/{model}/v1/chat/completions"
+    for body in NOT_AN_OBJECT:
+        for content_type in CONTENT_TYPES:
+            headers = [("Authorization", f"Bearer {key}")] + ([("Content-Type", content_type)] if content_type else [])
+            status, answer = await raw_request(world, "POST", target, headers, body)
+            assert status == 400, (body[:40], content_type, status, answer[:200])
+            assert json.loads(answer)["error"]["code"] == "invalid_body"
+    for content_type in CONTENT_TYPES[:5]:
+        headers = [("Authorization", f"Bearer {key}")] + ([("Content-Type", content_type)] if content_type else [])
+        status, answer = await raw_request(world, "POST", target, headers, b"model=gpt-x&stream=true")
+        assert status == 400, (content_type, status)
+    assert len(await backend_log(world)) == before  # nothing reached the provider
+    for content_type in CONTENT_TYPES:
+        headers = [("Authorization", f"Bearer {key}")] + ([("Content-Type", content_type)] if content_type else [])
+        status, answer = await raw_request(world, "POST", target, headers, b" \n" + _array(1)[1:-1])
+        assert status == 200, (content_type, status, answer[:200])
+    assert len(await backend_log(world)) == before + len(CONTENT_TYPES)
+
+
+MAAS_API_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "base" / "maas-api"
+
+
+def _shipped_maas_api_route(world: World) -> list[dict[str, Any]]:
+    """The shipped maas-api HTTPRoute and AuthPolicy as they are, moved to the journey's namespace and under
+    `/<namespace>` (so journeys never share a path), with maas-api's Service pointed at the local maas-api."""
+    ns, prefix = world.namespace, f"/{world.namespace}"
+    route = yaml.safe_load((MAAS_API_MANIFESTS / "httproute.yaml").read_text())
+    policy = yaml.safe_load((MAAS_API_MANIFESTS / "authpolicy.yaml").read_text())
+    route["metadata"]["namespace"] = policy["metadata"]["namespace"] = ns
+    route["spec"]["parentRefs"] = [{"name": world.stack.settings.gateway_name,
+                                    "namespace": world.stack.settings.gateway_namespace}]
+    for rule in route["spec"]["rules"]:
+        for match in rule["matches"]:
+            match["path"]["value"] = prefix + match["path"]["value"]
+    policy = json.loads(json.dumps(policy).replace('"/maas-api/health', f'"{prefix}/maas-api/health'))
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "maas-api", "namespace": ns,
+                            "annotations": {LOCAL_URL_ANNOTATION: world.stack.api_url}},
+               "spec": {"ports": [{"name": "http", "port": 8080}], "selector": {"app": "maas-api"}}}
+    return [service, route, policy]
+
+
+async def test_maas_api_through_the_gateway_gets_the_callers_credentials(world: World) -> None:
+    """The shipped maas-api route through the local gateway: maas-api authenticates every caller itself, so an
+    API key (in Authorization or x-api-key) and a Kubernetes token reach it and are answered 200, exactly as
+    on Envoy; a model route of the same gateway still never forwards them."""
+    key = await served_model(world)
+    await world.apply(*_shipped_maas_api_route(world))
+    base = f"/{world.namespace}/maas-api"
+
+    async def routed() -> bool:
+        async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=10) as http:
+            return (await http.get(f"{base}/health")).status_code == 200
+
+    await eventually(routed)
+    callers = {"key": {"Authorization": f"Bearer {key}"}, "x-api-key": {"X-Api-Key": key},
+               "token": {"Authorization": f"Bearer {world.token('alice')}"}}
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+        for who, headers in callers.items():
+            r = await http.get(f"{base}/v1/models", headers=headers)
+            assert r.status_code == 200, (who, r.status_code, r.text)
+            assert any(m["owned_by"] == f"{world.namespace}/gpt" for m in r.json()["data"]), (who, r.text)
+        listed = await http.get(f"{base}/v1/api-keys", headers=callers["token"])
+        assert listed.status_code == 200, listed.text
+        assert (await http.get(f"{base}/v1/models")).status_code == 401
+    r = await world.chat("gpt", key)
+    assert r.status_code == 200
+    seen = {k.lower(): v for k, v in (await backend_log(world))[-1]["headers"].items()}
+    assert seen["authorization"] == f"Bearer {world.stack.options.upstream_key}" and key not in json.dumps(seen)

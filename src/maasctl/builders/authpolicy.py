@@ -18,13 +18,16 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
      is the client's `X-MaaS-Subscription` header ("" when absent), `keySubscription` the API key's bound one
      ("" for tokens): maas-api applies `contract.selection` (a key never switches subscription; a token
      caller without the header is served by priority).
-3. Authorization: client-sent `X-MaaS-*` headers other than `X-MaaS-Subscription` are rejected; API keys must
-   be valid; the caller must be one of the allowed users or in one of the allowed groups (union over all
-   MaaSAuthPolicies of the model; `*` = any authenticated caller); a subscription must have been selected.
+3. Authorization: client-sent headers only the gateway may set (`contract.edge.server_decided`: `X-MaaS-*` other
+   than `X-MaaS-Subscription`, identity headers, the inference scheduler's `x-gateway-*` / `x-llm-d-*` family)
+   are rejected; API keys must be valid; the caller must be one of the allowed users or in one of the allowed
+   groups (union over all MaaSAuthPolicies of the model; `*` = any authenticated caller); a subscription must
+   have been selected.
 4. Response: upstream gets only `X-MaaS-Subscription` (server-resolved, never the client's value) and, when
-   the model is served through an inference scheduler, the InferenceObjective header of the selected
-   subscription. Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity`
-   (`auth.identity.*` in TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
+   the model is served through an inference scheduler, the InferenceObjective of the selected subscription
+   (`x-llm-d-inference-objective` and `x-gateway-inference-objective`, which the endpoint picker reads).
+   Identity goes to rate limiting and telemetry as dynamic metadata `filters.identity` (`auth.identity.*` in
+   TRLP predicates): `userid`, `groups`, `groups_str` (groups joined with ","),
    `keyId`, `selected_subscription`, `selected_subscription_namespace`, `selected_subscription_key`
    (`<sub ns>/<sub>@<model ns>/<model>`), `organization_id` (the subscription's `organization.id`, else
    its legacy `tokenMetadata.organizationId`, else "") and `subscription_info` (seed 001 §9.1: `name`,
@@ -47,6 +50,7 @@ from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
 from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.edge import SERVER_DECIDED_EXACT, SERVER_DECIDED_PREFIXES
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.views import ANY_AUTHENTICATED
 
@@ -56,10 +60,12 @@ __all__ = [
     "API_VERSION",
     "DENIAL_MESSAGE",
     "DENIAL_REASON",
+    "GATEWAY_OBJECTIVE_HEADER",
     "GROUPS_EXPRESSION",
     "IS_API_KEY",
     "KIND",
     "OBJECTIVE_HEADER",
+    "OBJECTIVE_HEADERS",
     "SELECT_PATH",
     "SUBSCRIPTION_HEADER",
     "SUBSCRIPTION_INFO_EXPRESSION",
@@ -80,6 +86,10 @@ VALIDATE_PATH: Final = "/internal/v1/api-keys/validate"
 SELECT_PATH: Final = "/internal/v1/subscriptions/select"
 SUBSCRIPTION_HEADER: Final = "x-maas-subscription"
 OBJECTIVE_HEADER: Final = "x-llm-d-inference-objective"
+GATEWAY_OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
+OBJECTIVE_HEADERS: Final = (OBJECTIVE_HEADER, GATEWAY_OBJECTIVE_HEADER)
+"""The selected subscription's InferenceObjective goes out under both names: the reference's `x-llm-d-*` and the
+Gateway API Inference Extension's, the one the public endpoint picker (and llm-d's, built on it) reads."""
 API_KEY_PREFIX: Final = "Bearer sk-oai-"
 
 _X_API_KEY: Final = 'request.headers["x-api-key"]'
@@ -144,9 +154,14 @@ SUBSCRIPTION_INFO_EXPRESSION: Final = (
     f' "costCenter": {_COST_CENTER}, "labels": {_SUB_LABELS}}}'
 )
 """`auth.identity.subscription_info`: the selected subscription, with its metering labels (seed 001 §9.1)."""
+_HEADER_NAME: Final = 'h.lowerAscii().replace("_", "-")'  # how contract.edge compares header names
 _NO_CLIENT_IDENTITY_HEADERS: Final = (
-    f'!request.headers.exists(h, h.startsWith("x-maas-") && h != {cel_string(SUBSCRIPTION_HEADER)})'
+    f"!request.headers.exists(h, {_HEADER_NAME} != {cel_string(SUBSCRIPTION_HEADER)} && ("
+    + " || ".join(f"{_HEADER_NAME}.startsWith({cel_string(p)})" for p in SERVER_DECIDED_PREFIXES)
+    + f" || {_HEADER_NAME} in {cel_string_list(sorted(SERVER_DECIDED_EXACT))}))"
 )
+"""`contract.edge.server_decided` in CEL: an Envoy data plane refuses the same client headers (identity, `X-MaaS-*`,
+and every header an inference scheduler reads) as the local gateway."""
 
 
 @dataclass(frozen=True)
@@ -272,10 +287,11 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     }
     if inp.objectives:
         objective_map = _objective_map(inp.objectives)
-        headers[OBJECTIVE_HEADER] = {
-            "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
-            "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
-        }
+        for name in OBJECTIVE_HEADERS:
+            headers[name] = {
+                "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
+                "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
+            }
     return {
         "authentication": {
             "api-keys": {

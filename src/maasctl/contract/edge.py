@@ -13,9 +13,16 @@ returns the one path that route matching, policies (`request.url_path`) and the 
 
 Headers (names compared lowercase, with `_` read as `-` so look-alikes cannot slip through):
 - `server_decided(name)`: what only the gateway may set — `x-maas-*` (except `x-maas-subscription`, a client's
-  choice among its subscriptions), the inference objective header, and identity-bearing headers
-  (`impersonate-*`, `x-remote-*`, `x-forwarded-user`-style, `remote-user`, ...). A client sending one is
-  refused (400), never silently trusted.
+  choice among its subscriptions), identity-bearing headers (`impersonate-*`, `x-remote-*`,
+  `x-forwarded-user`-style, `remote-user`, ...), and every header an inference scheduler reads to place a
+  request (`SCHEDULER_PREFIXES`, `SCHEDULER_HEADERS`): the Gateway API Inference Extension's endpoint picker
+  and llm-d read the objective, the fairness bucket, the destination endpoint (and its subset), the model
+  rewrite and the request cost from `x-gateway-*` (llm-d's own spellings are `x-llm-d-*`), the
+  prefill/encode/data-parallel peers a routing sidecar connects to, latency SLOs the flow control orders by, and
+  the request path the parser classifies by. A caller choosing any of them would pick its own priority,
+  fairness bucket, pod or peer, so the whole family is the gateway's, by prefix. A client sending one is
+  refused (400), never silently trusted. (`x-session-token`, the scheduler's session-affinity cookie echoed by
+  clients, is a caller's choice among pods it may reach anyway, and passes.)
 - `upstream_headers(...)`: what the backend receives. Hop-by-hop headers, `host`, `content-length`, every
   server-decided header the client sent, and — on model routes — the caller's credentials (`authorization`,
   `proxy-authorization`, `cookie`, `x-api-key`, `api-key`) are dropped; the AuthPolicy's success headers are
@@ -39,6 +46,10 @@ __all__ = [
     "HOP_BY_HOP",
     "MAX_PATH",
     "OBJECTIVE_HEADER",
+    "SCHEDULER_HEADERS",
+    "SCHEDULER_PREFIXES",
+    "SERVER_DECIDED_EXACT",
+    "SERVER_DECIDED_PREFIXES",
     "SUBSCRIPTION_HEADER",
     "AmbiguousPath",
     "ConflictingCredentials",
@@ -66,9 +77,22 @@ _IDENTITY_EXACT: Final = frozenset({
     "x-forwarded-user", "x-forwarded-email", "x-forwarded-groups", "x-forwarded-preferred-username",
     "x-forwarded-access-token", "remote-user", "x-remote-user", "x-user", "x-user-id", "x-userid", "x-username",
     "x-email", "x-groups", "x-auth-user", "x-authenticated-user", "x-authenticated-userid",
-    "x-ms-client-principal", "x-ms-client-principal-name", "x-goog-authenticated-user-email", OBJECTIVE_HEADER,
+    "x-ms-client-principal", "x-ms-client-principal-name", "x-goog-authenticated-user-email",
 })
 _IDENTITY_PREFIXES: Final = ("x-maas-", "impersonate-", "x-remote-", "x-auth-request-", "x-forwarded-user-")
+SCHEDULER_PREFIXES: Final = ("x-gateway-", "x-llm-d-")
+"""Inference Extension metadata keys (`x-gateway-inference-objective`, `-inference-fairness-id`,
+`-destination-endpoint`, `-destination-endpoint-subset`, `-model-name-rewrite`, `-inference-request-cost`, ...)
+and llm-d's own (`x-llm-d-inference-objective`, ...): whatever the next release adds under them is covered."""
+SCHEDULER_HEADERS: Final = frozenset({
+    "x-prefiller-host-port", "x-encoder-hosts-ports", "x-data-parallel-host-port",  # llm-d routing sidecar peers
+    "x-slo-ttft-ms", "x-slo-tpot-ms",  # latency SLOs flow control and the latency scorers order by
+    "x-original-path", "x-forwarded-path",  # the path the endpoint picker's parser classifies a request by
+})
+SERVER_DECIDED_EXACT: Final = _IDENTITY_EXACT | SCHEDULER_HEADERS
+"""Names (lowercase, `-`) a client may not send; with `SERVER_DECIDED_PREFIXES`, all `server_decided` reads.
+The generated AuthPolicy refuses the same family on an Envoy data plane (`builders.authpolicy`)."""
+SERVER_DECIDED_PREFIXES: Final = (*_IDENTITY_PREFIXES, *SCHEDULER_PREFIXES)
 _DROP_ALWAYS: Final = HOP_BY_HOP | {"host", "content-length", "expect"}
 _ENCODED_DELIMITERS: Final = re.compile(rb"%(2f|5c|25)", re.IGNORECASE)
 _PERCENT: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
@@ -108,7 +132,7 @@ def server_decided(name: str) -> bool:
     n = normalized_name(name)
     if n == SUBSCRIPTION_HEADER:
         return False
-    return n in _IDENTITY_EXACT or n.startswith(_IDENTITY_PREFIXES)
+    return n in SERVER_DECIDED_EXACT or n.startswith(SERVER_DECIDED_PREFIXES)
 
 
 def forbidden_client_header(names: Iterable[str]) -> str | None:

@@ -11,10 +11,15 @@ Counting cannot be switched off by the client:
   `stream` true, 1, "true", "1", "yes", "on" in any case — is sent with `stream: true` and
   `stream_options.include_usage: true`; the usage chunk this adds is hidden from a client that did not ask for
   it. JSON nested deeper than `MAX_JSON_DEPTH` is refused (`InvalidBody`, 400). What the gateway forwards
-  unparsed can never be JSON to a backend: JSON with a byte-order mark or in UTF-16/32 (which Python's
-  `json.loads`, hence FastAPI and vLLM, still reads) is refused, and so is a body that starts with `{` but is not
-  exactly one valid UTF-8 JSON object (trailing data, invalid UTF-8, an integer too long to read) or holds an
-  escaped lone surrogate. Other bodies (multipart uploads, binary) pass as they are. The completion limit is
+  unparsed can never be JSON to a backend — every JSON value is either read or refused: JSON with a byte-order
+  mark or in UTF-16/32 (which Python's `json.loads`, hence FastAPI and vLLM, still reads) is refused; so is a
+  body that starts with `{` but is not exactly one valid UTF-8 JSON object (trailing data, invalid UTF-8, an
+  integer too long to read) or holds an escaped lone surrogate; so is any other JSON value, at any depth and
+  after any JSON whitespace (an array, a string, a number, `true`/`false`/`null`, NaN), and so is anything a
+  lenient reader would take a value from the front of (`[` at all, `1 trailing`); and a body whose
+  Content-Type reads as JSON (`declares_json`: none, `application/json; charset=...`, `+json`, ...) must be
+  one JSON object. Other bodies (multipart uploads, binary, under a non-JSON Content-Type) pass as they are;
+  an empty body passes. The completion limit is
   the largest of `max_tokens`, `max_completion_tokens` and `max_output_tokens`, read as leniently as pydantic
   reads them ("30000", 30000.0).
 - The gateway asks upstream for `Accept-Encoding: identity` and decompresses gzip/deflate answers it must scan
@@ -68,7 +73,9 @@ __all__ = [
     "Termination",
     "UsageRecord",
     "charge_for",
+    "declares_json",
     "prepare_body",
+    "read_json_object",
     "replace_spans",
     "request_bound",
     "set_top_level_model",
@@ -82,6 +89,7 @@ MAX_JSON_DEPTH: Final = 128
 DECOMPRESS_LIMIT: Final = 16 * 1024 * 1024  # per `Decompressor.feed`: a whole realistic answer, not a bomb
 _UTF8_ONLY: Final = "request bodies must be UTF-8 JSON without a byte-order mark"
 _JSON_STARTS: Final = frozenset('{["-0123456789tfnNI')  # what a JSON value (Python's NaN, Infinity too) starts with
+_JSON_WHITESPACE: Final = b" \t\r\n"
 _LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _CHOICE_FIELDS: Final = ("n", "best_of")
 _INPUT_NAMES: Final = ("prompt_tokens", "input_tokens")
@@ -223,10 +231,11 @@ def _foreign_json(raw: bytes) -> bool:
     return True
 
 
-def _parse_object(raw: bytes) -> dict[str, Any]:
-    """The JSON object of a body that starts with `{`. Anything but exactly one valid UTF-8 JSON object is
-    refused: a lenient backend may still read it (skipping trailing data, decoding another charset), and the
-    gateway would forward what it never read."""
+def read_json_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a body that starts with `{` (or any JSON the edge reads, e.g. `/_gateway/simulate`'s).
+    Anything but exactly one valid UTF-8 JSON object nested at most `MAX_JSON_DEPTH` deep is refused
+    (InvalidBody, never RecursionError): a lenient backend may still read it (skipping trailing data, decoding
+    another charset), and the gateway would forward what it never read."""
     if _too_deep(raw, MAX_JSON_DEPTH):
         raise InvalidBody(f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -263,15 +272,51 @@ def _short(value: Any) -> str:
     return repr(text[:64] + ("..." if len(text) > 64 else ""))
 
 
-def prepare_body(raw: bytes, rename: ModelRename | None = None) -> PreparedBody:
-    """Normalise an OpenAI-style request (see the module docstring). Raises InvalidBody (ModelMismatch) and
-    nothing else, whatever the bytes."""
+def declares_json(content_type: str | None) -> bool:
+    """True when a backend may read the body as JSON by its Content-Type: none at all (FastAPI, hence vLLM,
+    reads a body without one as JSON), an empty one, or any media type naming JSON (`application/json` with
+    any parameters, `application/vnd.x+json`, `text/json`, `application/x-json`, in any case)."""
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return not media or "json" in media
+
+
+def _starts_json_value(raw: bytes) -> bool:
+    """True when `raw`, after JSON whitespace, begins with a JSON value (Python's NaN and Infinity included):
+    a lenient reader (one that takes the first value and ignores the rest) would take it. `[` always counts."""
+    text = raw.lstrip(_JSON_WHITESPACE)
+    head = text[:1].decode("latin-1")
+    if head == "[":
+        return True
+    if not head or head not in _JSON_STARTS:
+        return False
+    try:
+        json.JSONDecoder().raw_decode(text.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def prepare_body(raw: bytes, rename: ModelRename | None = None, *, content_type: str | None = None) -> PreparedBody:
+    """Normalise an OpenAI-style request (see the module docstring). `content_type` is the request's
+    Content-Type header (None: absent). Raises InvalidBody (ModelMismatch) and nothing else, whatever the
+    bytes."""
     estimate = max(1, len(raw) // 4)
     if _foreign_json(raw):
         raise InvalidBody(_UTF8_ONLY)
-    if raw.lstrip()[:1] != b"{":
+    stripped = raw.lstrip(_JSON_WHITESPACE)
+    if not stripped:  # nothing to read (GET /v1/models and friends)
         return _not_rewritable(raw, rename, estimate)
-    body = _parse_object(raw)
+    if stripped[:1] != b"{":
+        if _starts_json_value(stripped):
+            raise InvalidBody("the body is JSON but not a JSON object (an array, string, number, true, false or "
+                              "null is never forwarded)")
+        if declares_json(content_type):
+            declared = f"the Content-Type {content_type!r}" if content_type else "a body without a Content-Type"
+            raise InvalidBody(f"{declared} reads as JSON: the body must be one JSON object")
+        return _not_rewritable(raw, rename, estimate)
+    body = read_json_object(raw)
     model = body.get("model") if isinstance(body.get("model"), str) else None
     response_model = None
     if rename is not None:

@@ -205,6 +205,20 @@ _WHOLE_REF = re.compile(r"(?<!\w)(?<!\w\.)request(?!\.\w)\b")
 _DOT = re.compile(r"\s*\.\s*")
 """CEL allows blanks around a member `.` (`request . host`): removed before the references are scanned."""
 _NAMED_INDEX = re.compile(r'\[\s*"([^"\\]*)"\s*\]')
+_STRING_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+_UNUSUAL_LITERAL = re.compile(r'(?<!\w)(?:[rRbB]|[rR][bB]|[bB][rR])["\']|"""|\'\'\'')
+"""Raw, byte and triple-quoted CEL literals: their extent is not what `_STRING_LITERAL` reads."""
+
+
+def _without_literals(text: str) -> str:
+    """`text` with the contents of its string literals blanked (same length, so offsets still line up): a
+    literal such as "x-auth-request-" is no reference to `request`. Texts with raw, byte or triple-quoted
+    literals are returned as they are (read conservatively)."""
+    if _UNUSUAL_LITERAL.search(text):
+        return text
+    return _STRING_LITERAL.sub(lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[-1], text)
+
+
 _ATTRIBUTES = frozenset(RequestInfo("", "", "", {}).attributes()) - {"headers"}
 
 
@@ -240,7 +254,8 @@ def _request_deps(texts: list[str], selectors: list[str], header_sources: set[st
     values = set(header_sources)
     names = False
     full = False
-    for text in (_DOT.sub(".", t) for t in texts):
+    for original in (_DOT.sub(".", t) for t in texts):
+        text = _without_literals(original)
         if _WHOLE_REF.search(text):
             attributes |= _ATTRIBUTES
             full = True
@@ -248,7 +263,7 @@ def _request_deps(texts: list[str], selectors: list[str], header_sources: set[st
             if m.group(1) != "headers":
                 attributes.add(m.group(1))
         for m in _HEADER_REF.finditer(text):
-            after, before = text[m.end():], text[: m.start()].rstrip()
+            after, before = original[m.end():], text[: m.start()].rstrip()
             member = re.match(r"\.(\w+)\s*(\()?", after)
             index = _NAMED_INDEX.match(after)
             if member and member.group(1) in _MACROS:

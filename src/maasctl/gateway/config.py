@@ -60,6 +60,8 @@ class GatewaySettings:
         own audiences (False); set True to mimic Authorino exactly.
     upstream_verify: TLS verification for https backends: True (system CAs), False, or a CA bundle path.
     admin_from_loopback_only: `/_gateway/simulate` answers only loopback clients.
+    subscription_namespace: where the MaaS admin check is asked (`contract.admin`): simulating a user and groups
+        takes an administrator's token.
     serve_routes_without_auth_policy: closed by default (False): a route no AuthPolicy covers (neither its
         own nor a Gateway-level one) answers 403. True mimics a bare Envoy, which serves it to anyone.
     """
@@ -92,5 +94,6 @@ class GatewaySettings:
     upstream_verify: bool | str = True
     upstream_max_connections: int = 200
     admin_from_loopback_only: bool = True
+    subscription_namespace: str = "models-as-a-service"
     serve_routes_without_auth_policy: bool = False
     log_level: str = "info"

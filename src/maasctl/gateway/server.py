@@ -7,7 +7,8 @@ streaming passthrough (503 when unreachable, 504 on timeout), then charge `usage
 usage record once the answer is complete (also when the client went away mid-stream).
 
 Reserved paths (never routed): `/_gateway/healthz`, `/_gateway/readyz` (informers synced) and
-`POST /_gateway/simulate` (see `maasctl.gateway.simulate`; loopback clients only by default).
+`POST /_gateway/simulate` (see `maasctl.gateway.simulate`: loopback clients only by default; a caller sees
+its own verdict, an administrator anyone's).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, Tok
 from maasctl.gateway.record import BOUNDS, fit_text, usage_record
 from maasctl.gateway.requestlimit import RequestLimiter, denial_response
 from maasctl.gateway.routes import RouteMatch
-from maasctl.gateway.simulate import SimulateRequest, simulate
+from maasctl.gateway.simulate import SIMULATE_BODY_LIMIT, SimulateAuthority, SimulateRefused, SimulateRequest, simulate
 from maasctl.gateway.spool import UsageSpool
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.telemetry import SubscriptionTelemetry
@@ -161,13 +162,12 @@ class Gateway:
         self._owned: list[httpx.AsyncClient] = []
         self._upstream: aiohttp.ClientSession | None = None  # created in start(): it needs the running loop
         self.callbacks = callbacks or self._own(httpx.AsyncClient(timeout=settings.callback_timeout))
+        reviewer = TokenReviewer(_token_review(client), ttl=settings.token_review_ttl,
+                                 negative_ttl=settings.token_review_negative_ttl)
+        self.simulate_authority = SimulateAuthority(reviewer, client.create, settings.subscription_namespace)
         self.auth = AuthPolicyRuntime(
             self.callbacks,
-            TokenReviewer(
-                _token_review(client),
-                ttl=settings.token_review_ttl,
-                negative_ttl=settings.token_review_negative_ttl,
-            ),
+            reviewer,
             callback_base=settings.maas_api_url,
             callback_secret=settings.maas_api_token,
             callback_timeout=settings.callback_timeout,
@@ -264,10 +264,16 @@ class Gateway:
                 await _respond(send, 403, _error_body(403, "simulate is only served to loopback clients", "forbidden"))
                 return
             try:
-                raw = json.loads(await _read_body(receive, 64 * 1024))
-                request = SimulateRequest.from_json(raw)
-            except (ValueError, TypeError, KeyError, _BodyTooLarge, ConnectionResetError) as exc:
+                request = SimulateRequest.from_bytes(await _read_body(receive, SIMULATE_BODY_LIMIT))
+            except (ValueError, _BodyTooLarge, ConnectionResetError) as exc:
                 await _respond(send, 400, _error_body(400, f"bad simulate request: {exc}", "invalid_request"))
+                return
+            authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"authorization"),
+                                 None)
+            try:
+                await self.simulate_authority.authorize(request, authorization)
+            except SimulateRefused as refused:
+                await _respond(send, refused.status, _error_body(refused.status, str(refused), refused.code))
                 return
             report = await simulate(self, request)
             await _respond(send, 200, json.dumps(report.to_json()).encode())
@@ -339,7 +345,7 @@ class Gateway:
         except ConnectionResetError:
             return
         try:
-            body = prepare_body(raw, match.rule.rename)
+            body = prepare_body(raw, match.rule.rename, content_type=headers.get("content-type"))
         except ModelMismatch as exc:
             await _respond(send, 404, _error_body(404, str(exc), "model_not_found"))
             return

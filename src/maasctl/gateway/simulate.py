@@ -9,24 +9,53 @@ with used/remaining quota and reset time per window, and the verdict (allowed, o
 User+groups callers skip authentication (the identity is taken as a TokenReview would return it); the
 maas-api callbacks are still made (they only read). Operators reach it with `maasctl simulate`, which posts
 to a running gateway's `/_gateway/simulate` (`simulate_remote`), so the numbers are the live ones.
+
+Who may ask (`SimulateAuthority`; besides the endpoint's loopback-only default): a verdict and its counters are
+shown only to their owner or an administrator. A request naming a `key` or `token` carries the very credential
+it simulates, so its caller is that caller (an invalid one is simulated as the 401 it gets). A `user` (with
+`groups`) is an identity nobody proved: only an administrator may ask for it, with `Authorization: Bearer
+<Kubernetes token>` of a user who passes the MaaS admin check (`contract.admin`: `create maasauthpolicies` in
+the subscription namespace); no credential is 401, an API key or anyone else's token 403. The request body
+is one JSON object with the known fields, each of its type, nested at most `MAX_JSON_DEPTH` deep; anything
+else is 400 (never a 500).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+import aiohttp
 import httpx
 
+from maasctl.contract.admin import admin_access_review
+from maasctl.contract.edge import API_KEY_PREFIX, presented_credential
 from maasctl.contract.guardrails import binding_from_filters
-from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
+from maasctl.contract.usage import read_json_object
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable
 from maasctl.gateway.authpolicy import RequestInfo
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.ratelimit import TokenRateLimiter
 from maasctl.gateway.state import GatewayState
+from maasctl.runtime import ApiError
 
-__all__ = ["Enforcer", "SimulateRequest", "SimulationReport", "format_report", "simulate", "simulate_remote"]
+__all__ = [
+    "SIMULATE_BODY_LIMIT",
+    "Enforcer",
+    "SimulateAuthority",
+    "SimulateRefused",
+    "SimulateRequest",
+    "SimulationReport",
+    "format_report",
+    "simulate",
+    "simulate_remote",
+]
+
+log = logging.getLogger("maasctl.gateway.simulate")
+SIMULATE_BODY_LIMIT: Final = 64 * 1024
+_TEXT_FIELDS: Final = ("key", "token", "user", "subscription", "endpoint", "host")
 
 
 class Enforcer(Protocol):
@@ -51,13 +80,24 @@ class SimulateRequest:
     host: str | None = None
 
     @classmethod
+    def from_bytes(cls, raw: bytes) -> SimulateRequest:
+        """The request of a `/_gateway/simulate` body; ValueError for anything but one JSON object of the known
+        fields (too deep, not UTF-8, an array, a field of the wrong type)."""
+        return cls.from_json(read_json_object(raw))
+
+    @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SimulateRequest:
+        if not isinstance(data, Mapping):
+            raise ValueError("the request must be a JSON object")
         allowed = {"model", "key", "token", "user", "groups", "subscription", "endpoint", "host"}
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)}")
         if not isinstance(data.get("model"), str):
             raise ValueError("model is required")
+        for name in _TEXT_FIELDS:
+            if data.get(name) is not None and not isinstance(data[name], str):
+                raise ValueError(f"{name} must be a string")
         groups = data.get("groups") or ()
         if not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
             raise ValueError("groups must be a list of strings")
@@ -184,10 +224,60 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
     return report
 
 
-async def simulate_remote(gateway_url: str, request: SimulateRequest, timeout: float = 10.0) -> SimulationReport:
-    """Ask a running gateway (`POST <gateway_url>/_gateway/simulate`)."""
+class SimulateRefused(Exception):
+    """The caller may not see this simulation (answered with `status` and `code`)."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+TokenReview = Callable[[str, tuple[str, ...]], Awaitable[Mapping[str, Any] | None]]
+Create = Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class SimulateAuthority:
+    """Decides who may see a simulation (see the module docstring): `review` is the gateway's TokenReview,
+    `create` creates an API object (the SubjectAccessReview), `namespace` the subscription namespace."""
+
+    review: TokenReview
+    create: Create
+    namespace: str
+
+    async def authorize(self, request: SimulateRequest, authorization: str | None) -> None:
+        """Return when the caller may see `request`'s simulation; raise SimulateRefused otherwise."""
+        if request.user is None:
+            return  # key or token: the request carries the credential it simulates
+        token = presented_credential(authorization, None)
+        if token is None:
+            raise SimulateRefused(401, "simulating a user needs an administrator's token (Authorization: Bearer)",
+                                  "unauthenticated")
+        if token.startswith(API_KEY_PREFIX):
+            raise SimulateRefused(403, "simulating a user needs an administrator's Kubernetes token, not an API key",
+                                  "forbidden")
+        try:
+            status = await self.review(token, ())
+            user = (status or {}).get("user") or {}
+            name, groups = user.get("username"), user.get("groups") or []
+            if not isinstance(name, str) or not name:
+                raise SimulateRefused(401, "the token is not valid", "unauthenticated")
+            answer = await self.create(admin_access_review(name, [str(g) for g in groups], self.namespace))
+        except (AuthServiceUnavailable, ApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("simulate: the admin check failed: %s", type(exc).__name__)
+            raise SimulateRefused(503, "the admin check is unavailable, retry later", "auth_unavailable") from exc
+        if not (answer.get("status") or {}).get("allowed"):
+            raise SimulateRefused(403, "only an administrator may simulate another user", "forbidden")
+
+
+async def simulate_remote(gateway_url: str, request: SimulateRequest, timeout: float = 10.0, *,
+                          admin_token: str | None = None) -> SimulationReport:
+    """Ask a running gateway (`POST <gateway_url>/_gateway/simulate`); `admin_token` (a Kubernetes token of a
+    MaaS administrator) is needed to simulate a user and groups."""
+    headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
     async with httpx.AsyncClient(timeout=timeout) as http:
-        response = await http.post(gateway_url.rstrip("/") + "/_gateway/simulate", json=request.to_json())
+        response = await http.post(gateway_url.rstrip("/") + "/_gateway/simulate", json=request.to_json(),
+                                   headers=headers)
     if response.status_code != 200:
         raise RuntimeError(f"simulate failed: HTTP {response.status_code} {response.text[:200]}")
     return SimulationReport(**response.json())
