@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ from maasctl.runtime.errors import ServerError
 __all__ = ["apply_all", "not_yet_served", "until_served"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _NOT_SERVED = re.compile(r"\AResource kind .+ not found\. There can be a delay between when "
                          r"CustomResourceDefinitions are created and when they are available", re.DOTALL)
@@ -53,6 +55,9 @@ async def until_served(call: Callable[[], Awaitable[T]], *, timeout: float = DEF
         except ServerError as exc:
             if not not_yet_served(exc) or clock() + delay > deadline:
                 raise
+            if delay == _FIRST_DELAY:
+                log.info("the API server does not serve this kind yet; trying again",
+                         extra={"error": exc.message[:300]})
         await sleep(delay)
         delay = min(delay * 2, _MAX_DELAY)
 
