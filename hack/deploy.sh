@@ -58,6 +58,33 @@ apply_stream() {
   k apply --server-side --force-conflicts --field-manager="$FIELD_MANAGER" -f - "$@"
 }
 
+# apply_stream, repeated while the API server refuses objects of a kind it installed a moment ago with 503
+# "Resource kind ... not found. There can be a delay between when CustomResourceDefinitions are created and when
+# they are available" (an admission policy's view of the schema lags the CRD's Established condition; nothing
+# was written). At most 30 tries, a second apart; any other failure fails at once. Server-side apply makes the
+# repeat idempotent.
+apply_stream_when_served() {
+  local input out try=1
+  input="$(mktemp)"
+  cat > "$input"
+  while true; do
+    if out="$(apply_stream "$@" < "$input" 2>&1)"; then
+      printf '%s\n' "$out"
+      rm -f "$input"
+      return 0
+    fi
+    if [[ "$out" != *"There can be a delay between when CustomResourceDefinitions are created"* ]] \
+        || [[ $try -ge 30 ]]; then
+      printf '%s\n' "$out" >&2
+      rm -f "$input"
+      return 1
+    fi
+    log "the API server does not serve a kind installed a moment ago yet: applying again (try $try of 30)"
+    try=$((try + 1))
+    sleep 1
+  done
+}
+
 # Sourced: only the functions above.
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then return 0; fi
 # ----------------------------------------------------------------------------------------------------------

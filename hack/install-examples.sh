@@ -22,6 +22,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 k get crd maassubscriptions.maas.opendatahub.io >/dev/null 2>&1 || die "maasctl is not installed: run hack/deploy.sh first"
+k wait --for=condition=Established --timeout=120s -f "$MANIFESTS/crds/" >/dev/null
 k get namespace "$subscription_ns" >/dev/null 2>&1 || die "subscription namespace $subscription_ns does not exist"
 
 rendered="$(mktemp)"
@@ -34,7 +35,7 @@ if k get secret openai-upstream-key -n llm >/dev/null 2>&1; then
   mv "$rendered.nosecret" "$rendered"
 fi
 log "applying the examples (subscription namespace $subscription_ns)"
-apply_stream "${dry_run[@]}" < "$rendered"
+apply_stream_when_served "${dry_run[@]}" < "$rendered"
 
 cat <<EOF
 

@@ -20,6 +20,7 @@ from maasctl.console.localrun import start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
+from maasctl.runtime.served import apply_all
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import TestUser
 
@@ -47,8 +48,7 @@ async def apply_samples(stack: LocalStack) -> None:
     port = int(stack.gateway_url.rsplit(":", 1)[1])
     objs = [samples.gateway(stack.settings, port), *samples.access(stack.settings),
             *samples.models(stack.settings, stack.model_url, stack.incluster_model_url)]
-    for obj in objs:
-        await client.apply(obj, field_manager=FIELD_MANAGER)
+    await apply_all(client, objs, field_manager=FIELD_MANAGER)  # the kinds were installed a moment ago
     gw = stack.settings
     await client.patch(GATEWAY, gw.gateway_name, gw.gateway_namespace, samples.gateway_status(),
                        subresource="status")

@@ -6,6 +6,8 @@ gateway objects, and the next period starts afresh. Two controllers racing for o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +17,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing import budget
+from maasctl.api import crdgen
+from maasctl.api._fields import cel_string
+from maasctl.billing import budget, money
+from maasctl.billing.api import BudgetPolicy
+from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.ledger import Ledger
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import KeyRecord, KeyStore, make_engine
@@ -23,7 +29,8 @@ from maasctl.maasapi.usage.store import UsageEntry, UsageStore
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
-from .conftest import SETTINGS, Billing, RunningBilling, events_for, eventually, start_billing
+from . import examples
+from .conftest import SETTINGS, Billing, RunningBilling, events_for, eventually, start_billing, wait_event
 from .test_plan_reconciler import AP, TRLP, Cluster, gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -216,3 +223,104 @@ async def _not(check: Any) -> bool:
 
 async def _equal(check: Any, want: Any) -> bool:
     return bool(await check() == want)
+
+
+# -- what the controller cannot evaluate says so -----------------------------------------------------------
+
+OLD_MONEY_PATTERN = r"^\d+(\.\d{1,6})?$"
+OLD_MONEY_RULE = {"rule": f"self.matches({cel_string(OLD_MONEY_PATTERN)})", "message": "an amount"}
+
+
+def _loosen(node: Any) -> None:
+    """The money fields as an older release generated them: any number of digits, up to 32 characters."""
+    if isinstance(node, dict):
+        rules = node.get("x-kubernetes-validations") or ()
+        if node.get("type") == "string" and any("[0-9]{1," in r.get("rule", "") for r in rules):
+            node["maxLength"] = 32
+            node["x-kubernetes-validations"] = [dict(OLD_MONEY_RULE)]
+        for value in node.values():
+            _loosen(value)
+    elif isinstance(node, list):
+        for value in node:
+            _loosen(value)
+
+
+def _budget_policy(namespace: str, name: str, tenant: str, amount: str) -> dict[str, Any]:
+    cap = {"amount": amount, "period": "Monthly", "thresholds": [{"pct": 100, "action": "Freeze"}]}
+    return {"apiVersion": API, "kind": "BudgetPolicy", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"tenantRef": {"name": tenant}, "caps": [cap]}}
+
+
+@contextlib.asynccontextmanager
+async def older_budget_crd(kube: k8s.ApiClient, billing: Billing, namespace: str) -> AsyncIterator[None]:
+    """The BudgetPolicy CRD of an older release for the duration (objects stored meanwhile keep what it admitted),
+    then this release's again. Each switch is waited for: a dry run of a 26-digit cap is admitted, then refused."""
+    crd = copy.deepcopy(crdgen.crd(BudgetPolicy))  # never the generator's own object
+    _loosen(crd["spec"]["versions"])
+    ext = k8s.ApiextensionsV1Api(kube)
+    probe = _budget_policy(namespace, "probe", "t", "1" * 26)
+
+    async def admitted(want: bool = True) -> bool:
+        try:
+            await billing.create(probe, dry_run="All")
+        except k8s.ApiException as exc:
+            assert exc.status == 422, exc.body
+            return not want
+        return want
+
+    await ext.patch_custom_resource_definition(crd["metadata"]["name"], crd, field_manager="maasctl", force=True,
+                                               _content_type="application/apply-patch+yaml")
+    try:
+        await eventually(admitted)
+        yield
+    finally:
+        await install_billing_crds(kube)
+        await eventually(lambda: admitted(want=False))
+
+
+async def test_a_cap_the_code_cannot_evaluate_gets_a_condition_and_an_event(
+        budgets: Budgets, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+    """Admission now refuses more than 24 digits; an object stored before (an older CRD) is reported, not skipped."""
+    huge = "1" * 26
+    async with older_budget_crd(kube, billing, namespace):
+        await billing.create(_budget_policy(namespace, "huge", "ten-any", huge))
+        await billing.create(_budget_policy(namespace, "huge-decimals", "ten-any", huge + ".5"))
+
+    for name in ("huge", "huge-decimals"):
+        async def reported(name: str = name) -> dict[str, Any] | None:
+            obj = await billing.get("BudgetPolicy", name, namespace)
+            evaluating = conditions(obj or {}).get("Evaluating") or {}
+            return evaluating if evaluating.get("reason") == "InvalidAmount" else None
+
+        evaluating = await eventually(reported)
+        assert evaluating["status"] == "False"
+        assert "caps" in evaluating["message"] and f"at most {money.MAX_DIGITS} digits" in evaluating["message"]
+        note = await wait_event(kube, namespace, name, "InvalidAmount", "Warning")
+        assert "cannot evaluate this BudgetPolicy" in note and "caps.amount" in note
+
+
+async def test_a_status_an_older_crd_admitted_does_not_stop_evaluation(
+        budgets: Budgets, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+    """The controller rewrites the status it cannot read instead of giving up on the budget."""
+    async with older_budget_crd(kube, billing, namespace):
+        await billing.create(_budget_policy(namespace, "stale", "ten-later", "5"))
+
+        async def waiting() -> bool:
+            obj = await billing.get("BudgetPolicy", "stale", namespace)
+            return (conditions(obj or {}).get("Evaluating") or {}).get("reason") == "TenantNotFound"
+
+        await eventually(waiting)
+        for spend in ("1" * 26, "1" * 30 + ".5"):
+            await billing.patch("BudgetPolicy", "stale", namespace, {"status": {"currentSpend": spend}}, status=True)
+    tenant = examples.example("tenant-showback", namespace)
+    tenant["metadata"]["name"] = "ten-later"
+    await billing.create(tenant)
+
+    async def evaluated() -> dict[str, Any] | None:
+        obj = await billing.get("BudgetPolicy", "stale", namespace)
+        ok = (conditions(obj or {}).get("Evaluating") or {}).get("reason") == "SpendEvaluated"
+        return obj if ok else None
+
+    obj = await eventually(evaluated)
+    assert obj["status"]["currentSpend"] == "0.000000"
+    assert conditions(obj)["ThresholdFired"]["reason"] == "NoneFired"

@@ -3,8 +3,11 @@ balances derived; and (pure) every transaction balances."""
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -176,3 +179,26 @@ def test_property_retried_batches_never_double_charge(tmp_path_factory: pytest.T
             await ledger.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(("existing", "umask"), [(None, 0o022), (None, 0o000), (0o644, 0o022), (0o666, 0o000)])
+async def test_the_sqlite_ledger_file_is_readable_by_its_owner_only(tmp_path: Path, existing: int | None,
+                                                                     umask: int) -> None:
+    """Like maas-api's database: created 0600 whatever the umask, and an older 0644 file is tightened."""
+    path = tmp_path / "billing-ledger.db"
+    if existing is not None:
+        path.touch()
+        path.chmod(existing)
+    old = os.umask(umask)
+    try:
+        ledger = Ledger.from_url(f"sqlite+aiosqlite:///{path}")
+        await ledger.create_schema()
+        await ledger.post([credit("c1", TENANT, T0, Decimal("5"), reason="r", actor="a")])
+        assert await ledger.balance(TENANT) == Decimal("5")
+        files = sorted(tmp_path.iterdir())
+        await ledger.close()
+    finally:
+        os.umask(old)
+    assert path in files
+    for file in files:  # the database and whatever journal SQLite kept beside it
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file

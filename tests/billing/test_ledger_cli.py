@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
+
+import pytest
 
 
 def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "maasctl.cli", "billing", "ledger", f"--ledger-url={url}", *args],
-                          capture_output=True, text=True, timeout=60, check=False, env={"USER": "ops-alice",
-                                                                                         "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, timeout=60, check=False, env={
+                              "USER": "ops-alice", "PATH": "/usr/bin:/bin",
+                              **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})  # this checkout's code
 
 
 def test_credit_adjust_show_verify(tmp_path: Path) -> None:
@@ -42,3 +48,16 @@ def test_credit_adjust_show_verify(tmp_path: Path) -> None:
         ("adjustment:fix-1", "-2.500000", "ops-bob"), ("credit:welcome", "25.000000", "ops-alice")]
     verify = cli("verify", url=url)
     assert verify.returncode == 0 and "the ledger balances" in verify.stdout
+
+
+@pytest.mark.parametrize("amount", ["25.00\n", "25.00\r\n", " 25", "25 ", "\u0663", "+1", "1e3", "1.", ".5",
+                                    "1" * 25])
+def test_manual_entries_refuse_what_admission_refuses(tmp_path: Path, amount: str) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    t = ["--tenant", "gw/ten-helix", "--reason", "r"]
+    for n, (command, text) in enumerate((("credit", amount), ("adjust", amount), ("adjust", "-" + amount))):
+        out = cli(command, *t, f"--amount={text}", "--id", f"e{n}", url=url)
+        assert out.returncode == 2 and "refused" in out.stderr, (command, text, out.stdout, out.stderr)
+    shown = json.loads(cli("show", "--tenant", "gw/ten-helix", "-o", "json", url=url).stdout)
+    assert shown["entries"] == [] and Decimal(shown["balance"]) == 0
+    assert stat.S_IMODE((tmp_path / "ledger.db").stat().st_mode) == 0o600

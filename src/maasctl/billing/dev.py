@@ -19,6 +19,7 @@ from maasctl.billing.app import run_billing
 from maasctl.billing.samples import billing_samples
 from maasctl.billing.settings import BillingSettings
 from maasctl.runtime import Client
+from maasctl.runtime.served import apply_all
 
 log = structlog.get_logger("maasctl.billing.dev")
 FIELD_MANAGER = "maasctl-dev"
@@ -55,8 +56,8 @@ async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, g
     task = asyncio.create_task(run_billing(settings, stop), name="billing controller")
     if samples:
         client = Client(stack.api)
-        for obj in billing_samples(gateway_namespace, gateway_name, datetime.now(UTC)):
-            await client.apply(obj, field_manager=FIELD_MANAGER)
+        await apply_all(client, billing_samples(gateway_namespace, gateway_name, datetime.now(UTC)),
+                        field_manager=FIELD_MANAGER)  # the kinds were installed a moment ago
         log.info("billing samples applied", namespace=gateway_namespace,
                  hint=f"kubectl get pricebooks,plans,tenantaccounts,budgetpolicies -n {gateway_namespace}",
                  ledger=f"maasctl billing ledger --ledger-url {settings.ledger_url} show --tenant "

@@ -21,12 +21,6 @@ from maasctl.settings import env_default
 __all__ = ["register_ledger", "run_ledger"]
 
 
-def _signed(text: str) -> Any:
-    negative = text.startswith("-")
-    amount = money.parse(text[1:] if negative else text)
-    return -amount if negative else amount
-
-
 def register_ledger(sub: Any) -> None:
     ledger = sub.add_parser("ledger", help="a tenant's ledger entries and balance; manual credits and adjustments")
     ledger.add_argument("--ledger-url", default=env_default("billing_ledger_url", "") or None,
@@ -53,7 +47,7 @@ def _manual(args: argparse.Namespace) -> Transaction:
     if args.ledger_command == "credit":
         return credit(args.id, args.tenant, now, money.parse(args.amount), reason=args.reason, actor=args.actor,
                       currency=args.currency)
-    return adjustment(args.id, args.tenant, now, _signed(args.amount), reason=args.reason, actor=args.actor,
+    return adjustment(args.id, args.tenant, now, money.parse_signed(args.amount), reason=args.reason, actor=args.actor,
                       currency=args.currency)
 
 

@@ -78,6 +78,11 @@ _CLUSTER_SCOPED_PATHS = {
 }
 
 
+# A fresh API server on a busy machine can take well over the client's 10 s to store a large CRD (KServe's are
+# hundreds of KiB); `maasctl dev` must not die of it at start.
+_APPLY_TIMEOUT = 120.0
+
+
 def apply_documents(http: httpx.Client, docs: Iterable[dict[str, Any]], *, field_manager: str) -> list[str]:
     """Server-side apply cluster-scoped install objects; return the names of the CRDs applied."""
     crds: list[str] = []
@@ -91,6 +96,7 @@ def apply_documents(http: httpx.Client, docs: Iterable[dict[str, Any]], *, field
             params={"fieldManager": field_manager, "force": "true"},
             content=json.dumps(doc),
             headers={"Content-Type": "application/apply-patch+yaml"},
+            timeout=_APPLY_TIMEOUT,
         )
         if resp.status_code >= 300:
             raise RuntimeError(f"applying {doc['kind']} {name} failed: {resp.status_code} {resp.text[:500]}")

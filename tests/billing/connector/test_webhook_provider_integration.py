@@ -113,3 +113,41 @@ async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
         json.dumps(await events_for(kube, namespace, "ten-orbit")) + json.dumps(await events_for(kube, namespace,
                                                                                                "hooks"))
     assert HMAC_SECRET not in shown and CUSTOMER_ID not in shown
+
+
+async def test_a_signed_confirmation_with_an_amount_admission_would_refuse_credits_nothing(
+        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
+    """The webhook's amount goes through the one money parser: "200.00\\n" and its kin are 400, never a credit."""
+    await secret(kube, namespace, "hooks-credentials", {"hmacSecret": HMAC_SECRET, "url": receiver.url})
+    await billing.create({"apiVersion": API, "kind": "BillingConnector", "metadata": {"name": "hooks",
+                                                                                      "namespace": namespace},
+                          "spec": {"type": "webhook", "credentialsSecretRef": {"name": "hooks-credentials"}}})
+    await connector_ready(billing, namespace, "hooks", webhook=False)
+    await secret(kube, namespace, "nl-customer", {"customerId": CUSTOMER_ID})
+    key = f"{namespace}/ten-nl"
+    await fund(psp, key, Decimal("1.00"))
+    await billing.create(tenant_obj(namespace, "ten-nl", "nl-customer", connector="hooks"))
+
+    async def pending() -> str | None:
+        return (await status_of(billing, "TenantAccount", "ten-nl", namespace)).get("pendingReloadIntentID")
+
+    intent = await eventually(pending, 60)
+    [(_, request)] = receiver.of_type("reload.requested")
+    attempt = request["data"]["reloadId"]
+    now = int(psp.clock.now().timestamp())
+
+    def confirmation(n: int, amount: str) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps({"id": f"conf-{n}-{attempt}", "type": "reload.succeeded", "data": {
+            "reloadId": attempt, "tenant": key, "intentId": intent, "amount": amount, "currency": "USD"}}).encode()
+        return body, {signing.HEADER: signing.signature_header(HMAC_SECRET, now, body),
+                      "Content-Type": "application/json"}
+
+    bad = ["25.00\n", "200.00\n", "25.00\r\n", "\n25.00", " 25.00", "25.00 ", "\u0662\u0665", "+25", "2.5e1",
+           "25.", "1" * 25]
+    for n, amount in enumerate(bad):
+        answer = await deliver(psp, namespace, *confirmation(n, amount), "hooks")
+        assert answer.status_code == 400, (amount, answer.status_code, answer.text)
+    assert await psp.ledger.balance(key) == Decimal("1.000000")
+    good = await deliver(psp, namespace, *confirmation(len(bad), "25.00"), "hooks")
+    assert good.status_code == 200 and good.json()["outcome"] == "accepted"
+    assert await psp.ledger.balance(key) == Decimal("26.000000")

@@ -3,6 +3,8 @@
 Money fields are `decimal.Decimal` in Python and decimal strings on the wire. The API server checks the
 pattern with a CEL rule whose message names the field, so a person sees *which* amount is wrong and what
 one looks like; pydantic applies the same pattern (through `money.parse`) when the controller reads them.
+Pattern and `maxLength` both come from `money`, so admission refuses every amount the controller could not
+evaluate (more than `money.MAX_DIGITS` digits included).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ __all__ = [
 
 GEO_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DURATION_PATTERN = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
-MONEY_MAX_LENGTH = 32
 _PCT_AT_MOST_100 = r"^(100(\.0{1,6})?|\d{1,2}(\.\d{1,6})?)$"
 
 
@@ -55,21 +56,21 @@ class MoneyField:
     def pattern(self) -> str:
         if self.at_most_100:
             return _PCT_AT_MOST_100
-        return "^-?" + money.MONEY_PATTERN[1:] if self.signed else money.MONEY_PATTERN
+        return money.SIGNED_PATTERN if self.signed else money.MONEY_PATTERN
+
+    @property
+    def max_length(self) -> int:
+        return money.SIGNED_MAX_LENGTH if self.signed else money.MAX_LENGTH
 
     def message(self) -> str:
         what = "a percentage from 0 to 100" if self.at_most_100 else "an amount"
         sign = "an optional minus sign, " if self.signed else ""
-        return (f"{self.field} must be {what} written as a decimal string: {sign}digits, optionally a dot and "
-                f"1 to {money.PLACES} decimals (e.g. \"2.50\"); no exponent, no float")
+        return (f"{self.field} must be {what} written as a decimal string: {sign}1 to {money.MAX_DIGITS} digits, "
+                f"optionally a dot and 1 to {money.PLACES} decimals (e.g. \"2.50\"); no exponent, no float")
 
     def _parse(self, value: Any) -> Decimal:
         try:
-            if self.signed and isinstance(value, str) and value.startswith("-"):
-                return -money.parse(value[1:])
-            if self.signed and isinstance(value, Decimal) and value.is_signed():
-                return -money.parse(-value)
-            amount = money.parse(value)
+            amount = money.parse_signed(value) if self.signed else money.parse(value)
         except money.MoneyError as exc:
             raise PydanticCustomError("billing_money", "{field}: {error}",
                                       {"field": self.field, "error": str(exc)}) from exc
@@ -85,7 +86,7 @@ class MoneyField:
 
     def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         rule = Rule(rule=f"self.matches({cel_string(self.pattern)})", message=self.message())
-        return {"type": "string", "maxLength": MONEY_MAX_LENGTH, "x-kubernetes-validations": [rule.to_dict()]}
+        return {"type": "string", "maxLength": self.max_length, "x-kubernetes-validations": [rule.to_dict()]}
 
 
 def _wire(amount: Decimal) -> str:

@@ -31,6 +31,7 @@ from maasctl.billing.ledger.schema import (
     transactions,
     unpriced,
 )
+from maasctl.dbfiles import private_sqlite_file
 
 __all__ = ["Entry", "Ledger", "Notice", "PendingNotice", "PostResult", "Unpriced", "make_engine"]
 
@@ -39,8 +40,9 @@ _CHUNK = 500  # rows per INSERT statement (bind-parameter limits)
 
 
 def make_engine(url: str) -> AsyncEngine:
-    """An engine for `url` (postgresql+asyncpg://... or sqlite+aiosqlite:///path)."""
+    """An engine for `url` (postgresql+asyncpg://... or sqlite+aiosqlite:///path, its file created 0600)."""
     if url.startswith("sqlite"):
+        private_sqlite_file(url)
         return create_async_engine(url, connect_args={"timeout": 30})
     return create_async_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 

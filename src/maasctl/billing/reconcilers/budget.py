@@ -43,6 +43,7 @@ from maasctl.runtime.objects import FrozenObject
 __all__ = ["BUDGET_TENANT_INDEX", "BudgetReconciler", "budget_tenant_key", "enforcement_changed", "fired_condition"]
 
 EVALUATING, WITHIN_BUDGET, THRESHOLD_FIRED = "Evaluating", "WithinBudget", "ThresholdFired"
+INVALID_AMOUNT, INVALID_SPEC = "InvalidAmount", "InvalidSpec"
 BUDGET_TENANT_INDEX = "billing.budget-tenant"
 _RETRY_SECONDS = 5
 
@@ -87,9 +88,10 @@ class BudgetReconciler:
             self.timers.forget(req)
             return Result.done()
         try:
-            policy = parse(BudgetPolicy, thaw(obj))
+            # The status is rewritten below: one this code cannot read (an older CRD's) must not stop evaluation.
+            policy = parse(BudgetPolicy, {**thaw(obj), "status": None})
         except ValidationError as exc:
-            await ctx.event(obj, "Warning", "InvalidBudgetPolicy", f"cannot read this BudgetPolicy: {exc}"[:1024])
+            await self.unreadable(obj, req, exc)
             return Result.done()
         spec = policy.spec
         tenant_obj = ctx.cache.get(TENANT_ACCOUNT, spec.tenant_ref.name, req.namespace)
@@ -213,6 +215,17 @@ class BudgetReconciler:
             await self.ctx.event(obj, "Warning" if enforcing else "Normal", f"Budget{action.value}", note)
         log.info("budget threshold fired", budget=f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}",
                  cap=cap.index, pct=pct, spend=money.fmt(money.quantize(cap.spend)))
+
+    async def unreadable(self, obj: FrozenObject, req: Request, exc: ValidationError) -> None:
+        """A spec this code cannot evaluate (stored before admission refused it, e.g. a cap of more digits than
+        `money.MAX_DIGITS`): said in the Evaluating condition, an Event and the log, never silently skipped."""
+        errors = exc.errors(include_url=False, include_input=False)
+        reason = INVALID_AMOUNT if any(e["type"] == "billing_money" for e in errors) else INVALID_SPEC
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+        message = f"cannot evaluate this BudgetPolicy: {detail}"
+        log.warning("budget not evaluated", budget=req.key, reason=reason, error=message[:500])
+        await self.ctx.event(obj, "Warning", reason, message[:1024])
+        await self.not_evaluated(obj, reason, message[:4096])
 
     async def not_evaluated(self, obj: FrozenObject, reason: str, message: str) -> None:
         generation = int(obj["metadata"].get("generation", 0))
