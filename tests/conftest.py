@@ -17,6 +17,7 @@ from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import install_third_party_crds
 from maasctl.testenv.jobrunner import JOB_ENV_MARKER
+from maasctl.testenv.redis import RedisServer, start_redis
 
 from .cel_shadow import cel_fast_path_agrees_with_cel_python, cel_interpreted  # noqa: F401 - fixtures for every test
 
@@ -39,6 +40,16 @@ def control_plane() -> Iterator[ControlPlane]:
     finally:
         if not keep:
             cp.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    """A throwaway Redis server per test module (token counters shared by gateway replicas)."""
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

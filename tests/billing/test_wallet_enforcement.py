@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from maasctl.gateway.ratelimit import (
     TokenRateLimiter,
     compile_token_rate_limit_policy,
 )
-from maasctl.testenv.redis import RedisServer, start_redis
+from maasctl.testenv.redis import RedisServer
 
 GW_NS, MODEL_NS = "maas-gateway", "llm"
 
@@ -236,12 +236,4 @@ async def test_a_high_priced_burst_overspends_by_at_most_the_requests_in_flight(
     finally:
         await limiter.store.aclose()
 
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = start_redis()
-    try:
-        yield server
-    finally:
-        server.stop()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitIn
 from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING, prepare_body, request_bound
 from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore, _redis_key
 from maasctl.gateway.ratelimit import RateDenial, Reservation, TokenRateLimiter, compile_token_rate_limit_policy
-from maasctl.testenv.redis import RedisServer, start_redis
+from maasctl.testenv.redis import RedisServer
 
 MODEL = ObjectRef("team", "m")
 SUB = ObjectRef("models-as-a-service", "free")
@@ -157,15 +157,6 @@ async def test_a_burst_of_long_requests_cannot_pass_a_limit(body: dict[str, Any]
     for h in admitted:
         await limiter.settle(h, applied, request_bound(prepared))
     assert (await limiter.states(applied))[0].used <= 150 + request_bound(prepared)
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = start_redis()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -5,24 +5,14 @@ Real processes: `maasctl gateway` replicas next to the local stack's gateway, ki
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from e2e.conftest import Need, World, eventually
 
-from maasctl.testenv.redis import RedisServer, start_redis
+from maasctl.testenv.redis import RedisServer
 from tests.metering.test_spool_restart import chat
 
 pytestmark = pytest.mark.local_stack  # starts and kills gateway processes next to the stack's own
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = start_redis()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("store", ["in-process", "redis"])

@@ -196,32 +196,32 @@ class WorkQueue(Generic[K]):
         """Reset ``key``'s failure count (call after a successful reconcile)."""
         self._failures.pop(key, None)
 
-    def _promote_ready(self) -> float | None:
-        """Move due delayed keys into the queue; return seconds until the next deadline, if any."""
-        now = self._clock.now()
+    def _head(self) -> tuple[float, K, Priority] | None:
+        """The earliest pending deadline (superseded heap entries are dropped on the way), or None."""
         while self._heap:
             ready, _, key = self._heap[0]
             current = self._waiting.get(key)
-            if current is None or current[0] != ready:
-                heapq.heappop(self._heap)  # superseded entry
-                continue
+            if current is not None and current[0] == ready:
+                return ready, key, current[1]
+            heapq.heappop(self._heap)  # superseded entry
+        return None
+
+    def _promote_ready(self) -> float | None:
+        """Move due delayed keys into the queue; return seconds until the next deadline, if any."""
+        now = self._clock.now()
+        while (head := self._head()) is not None:
+            ready, key, priority = head
             if ready > now:
                 return ready - now
             heapq.heappop(self._heap)
             del self._waiting[key]
-            self.add(key, current[1])
+            self.add(key, priority)
         return None
 
     def _next_deadline(self) -> float | None:
         """Seconds until the earliest pending deadline (<= 0: already due), or None when nothing waits."""
-        while self._heap:
-            ready, _, key = self._heap[0]
-            current = self._waiting.get(key)
-            if current is None or current[0] != ready:
-                heapq.heappop(self._heap)  # superseded entry
-                continue
-            return ready - self._clock.now()
-        return None
+        head = self._head()
+        return None if head is None else head[0] - self._clock.now()
 
     def oldest_due_age(self) -> float:
         """Seconds the longest-waiting due key has waited for a worker: ready keys since they were added (or
