@@ -192,22 +192,26 @@ class Rater:
         self.progress_at = time.monotonic()
         self.behind = 0
         self.oldest_unrated: datetime | None = None
-        self.metrics.since_progress.set_function(lambda: time.monotonic() - self.progress_at)
+        self.metrics.since_progress.set_function(self._idle)
         self.metrics.oldest_unrated.set_function(self._oldest_unrated_age)
 
-    def _oldest_unrated_age(self) -> float:
+    def _oldest_unrated_age(self) -> int:
+        """Whole seconds (billing has no floats; a gauge needs no finer grain)."""
         if self.oldest_unrated is None:
-            return 0.0
-        return max(0.0, (datetime.now(UTC) - self.oldest_unrated).total_seconds())
+            return 0
+        return max(0, int((datetime.now(UTC) - self.oldest_unrated).total_seconds()))
 
-    def stalled(self, after: float) -> str | None:
+    def _idle(self) -> int:
+        return int(time.monotonic() - self.progress_at)
+
+    def stalled(self, after: int) -> str | None:
         """A reason when the rater has made no progress (no page committed, no pass finished) for `after`
         seconds, else None. Work that is due but not done reads as failing, never as idle."""
-        idle = time.monotonic() - self.progress_at
+        idle = self._idle()
         if idle <= after:
             return None
-        oldest = f", the oldest received {int(self._oldest_unrated_age())} s ago" if self.oldest_unrated else ""
-        return (f"the rater has made no progress for {int(idle)} s ({self.behind} usage records behind when it "
+        oldest = f", the oldest received {self._oldest_unrated_age()} s ago" if self.oldest_unrated else ""
+        return (f"the rater has made no progress for {idle} s ({self.behind} usage records behind when it "
                 f"last looked{oldest})")
 
     async def _look_behind(self, cursor: tuple[datetime, str] | None) -> None:

@@ -36,8 +36,8 @@ class BillingSettings:
     balance_stale_seconds: int = 300
     """A balance mirror older than this (the ledger could not be read) is reported with BalanceStale."""
     wallet_resync_seconds: int = 60
-    ledger_watch_seconds: float = 1.0
-    """How often the ledger is polled for new entries (a credit by any process): their tenants are refreshed."""
     """How often every TenantAccount's status is refreshed from the ledger even without new usage."""
+    ledger_watch_seconds: int = 1
+    """How often the ledger is polled for new entries (a credit by any process): their tenants are refreshed."""
     budget_resync_seconds: int = 60
     """How often every BudgetPolicy is evaluated again even without new charges (the rater wakes it too)."""

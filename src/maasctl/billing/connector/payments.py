@@ -43,7 +43,7 @@ from maasctl.billing.connector.schema import (
 from maasctl.billing.ledger import Ledger, Posting, Transaction, credit, wallet
 from maasctl.billing.ledger.entries import FUNDING, from_micros, to_micros
 from maasctl.billing.ledger.schema import postings, transactions
-from maasctl.billing.ledger.store import _insert
+from maasctl.billing.ledger.store import _insert, create_tables
 
 __all__ = ["Applied", "Attempt", "Limits", "PaymentFacts", "Payments", "UsageBook"]
 
@@ -108,8 +108,7 @@ class Payments:
         if self._ready:
             return
         await self.ledger.ensure_schema()
-        async with self.engine.begin() as conn:
-            await conn.run_sync(create_schema_sync)
+        await create_tables(self.engine, create_schema_sync)  # the connector and a test (or a second replica) race
         self._ready = True
 
     async def _lock(self, conn: AsyncConnection, tenant: str, now: datetime) -> None:

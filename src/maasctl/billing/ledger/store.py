@@ -9,14 +9,14 @@ is a conflict (reported, not applied). Nothing is ever updated or deleted (the t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import Connection, and_, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -33,10 +33,23 @@ from maasctl.billing.ledger.schema import (
 )
 from maasctl.dbfiles import private_sqlite_file
 
-__all__ = ["Entry", "Ledger", "Notice", "PendingNotice", "PostResult", "Unpriced", "make_engine"]
+__all__ = ["Entry", "Ledger", "Notice", "PendingNotice", "PostResult", "Unpriced", "create_tables", "make_engine"]
 
 log = structlog.get_logger("maasctl.billing.ledger")
 _CHUNK = 500  # rows per INSERT statement (bind-parameter limits)
+
+
+async def create_tables(engine: AsyncEngine, create: Callable[[Connection], None]) -> None:
+    """Run `create` (a checkfirst `create_all`) in one transaction. Two processes racing on SQLite (PostgreSQL
+    takes an advisory lock): the loser finds the tables on its second look."""
+    for attempt in (1, 2):
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(create)
+            return
+        except OperationalError as exc:
+            if attempt == 2 or "already exists" not in str(exc):
+                raise
 
 
 def make_engine(url: str) -> AsyncEngine:
@@ -126,16 +139,8 @@ class Ledger:
         return cls(make_engine(url))
 
     async def create_schema(self) -> None:
-        """Create what is missing. Two processes racing on SQLite (PostgreSQL takes an advisory lock): the loser
-        finds the tables on its second look."""
-        for attempt in (1, 2):
-            try:
-                async with self.engine.begin() as conn:
-                    await conn.run_sync(create_schema_sync)
-                return
-            except OperationalError as exc:
-                if attempt == 2 or "already exists" not in str(exc):
-                    raise
+        """Create what is missing (see `create_tables`)."""
+        await create_tables(self.engine, create_schema_sync)
 
     async def ensure_schema(self) -> None:
         """`create_schema` once per process (the controllers of one process share it)."""

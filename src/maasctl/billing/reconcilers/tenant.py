@@ -147,8 +147,8 @@ class TenantReconciler:
                             f"{previous.value if previous else 'new'} -> {decision.state.value}: {decision.message}")
             log.info("tenant state", tenant=key, state=decision.state.value,
                      previous=previous.value if previous else None, balance=status["balance"])
-        next_epoch = (starts[0] + wallet.EPOCH - now).total_seconds()
-        return Result.requeue_after(max(0.5, min(float(ctx.settings.wallet_resync_seconds), next_epoch)))
+        next_epoch = int((starts[0] + wallet.EPOCH - now).total_seconds()) + 1  # just past the epoch's start
+        return Result.requeue_after(max(1, min(ctx.settings.wallet_resync_seconds, next_epoch)))
 
     def _drift(self, key: str, old: dict[str, Any]) -> str | None:
         """A message when the mirror in status is not what this controller last wrote (someone edited it)."""
