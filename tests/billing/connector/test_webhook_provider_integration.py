@@ -55,8 +55,10 @@ async def receiver() -> AsyncIterator[PSPReceiver]:
         yield psp_service
 
 
-async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
-        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
+async def pending_reload(psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver,
+                         tenant: str) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    """A webhook connector `hooks` and a Prepaid tenant below its reload threshold: the tenant's key, the pending
+    intent and the reload request the connector sent (headers, body)."""
     await secret(kube, namespace, "hooks-credentials", {"hmacSecret": HMAC_SECRET, "url": receiver.url})
     await billing.create({"apiVersion": API, "kind": "BillingConnector", "metadata": {"name": "hooks",
                                                                                       "namespace": namespace},
@@ -64,16 +66,22 @@ async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
     await connector_ready(billing, namespace, "hooks", webhook=False)
     assert receiver.of_type("connector.ping") and receiver.all_signed()
 
-    await secret(kube, namespace, "orbit-customer", {"customerId": CUSTOMER_ID})
-    key = f"{namespace}/ten-orbit"
+    await secret(kube, namespace, f"{tenant}-customer", {"customerId": CUSTOMER_ID})
+    key = f"{namespace}/ten-{tenant}"
     await fund(psp, key, Decimal("1.00"))
-    await billing.create(tenant_obj(namespace, "ten-orbit", "orbit-customer", connector="hooks"))
+    await billing.create(tenant_obj(namespace, f"ten-{tenant}", f"{tenant}-customer", connector="hooks"))
 
     async def pending() -> str | None:
-        return (await status_of(billing, "TenantAccount", "ten-orbit", namespace)).get("pendingReloadIntentID")
+        return (await status_of(billing, "TenantAccount", f"ten-{tenant}", namespace)).get("pendingReloadIntentID")
 
     intent = await eventually(pending, 60)
     [(headers, request)] = receiver.of_type("reload.requested")
+    return key, str(intent), headers, request
+
+
+async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
+        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
+    key, intent, headers, request = await pending_reload(psp, billing, kube, namespace, receiver, "orbit")
     attempt = request["data"]["reloadId"]
     assert intent == f"wh-{attempt}" and headers["Idempotency-Key"] == attempt and receiver.all_signed()
     assert request["data"]["tenant"] == key and request["data"]["customerId"] == CUSTOMER_ID
@@ -118,21 +126,7 @@ async def test_webhook_provider_requests_reloads_and_takes_signed_confirmations(
 async def test_a_signed_confirmation_with_an_amount_admission_would_refuse_credits_nothing(
         psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
     """The webhook's amount goes through the one money parser: "200.00\\n" and its kin are 400, never a credit."""
-    await secret(kube, namespace, "hooks-credentials", {"hmacSecret": HMAC_SECRET, "url": receiver.url})
-    await billing.create({"apiVersion": API, "kind": "BillingConnector", "metadata": {"name": "hooks",
-                                                                                      "namespace": namespace},
-                          "spec": {"type": "webhook", "credentialsSecretRef": {"name": "hooks-credentials"}}})
-    await connector_ready(billing, namespace, "hooks", webhook=False)
-    await secret(kube, namespace, "nl-customer", {"customerId": CUSTOMER_ID})
-    key = f"{namespace}/ten-nl"
-    await fund(psp, key, Decimal("1.00"))
-    await billing.create(tenant_obj(namespace, "ten-nl", "nl-customer", connector="hooks"))
-
-    async def pending() -> str | None:
-        return (await status_of(billing, "TenantAccount", "ten-nl", namespace)).get("pendingReloadIntentID")
-
-    intent = await eventually(pending, 60)
-    [(_, request)] = receiver.of_type("reload.requested")
+    key, intent, _, request = await pending_reload(psp, billing, kube, namespace, receiver, "nl")
     attempt = request["data"]["reloadId"]
     now = int(psp.clock.now().timestamp())
 
