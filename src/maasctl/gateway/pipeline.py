@@ -72,7 +72,14 @@ from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
+from maasctl.gateway.guardrails import (
+    GuardCheck,
+    GuardrailsClient,
+    OutputGuard,
+    caller_of,
+    readable_input,
+    unavailable_config,
+)
 from maasctl.gateway.proxy import response_header_pairs
 from maasctl.gateway.ratelimit import (
     AppliedLimit,
@@ -328,12 +335,10 @@ async def _input_guardrails(p: Pipeline, ex: Exchange) -> Refusal | None:
     ex.binding = binding = binding_from_filters(ex.outcome.filters)
     if binding is None:
         return None
-    if ex.dry:  # the engine is not called: refused only where any content would be
-        if binding.ready:
-            return None
-        return _refuse(503, "guardrails_config_unavailable",
-                       f"guardrail configuration {binding.config!r} is not available")
     assert ex.match is not None
+    if ex.dry:  # the engine is not called: refused where the verdict does not depend on it
+        _, unfit = readable_input(ex.body, ex.match.upstream_path)
+        return unfit or (None if binding.ready else unavailable_config(binding))
     ex.guard, refusal = await p.plane.guardrails.admit(binding, ex.body, ex.match.upstream_path,
                                                        caller_of(ex.outcome.filters))
     return refusal
