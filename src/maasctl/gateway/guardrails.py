@@ -589,7 +589,7 @@ class GuardrailsClient:
                 {"retry-after": str(BUSY_RETRY_AFTER)})
         guard.release = release
         try:
-            verdict = await self.check(binding, "input", text)
+            verdict = await self.check(binding, "input", guard.prompt)
         except BaseException:
             release()
             raise
