@@ -63,6 +63,7 @@ from typing import Any, Final, Literal
 import httpx
 from prometheus_client import Counter, Gauge, Histogram
 
+from maasctl.contract import identity as ids
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import MAX_CHECK_CHARS, GuardrailsBinding
 from maasctl.contract.usage import PreparedBody
@@ -476,10 +477,10 @@ def blocked_message(binding: GuardrailsBinding, rail: str, where: str) -> str:
 
 def caller_of(filters: Mapping[str, Any]) -> str:
     """Who shares the engine: the identity's user (else its key) as the AuthPolicy exported it."""
-    identity = filters.get("identity")
+    identity = filters.get(ids.FILTER)
     if not isinstance(identity, Mapping):
         return ""
-    return str(identity.get("userid") or identity.get("keyId") or "")
+    return str(identity.get(ids.USERID) or identity.get(ids.KEY_ID) or "")
 
 
 def engine_failure(activated: list[Any], events: Any) -> str | None:
