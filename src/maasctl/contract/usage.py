@@ -55,6 +55,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from maasctl.api.modelref import MAX_COMPLETION_TOKENS
+
 __all__ = [
     "COMPLETION_LIMIT_FIELDS",
     "DECOMPRESS_LIMIT",
@@ -91,7 +93,7 @@ TAIL_BYTES: Final = 64 * 1024
 DEFAULT_COMPLETION_CEILING: Final = 4096
 """The completion tokens a request reserves (and is charged when usage is unreadable) when it states no bound
 and its model sets no `maxCompletionTokens`."""
-MAX_COMPLETION_CEILING: Final = 1_000_000  # the largest `MaaSModelRef.spec.maxCompletionTokens`
+MAX_COMPLETION_CEILING: Final = MAX_COMPLETION_TOKENS  # the largest `MaaSModelRef.spec.maxCompletionTokens`
 MAX_JSON_DEPTH: Final = 128
 DECOMPRESS_LIMIT: Final = 16 * 1024 * 1024  # per `Decompressor.feed`: a whole realistic answer, not a bomb
 _UTF8_ONLY: Final = "request bodies must be UTF-8 JSON without a byte-order mark"
