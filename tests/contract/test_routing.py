@@ -14,6 +14,7 @@ from maasctl.contract.routing import (
     NoModel,
     body_model,
     is_base_inference_path,
+    match_headers,
 )
 from maasctl.contract.usage import (
     DEFAULT_COMPLETION_CEILING,
@@ -164,3 +165,22 @@ class TestCeilingRule:
     def test_annotation_absent(self) -> None:
         assert completion_ceiling_of(None) is None
         assert completion_ceiling_of({}) is None
+
+
+class TestMatchHeaders:
+    def test_base_path_gets_the_header(self) -> None:
+        got = match_headers("/v1/embeddings", {"host": "gw"}, b'{"model":"e5","input":"x"}')
+        assert got == {"host": "gw", "x-gateway-model-name": "e5"}
+
+    def test_a_present_header_is_replaced_by_the_body(self) -> None:
+        got = match_headers("/v1/completions", {"x-gateway-model-name": "other"}, b'{"model":"m"}')
+        assert got["x-gateway-model-name"] == "m"
+
+    @pytest.mark.parametrize("path", ["/ns/m/v1/chat/completions", "/v1/models", "/maas-api/v1/api-keys"])
+    def test_other_paths_do_not_read_the_body(self, path: str) -> None:
+        headers = {"host": "gw"}
+        assert match_headers(path, headers, b"\xff not json") is headers
+
+    def test_base_path_without_model_is_refused(self) -> None:
+        with pytest.raises(NoModel):
+            match_headers("/v1/chat/completions", {}, b'{"messages": []}')

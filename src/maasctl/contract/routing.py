@@ -19,6 +19,7 @@ Kubernetes name, or holding a character a header (or CEL) must never carry.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from maasctl.contract.usage import InvalidBody, read_json_object
@@ -32,6 +33,7 @@ __all__ = [
     "NoModel",
     "body_model",
     "is_base_inference_path",
+    "match_headers",
 ]
 
 MODEL_HEADER: Final = "x-gateway-model-name"
@@ -72,3 +74,17 @@ def body_model(raw: bytes, limit: int = MAX_ROUTING_BODY) -> str:
     if not model or len(model) > MAX_MODEL_NAME or _UNSAFE.search(model) is not None:
         raise NoModel(f"`model` must be 1-{MAX_MODEL_NAME} characters without quotes, backslashes or controls")
     return model
+
+
+def match_headers(path: str, headers: Mapping[str, str], raw_body: bytes, limit: int = MAX_ROUTING_BODY
+                  ) -> Mapping[str, str]:
+    """The headers a route is matched with: on a base-URL inference path, `headers` plus `MODEL_HEADER` set to
+    the body's `model` (a client-sent one was refused at the edge; whatever it says is replaced); elsewhere
+    `headers` as they are (the body is not read). `headers` have lowercase names.
+
+    Raises:
+        NoModel, InvalidBody: as `body_model`, on a base-URL path only.
+    """
+    if not is_base_inference_path(path):
+        return headers
+    return {**headers, MODEL_HEADER: body_model(raw_body, limit)}
