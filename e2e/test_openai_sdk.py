@@ -65,11 +65,13 @@ async def test_openai_sdk_on_the_base_url(world: World) -> None:
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model=world.name("no-such-model"),
                                              messages=[{"role": "user", "content": "hi"}])
-    bad = openai.AsyncOpenAI(base_url=base_url, api_key="sk-oai-not-a-real-key", max_retries=0, timeout=30)
-    with pytest.raises(openai.AuthenticationError):
-        await bad.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    for bad_key, error in (("not-a-credential", openai.AuthenticationError),  # no identity: 401
+                           ("sk-oai-not-a-real-key", openai.PermissionDeniedError)):  # a key maas-api refuses: 403
+        bad = openai.AsyncOpenAI(base_url=base_url, api_key=bad_key, max_retries=0, timeout=30)
+        with pytest.raises(error):
+            await bad.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+        await bad.close()
     with pytest.raises(openai.BadRequestError):  # the routing header is the gateway's to set, never a client's
         await client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
                                              extra_headers={"x-gateway-model-name": model})
     await client.close()
-    await bad.close()
