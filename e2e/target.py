@@ -111,6 +111,8 @@ async def local_target() -> AsyncIterator[Target]:
             client = Client(stack.api)
             port = int(stack.gateway_url.rsplit(":", 1)[1])
             await client.apply(samples.gateway(stack.settings, port), field_manager="e2e")
+            for obj in samples.maas_api(stack.settings, stack.api_url):  # as `maasctl dev` and a cluster do
+                await client.apply(obj, field_manager="e2e")
             await client.patch(GATEWAY, stack.settings.gateway_name, stack.settings.gateway_namespace,
                                samples.gateway_status(), subresource="status")
             tokens = StaticTokens({u.name: u.token for u in stack.control_plane.users.values()})

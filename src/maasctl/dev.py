@@ -110,6 +110,9 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         controller = asyncio.create_task(run_controller(dataclasses.replace(
             stack.settings, metrics_bind_address=settings.metrics_bind_address,
             health_probe_bind_address=settings.health_probe_bind_address), stop))
+        # maas-api on the gateway (`/maas-api/v1`, `GET /v1/models` on the base URL), as in a cluster
+        await apply_all(Client(stack.api), samples.maas_api(stack.settings, stack.api_url),
+                        field_manager=FIELD_MANAGER)
         if options.samples:
             await apply_samples(stack)
         # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from maasctl.builders.maasapi import NAME as MAAS_API
+from maasctl.builders.maasapi import PORT as MAAS_API_PORT
+from maasctl.builders.maasapi import maas_api_auth_policy, maas_api_route
+from maasctl.builders.refs import GatewayRef
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.settings import ControllerSettings
 
@@ -34,6 +38,18 @@ def gateway(settings: ControllerSettings, port: int) -> dict[str, Any]:
 def gateway_status() -> dict[str, Any]:
     """What a gateway controller would report: the address the local data plane listens on."""
     return {"status": {"addresses": [{"type": "IPAddress", "value": "127.0.0.1"}]}}
+
+
+def maas_api(settings: ControllerSettings, api_url: str) -> list[dict[str, Any]]:
+    """maas-api on the local gateway, as `manifests/base/maas-api` installs it in a cluster (`/maas-api/v1/...`
+    and `GET /v1/models` on the one base URL), reached at `api_url`. The TokenReview audiences are left to the
+    local data plane (the API server's own)."""
+    ns = settings.leader_election_namespace
+    gateway = GatewayRef(settings.gateway_namespace, settings.gateway_name)
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": MAAS_API, "namespace": ns, "annotations": {LOCAL_URL_ANNOTATION: api_url}},
+               "spec": {"ports": [{"name": "http", "port": MAAS_API_PORT}], "selector": {"app": MAAS_API}}}
+    return [service, maas_api_route(ns, gateway), maas_api_auth_policy(ns, ())]
 
 
 def models(settings: ControllerSettings, model_url: str, incluster_url: str) -> list[dict[str, Any]]:

@@ -270,6 +270,26 @@ INVALID: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
         "endpointOverride must be an absolute http(s) URL",
     ),
     (
+        "model-ref-completion-ceiling-zero",
+        model("seed001-model-ref", lambda s: s.update(maxCompletionTokens=0)),
+        "maxCompletionTokens in body should be greater than or equal to 1",
+    ),
+    (
+        "model-ref-completion-ceiling-negative",
+        model("seed001-model-ref", lambda s: s.update(maxCompletionTokens=-5)),
+        "maxCompletionTokens in body should be greater than or equal to 1",
+    ),
+    (
+        "model-ref-completion-ceiling-too-big",
+        model("seed001-model-ref", lambda s: s.update(maxCompletionTokens=1_000_001)),
+        "maxCompletionTokens in body should be less than or equal to 1000000",
+    ),
+    (
+        "model-ref-completion-ceiling-string",
+        model("seed001-model-ref", lambda s: s.update(maxCompletionTokens="256")),
+        "maxCompletionTokens in body must be of type integer",
+    ),
+    (
         "external-endpoint-no-scheme",
         model("seed004-external-model-no-key", lambda s: s.update(endpoint="host/v1")),
         "endpoint must be a host name",
@@ -380,6 +400,7 @@ def rich_objects(model_ns: str) -> list[KubeObject]:
             spec=MaaSModelRefSpec(
                 model_ref=ModelTarget(kind=ModelKind.LLM_INFERENCE_SERVICE, name="granite"),
                 endpoint_override="https://maas.example.com/llm/granite",
+                max_completion_tokens=256,
             ),
             status=MaaSModelRefStatus(
                 phase=ModelPhase.READY,

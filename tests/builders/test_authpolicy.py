@@ -433,3 +433,25 @@ def test_different_callers_never_share_a_cached_subscription_selection(
 def test_the_selection_cache_key_reads_one_way_only(c1: str, h1: str, c2: str, h2: str) -> None:
     same = (c1, h1) == (c2, h2)
     assert (_selection_key("Bearer " + c1, h1) == _selection_key("Bearer " + c2, h2)) == same
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"])
+def test_the_routing_header_passes_on_base_url_paths(path: str) -> None:
+    """The processor sets `x-gateway-model-name` from the body before Authorino runs (after refusing a client's)."""
+    outcome = authorino.run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", "x-gateway-model-name": "m"},
+                            token_review=api().token_review, http=api().http, path=path)
+    assert outcome.status == 200, outcome.denied_by
+
+
+@pytest.mark.parametrize(("path", "header"), [
+    ("/llm/granite/v1/chat/completions", "x-gateway-model-name"),
+    ("/v1/models", "x-gateway-model-name"),
+    ("/v1/chat/completions?x=1", "x-gateway-model-name"),
+    ("/v1/chat/completions", "x_gateway_model_name"),
+    ("/v1/chat/completions", "X-Gateway-Model-Name-Rewrite"),
+    ("/v1/chat/completions", "x-gateway-inference-objective"),
+])
+def test_the_routing_header_is_refused_elsewhere(path: str, header: str) -> None:
+    outcome = authorino.run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", header: "m"},
+                            token_review=api().token_review, http=api().http, path=path)
+    assert (outcome.status, outcome.denied_by) == (403, "no-client-identity-headers")

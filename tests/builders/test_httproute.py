@@ -17,6 +17,7 @@ from maasctl.builders.httproute import (
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.edge import CREDENTIAL_HEADERS, upstream_headers
+from maasctl.contract.routing import BASE_INFERENCE_PATHS
 from maasctl.gateway.routes import build_route_table
 
 BASE = ExternalRouteInput(
@@ -36,7 +37,9 @@ LABELS = {
 
 
 def test_exact_route() -> None:
-    assert build_external_route(BASE) == {
+    route = build_external_route(BASE)
+    del route["spec"]["rules"][1:]  # the base-URL rules: TestBaseUrlRules
+    assert route == {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
         "metadata": {
@@ -264,3 +267,90 @@ def test_ordinary_local_private_and_own_namespace_hosts_still_work(host: str) ->
     service, route = build_external_model_objects(replace(BASE, host=host))
     assert service["spec"]["externalName"] == host
     assert route["spec"]["rules"][0]["filters"][0]["urlRewrite"]["hostname"] == host
+
+
+class TestBaseUrlRules:
+    """The one base URL: each base path, matched with the model header, rewritten to the provider's path."""
+
+    def test_exact_rules(self) -> None:
+        rules = build_external_route(BASE)["spec"]["rules"]
+        prefix_rule = rules[0]
+        assert len(rules) == 1 + len(BASE_INFERENCE_PATHS)
+        for api_path, rule in zip(BASE_INFERENCE_PATHS, rules[1:], strict=True):
+            assert rule["matches"] == [
+                {"path": {"type": "Exact", "value": api_path},
+                 "headers": [{"type": "Exact", "name": "x-gateway-model-name", "value": "openai"}]},
+                {"path": {"type": "Exact", "value": api_path},
+                 "headers": [{"type": "Exact", "name": "x-gateway-model-name", "value": "gpt-4o"}]},
+            ]
+            assert rule["filters"][0] == {"type": "URLRewrite", "urlRewrite": {
+                "hostname": "api.openai.com", "path": {"type": "ReplaceFullPath", "replaceFullPath": api_path}}}
+            assert rule["filters"][1:] == prefix_rule["filters"][1:]
+            assert rule["backendRefs"] == prefix_rule["backendRefs"]
+            assert rule["timeouts"] == prefix_rule["timeouts"]
+
+    def test_same_names_match_once(self) -> None:
+        rules = build_external_route(replace(BASE, external_model="gpt-4o"))["spec"]["rules"]
+        assert all(len(r["matches"]) == 1 for r in rules)
+
+    @pytest.mark.parametrize(("base_path", "upstream"), [("/v1", "/v1/chat/completions"),
+                                                          ("/openai/v1/", "/openai/v1/chat/completions"),
+                                                          ("", "/chat/completions"),
+                                                          ("api/paas/v4", "/api/paas/v4/chat/completions")])
+    def test_provider_base_path(self, base_path: str, upstream: str) -> None:
+        rules = build_external_route(replace(BASE, base_path=base_path))["spec"]["rules"]
+        assert rules[1]["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] == upstream
+
+    @pytest.mark.parametrize(("path", "header", "served", "upstream"), [
+        ("/v1/chat/completions", "openai", True, "/v1/chat/completions"),
+        ("/v1/embeddings", "gpt-4o", True, "/v1/embeddings"),
+        ("/v1/responses", "openai", True, "/v1/responses"),
+        ("/v1/chat/completions", "other", False, None),
+        ("/v1/chat/completions", None, False, None),
+        ("/v1/models", "openai", False, None),
+        ("/v1/chat/completions/x", "openai", False, None),
+        ("/llm/gpt-4o/v1/chat/completions", None, True, "/v1/chat/completions"),
+        ("/llm/gpt-4o/v1/chat/completions", "other", True, "/v1/chat/completions"),
+    ])
+    def test_the_gateway_route_table_matches_them(self, path: str, header: str | None, served: bool,
+                                                  upstream: str | None) -> None:
+        service, route = build_external_model_objects(replace(BASE, base_path="/v1"))
+        route["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+        table = build_route_table([route], lambda ns, name: service if name == "maas-gpt-4o" else None,
+                                  ("maas-default-gateway", "openshift-ingress"))
+        headers = {"x-gateway-model-name": header} if header is not None else {}
+        match = table.match("gw.example.com", path, "POST", headers)
+        assert (match is not None) == served
+        if match is not None:
+            assert match.upstream_path == upstream
+            assert match.rule.model == "llm/gpt-4o"
+            assert match.rule.backends[0].base_url == "https://api.openai.com"
+
+    def test_two_models_are_told_apart_by_the_header(self) -> None:
+        objs = []
+        for name in ("alpha", "beta"):
+            service, route = build_external_model_objects(
+                replace(BASE, model=ObjectRef("llm", name), external_model=name, host=f"{name}.example.com"))
+            objs += [service, route]
+        services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
+        table = build_route_table([o for o in objs if o["kind"] == "HTTPRoute"],
+                                  lambda ns, name: services.get(name), ("maas-default-gateway", "openshift-ingress"))
+        for name in ("alpha", "beta"):
+            match = table.match("h", "/v1/completions", "POST", {"x-gateway-model-name": name})
+            assert match is not None and match.rule.model == f"llm/{name}"
+
+
+class TestCompletionCeiling:
+    def test_absent_by_default(self) -> None:
+        assert "maas.opendatahub.io/max-completion-tokens" not in build_external_route(BASE)["metadata"]["annotations"]
+
+    def test_carried_and_read_by_the_gateway(self) -> None:
+        service, route = build_external_model_objects(replace(BASE, max_completion_tokens=256))
+        assert route["metadata"]["annotations"]["maas.opendatahub.io/max-completion-tokens"] == "256"
+        table = build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
+        assert {r.completion_ceiling for r in table.rules} == {256}
+
+    @pytest.mark.parametrize("value", [0, -1, 1_000_001, True])
+    def test_out_of_range_is_refused(self, value: int) -> None:
+        with pytest.raises(InvalidInputError, match="maxCompletionTokens"):
+            build_external_route(replace(BASE, max_completion_tokens=value))

@@ -96,3 +96,15 @@ def test_cli_parses_latency_with_a_zero_default() -> None:
     args = build_parser().parse_args(["testmodel", "--latency", "0.2"])
     assert args.latency == 0.2
     assert build_parser().parse_args(["testmodel"]).latency == 0.0
+
+
+async def test_embeddings_answer_one_vector_per_input_and_prompt_usage() -> None:
+    async with client(ModelServerConfig(prompt_tokens=7)) as http:
+        one = (await http.post("/v1/embeddings", json={"model": "test-model", "input": "hi"})).json()
+        many = (await http.post("/v1/embeddings", json={"model": "test-model", "input": ["hi", "ho"]})).json()
+        unknown = await http.post("/v1/embeddings", json={"model": "nope", "input": "hi"})
+    assert [d["index"] for d in many["data"]] == [0, 1]
+    assert many["data"][0]["embedding"] == one["data"][0]["embedding"] != many["data"][1]["embedding"]
+    assert len(one["data"][0]["embedding"]) == 8
+    assert one["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    assert unknown.status_code == 404

@@ -14,6 +14,7 @@ from maasctl.api._base import (
     CrdInfo,
     Generation,
     KubeObject,
+    KubeSchema,
     PrinterColumn,
 )
 from maasctl.api._fields import EndpointOverride, NamespaceName, ObjectName
@@ -46,6 +47,11 @@ class ModelTarget(CamelModel):
     name: ObjectName = Field(description="Name of the serving object, in the same namespace.")
 
 
+MAX_COMPLETION_TOKENS = 1_000_000
+"""The largest per-model completion ceiling (`contract.usage.MAX_COMPLETION_CEILING`)."""
+CompletionTokens = Annotated[int, Field(ge=1, le=MAX_COMPLETION_TOKENS), KubeSchema(fmt="int32")]
+
+
 class MaaSModelRefSpec(CamelModel):
     """Desired state of a MaaSModelRef."""
 
@@ -54,6 +60,14 @@ class MaaSModelRefSpec(CamelModel):
         default=None,
         description="URL reported in status.endpoint instead of the discovered one, e.g. when clients reach "
         "the gateway through an external load balancer.",
+    )
+    max_completion_tokens: CompletionTokens | None = Field(
+        default=None,
+        description="Most completion tokens one request may generate (1-1000000). A token rate limit reserves "
+        "the prompt estimate plus the smaller of this and the request's own max_tokens / max_completion_tokens "
+        "/ max_output_tokens, and the data plane sends max_tokens with this value upstream when the request "
+        "states none (and lowers a larger one), so the provider cannot exceed what was reserved. Unset: 4096 "
+        "is reserved for a request stating no bound and the request is forwarded unchanged.",
     )
 
 

@@ -53,6 +53,7 @@ from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.edge import SERVER_DECIDED_EXACT, SERVER_DECIDED_PREFIXES
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
+from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.views import ANY_AUTHENTICATED
 
 __all__ = [
@@ -156,8 +157,14 @@ SUBSCRIPTION_INFO_EXPRESSION: Final = (
 )
 """`auth.identity.subscription_info`: the selected subscription, with its metering labels (seed 001 §9.1)."""
 _HEADER_NAME: Final = 'h.lowerAscii().replace("_", "-")'  # how contract.edge compares header names
+_ROUTING_HEADER: Final = (
+    f"(h == {cel_string(MODEL_HEADER)} && request.path in {cel_string_list(BASE_INFERENCE_PATHS)})"
+)
+"""The one server-decided header Authorino sees set: the processor's pre stage (before Kuadrant's filter)
+refuses a client-sent `x-gateway-model-name` and then sets it from the body's `model` on the base-URL paths
+(`contract.routing`). Exempt there only (exact spelling, no query string), refused everywhere else."""
 _NO_CLIENT_IDENTITY_HEADERS: Final = (
-    f"!request.headers.exists(h, {_HEADER_NAME} != {cel_string(SUBSCRIPTION_HEADER)} && ("
+    f"!request.headers.exists(h, {_HEADER_NAME} != {cel_string(SUBSCRIPTION_HEADER)} && !{_ROUTING_HEADER} && ("
     + " || ".join(f"{_HEADER_NAME}.startsWith({cel_string(p)})" for p in SERVER_DECIDED_PREFIXES)
     + f" || {_HEADER_NAME} in {cel_string_list(sorted(SERVER_DECIDED_EXACT))}))"
 )

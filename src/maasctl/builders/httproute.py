@@ -12,7 +12,13 @@ implementation we target resolves, and the one upstream MaaS uses). The route:
   is chosen by a namespace admin, so a caller's MaaS key, token or cookie must never reach it. Envoy applies the
   route filter itself; the local data plane drops the same headers anyway and injects the provider key after
   the route's filters (`contract.edge.upstream_headers`), so the key still arrives there;
-- bounds the request with `timeouts.request` (default 300s).
+- bounds the request with `timeouts.request` (default 300s);
+- serves the one base URL too (`contract.routing`): one rule per base path (`/v1/chat/completions`,
+  `/v1/completions`, `/v1/embeddings`, `/v1/responses`, path Exact) that also matches the header
+  `x-gateway-model-name: <published model name>` (or the MaaSModelRef's name, an alias) and rewrites the full
+  path to the provider's (`ReplaceFullPath`: Gateway API allows `ReplacePrefixMatch` only on PathPrefix
+  matches). The data plane sets that header from the body's `model`; clients never may. Every rule is part of
+  the same HTTPRoute, so the model's AuthPolicy and TokenRateLimitPolicy (which target the route) cover them.
 
 The provider host must be a destination the gateway may be sent to (`validation.check_destination`: no
 link-local or numeric-trick addresses, no API server, no other namespace's Services).
@@ -22,6 +28,10 @@ provider expects `targetModel`. The route carries both (`maas.opendatahub.io/pub
 `maas.opendatahub.io/target-model`, plus the MaaSModelRef's name as an alias) and the gateway rewrites the
 request body's `model` to the provider's name and the answer's back (`contract.usage.ModelRename`); the label
 `maas.opendatahub.io/external-model` names the ExternalModel.
+
+The completion ceiling (`MaaSModelRef.spec.maxCompletionTokens`) rides on the route as the annotation
+`maas.opendatahub.io/max-completion-tokens` when the model sets it (`contract.labels.completion_ceiling_of`
+reads it); absent, the data plane uses its default and forwards bodies unchanged.
 
 The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
 `maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
@@ -50,6 +60,9 @@ from maasctl.builders.validation import (
     check_hostname,
     check_path,
 )
+from maasctl.contract.labels import COMPLETION_CEILING_ANNOTATION
+from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
+from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
 
 __all__ = [
@@ -99,6 +112,7 @@ class ExternalRouteInput:
     owner: OwnerRef | None = None
     target_model: str | None = None
     shared_service_namespaces: tuple[str, ...] = ()  # whose Services any ExternalModel may name (operator's choice)
+    max_completion_tokens: int | None = None  # MaaSModelRef.spec.maxCompletionTokens (None: the default)
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -143,6 +157,9 @@ def _validate(inp: ExternalRouteInput) -> None:
         raise InvalidInputError(f"port {inp.port!r} is not 1-65535")
     if not is_valid_duration(inp.timeout):
         raise InvalidInputError(f"timeout {inp.timeout!r} is not a Gateway API duration")
+    ceiling = inp.max_completion_tokens
+    if ceiling is not None and (isinstance(ceiling, bool) or not 1 <= ceiling <= MAX_COMPLETION_CEILING):
+        raise InvalidInputError(f"maxCompletionTokens {ceiling!r} is not 1-{MAX_COMPLETION_CEILING}")
 
 
 def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
@@ -167,6 +184,56 @@ def _strip_caller_credentials() -> dict[str, Any]:
     return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": list(CALLER_CREDENTIAL_HEADERS)}}
 
 
+def _upstream_path(base: str, api_path: str) -> str:
+    """The provider's path for a base-URL path: `/v1/chat/completions` under base `/openai/v1` is
+    `/openai/v1/chat/completions` (base `/`: `/chat/completions`)."""
+    return base.rstrip("/") + api_path.removeprefix("/v1")
+
+
+def _model_names(inp: ExternalRouteInput) -> list[str]:
+    """What the body's `model` may say on the base URL: the published name, and the MaaSModelRef's name."""
+    return [inp.external_model] + ([inp.model.name] if inp.model.name != inp.external_model else [])
+
+
+def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "matches": matches,
+        "filters": [
+            {"type": "URLRewrite", "urlRewrite": {"hostname": inp.host, "path": path_rewrite}},
+            _strip_caller_credentials(),
+        ],
+        "backendRefs": [
+            {
+                "group": "",
+                "kind": "Service",
+                "name": names.external_service_name(inp.model.name),
+                "port": inp.port,
+                "weight": 1,
+            }
+        ],
+        "timeouts": {"request": inp.timeout},
+    }
+
+
+def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
+    """One rule per base path, matched with the model header (see the module docstring)."""
+    base = _base_path(inp)
+    return [
+        _rule(
+            inp,
+            [
+                {
+                    "path": {"type": "Exact", "value": api_path},
+                    "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": name}],
+                }
+                for name in _model_names(inp)
+            ],
+            {"type": "ReplaceFullPath", "replaceFullPath": _upstream_path(base, api_path)},
+        )
+        for api_path in BASE_INFERENCE_PATHS
+    ]
+
+
 def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
     """The HTTPRoute publishing the external model on the gateway."""
     _validate(inp)
@@ -180,7 +247,14 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
     if inp.credential_secret is not None:
         annotations[names.UPSTREAM_KEY_SECRET_ANNOTATION] = inp.credential_secret
         annotations[names.UPSTREAM_KEY_FIELD_ANNOTATION] = inp.credential_key
+    if inp.max_completion_tokens is not None:
+        annotations[COMPLETION_CEILING_ANNOTATION] = str(inp.max_completion_tokens)
     meta["annotations"] = annotations
+    prefix_rule = _rule(
+        inp,
+        [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
+        {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)},
+    )
     spec: dict[str, Any] = {
         "parentRefs": [
             {
@@ -190,31 +264,7 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
                 "namespace": inp.gateway.namespace,
             }
         ],
-        "rules": [
-            {
-                "matches": [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
-                "filters": [
-                    {
-                        "type": "URLRewrite",
-                        "urlRewrite": {
-                            "hostname": inp.host,
-                            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)},
-                        },
-                    },
-                    _strip_caller_credentials(),
-                ],
-                "backendRefs": [
-                    {
-                        "group": "",
-                        "kind": "Service",
-                        "name": names.external_service_name(inp.model.name),
-                        "port": inp.port,
-                        "weight": 1,
-                    }
-                ],
-                "timeouts": {"request": inp.timeout},
-            }
-        ],
+        "rules": [prefix_rule, *_base_url_rules(inp)],
     }
     if inp.hostnames:
         spec["hostnames"] = sorted(set(inp.hostnames))

@@ -9,9 +9,13 @@ it (`TARGET_MODEL_ANNOTATION`): the gateway checks and rewrites the body's `mode
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
+
+from maasctl.contract.usage import MAX_COMPLETION_CEILING
 
 __all__ = [
+    "COMPLETION_CEILING_ANNOTATION",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
     "MODEL_ALIASES_ANNOTATION",
@@ -22,6 +26,7 @@ __all__ = [
     "UPSTREAM_KEY_FIELD_ANNOTATION",
     "UPSTREAM_KEY_LABEL",
     "UPSTREAM_KEY_SECRET_ANNOTATION",
+    "completion_ceiling_of",
 ]
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -42,3 +47,17 @@ upstream."""
 MODEL_ALIASES_ANNOTATION: Final = "maas.opendatahub.io/model-aliases"
 """On an ExternalModel's HTTPRoute: other names clients may send for the same model (comma-separated; the
 MaaSModelRef's name)."""
+COMPLETION_CEILING_ANNOTATION: Final = "maas.opendatahub.io/max-completion-tokens"
+"""On a generated model HTTPRoute: the MaaSModelRef's `spec.maxCompletionTokens` (absent: the default). The data
+plane reserves at most that many completion tokens per request and sends it as `max_tokens` when the client
+stated no bound (`contract.usage.bound_completion`)."""
+
+
+def completion_ceiling_of(annotations: Mapping[str, Any] | None) -> int | None:
+    """The explicit completion ceiling a route carries (None: absent or not a whole number 1..1,000,000, which
+    the controller never writes; the data plane then uses the default)."""
+    text = str((annotations or {}).get(COMPLETION_CEILING_ANNOTATION, "")).strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 7:
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_COMPLETION_CEILING else None

@@ -49,15 +49,19 @@ import json
 import math
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from maasctl.api.modelref import MAX_COMPLETION_TOKENS
+
 __all__ = [
+    "COMPLETION_LIMIT_FIELDS",
     "DECOMPRESS_LIMIT",
     "DEFAULT_COMPLETION_CEILING",
+    "MAX_COMPLETION_CEILING",
     "MAX_JSON_DEPTH",
     "MAX_TOKENS",
     "TAIL_BYTES",
@@ -72,7 +76,9 @@ __all__ = [
     "SseUsageFilter",
     "Termination",
     "UsageRecord",
+    "bound_completion",
     "charge_for",
+    "completion_ceiling",
     "declares_json",
     "prepare_body",
     "read_json_object",
@@ -85,12 +91,17 @@ __all__ = [
 MAX_TOKENS: Final = 10**12  # per request; far above any model's context, far below BIGINT
 TAIL_BYTES: Final = 64 * 1024
 DEFAULT_COMPLETION_CEILING: Final = 4096
+"""The completion tokens a request reserves (and is charged when usage is unreadable) when it states no bound
+and its model sets no `maxCompletionTokens`."""
+MAX_COMPLETION_CEILING: Final = MAX_COMPLETION_TOKENS  # the largest `MaaSModelRef.spec.maxCompletionTokens`
 MAX_JSON_DEPTH: Final = 128
 DECOMPRESS_LIMIT: Final = 16 * 1024 * 1024  # per `Decompressor.feed`: a whole realistic answer, not a bomb
 _UTF8_ONLY: Final = "request bodies must be UTF-8 JSON without a byte-order mark"
 _JSON_STARTS: Final = frozenset('{["-0123456789tfnNI')  # what a JSON value (Python's NaN, Infinity too) starts with
 _JSON_WHITESPACE: Final = b" \t\r\n"
-_LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+COMPLETION_LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+"""The fields in which a client states its completion bound (chat, legacy/completions, responses)."""
+_LIMIT_FIELDS: Final = COMPLETION_LIMIT_FIELDS
 _CHOICE_FIELDS: Final = ("n", "best_of")
 _INPUT_NAMES: Final = ("prompt_tokens", "input_tokens")
 _COUNT_NAMES: Final = {"input_tokens": _INPUT_NAMES,
@@ -720,6 +731,41 @@ def request_bound(body: PreparedBody, completion_ceiling: int = DEFAULT_COMPLETI
     and what an unreadable answer is charged."""
     completion = (body.max_tokens or completion_ceiling) * body.choices
     return min(body.prompt_estimate + completion, MAX_TOKENS)
+
+
+def completion_ceiling(model_ceiling: int | None, default: int = DEFAULT_COMPLETION_CEILING) -> int:
+    """The completion bound of a request that states none: the model's `maxCompletionTokens`, else `default`."""
+    return model_ceiling if model_ceiling is not None else default
+
+
+def _bound_field(path: str) -> str | None:
+    """The field a backend reads the completion bound from on `path` (None: the API generates no completion)."""
+    if path.endswith("/responses"):
+        return "max_output_tokens"
+    if path.endswith(("/chat/completions", "/completions")):
+        return "max_tokens"
+    return None
+
+
+def bound_completion(body: PreparedBody, model_ceiling: int | None, path: str) -> PreparedBody:
+    """The request as sent upstream when its model sets an explicit completion ceiling: a client that stated
+    no bound gets `max_tokens: <ceiling>` (`max_output_tokens` on `/responses`), and a stated bound above the
+    ceiling is lowered to it, so the provider cannot generate more than the request reserved
+    (`request_bound`). `model_ceiling` None (the model relies on the default) keeps the body byte for byte;
+    so do non-JSON bodies and paths without a completion (embeddings). `path` is the upstream path.
+    A stated bound that is no number is left for the backend to refuse."""
+    field = _bound_field(path.split("?", 1)[0])
+    if model_ceiling is None or field is None or body.content[:1] != b"{":
+        return body
+    fields = json.loads(body.content)  # our own encoding of a JSON object (prepare_body)
+    stated = [f for f in COMPLETION_LIMIT_FIELDS if fields.get(f) is not None]
+    if not stated:
+        fields[field] = model_ceiling
+    for name in stated:
+        value = _lenient_int(fields[name])
+        if value is not None and value > model_ceiling:
+            fields[name] = model_ceiling
+    return replace(body, content=_encode(fields), max_tokens=_max_tokens(fields))
 
 
 def charge_for(status: int, usage: Any, body: PreparedBody, termination: str, *,

@@ -15,6 +15,10 @@ following Gateway API semantics for the features maasctl emits:
 - `timeouts.request` bounds the upstream call.
 - an ExternalModel route's published and target model names (`contract.labels`) become the rule's
   `rename`: the body's `model` is checked and rewritten (`contract.usage.prepare_body`).
+- the route's `maas.opendatahub.io/max-completion-tokens` (the model's `maxCompletionTokens`) becomes the
+  rule's `completion_ceiling` (None: the default; `contract.usage.bound_completion`).
+- the one base URL is plain matching: the generated rules match `x-gateway-model-name` (Exact), which the data
+  plane sets from the body's `model` (`contract.routing`) before it matches.
 
 The table is immutable; the gateway rebuilds it when a watched object changes.
 """
@@ -36,6 +40,7 @@ from maasctl.contract.labels import (
     TARGET_MODEL_ANNOTATION,
     UPSTREAM_KEY_FIELD_ANNOTATION,
     UPSTREAM_KEY_SECRET_ANNOTATION,
+    completion_ceiling_of,
 )
 from maasctl.contract.usage import ModelRename
 from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
@@ -92,6 +97,7 @@ class RouteRule:
     upstream_key_field: str = "api-key"
     model: str | None = None  # namespace/name of the MaaSModelRef, from the route's labels
     rename: ModelRename | None = None  # published vs provider model name (ExternalModel routes)
+    completion_ceiling: int | None = None  # the model's maxCompletionTokens (None: the gateway's default)
     created: str = ""
 
     @property
@@ -350,6 +356,7 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             "upstream_key_field": annotations.get(UPSTREAM_KEY_FIELD_ANNOTATION) or "api-key",
             "model": model,
             "rename": rename,
+            "completion_ceiling": completion_ceiling_of(annotations),
             "created": str(meta.get("creationTimestamp", "")),
             **_filters(rule),
         }

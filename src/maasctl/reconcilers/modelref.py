@@ -181,6 +181,7 @@ class ModelRefReconciler:
             credential_key=em.spec.credential_ref.key if em.spec.credential_ref else "api-key",
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
             shared_service_namespaces=self.ctx.settings.provider_service_namespaces,
+            max_completion_tokens=mr.spec.max_completion_tokens,
         )
         try:
             desired = build_external_model_objects(inp)

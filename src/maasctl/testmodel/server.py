@@ -1,4 +1,5 @@
-"""OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming.
+"""OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming,
+`/v1/embeddings` (a fixed small vector per input; usage: the prompt tokens only).
 
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
 costs. The server remembers the headers (and the body's `model`) of recent requests (`GET /debug/requests`) so
@@ -167,7 +168,24 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
                                      media_type="text/event-stream")
         return _answer(request, _completion(cfg, body["model"], text, chat=False))
 
+    @app.post("/v1/embeddings", response_model=None)
+    async def embeddings(request: Request) -> Response:
+        body = await _body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        given = body.get("input", "")
+        inputs = given if isinstance(given, list) else [given]
+        data = [{"object": "embedding", "index": i, "embedding": _vector(str(text))} for i, text in enumerate(inputs)]
+        usage = {"prompt_tokens": cfg.prompt_tokens, "total_tokens": cfg.prompt_tokens}
+        return _answer(request, {"object": "list", "data": data, "model": body["model"], "usage": usage})
+
     return app
+
+
+def _vector(text: str) -> list[float]:
+    """A deterministic 8-dimensional embedding of `text` (tests compare, nothing means anything)."""
+    digest = zlib.crc32(text.encode())
+    return [((digest >> shift) & 0xFF) / 255 for shift in range(0, 32, 4)]
 
 
 def _hold(request: Request) -> float:

@@ -1,0 +1,67 @@
+"""The one base URL and the completion ceiling on a generated route, against the real control plane: the API
+server stores the base-URL rules (its HTTPRoute schema validates them), the gateway's route table built from
+what it stored routes by the model header, and the model's policies target the route that carries them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+
+from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
+from maasctl.gateway.routes import build_route_table
+from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SUB_NS, Objects, RunningController, eventually
+from tests.reconcilers.test_core_flow import auth_policy, create_secret, external_model, subscription, uid
+
+CEILING = "maas.opendatahub.io/max-completion-tokens"
+
+
+async def test_generated_route_serves_the_base_url_and_carries_the_ceiling(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    await create_secret(kube, namespace, "provider-key")
+    await objs.create(external_model(namespace, "provider"))
+    await objs.create({"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSModelRef",
+                       "metadata": {"name": "bounded", "namespace": namespace},
+                       "spec": {"modelRef": {"kind": "ExternalModel", "name": "provider"},
+                                "maxCompletionTokens": 256}})
+    ap, sub = f"ap-{uid()}", f"sub-{uid()}"
+    await objs.create(auth_policy(ap, [(namespace, "bounded")], ["premium-users"]))
+    await objs.create(subscription(sub, [(namespace, "bounded")], "premium-users"))
+
+    async def route_with(ceiling: str | None) -> dict[str, Any] | None:
+        route = await objs.get("HTTPRoute", namespace, "maas-bounded")
+        if route is None:
+            return None
+        return route if (route["metadata"].get("annotations") or {}).get(CEILING) == ceiling else None
+
+    route = await eventually(lambda: route_with("256"))
+    rules = route["spec"]["rules"]
+    assert len(rules) == 1 + len(BASE_INFERENCE_PATHS)
+    headers = {h["value"] for r in rules[1:] for m in r["matches"] for h in m["headers"]}
+    assert headers == {"provider", "bounded"}  # the published name and the MaaSModelRef's
+
+    service = await k8s.CoreV1Api(kube).read_namespaced_service("maas-bounded", namespace)
+    svc = kube.sanitize_for_serialization(service)
+    table = build_route_table([route], lambda ns, name: svc if name == "maas-bounded" else None,
+                              (GATEWAY_NAME, GATEWAY_NS))
+    match = table.match("maas.example.test", "/v1/chat/completions", "POST", {MODEL_HEADER: "provider"})
+    assert match is not None and match.rule.model == f"{namespace}/bounded"
+    assert match.upstream_path == "/v1/chat/completions" and match.rule.completion_ceiling == 256
+    assert table.match("maas.example.test", "/v1/chat/completions", "POST", {MODEL_HEADER: "other"}) is None
+
+    async def policies() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        auth = await objs.get("AuthPolicy", namespace, "maas-auth-bounded")
+        trlp = await objs.get("TokenRateLimitPolicy", namespace, "maas-trlp-bounded")
+        return (auth, trlp) if auth and trlp else None
+
+    for policy in await eventually(policies):  # whole-route targets: every rule, base-URL ones included
+        assert policy["spec"]["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                                               "name": "maas-bounded"}
+        assert "sectionName" not in policy["spec"]["targetRef"]
+
+    # Removing the setting removes the annotation: the data plane falls back to its default.
+    await objs.patch("MaaSModelRef", namespace, "bounded", {"spec": {"maxCompletionTokens": None}})
+    await eventually(lambda: route_with(None))
+    await objs.delete("MaaSSubscription", SUB_NS, sub)
+    await objs.delete("MaaSAuthPolicy", SUB_NS, ap)
