@@ -59,6 +59,7 @@ from tests.reconcilers.test_core_flow import publish_external
 
 U = uuid.uuid4().hex[:6]
 GROUP = f"eq-users-{U}"
+MODEL = f"eq-{U}"  # the published name is unique on the Gateway: the base URL routes by it
 BIG = 10 * 1024 * 1024 + 1  # past the gateway's max_request_bytes (10 MiB)
 SUBS = ("main", "tight", "rpm", "tpm", "frozen", "throttle", "freeze", "guard")
 KUADRANT = {"AuthPolicy": ("kuadrant.io", "v1", "authpolicies"),
@@ -88,7 +89,7 @@ class World:
 
 def _subscription(sub: str, ns: str) -> dict[str, Any]:
     limit = 10 if sub == "tight" else 1_000_000  # tight: one answer (15 tokens) goes over
-    gpt: dict[str, Any] = {"namespace": ns, "name": "gpt", "tokenRateLimits": [{"limit": limit, "window": "1m"}]}
+    gpt: dict[str, Any] = {"namespace": ns, "name": MODEL, "tokenRateLimits": [{"limit": limit, "window": "1m"}]}
     granite = {"namespace": ns, "name": "granite", "tokenRateLimits": [{"limit": 1_000_000, "window": "1m"}]}
     return {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSSubscription",
             "metadata": {"name": f"eq-{sub}-{U}", "namespace": SUB_NS},
@@ -164,8 +165,8 @@ async def _granite(objs: Objects, kube: k8s.ApiClient, ns: str, model_url: str, 
 
 
 async def _publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, granite_url: str) -> None:
-    await publish_external(objs, kube, ns, "gpt")
-    svc = external_service_name("gpt")
+    await publish_external(objs, kube, ns, MODEL)
+    svc = external_service_name(MODEL)
 
     async def service() -> bool:
         try:
@@ -180,7 +181,7 @@ async def _publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, gr
     await _granite(objs, kube, ns, granite_url, stack.url)
     await objs.create({"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSAuthPolicy",
                        "metadata": {"name": f"eq-ap-{U}", "namespace": SUB_NS},
-                       "spec": {"modelRefs": [{"namespace": ns, "name": "gpt"}, {"namespace": ns, "name": "granite"}],
+                       "spec": {"modelRefs": [{"namespace": ns, "name": MODEL}, {"namespace": ns, "name": "granite"}],
                                 "subjects": {"groups": [{"name": GROUP}]}}})
     for sub in SUBS:
         await objs.create(_subscription(sub, ns))
@@ -191,7 +192,7 @@ async def _publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, gr
 async def _enforced(stack: Stack, ns: str) -> bool:
     """Every route, policy and limit of the world (the Plans' merged in) is in the gateway's snapshot."""
     snap = stack.gateway.state.snapshot()
-    gpt = next((r for r in snap.table.rules if r.model == f"{ns}/gpt"), None)
+    gpt = next((r for r in snap.table.rules if r.model == f"{ns}/{MODEL}"), None)
     if gpt is None or not gpt.backends or gpt.route_key not in snap.auth or gpt.route_key not in snap.requests:
         return False
     names = {limit.name for limit in getattr(snap.limits.get(gpt.route_key), "limits", ())}
@@ -199,7 +200,7 @@ async def _enforced(stack: Stack, ns: str) -> bool:
     granite = f"{ns}/granite-kserve-route"
     if not (wanted <= names and len(names) >= len(SUBS) + 2 and granite in snap.auth and granite in snap.limits):
         return False
-    guard = await simulate(stack.gateway, SimulateRequest(model=f"{ns}/gpt", key=key("guard")))
+    guard = await simulate(stack.gateway, SimulateRequest(model=f"{ns}/{MODEL}", key=key("guard")))
     return guard.guardrails is not None  # the merged policies are the ones compiled
 
 
@@ -271,11 +272,12 @@ async def world(maas_cluster: ControlPlane, redis_server: RedisServer) -> AsyncI
 
 @dataclass(frozen=True)
 class Case:
-    """One request (`model`: ns-relative model name, or a path below /<ns>/), as simulate and the gateway get
-    it; `spend` requests go to the gateway first (200 each) to use a limit up; `expect` is the class's verdict."""
+    """One request (`model`: ns-relative model name, a path below /<ns>/, or "//" and a path from the root),
+    as simulate and the gateway get it; `spend` requests go to the gateway first (200 each) to use a limit up;
+    `expect` is the class's verdict."""
 
     expect: tuple[int, str]
-    model: str = "gpt"
+    model: str = MODEL
     sub: str | None = "main"  # whose API key (None: `token`)
     token: str | None = None  # a test user whose Kubernetes token is sent
     headers: dict[str, str] = field(default_factory=dict)
@@ -293,6 +295,11 @@ def chat(model: str = "gpt-x", **extra: Any) -> dict[str, Any]:
 CASES = {
     "allowed": Case((200, "")),
     "allowed in-cluster model by name": Case((200, ""), model="granite", body=chat("granite")),
+    "allowed on the one base URL": Case((200, ""), model="//v1/chat/completions", body=chat(MODEL)),
+    "base URL without a model": Case((400, "model_required"), model="//v1/chat/completions",
+                                     body={"messages": []}),
+    "base URL, a model nobody publishes": Case((404, "route_not_found"), model="//v1/chat/completions",
+                                               body=chat(f"none-{U}")),
     "no route": Case((404, "route_not_found"), model="/nowhere/v1/chat/completions"),
     "no AuthPolicy": Case((403, "no_auth_policy"), model="/bare/v1/chat/completions", body=chat("granite"),
                           other_gateway=True),
@@ -328,7 +335,8 @@ async def test_simulate_gives_the_gateways_verdict(world: World, name: str) -> N
     ns = world.ns
     gateway, url = (world.other, world.other_url) if case.other_gateway else (world.stack.gateway, world.stack.url)
     credential = key(case.sub) if case.sub is not None else world.token[str(case.token)]
-    path = f"/{ns}{case.model}" if case.model.startswith("/") else f"/{ns}/{case.model}/v1/chat/completions"
+    path = case.model[1:] if case.model.startswith("//") else \
+        f"/{ns}{case.model}" if case.model.startswith("/") else f"/{ns}/{case.model}/v1/chat/completions"
     sim_model = path if case.model.startswith("/") else f"{ns}/{case.model}"
     body = chat() if case.body is None else case.body
     request = SimulateRequest(model=sim_model, **({"key": credential} if case.sub else {"token": credential}),

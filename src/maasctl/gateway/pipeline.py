@@ -30,15 +30,25 @@ The push-style API the fronts use (the HTTP gateway in server.py, the payload pr
     chunk = await resp.feed(chunk); tail = await resp.close()
     await pipeline.finish(ex, status, termination)
 
+Roles: a stage runs in "all" and in its own role; route, limits valid and token reservation are `shared` (the
+processor matches the route itself; in role "envoy" token reservation is Limitador's check only, nothing
+reserved). Only "all" and "processor" settle and record. Between the roles the identity travels in
+`x-maas-identity` (`contract.identity`): `pipeline.identity_header(ex)` on the envoy side (as Authorino's
+success response), `pipeline.adopt_identity(ex, value)` on the processor's post stream before `request_head`
+(it also drops the header); a processor exchange without it is refused 403 `identity_missing`.
+
 Differences from DESIGN_33.md, all additions: `exchange(..., dry=True)` runs the stages as simulate does
 (counters read, nothing reserved, counted or sent to the guardrails engine; a guarded request is refused only
-where it would be whatever its content: a configuration that is not ready); `UpstreamRequest` also carries
-`base_url` and `timeout`; `ResponsePass.held` is True while output guardrails hold the answer (send the head
-only once it is False: the rails may replace status and headers), `resp.abort()` ends a stream that broke;
-`pipeline.too_large(ex)` is the 413 a front that reads the body itself answers. `finish` records only an
-exchange that got past token reservation (what the gateway has always recorded: a refusal before that reaches
-neither upstream nor counters) and releases the guardrails slot in any case. Base-URL routing (the body's
-`model` into `x-gateway-model-name`) hooks in the route stage: see `_route`.
+where the verdict does not depend on the engine: unreadable or too long input, a configuration that is not
+ready); `pipeline.release(ex)` gives the guardrails slot back on paths that may miss `finish`;
+`UpstreamRequest` also carries `base_url` and `timeout`; `ResponsePass.held` is True while output guardrails
+hold the answer (send the head only once it is False: the rails may replace status and headers),
+`resp.abort()` ends a stream that broke; `pipeline.too_large(ex)` is the 413 a front that reads the body
+itself answers. `finish` records only an exchange that got past token reservation (what the gateway has always
+recorded: a refusal before that reaches neither upstream nor counters) and releases the guardrails slot in any
+case. Base-URL routing (the body's `model` into `x-gateway-model-name`, `contract.routing`) is in the route
+stage, so on those paths the body is needed before `request_head`: `pipeline.routes_by_body(ex)` says so, and
+the front sets `ex.raw_body` first.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
+from maasctl.contract.routing import NoModel, is_base_inference_path, match_headers
 from maasctl.contract.usage import (
     Decompressor,
     InvalidBody,
@@ -64,7 +75,9 @@ from maasctl.contract.usage import (
     PreparedBody,
     SseUsageFilter,
     Termination,
+    bound_completion,
     charge_for,
+    completion_ceiling,
     prepare_body,
     request_bound,
 )
@@ -201,6 +214,13 @@ class UpstreamRequest:
     timeout: float | None
 
 
+def _ceiling(p: Pipeline, ex: Exchange) -> int:
+    """The completion bound of a request that states none: its model's `maxCompletionTokens`, else the
+    gateway's default (`contract.usage.completion_ceiling`)."""
+    model = ex.match.rule.completion_ceiling if ex.match is not None else None
+    return completion_ceiling(model, p.plane.settings.completion_ceiling)
+
+
 def _refuse(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Refusal:
     return Refusal(status, code, message, headers or {})
 
@@ -222,9 +242,14 @@ async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
         return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
     ex.snap = snap = p.plane.state.snapshot()
     host = ex.headers.get("host", "")
-    # Base-URL routing hook (ROUTING, DESIGN_33 "Body-based routing"): on /v1/chat/completions & co. with no
-    # `x-gateway-model-name`, the body's `model` goes into that header before matching; the generated routes
-    # that match it land with is33-routing. Until then a base-URL path matches only routes that serve it.
+    # One base URL (contract.routing): on /v1/chat/completions & co. the body's `model` goes into
+    # `x-gateway-model-name` before matching (a front reads the body first there: `routes_by_body`).
+    try:
+        ex.headers = dict(match_headers(ex.path, ex.headers, ex.raw_body))
+    except NoModel as exc:
+        return _refuse(400, "model_required", str(exc))
+    except InvalidBody as exc:
+        return _refuse(400, "invalid_body", str(exc))
     ex.match = snap.table.match(host, ex.path, ex.method, ex.headers)
     if ex.match is None:
         return _refuse(404, "route_not_found", f"no route for {ex.path}")
@@ -270,6 +295,7 @@ async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
     assert ex.match is not None
     try:
         ex.body = prepare_body(ex.raw_body, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
+        ex.body = bound_completion(ex.body, ex.match.rule.completion_ceiling, ex.match.upstream_path)
     except ModelMismatch as exc:
         return _refuse(404, "model_not_found", str(exc))
     except InvalidBody as exc:
@@ -327,7 +353,7 @@ async def _token_reservation(p: Pipeline, ex: Exchange) -> Refusal | None:
         if ex.dry or ex.role == "envoy":  # Limitador's check; the processor reserves on the same counters
             admitted: Reservation | RateDenial = await limiter.check(ex.applied) or NO_RESERVATION
         else:
-            bound = request_bound(ex.body, p.plane.settings.completion_ceiling)
+            bound = request_bound(ex.body, _ceiling(p, ex))
             admitted = await limiter.reserve(ex.applied, limiter.estimate(ex.applied, bound))
         if isinstance(admitted, RateDenial):
             ex.denial = admitted
@@ -557,6 +583,11 @@ class Pipeline:
         ex.raw_headers = [(n, v) for n, v in ex.raw_headers if n != ids.HEADER]
         ex.headers.pop(ids.HEADER, None)
 
+    def routes_by_body(self, ex: Exchange) -> bool:
+        """True when the route is chosen by the body's `model` (a base-URL path): set `ex.raw_body` before
+        `request_head` (the processor: from its "pre" stream's buffered body)."""
+        return ex.path is not None and is_base_inference_path(ex.path)
+
     def too_large(self, ex: Exchange) -> Refusal:
         """The answer to a body over `max_request_bytes` (a front that stops reading gives it)."""
         return _refuse(413, "body_too_large", "request body too large")
@@ -599,9 +630,9 @@ class Pipeline:
             self.release(ex)
 
     async def _record(self, ex: Exchange, status: int, termination: Termination) -> None:
-        settings, plane = self.plane.settings, self.plane
+        plane = self.plane
         usage = ex.response.usage if ex.response is not None else None
-        charge = charge_for(status, usage, ex.body, termination, completion_ceiling=settings.completion_ceiling)
+        charge = charge_for(status, usage, ex.body, termination, completion_ceiling=_ceiling(self, ex))
         await plane.limiter.settle(ex.reservation, ex.applied, charge.charged)
         guard = ex.guard
         if guard is not None and guard.client_status is not None:  # a guardrail replaced the upstream answer

@@ -256,10 +256,19 @@ class Gateway:
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         ex = pipeline.exchange(scope["method"], raw_path, scope.get("query_string", b"").decode("latin-1"), headers,
                                scope.get("scheme", "http"))
+        early: bytes | None = None
+        if pipeline.routes_by_body(ex):  # one base URL: the body names the model the route is matched by
+            try:
+                early = ex.raw_body = await _read_body(receive, self.settings.max_request_bytes)
+            except _BodyTooLarge:
+                await _refuse(send, pipeline.too_large(ex))
+                return
+            except ConnectionResetError:
+                return
         refusal = await pipeline.request_head(ex, self.role)
         if refusal is None:
             try:
-                raw = await _read_body(receive, self.settings.max_request_bytes)
+                raw = early if early is not None else await _read_body(receive, self.settings.max_request_bytes)
             except _BodyTooLarge:
                 refusal = pipeline.too_large(ex)
             except ConnectionResetError:

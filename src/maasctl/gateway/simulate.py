@@ -42,6 +42,7 @@ from maasctl.contract.edge import API_KEY_PREFIX, presented_credential
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import binding_from_filters
 from maasctl.contract.labels import MODEL_LABEL, MODEL_NAMESPACE_LABEL
+from maasctl.contract.routing import is_base_inference_path
 from maasctl.contract.usage import read_json_object
 from maasctl.gateway.auth import AuthServiceUnavailable
 from maasctl.gateway.pipeline import Exchange, Pipeline
@@ -167,7 +168,7 @@ def _path_for(gateway: Enforcer, request: SimulateRequest) -> tuple[str, str]:
         return request.host or "", request.model
     table = gateway.state.snapshot().table
     route = _route_of_model(gateway, request.model)
-    for rule in table.rules:
+    for rule in sorted(table.rules, key=lambda r: is_base_inference_path(r.path)):  # the model's own path first
         if rule.model == request.model or rule.route_key in (request.model, route):
             host = request.host or (rule.hostnames[0] if rule.hostnames and "*" not in rule.hostnames[0] else "")
             path = rule.path if rule.path_type == "Exact" else rule.path.rstrip("/") + request.endpoint
@@ -218,6 +219,9 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
         ex.identity_override = {"authenticated": True,
                                 "user": {"username": request.user, "groups": list(request.groups)}}
     report = SimulationReport(200, "allowed", path=path)
+    body = b"" if request.body is None else json.dumps(request.body).encode()
+    if pipeline.routes_by_body(ex):
+        ex.raw_body = body
     refusal = await pipeline.request_head(ex)
     if ex.match is not None:
         report.route, report.upstream_path = ex.route, ex.match.upstream_path
@@ -235,7 +239,6 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
     guard = binding_from_filters(ex.outcome.filters) if ex.outcome.allowed else None  # guardrails apply?
     report.guardrails = guard.to_json() if guard is not None else None
     if refusal is None:
-        body = b"" if request.body is None else json.dumps(request.body).encode()
         refusal = await pipeline.request_body(ex, body)
     if ex.trlp is not None:
         report.rate_limit_policy = ex.trlp.key
