@@ -20,9 +20,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from maasctl.builders.names import external_service_name
 from maasctl.contract.selection import select_subscription
 from maasctl.contract.views import SubscriptionView, subscription_view
 from maasctl.gateway import Gateway, GatewaySettings, start_http
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
 from maasctl.runtime import Client
@@ -35,6 +37,7 @@ from tests.reconcilers.conftest import (  # noqa: F401  (fixtures re-exported fo
     SETTINGS,
     SUB_NS,
     RunningController,
+    eventually,
     maas_cluster,
     objs,
     start_controller,
@@ -150,3 +153,31 @@ async def open_stack(cp: ControlPlane, **settings_overrides: Any) -> AsyncIterat
         if gateway is not None:
             await gateway.stop()
         await api.close()
+
+
+@pytest.fixture
+async def offline_gateway() -> AsyncIterator[Gateway]:
+    """A gateway on an unconnected API client (never started): for its pipeline's stages that need no cluster."""
+    api = k8s.ApiClient()
+    gw = Gateway(GatewaySettings(gateway_name="gw", gateway_namespace="gw-ns"), Client(api), sink=MemorySink())
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+        await api.close()
+
+
+async def serve_external_locally(kube: k8s.ApiClient, ns: str, model: str, url: str) -> None:
+    """Point the ExternalModel `model`'s generated Service at `url` (a local test model), once it exists."""
+    svc = external_service_name(model)
+
+    async def service() -> bool:
+        try:
+            await k8s.CoreV1Api(kube).read_namespaced_service(svc, ns)
+            return True
+        except k8s.ApiException:
+            return False
+
+    await eventually(service)
+    await k8s.CoreV1Api(kube).patch_namespaced_service(
+        svc, ns, {"metadata": {"annotations": {LOCAL_URL_ANNOTATION: url}}})

@@ -13,12 +13,10 @@ from typing import Any
 import httpx
 from kubernetes_asyncio import client as k8s
 
-from maasctl.builders.names import external_service_name
 from maasctl.gateway import SimulateRequest, format_report, simulate, simulate_remote
-from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.gateway.usage import HttpBatchSink
 from maasctl.testenv import ControlPlane
-from tests.gateway.conftest import UPSTREAM_KEY, Stack
+from tests.gateway.conftest import UPSTREAM_KEY, Stack, serve_external_locally
 from tests.reconcilers.conftest import SUB_NS, Objects, RunningController, eventually
 from tests.reconcilers.test_core_flow import auth_policy, publish_external, subscription, uid
 
@@ -29,18 +27,7 @@ async def publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, lim
     """An external model served by the local test model, an auth policy for premium+free users, a premium
     subscription limited to `limit` tokens/min and a free one with a large limit. Returns (premium, free)."""
     await publish_external(objs, kube, ns, "gpt")
-    svc = external_service_name("gpt")
-
-    async def service() -> bool:
-        try:
-            await k8s.CoreV1Api(kube).read_namespaced_service(svc, ns)
-            return True
-        except k8s.ApiException:
-            return False
-
-    await eventually(service)
-    await k8s.CoreV1Api(kube).patch_namespaced_service(
-        svc, ns, {"metadata": {"annotations": {LOCAL_URL_ANNOTATION: stack.model_url}}})
+    await serve_external_locally(kube, ns, "gpt", stack.model_url)
     premium, free, ap = f"premium-{uid()}", f"free-{uid()}", f"ap-{uid()}"
     await objs.create(auth_policy(ap, [(ns, "gpt")], ["premium-users", "free-users"]))
     await objs.create(subscription(premium, [(ns, "gpt")], "premium-users", limit, ("1m", "1h")))

@@ -9,18 +9,14 @@ routes are called directly).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from maasctl.contract import identity as ids
-from maasctl.gateway import Gateway, GatewaySettings
+from maasctl.gateway import Gateway
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.pipeline import STAGES, Exchange, Role, _runs
 from maasctl.gateway.routes import RouteMatch, RouteRule
 from maasctl.gateway.usage import MemorySink
-from maasctl.runtime import Client
 
 ORDER = [("edge", "processor"), ("route", "envoy"), ("auth", "envoy"), ("metering", "processor"),
          ("body", "processor"), ("limits valid", "envoy"), ("backend", "envoy"), ("provider key", "processor"),
@@ -28,14 +24,8 @@ ORDER = [("edge", "processor"), ("route", "envoy"), ("auth", "envoy"), ("meterin
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    api = ApiClient()
-    gw = Gateway(GatewaySettings(gateway_name="gw", gateway_namespace="gw-ns"), Client(api), sink=MemorySink())
-    try:
-        yield gw
-    finally:
-        await gw.stop()
-        await api.close()
+def gateway(offline_gateway: Gateway) -> Gateway:
+    return offline_gateway
 
 
 def admitted(gw: Gateway) -> Exchange:

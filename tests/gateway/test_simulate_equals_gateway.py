@@ -39,7 +39,6 @@ from maasctl.billing.compile import BudgetAction, PlanInput, Tenant, compile_pla
 from maasctl.billing.wallet import denial_message
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
-from maasctl.builders.names import external_service_name
 from maasctl.builders.refs import ObjectRef
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.guardrails import SettingsView
@@ -53,7 +52,7 @@ from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.redis import RedisServer
 from maasctl.testmodel import ModelServerConfig, create_app
-from tests.gateway.conftest import Stack, open_stack
+from tests.gateway.conftest import Stack, open_stack, serve_external_locally
 from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SUB_NS, Objects, eventually, start_controller
 from tests.reconcilers.test_core_flow import publish_external
 
@@ -166,18 +165,7 @@ async def _granite(objs: Objects, kube: k8s.ApiClient, ns: str, model_url: str, 
 
 async def _publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, granite_url: str) -> None:
     await publish_external(objs, kube, ns, MODEL)
-    svc = external_service_name(MODEL)
-
-    async def service() -> bool:
-        try:
-            await k8s.CoreV1Api(kube).read_namespaced_service(svc, ns)
-            return True
-        except k8s.ApiException:
-            return False
-
-    await eventually(service)
-    await k8s.CoreV1Api(kube).patch_namespaced_service(
-        svc, ns, {"metadata": {"annotations": {LOCAL_URL_ANNOTATION: stack.model_url}}})
+    await serve_external_locally(kube, ns, MODEL, stack.model_url)
     await _granite(objs, kube, ns, granite_url, stack.url)
     await objs.create({"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSAuthPolicy",
                        "metadata": {"name": f"eq-ap-{U}", "namespace": SUB_NS},

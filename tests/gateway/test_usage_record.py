@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
 from maasctl.contract.usage import PreparedBody, UsageRecord
-from maasctl.gateway import Gateway, GatewaySettings
+from maasctl.gateway import Gateway
 from maasctl.gateway import record as fitting
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.ratelimit import Reservation, compile_token_rate_limit_policy
 from maasctl.gateway.routes import RouteMatch, RouteRule
 from maasctl.gateway.usage import MemorySink
-from maasctl.runtime import Client
 
 KEY = "models-as-a-service/free@team/m"
 PATH = "/team/m/v1/chat/completions"
@@ -35,14 +33,8 @@ LIMITS = UsageRecord.model_fields
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    api = ApiClient()
-    gw = Gateway(GatewaySettings(gateway_name="gw", gateway_namespace="gw-ns"), Client(api), sink=MemorySink())
-    try:
-        yield gw
-    finally:
-        await gw.stop()
-        await api.close()
+def gateway(offline_gateway: Gateway) -> Gateway:
+    return offline_gateway
 
 
 def trlp() -> Any:
