@@ -245,7 +245,8 @@ async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
     # One base URL (contract.routing): on /v1/chat/completions & co. the body's `model` goes into
     # `x-gateway-model-name` before matching (a front reads the body first there: `routes_by_body`).
     try:
-        ex.headers = dict(match_headers(ex.path, ex.headers, ex.raw_body))
+        if is_base_inference_path(ex.path):  # elsewhere the headers are matched as they are (no copy)
+            ex.headers = dict(match_headers(ex.path, ex.headers, ex.raw_body))
     except NoModel as exc:
         return _refuse(400, "model_required", str(exc))
     except InvalidBody as exc:
