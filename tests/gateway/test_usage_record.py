@@ -1,15 +1,15 @@
-"""A served request always leaves a usage record (`Gateway._finish`, `record.usage_record`): values out of
+"""A served request always leaves a usage record (`Pipeline.finish`, `record.usage_record`): values out of
 UsageRecord's bounds (a 339-character ServiceAccount user is valid Kubernetes) are fitted, never a reason to
 drop the record, since a request without a record is never billed.
 
-No control plane: the gateway is built on an unconnected API client and `_finish` is called as `_forward` does.
+No control plane: the gateway is built on an unconnected API client and the pipeline's response pass and
+`finish` are called as the HTTP front calls them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -19,7 +19,7 @@ from kubernetes_asyncio.client import ApiClient
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
 from maasctl.contract.usage import PreparedBody, UsageRecord
-from maasctl.gateway import Gateway, GatewaySettings, server
+from maasctl.gateway import Gateway, GatewaySettings
 from maasctl.gateway import record as fitting
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.ratelimit import Reservation, compile_token_rate_limit_policy
@@ -66,12 +66,16 @@ async def finish(gw: Gateway, user: str = "alice", labels: Any = None, **sub_inf
     info = {**sub_info, **({"labels": labels} if labels is not None else {})}
     outcome = AuthOutcome(True, filters={"identity": identity}, auth={"metadata": {"subscriptionInfo": info}})
     rule = RouteRule("team", "route", 0, "PathPrefix", "/", model="team/m")
-    exchange = server._Exchange(uuid.uuid4().hex, time.monotonic(), RouteMatch(rule, PATH),
-                                outcome, applied, PreparedBody(b"{}", prompt_estimate=1), reservation)
+    exchange = gw.pipeline.exchange("POST", PATH.encode(), "", [])
+    exchange.match, exchange.outcome, exchange.applied = RouteMatch(rule, PATH), outcome, applied
+    exchange.body, exchange.reservation, exchange.admitted = PreparedBody(b"{}", prompt_estimate=1), reservation, True
+    response = gw.pipeline.response(exchange, 200, [("content-type", "application/json")])
+    await response.feed(json.dumps({"usage": USAGE}).encode())
+    await response.close()
     sink = gw.sink
     assert isinstance(sink, MemorySink)
     before = len(sink.records)
-    await gw._finish(exchange, 200, USAGE, "complete")
+    await gw.pipeline.finish(exchange, 200, "complete")
     assert len(sink.records) == before + 1, "a served request left no usage record: it is never billed"
     return sink.records[-1]
 

@@ -63,6 +63,7 @@ from typing import Any, Final, Literal
 import httpx
 from prometheus_client import Counter, Gauge, Histogram
 
+from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import MAX_CHECK_CHARS, GuardrailsBinding
 from maasctl.contract.usage import PreparedBody
 
@@ -469,12 +470,6 @@ def _event_text(event: bytes) -> str | None:
         return None
 
 
-def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
-    kind = {400: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error"}.get(status,
-                                                                                                   "api_error")
-    return json.dumps({"error": {"message": message, "type": kind, "code": code, "param": param}}).encode()
-
-
 def blocked_message(binding: GuardrailsBinding, rail: str, where: str) -> str:
     return f"the {where} was blocked by guardrail {rail or 'unknown'!r} (configuration {binding.config!r})"
 
@@ -545,15 +540,6 @@ class CallerSlots:
         return self._in_flight.get(caller, 0)
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """An answer the gateway gives instead of forwarding a guarded request."""
-
-    status: int
-    body: bytes
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
 class GuardrailsClient:
     """Calls the engine; `url_override` replaces the exported engine URL (the local gateway); `caller_in_flight`
     bounds each caller's guarded requests in flight (0: unbounded)."""
@@ -572,21 +558,21 @@ class GuardrailsClient:
         guard = GuardCheck(binding, prompt=text or "")
         if text is None:
             guard.outcome = "unavailable"
-            return guard, Refusal(400, error_body(
-                400, "guardrails apply to this model and cannot read this request body", "guardrails_unreadable"))
+            return guard, Refusal(400, "guardrails_unreadable",
+                                  "guardrails apply to this model and cannot read this request body")
         if len(text) > MAX_CHECK_CHARS:
             guard.outcome = "unavailable"
             CHECKS.labels(binding.config, "input", "too_large").inc()
-            return guard, Refusal(413, error_body(
-                413, f"guardrails apply to this model and check at most {MAX_CHECK_CHARS} characters of input; "
-                f"this request has {len(text)}", "guardrails_input_too_large", "input"))
+            return guard, Refusal(413, "guardrails_input_too_large",
+                f"guardrails apply to this model and check at most {MAX_CHECK_CHARS} characters of input; "
+                f"this request has {len(text)}", param="input")
         release = self.slots.take(caller)
         if release is None:
             guard.outcome = "unavailable"
             CHECKS.labels(binding.config, "input", "busy").inc()
-            return guard, Refusal(429, error_body(
-                429, f"at most {self.slots.limit} guarded requests per user may be in flight; retry later",
-                "guardrails_busy"), {"retry-after": str(BUSY_RETRY_AFTER)})
+            return guard, Refusal(429, "guardrails_busy",
+                f"at most {self.slots.limit} guarded requests per user may be in flight; retry later",
+                {"retry-after": str(BUSY_RETRY_AFTER)})
         guard.release = release
         try:
             verdict = await self.check(binding, "input", text)
@@ -599,12 +585,11 @@ class GuardrailsClient:
         release()
         if verdict.outcome == "blocked":
             guard.outcome = "blocked_input"
-            return guard, Refusal(400, error_body(400, blocked_message(binding, verdict.rail, "request"),
-                                                  "guardrail_blocked", "input"),
-                                  {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"})
+            return guard, Refusal(400, "guardrail_blocked", blocked_message(binding, verdict.rail, "request"),
+                                  {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"}, param="input")
         guard.outcome = "unavailable"
         code = "guardrails_unavailable" if binding.ready else "guardrails_config_unavailable"
-        return guard, Refusal(503, error_body(503, verdict.reason, code))
+        return guard, Refusal(503, code, verdict.reason)
 
     async def check(self, binding: GuardrailsBinding, rails: Literal["input", "output"], user: str,
                     answer: str | None = None) -> Verdict:
@@ -760,12 +745,11 @@ class OutputGuard:
         self._blocked = True
         self.check.outcome = "blocked_output"
         CHECKS.labels(self.check.binding.config, "output", "unreadable").inc()
-        err = {"message": _UNREADABLE_ANSWER, "type": "invalid_request_error", "code": "guardrails_unreadable",
-               "param": "output"}
+        body = error_body(400, _UNREADABLE_ANSWER, "guardrails_unreadable", "output")
         if self._sse and not self._encoded:  # as a blocked stream ends
-            await self._end_stream(err)
+            await self._end_stream(json.loads(body)["error"])
         else:
-            await self._refuse(400, json.dumps({"error": err}).encode(), None)
+            await self._refuse(400, body, None)
 
     async def _end_stream(self, err: Mapping[str, Any]) -> None:
         """End a stream with an error event and `[DONE]`, dropping what is held (never checked text)."""

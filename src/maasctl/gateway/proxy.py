@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from maasctl.contract.edge import HOP_BY_HOP
 
-__all__ = ["response_headers"]
+__all__ = ["response_header_pairs", "response_headers"]
 
 
 def response_headers(upstream: Iterable[tuple[str, str]], *, body_changed: bool) -> list[tuple[bytes, bytes]]:
@@ -19,3 +19,9 @@ def response_headers(upstream: Iterable[tuple[str, str]], *, body_changed: bool)
             continue
         out.append((lname.encode("latin-1"), value.encode("latin-1")))
     return out
+
+
+def response_header_pairs(upstream: Iterable[tuple[str, str]], *, body_changed: bool) -> list[tuple[str, str]]:
+    """`response_headers` as text pairs (names lowercased), for fronts that are not ASGI."""
+    return [(lname, value) for name, value in upstream
+            if (lname := name.lower()) not in HOP_BY_HOP and not (body_changed and lname == "content-length")]

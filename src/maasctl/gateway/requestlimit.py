@@ -11,10 +11,10 @@ So a limit of 600 per minute serves 600 requests and refuses the 601st with 429 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from maasctl.contract.errors import Refusal
 from maasctl.gateway.counters import CounterStore, MemoryCounterStore, Slot
 from maasctl.gateway.ratelimit import (
     AppliedLimit,
@@ -64,9 +64,20 @@ class RequestLimiter:
         await self.store.settle([s.key for s in slots], 1, 1)
         return None
 
+    async def check(self, policy: CompiledRateLimitPolicy, route: str, activation: Mapping[str, Any]
+                    ) -> RateDenial | None:
+        """What `admit` would answer, counting nothing (simulate): the first rate with no room for one more."""
+        applied = self.applicable(policy, route, activation)
+        pairs = [(item, rate) for item in applied for rate in item.limit.rates if rate.seconds > 0]
+        usages = await self.store.read([item.key(rate) for item, rate in pairs])
+        for (item, rate), usage in zip(pairs, usages, strict=True):
+            if usage.used + usage.reserved > rate.limit - 1:
+                retry = max(1, int((usage.resets_in or 1) + 0.999))
+                return RateDenial(item.limit.name, rate.limit, rate.window, usage.used, retry)
+        return None
 
-def denial_response(denial: RateDenial) -> tuple[int, bytes, dict[str, str]]:
-    """(status, JSON body, headers) of a 429 for a request limit, in the gateway's error format."""
-    body = {"error": {"message": f"request limit {denial.limit} per {denial.window} exceeded",
-                      "type": "rate_limit_error", "code": "rate_limited"}}
-    return 429, json.dumps(body).encode(), {"retry-after": str(denial.retry_after)}
+
+def denial_response(denial: RateDenial) -> Refusal:
+    """The 429 of a request limit, in the data plane's error format (`contract.errors`)."""
+    return Refusal(429, "rate_limited", f"request limit {denial.limit} per {denial.window} exceeded",
+                   {"retry-after": str(denial.retry_after)})

@@ -20,8 +20,6 @@ import json
 import logging
 import signal
 import ssl
-import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,34 +32,16 @@ from multidict import CIMultiDict
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
-from maasctl.contract.credentials import canonical_authorization
-from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
-from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
-from maasctl.contract.usage import (
-    Decompressor,
-    InvalidBody,
-    JsonModelRewriter,
-    JsonUsageScanner,
-    ModelMismatch,
-    PreparedBody,
-    SseUsageFilter,
-    Termination,
-    charge_for,
-    prepare_body,
-    request_bound,
-)
+from maasctl.contract.errors import Refusal, error_body
+from maasctl.contract.usage import Termination
 from maasctl.eventloop import tune_gc
-from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
-from maasctl.gateway.authpolicy import RequestInfo
+from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.counters import counter_store
-from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
-from maasctl.gateway.proxy import response_headers
-from maasctl.gateway.ratelimit import AppliedLimit, RateDenial, Reservation, TokenRateLimiter
-from maasctl.gateway.record import BOUNDS, fit_text, usage_record
-from maasctl.gateway.requestlimit import RequestLimiter, denial_response
-from maasctl.gateway.routes import RouteMatch
+from maasctl.gateway.guardrails import GuardrailsClient
+from maasctl.gateway.pipeline import Exchange, Pipeline, Role
+from maasctl.gateway.ratelimit import TokenRateLimiter
+from maasctl.gateway.requestlimit import RequestLimiter
 from maasctl.gateway.simulate import SIMULATE_BODY_LIMIT, SimulateAuthority, SimulateRefused, SimulateRequest, simulate
 from maasctl.gateway.spool import UsageSpool
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
@@ -81,16 +61,15 @@ class _BodyTooLarge(Exception):
     pass
 
 
-def _error_body(status: int, message: str, code: str) -> bytes:
-    kind = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}.get(status, "api_error")
-    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
-
-
 async def _respond(send: Send, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
     hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    await _respond(send, refusal.status, refusal.body, refusal.headers)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes:
@@ -125,20 +104,6 @@ def _token_review(client: Client) -> Callable[[str, tuple[str, ...]], Awaitable[
         return status if status.get("authenticated") else None
 
     return review
-
-
-@dataclass
-class _Exchange:
-    """Per-request facts for charging and the usage record."""
-
-    request_id: str
-    started: float
-    match: RouteMatch
-    outcome: AuthOutcome
-    applied: list[AppliedLimit]
-    body: PreparedBody
-    reservation: Reservation
-    guard: GuardCheck | None = None  # guardrails of this request (gateway/guardrails.py)
 
 
 class Gateway:
@@ -186,6 +151,8 @@ class Gateway:
         self.guardrails = GuardrailsClient(self._own(httpx.AsyncClient()), settings.guardrails_url,
                                            settings.guardrails_caller_in_flight)
         self._cache_task: asyncio.Task[None] | None = None
+        self.role: Role = "all"  # every stage in process (the payload-processor mode runs "envoy")
+        self.pipeline = Pipeline(self)
 
     def _own(self, http: httpx.AsyncClient) -> httpx.AsyncClient:
         self._owned.append(http)
@@ -261,298 +228,108 @@ class Gateway:
             await send({"type": "http.response.body", "body": payload})
         elif path == "/_gateway/simulate" and scope["method"] == "POST":
             if self.settings.admin_from_loopback_only and not _is_loopback(scope):
-                await _respond(send, 403, _error_body(403, "simulate is only served to loopback clients", "forbidden"))
+                await _respond(send, 403, error_body(403, "simulate is only served to loopback clients", "forbidden"))
                 return
             try:
                 request = SimulateRequest.from_bytes(await _read_body(receive, SIMULATE_BODY_LIMIT))
             except (ValueError, _BodyTooLarge, ConnectionResetError) as exc:
-                await _respond(send, 400, _error_body(400, f"bad simulate request: {exc}", "invalid_request"))
+                await _respond(send, 400, error_body(400, f"bad simulate request: {exc}", "invalid_request"))
                 return
             authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"authorization"),
                                  None)
             try:
                 await self.simulate_authority.authorize(request, authorization)
             except SimulateRefused as refused:
-                await _respond(send, refused.status, _error_body(refused.status, str(refused), refused.code))
+                await _respond(send, refused.status, error_body(refused.status, str(refused), refused.code))
                 return
             report = await simulate(self, request)
             await _respond(send, 200, json.dumps(report.to_json()).encode())
         else:
-            await _respond(send, 404, _error_body(404, "not found", "not_found"))
+            await _respond(send, 404, error_body(404, "not found", "not_found"))
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.monotonic()
-        raw_headers: list[tuple[str, str]] = [
-            (name, canonical_authorization(value) if name == "authorization" else value)
-            for name, value in ((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"])
-        ]
-        headers: dict[str, str] = {}
-        for name, value in raw_headers:
-            headers[name] = f"{headers[name]},{value}" if name in headers else value
-        forbidden = forbidden_client_header(name for name, _ in raw_headers)
-        if forbidden is not None:
-            await _respond(send, 400, _error_body(
-                400, f"header {forbidden!r} is decided by the gateway and may not be sent", "forbidden_header"))
-            return
-        query = scope.get("query_string", b"").decode("latin-1")
+        """The HTTP front of the pipeline (`gateway.pipeline`): it reads the body, forwards and streams back."""
+        pipeline = self.pipeline
+        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
-        try:
-            path = canonical_path(raw_path.split(b"?", 1)[0])
-        except AmbiguousPath as exc:
-            await _respond(send, 400, _error_body(400, f"ambiguous request path: {exc}", "ambiguous_path"))
-            return
-        host = headers.get("host", "")
-        snap = self.state.snapshot()
-        match = snap.table.match(host, path, scope["method"], headers)
-        if match is None:
-            await _respond(send, 404, _error_body(404, f"no route for {path}", "route_not_found"))
-            return
-        route = match.rule.route_key
-        request = RequestInfo(scope["method"], path + (f"?{query}" if query else ""), host, headers,
-                              scope.get("scheme", "http"))
-        policy = snap.auth.get(route)
-        if isinstance(policy, PolicyError):
-            await _respond(send, 500, _error_body(500, "the route's AuthPolicy cannot be enforced", "policy_error"))
-            return
-        if policy is None:
-            if not self.settings.serve_routes_without_auth_policy:
-                log.info("denied %s %s: no AuthPolicy covers route %s", scope["method"], path, route)
-                await _respond(send, 403, _error_body(403, "no AuthPolicy covers this route", "no_auth_policy"))
-                return
-            outcome = AuthOutcome(True, reason="no AuthPolicy")
-        else:
-            outcome = await self.auth.check(policy, request)
-        if not outcome.allowed:
-            extra = {"x-ext-auth-reason": outcome.message, **outcome.deny_headers}
-            if outcome.status == 401:
-                extra.setdefault("www-authenticate", 'Bearer realm="maas"')
-            code = {401: "unauthenticated", 503: "auth_unavailable"}.get(outcome.status, "forbidden")
-            deny = outcome.deny_body.encode() if outcome.deny_body is not None else _error_body(
-                outcome.status, outcome.message, code)
-            log.info("denied %s %s: %d %s", scope["method"], path, outcome.status, outcome.reason)
-            await _respond(send, outcome.status, deny, extra)
-            return
-        if not self.sink.accepting():  # maas-api has been unreachable long enough to fill the usage buffer
-            log.warning("refused %s %s: usage records cannot be kept", scope["method"], path)
-            await _respond(send, 503, _error_body(503, "usage metering is unavailable, retry later",
-                                                  "metering_unavailable"), {"retry-after": "5"})
-            return
-        try:
-            raw = await _read_body(receive, self.settings.max_request_bytes)
-        except _BodyTooLarge:
-            await _respond(send, 413, _error_body(413, "request body too large", "body_too_large"))
-            return
-        except ConnectionResetError:
-            return
-        try:
-            body = prepare_body(raw, match.rule.rename, content_type=headers.get("content-type"))
-        except ModelMismatch as exc:
-            await _respond(send, 404, _error_body(404, str(exc), "model_not_found"))
-            return
-        except InvalidBody as exc:
-            await _respond(send, 400, _error_body(400, str(exc), "invalid_body"))
-            return
-        trlp = snap.limits.get(route)
-        if isinstance(trlp, PolicyError):
-            await _respond(send, 500, _error_body(500, "the route's rate limit cannot be enforced", "policy_error"))
-            return
-        backend = match.rule.pick_backend()
-        if backend is None:
-            await _respond(send, 500, _error_body(500, match.rule.backend_error or "no backend", "backend_error"))
-            return
-        key = None
-        if match.rule.upstream_key_secret and policy is not None:  # only after an AuthPolicy allowed it
-            key = self.state.upstream_key(
-                match.rule.namespace, match.rule.upstream_key_secret, match.rule.upstream_key_field
-            )
-            if key is None:
-                await _respond(send, 503, _error_body(503, "upstream credentials are not available", "no_upstream_key"))
-                return
-        rlp = snap.requests.get(route)  # RateLimitPolicy (billing Plans): request counts
-        if isinstance(rlp, PolicyError):
-            await _respond(send, 500, _error_body(500, "the route's request limit cannot be enforced", "policy_error"))
-            return
-        if rlp is not None:
-            refused = await self.requests.admit(rlp, route, {"request": request.attributes(), "auth": outcome.filters})
-            if refused is not None:
-                await _respond(send, *denial_response(refused))
-                return
-        applied: list[AppliedLimit] = []
-        reservation = Reservation((), 0)
-        if trlp is not None:
-            activation = {"request": request.attributes(), "auth": outcome.filters}
-            applied = self.limiter.applicable(trlp, route, activation)
-            bound = request_bound(body, self.settings.completion_ceiling)
-            admitted = await self.limiter.reserve(applied, self.limiter.estimate(applied, bound))
-            if isinstance(admitted, RateDenial):
-                await _respond(send, 429, _error_body(
-                    429, f"token limit {admitted.limit} per {admitted.window} exceeded", "rate_limited"),
-                    {"retry-after": str(admitted.retry_after)})
-                return
-            reservation = admitted
-        exchange = _Exchange(uuid.uuid4().hex, started, match, outcome, applied, body, reservation)
-        # --- guardrails: input rails before forwarding (gateway/guardrails.py) -----------------------------
-        binding = binding_from_filters(outcome.filters)
-        if binding is not None and not await self._guard_input(send, exchange, binding):
-            return
-        # --- end guardrails ---------------------------------------------------------------------------------
-        rule = match.rule
-        out_headers = upstream_headers(raw_headers, outcome.headers, forward_credentials=rule.forward_credentials,
-                                       set_headers=rule.set_headers, add_headers=rule.add_headers,
-                                       remove_headers=(*rule.remove_headers, "accept-encoding"), upstream_key=key)
-        out_headers.append(("accept-encoding", "identity"))  # usage is read from the answer: no compression
-        if body.content != raw:
-            out_headers = [(n, v) for n, v in out_headers if n != "content-type"]
-            out_headers.append(("content-type", "application/json"))
-        if match.rule.rewrite_hostname:
-            out_headers.append(("host", match.rule.rewrite_hostname))
-        url = backend.base_url + match.upstream_path + (f"?{query}" if query else "")
-        timeout = match.rule.timeout if match.rule.timeout is not None else self.settings.upstream_timeout
-        try:
-            await self._forward(send, exchange, scope["method"], url, out_headers, timeout or None)
-        finally:
-            if exchange.guard is not None:  # guardrails: the caller's engine slot is given back
-                exchange.guard.release()
-
-    async def _guard_input(self, send: Send, ex: _Exchange, binding: GuardrailsBinding) -> bool:
-        """Input rails; False when the request was answered here (blocked or refused, settled and recorded)."""
-        ex.guard, refusal = await self.guardrails.admit(binding, ex.body, ex.match.upstream_path,
-                                                        caller_of(ex.outcome.filters))
+        ex = pipeline.exchange(scope["method"], raw_path, scope.get("query_string", b"").decode("latin-1"), headers,
+                               scope.get("scheme", "http"))
+        refusal = await pipeline.request_head(ex, self.role)
         if refusal is None:
-            return True
-        await _respond(send, refusal.status, refusal.body, refusal.headers)
-        await self._finish(ex, refusal.status, None, "refused")
-        return False
+            try:
+                raw = await _read_body(receive, self.settings.max_request_bytes)
+            except _BodyTooLarge:
+                refusal = pipeline.too_large(ex)
+            except ConnectionResetError:
+                return
+            else:
+                refusal = await pipeline.request_body(ex, raw, self.role)
+                if refusal is not None:
+                    await _refuse(send, refusal)
+                    await pipeline.finish(ex, refusal.status, "refused")
+                    return
+        if refusal is not None:
+            await _refuse(send, refusal)
+            return
+        try:
+            await self._forward(send, ex)
+        finally:
+            pipeline.release(ex)
 
-    async def _forward(self, send: Send, ex: _Exchange, method: str, url: str, headers: list[tuple[str, str]],
-                       timeout: float | None) -> None:
-        if ex.guard is not None:  # guardrails: output rails around the answer (gateway/guardrails.py)
-            send = OutputGuard(self.guardrails, ex.guard, send, self.settings.guardrails_stream_chunk_chars)
-        client_timeout = aiohttp.ClientTimeout(total=timeout, connect=self.settings.connect_timeout)
+    async def _forward(self, send: Send, ex: Exchange) -> None:
+        pipeline = self.pipeline
+        up = pipeline.upstream_request(ex)
+        client_timeout = aiohttp.ClientTimeout(total=up.timeout, connect=self.settings.connect_timeout)
         try:
             response = await self.upstream.request(
-                method, URL(url, encoded=True), headers=CIMultiDict(headers), data=ex.body.content or None,
-                timeout=client_timeout, allow_redirects=False)
+                ex.method, URL(up.base_url + up.path_and_query, encoded=True), headers=CIMultiDict(up.headers),
+                data=up.body or None, timeout=client_timeout, allow_redirects=False)
         except TimeoutError:
-            await _respond(send, 504, _error_body(504, "upstream request timeout", "upstream_timeout"))
-            await self._finish(ex, 504, None, "upstream_error")
+            await _respond(send, 504, error_body(504, "upstream request timeout", "upstream_timeout"))
+            await pipeline.finish(ex, 504, "upstream_error")
             return
         except aiohttp.ClientError as exc:
-            log.warning("upstream %s unreachable: %s", url.split("?", 1)[0], type(exc).__name__)
-            await _respond(send, 503, _error_body(503, "upstream connect error", "upstream_unavailable"))
-            await self._finish(ex, 503, None, "upstream_error")
+            log.warning("upstream %s unreachable: %s", up.base_url + up.path_and_query.split("?", 1)[0],
+                        type(exc).__name__)
+            await _respond(send, 503, error_body(503, "upstream connect error", "upstream_unavailable"))
+            await pipeline.finish(ex, 503, "upstream_error")
             return
         status = response.status
-        sse = "text/event-stream" in response.headers.get("content-type", "")
-        decoder = Decompressor(response.headers.get("content-encoding", ""))
-        plain = decoder.readable and decoder.identity
-        # The stream is edited (the injected usage chunk dropped) only when it is not compressed; otherwise it
-        # goes through as sent and a decompressed copy is scanned.
-        rename_to = ex.body.response_model if plain else None  # a renamed model's answers name the published one
-        filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain, rename_to=rename_to) if sse else None
-        scanner = None if sse else JsonUsageScanner(self.settings.max_response_scan_bytes)
-        json_answer = "json" in response.headers.get("content-type", "")
-        rewriter = (JsonModelRewriter(rename_to, self.settings.max_response_scan_bytes)
-                    if rename_to is not None and not sse and json_answer else None)
-        raw_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+        resp = pipeline.response(ex, status, [(k.decode("latin-1"), v.decode("latin-1"))
+                                              for k, v in response.raw_headers])
         termination: Termination = "complete"
-        sent_start = False
+        head_sent = False
+
+        async def head() -> None:
+            nonlocal head_sent
+            if not head_sent and not resp.held:
+                head_sent = True
+                await send({"type": "http.response.start", "status": resp.status, "headers": [
+                    (k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers]})
+
         try:
-            changed = (sse and plain) or rewriter is not None
-            await send({"type": "http.response.start", "status": status,
-                        "headers": response_headers(raw_headers, body_changed=changed)})
-            sent_start = True
+            await head()
             async for chunk in response.content.iter_any():
-                if filt is not None and plain:
-                    chunk = filt.feed(chunk)
-                elif filt is not None:
-                    filt.feed(decoder.feed(chunk))
-                elif scanner is not None:
-                    scanner.feed(decoder.feed(chunk))
-                    if rewriter is not None:
-                        chunk = rewriter.feed(chunk)
+                chunk = await resp.feed(chunk)
+                await head()
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            tail = filt.close() if filt is not None and plain else rewriter.close() if rewriter is not None else b""
+            tail = await resp.close()
+            await head()
             await send({"type": "http.response.body", "body": tail})
-            if filt is not None and not filt.done and filt.usage is None:
-                termination = "truncated"
+            termination = resp.termination
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream stream broke: %s", type(exc).__name__)
-            termination = "upstream_error"
-            if not sent_start:
-                status = 504 if isinstance(exc, TimeoutError) else 502
-                await _respond(send, status, _error_body(status, "upstream error", "upstream_error"))
-            else:
-                termination = "truncated"
-                with contextlib.suppress(Exception):
-                    await send({"type": "http.response.body", "body": b""})
+            termination = "truncated"
+            with contextlib.suppress(Exception):
+                tail = await resp.abort()
+                await head()
+                await send({"type": "http.response.body", "body": tail})
         except OSError:
             termination = "client_disconnect"  # charged all the same: a conservative estimate if unread
         finally:
             response.release()
-            if filt is not None:
-                usage = filt.usage
-            elif rewriter is not None and rewriter.answer is not None:  # parsed already: not a second time
-                usage = rewriter.answer.get("usage")
-            else:
-                usage = scanner.usage if scanner is not None else None
-            if not decoder.readable:
-                usage = None
-            await self._finish(ex, status, usage, termination)
-
-    async def _finish(self, ex: _Exchange, status: int, usage: Any, termination: Termination) -> None:
-        """Charge the counters (the answer's usage, else a conservative estimate), release the request's
-        reservation and emit the usage record (always one: `usage_record`; an unrecorded request is unbilled)."""
-        charge = charge_for(status, usage, ex.body, termination, completion_ceiling=self.settings.completion_ceiling)
-        await self.limiter.settle(ex.reservation, ex.applied, charge.charged)
-        guard = ex.guard
-        if guard is not None and guard.client_status is not None:  # a guardrail replaced the upstream answer
-            status = guard.client_status if guard.client_status != 200 else status
-            termination = "refused"
-        identity = ex.outcome.filters.get("identity") or {}
-        if not isinstance(identity, Mapping):
-            identity = {}
-        sub_info = (ex.outcome.auth.get("metadata") or {}).get("subscriptionInfo") or {}
-        if not isinstance(sub_info, Mapping):
-            sub_info = {}
-        labels = sub_info.get("labels")
-        sub = ""
-        if identity.get("selected_subscription"):
-            sub = f"{identity.get('selected_subscription_namespace', '')}/{identity['selected_subscription']}"
-        record = usage_record({
-            "timestamp": time.time(),
-            "request_id": ex.request_id,
-            "user": str(identity.get("userid", "")),
-            "key_id": str(identity.get("keyId", "")),
-            "subscription": sub,
-            "organization": str(sub_info.get("organizationId") or ""),
-            "cost_center": str(sub_info.get("costCenter") or ""),
-            "labels": {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
-            "model": billed_model(ex.match.rule.model, identity),
-            "route": ex.match.rule.route_key,
-            "status": status,
-            "latency_ms": round((time.monotonic() - ex.started) * 1000, 3),
-            "streamed": ex.body.streaming,
-            "charged_tokens": charge.charged if ex.applied else 0,
-            "estimated": charge.estimated,
-            "estimate_reason": charge.estimate_reason,
-            "termination": termination,
-            "guardrails": guard.outcome if guard is not None else "",
-            **charge.numbers,
-        })
-        self.telemetry.observe(record)
-        self.sink.emit(record)
-        if guard is not None and guard.prompt_tokens + guard.completion_tokens > 0:
-            # guardrails: the guard model's tokens, metered on their own record, never charged to the quota
-            guard_record = record.model_copy(update={
-                "request_id": f"{ex.request_id}-guard",
-                "model": fit_text(f"guardrails/{guard.binding.config}", BOUNDS.strings["model"]),
-                "input_tokens": guard.prompt_tokens, "output_tokens": guard.completion_tokens,
-                "total_tokens": guard.prompt_tokens + guard.completion_tokens, "cached_tokens": 0,
-                "reasoning_tokens": 0, "charged_tokens": 0, "estimated": False, "estimate_reason": "",
-                "status": 200, "streamed": False, "termination": "complete"})
-            self.sink.emit(guard_record)
+            await pipeline.finish(ex, status, termination)
 
 
 def _is_loopback(scope: Scope) -> bool:
@@ -631,14 +408,3 @@ async def run_gateway(settings: GatewaySettings, stop: asyncio.Event | None = No
             loop.add_signal_handler(sig, stop.set)
     await serve(settings, stop)
     return 0
-
-
-def billed_model(route_model: str | None, identity: Mapping[str, Any]) -> str:
-    """The MaaSModelRef (`ns/name`) a request is recorded against: the route's model label (routes the
-    controller generates), else the model the AuthPolicy that admitted the request was generated for (the part
-    after `@` of `selected_subscription_key`; KServe-owned routes carry no label of ours). Never the `model` of
-    the request body: that is the caller's claim, and billing by model would let a caller pick its price."""
-    if route_model:
-        return route_model
-    _, at, model = str(identity.get("selected_subscription_key") or "").partition("@")
-    return model if at else ""

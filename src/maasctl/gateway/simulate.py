@@ -22,6 +22,7 @@ else is 400 (never a 500).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -30,15 +31,17 @@ from typing import Any, Final, Protocol
 import aiohttp
 import httpx
 
+from maasctl.contract import identity as ids
 from maasctl.contract.admin import admin_access_review
 from maasctl.contract.edge import API_KEY_PREFIX, presented_credential
+from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import binding_from_filters
+from maasctl.contract.labels import MODEL_LABEL, MODEL_NAMESPACE_LABEL
 from maasctl.contract.usage import read_json_object
-from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime, AuthServiceUnavailable
-from maasctl.gateway.authpolicy import RequestInfo
-from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.auth import AuthServiceUnavailable
+from maasctl.gateway.pipeline import Exchange, Pipeline
 from maasctl.gateway.ratelimit import TokenRateLimiter
-from maasctl.gateway.state import GatewayState
+from maasctl.gateway.state import AUTH_POLICY, GatewayState
 from maasctl.runtime import ApiError
 
 __all__ = [
@@ -59,11 +62,11 @@ _TEXT_FIELDS: Final = ("key", "token", "user", "subscription", "endpoint", "host
 
 
 class Enforcer(Protocol):
-    """What simulate reads of a running gateway (`server.Gateway` is one)."""
+    """What simulate reads of a running gateway (`server.Gateway` is one): the very pipeline it serves with."""
 
     state: GatewayState
-    auth: AuthPolicyRuntime
     limiter: TokenRateLimiter
+    pipeline: Pipeline
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class SimulateRequest:
     subscription: str | None = None  # X-MaaS-Subscription
     endpoint: str = "/chat/completions"  # appended to the route's path prefix
     host: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()  # more request headers, as the client would send them
+    body: Any = None  # the request body (a JSON value); None: no body
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SimulateRequest:
@@ -89,7 +94,7 @@ class SimulateRequest:
     def from_json(cls, data: Mapping[str, Any]) -> SimulateRequest:
         if not isinstance(data, Mapping):
             raise ValueError("the request must be a JSON object")
-        allowed = {"model", "key", "token", "user", "groups", "subscription", "endpoint", "host"}
+        allowed = {"model", "key", "token", "user", "groups", "subscription", "endpoint", "host", "headers", "body"}
         unknown = set(data) - allowed
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)}")
@@ -101,6 +106,9 @@ class SimulateRequest:
         groups = data.get("groups") or ()
         if not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
             raise ValueError("groups must be a list of strings")
+        headers = data.get("headers") or {}
+        if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
+            raise ValueError("headers must be an object of strings")
         req = cls(
             model=data["model"],
             key=data.get("key"),
@@ -110,13 +118,17 @@ class SimulateRequest:
             subscription=data.get("subscription"),
             endpoint=str(data.get("endpoint") or "/chat/completions"),
             host=data.get("host"),
+            headers=tuple((str(k), v) for k, v in headers.items()),
+            body=data.get("body"),
         )
         if sum(x is not None for x in (req.key, req.token, req.user)) != 1:
             raise ValueError("give exactly one of key, token or user")
         return req
 
     def to_json(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v is not None}
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v is not None}
+        out["headers"] = dict(self.headers)
+        return out
 
 
 @dataclass
@@ -125,6 +137,7 @@ class SimulationReport:
 
     status: int
     verdict: str
+    code: str = ""  # the error code of the gateway's answer ("" when allowed)
     route: str | None = None
     path: str | None = None
     upstream_path: str | None = None
@@ -142,84 +155,96 @@ class SimulationReport:
 
 
 def _path_for(gateway: Enforcer, request: SimulateRequest) -> tuple[str, str]:
-    """(host, path) of a request to the model."""
+    """(host, path) of a request to the model: the route whose rule serves it (its model label, or the route
+    named), else the HTTPRoute an AuthPolicy generated for the model targets (a KServe-owned route carries no
+    label of ours: the sample in-cluster model `llm/granite`)."""
     if request.model.startswith("/"):
         return request.host or "", request.model
     table = gateway.state.snapshot().table
+    route = _route_of_model(gateway, request.model)
     for rule in table.rules:
-        if rule.model == request.model or rule.route_key == request.model:
+        if rule.model == request.model or rule.route_key in (request.model, route):
             host = request.host or (rule.hostnames[0] if rule.hostnames and "*" not in rule.hostnames[0] else "")
             path = rule.path if rule.path_type == "Exact" else rule.path.rstrip("/") + request.endpoint
             return host, path
     raise LookupError(f"no route on the gateway serves model {request.model}")
 
 
+def _route_of_model(gateway: Enforcer, model: str) -> str | None:
+    """`ns/name` of the HTTPRoute targeted by an AuthPolicy generated for `model` (`ns/name`)."""
+    namespace, _, name = model.partition("/")
+    for policy in gateway.state.cache.list(AUTH_POLICY, namespace or None):
+        labels = (policy.get("metadata") or {}).get("labels") or {}
+        target = (policy.get("spec") or {}).get("targetRef") or {}
+        if labels.get(MODEL_LABEL) == name and labels.get(MODEL_NAMESPACE_LABEL, namespace) == namespace \
+                and target.get("kind") == "HTTPRoute":
+            return f"{policy['metadata'].get('namespace', namespace)}/{target.get('name')}"
+    return None
+
+
+def _verdict(ex: Exchange, refusal: Refusal) -> str:
+    """Why the request is refused, as an operator reads it."""
+    if refusal.status in (401, 403) and ex.policy is not None and not ex.outcome.allowed:
+        return f"denied by AuthPolicy ({ex.outcome.message}): {ex.outcome.reason}"
+    denial = ex.denial
+    if denial is not None:
+        kind = "request" if refusal.message.startswith("request limit") else "tokens"
+        return (f"rate limited: {denial.used} {kind} used of {denial.limit} per {denial.window} "
+                f"in limit {denial.limit_name}; retry in {denial.retry_after}s")
+    return refusal.message
+
+
 async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationReport:
-    """Evaluate `request` against the gateway's current routes, policies and counters (nothing is charged)."""
+    """Run the gateway's own stages (`gateway.pipeline`) dry on `request`: counters are read, nothing is
+    reserved, counted, forwarded or sent to the guardrails engine."""
     try:
         host, path = _path_for(gateway, request)
     except LookupError as exc:
-        return SimulationReport(404, str(exc))
-    headers = {"host": host, "content-type": "application/json"}
+        return SimulationReport(404, str(exc), code="route_not_found")
+    headers = [("host", host), ("content-type", "application/json")]
     if request.key or request.token:
-        headers["authorization"] = f"Bearer {request.key or request.token}"
+        headers.append(("authorization", f"Bearer {request.key or request.token}"))
     if request.subscription:
-        headers["x-maas-subscription"] = request.subscription
-    snap = gateway.state.snapshot()
-    match = snap.table.match(host, path, "POST", headers)
-    if match is None:
-        return SimulationReport(404, f"no route matches {path}", path=path)
-    route = match.rule.route_key
-    report = SimulationReport(200, "allowed", route=route, path=path, upstream_path=match.upstream_path)
-    policy = snap.auth.get(route)
-    info = RequestInfo("POST", path, host, headers)
-    if isinstance(policy, PolicyError):
-        report.status, report.verdict = 500, f"AuthPolicy cannot be enforced: {policy}"
-        return report
-    if policy is None:
-        outcome = AuthOutcome(True, reason="no AuthPolicy: anonymous access")
-    else:
-        report.auth_policy = policy.key
-        override = None
-        if request.user is not None:
-            override = {"authenticated": True, "user": {"username": request.user, "groups": list(request.groups)}}
-        outcome = await gateway.auth.check(policy, info, identity_override=override)
-    report.auth_reason = outcome.reason
-    sub_info = (outcome.auth.get("metadata") or {}).get("subscriptionInfo")
+        headers.append(("x-maas-subscription", request.subscription))
+    headers += [(k.lower(), v) for k, v in request.headers]
+    pipeline = gateway.pipeline
+    ex = pipeline.exchange("POST", path.encode("utf-8"), "", headers, dry=True)
+    if request.user is not None:
+        ex.identity_override = {"authenticated": True,
+                                "user": {"username": request.user, "groups": list(request.groups)}}
+    report = SimulationReport(200, "allowed", path=path)
+    refusal = await pipeline.request_head(ex)
+    if ex.match is not None:
+        report.route, report.upstream_path = ex.route, ex.match.upstream_path
+    if ex.policy is not None:
+        report.auth_policy = ex.policy.key
+    report.auth_reason = ex.outcome.reason
+    sub_info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO)
     if isinstance(sub_info, Mapping):
         if sub_info.get("name"):
             report.subscription = f"{sub_info.get('namespace', '')}/{sub_info['name']}"
         if sub_info.get("error"):
             report.subscription_error = f"{sub_info.get('error')}: {sub_info.get('message', '')}"
-    identity = outcome.filters.get("identity")
+    identity = ex.outcome.filters.get(ids.FILTER)
     report.identity = dict(identity) if isinstance(identity, Mapping) else {}
-    guard = binding_from_filters(outcome.filters) if outcome.allowed else None  # guardrails apply?
+    guard = binding_from_filters(ex.outcome.filters) if ex.outcome.allowed else None  # guardrails apply?
     report.guardrails = guard.to_json() if guard is not None else None
-    if not outcome.allowed:
-        report.status = outcome.status
-        report.verdict = f"denied by AuthPolicy ({outcome.message}): {outcome.reason}"
-        return report
-    trlp = snap.limits.get(route)
-    if isinstance(trlp, PolicyError):
-        report.status, report.verdict = 500, f"TokenRateLimitPolicy cannot be enforced: {trlp}"
-        return report
-    if trlp is None:
+    if refusal is None:
+        body = b"" if request.body is None else json.dumps(request.body).encode()
+        refusal = await pipeline.request_body(ex, body)
+    if ex.trlp is not None:
+        report.rate_limit_policy = ex.trlp.key
+        applied = ex.applied if ex.applied or ex.request is None else \
+            gateway.limiter.applicable(ex.trlp, ex.route, ex.activation())
+        report.limits = [asdict(s) for s in await gateway.limiter.states(applied)]
+        for item in applied:
+            if not item.limit.rates:
+                report.limits.append({"limit_name": item.limit.name, "unlimited": True})
+    if refusal is not None:
+        report.status, report.code, report.verdict = refusal.status, refusal.code, _verdict(ex, refusal)
+    elif ex.trlp is None:
         report.verdict = "allowed (no token rate limit on this route)"
-        return report
-    report.rate_limit_policy = trlp.key
-    applied = gateway.limiter.applicable(trlp, route, {"request": info.attributes(), "auth": outcome.filters})
-    report.limits = [asdict(s) for s in await gateway.limiter.states(applied)]
-    for item in applied:
-        if not item.limit.rates:
-            report.limits.append({"limit_name": item.limit.name, "unlimited": True})
-    denial = await gateway.limiter.check(applied)
-    if denial is not None:
-        report.status = 429
-        report.verdict = (
-            f"rate limited: {denial.used} tokens used of {denial.limit} per {denial.window} "
-            f"in limit {denial.limit_name}; retry in {denial.retry_after}s"
-        )
-    elif not applied:
+    elif not ex.applied:
         report.verdict = "allowed (no limit of the policy applies to this caller)"
     return report
 

@@ -1,0 +1,623 @@
+"""The data plane's request path: one `Exchange` per request through ordered stages, for every front.
+
+The stages, in the order of the Envoy filter chain they stand for (docs/data-plane.md), each tagged with who
+runs it in a cluster (`envoy`: Envoy + Authorino + Limitador; `processor`: the payload processor):
+
+    edge              processor  forbidden client headers (x-maas-*, ...), canonical path        400
+    route             envoy      the HTTPRoute rule for host + path (+ headers)                  404
+    auth              envoy      the route's AuthPolicy; no policy is 403 unless allowed         401/403/500/503
+    metering          processor  usage records can be kept (the sink accepts)                    503
+    body              processor  body size, read and prepared (stream usage, rename, ceiling)    413/400/404
+    limits valid      envoy      the route's TokenRateLimitPolicy compiles                        500
+    backend           envoy      the rule's backend                                              500
+    provider key      processor  the ExternalModel's upstream key is available                   503
+    request limits    envoy      RateLimitPolicy (billing Plans): one hit per request            429
+    token reservation processor  TokenRateLimitPolicy: reserve the request's bound (the TRLP     429
+                                 *check* is Limitador's in a cluster)
+    input guardrails  processor  the input rails                                                 400/413/429/503
+    upstream          processor  provider key, model rename, stream usage (`upstream_request`)
+    -- forward (the front) --
+    output guardrails processor  usage scan, usage chunk drop, rename, output rails (`response`)
+    settle and record processor  charge the counters, release the reservation, one usage record (`finish`)
+
+The push-style API the fronts use (the HTTP gateway in server.py, the payload processor, simulate):
+
+    ex = pipeline.exchange(method, raw_path, query, headers, scheme)   # names lowercased
+    refusal = await pipeline.request_head(ex, role)       # edge .. metering; role "all" | "envoy" | "processor"
+    refusal = await pipeline.request_body(ex, raw, role)  # body .. input guardrails
+    upstream = pipeline.upstream_request(ex)              # UpstreamRequest(path_and_query, headers, body, ...)
+    resp = pipeline.response(ex, status, headers)         # ResponsePass: .status/.headers, .held
+    chunk = await resp.feed(chunk); tail = await resp.close()
+    await pipeline.finish(ex, status, termination)
+
+Differences from DESIGN_33.md, all additions: `exchange(..., dry=True)` runs the stages as simulate does
+(counters read, nothing reserved, counted or sent to the guardrails engine; a guarded request is refused only
+where it would be whatever its content: a configuration that is not ready); `UpstreamRequest` also carries
+`base_url` and `timeout`; `ResponsePass.held` is True while output guardrails hold the answer (send the head
+only once it is False: the rails may replace status and headers), `resp.abort()` ends a stream that broke;
+`pipeline.too_large(ex)` is the 413 a front that reads the body itself answers. `finish` records only an
+exchange that got past token reservation (what the gateway has always recorded: a refusal before that reaches
+neither upstream nor counters) and releases the guardrails slot in any case. Base-URL routing (the body's
+`model` into `x-gateway-model-name`) hooks in the route stage: see `_route`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+from maasctl.contract import identity as ids
+from maasctl.contract.credentials import canonical_authorization
+from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
+from maasctl.contract.errors import Refusal
+from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
+from maasctl.contract.usage import (
+    Decompressor,
+    InvalidBody,
+    JsonModelRewriter,
+    JsonUsageScanner,
+    ModelMismatch,
+    PreparedBody,
+    SseUsageFilter,
+    Termination,
+    charge_for,
+    prepare_body,
+    request_bound,
+)
+from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
+from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
+from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
+from maasctl.gateway.proxy import response_header_pairs
+from maasctl.gateway.ratelimit import (
+    AppliedLimit,
+    CompiledTokenRateLimitPolicy,
+    RateDenial,
+    Reservation,
+    TokenRateLimiter,
+)
+from maasctl.gateway.record import BOUNDS, fit_text, usage_record
+from maasctl.gateway.requestlimit import RequestLimiter, denial_response
+from maasctl.gateway.routes import Backend, RouteMatch
+from maasctl.gateway.state import GatewayState, Snapshot
+from maasctl.gateway.telemetry import SubscriptionTelemetry
+from maasctl.gateway.usage import UsageSink
+
+__all__ = [
+    "NO_RESERVATION",
+    "STAGES",
+    "Exchange",
+    "Pipeline",
+    "Plane",
+    "ResponsePass",
+    "Role",
+    "Runner",
+    "Stage",
+    "UpstreamRequest",
+    "billed_model",
+]
+
+log = logging.getLogger("maasctl.gateway")
+
+Role = Literal["all", "envoy", "processor"]
+Runner = Literal["envoy", "processor"]
+NO_RESERVATION: Final = Reservation((), 0)
+
+
+class Plane(Protocol):
+    """What the stages use, held by the front (`server.Gateway` is one; the processor has its own). Read on every
+    request, so a front may replace a part (a test swaps the sink)."""
+
+    settings: GatewaySettings
+    state: GatewayState
+    auth: AuthPolicyRuntime
+    sink: UsageSink
+    limiter: TokenRateLimiter
+    requests: RequestLimiter
+    guardrails: GuardrailsClient
+    telemetry: SubscriptionTelemetry
+
+
+@dataclass
+class Exchange:
+    """One request as it goes through the stages: what it asked, and what each stage decided."""
+
+    method: str
+    raw_path: bytes
+    query: str
+    raw_headers: list[tuple[str, str]]  # as sent, names lowercased, Authorization canonical
+    headers: dict[str, str]  # repeated names joined with ","
+    scheme: str
+    dry: bool = False
+    identity_override: Mapping[str, Any] | None = None  # simulate's user and groups: authentication skipped
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = field(default_factory=time.monotonic)
+    path: str | None = None  # canonical; None when ambiguous
+    path_error: str = ""
+    snap: Snapshot | None = None
+    match: RouteMatch | None = None
+    request: RequestInfo | None = None
+    policy: CompiledAuthPolicy | None = None
+    outcome: AuthOutcome = field(default_factory=lambda: AuthOutcome(True, reason="not checked"))
+    raw_body: bytes = b""
+    body: PreparedBody = field(default_factory=lambda: PreparedBody(b""))
+    trlp: CompiledTokenRateLimitPolicy | None = None
+    backend: Backend | None = None
+    upstream_key: str | None = None
+    applied: list[AppliedLimit] = field(default_factory=list)
+    reservation: Reservation = NO_RESERVATION
+    admitted: bool = False  # past token reservation: finish records it
+    guard: GuardCheck | None = None
+    binding: GuardrailsBinding | None = None
+    response: ResponsePass | None = None
+    denial: RateDenial | None = None  # the limit that refused it (simulate's report)
+
+    @property
+    def route(self) -> str:
+        return self.match.rule.route_key if self.match is not None else ""
+
+    def activation(self) -> dict[str, Any]:
+        """What limit expressions read (`request.*`, `auth.*`)."""
+        assert self.request is not None
+        return {"request": self.request.attributes(), "auth": self.outcome.filters}
+
+
+StageFn = Callable[["Pipeline", Exchange], Awaitable[Refusal | None]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    runner: Runner
+    run: StageFn
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """What to send upstream: `base_url + path_and_query`, these headers, this body."""
+
+    path_and_query: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    base_url: str
+    timeout: float | None
+
+
+def _refuse(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Refusal:
+    return Refusal(status, code, message, headers or {})
+
+
+# --- the stages ------------------------------------------------------------------------------------------
+
+
+async def _edge(p: Pipeline, ex: Exchange) -> Refusal | None:
+    forbidden = forbidden_client_header(name for name, _ in ex.raw_headers)
+    if forbidden is not None:
+        return _refuse(400, "forbidden_header", f"header {forbidden!r} is decided by the gateway and may not be sent")
+    if ex.path is None:
+        return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
+    return None
+
+
+async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
+    if ex.path is None:  # Envoy normalises paths and rejects what it cannot (the edge stage says why)
+        return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
+    ex.snap = snap = p.plane.state.snapshot()
+    host = ex.headers.get("host", "")
+    # Base-URL routing hook (ROUTING, DESIGN_33 "Body-based routing"): on /v1/chat/completions & co. with no
+    # `x-gateway-model-name`, the body's `model` goes into that header before matching; the generated routes
+    # that match it land with is33-routing. Until then a base-URL path matches only routes that serve it.
+    ex.match = snap.table.match(host, ex.path, ex.method, ex.headers)
+    if ex.match is None:
+        return _refuse(404, "route_not_found", f"no route for {ex.path}")
+    ex.request = RequestInfo(ex.method, ex.path + (f"?{ex.query}" if ex.query else ""), host, ex.headers, ex.scheme)
+    return None
+
+
+async def _auth(p: Pipeline, ex: Exchange) -> Refusal | None:
+    assert ex.snap is not None and ex.request is not None
+    policy = ex.snap.auth.get(ex.route)
+    if isinstance(policy, PolicyError):
+        return _refuse(500, "policy_error", "the route's AuthPolicy cannot be enforced")
+    if policy is None:
+        if not p.plane.settings.serve_routes_without_auth_policy:
+            log.info("denied %s %s: no AuthPolicy covers route %s", ex.method, ex.path, ex.route)
+            return _refuse(403, "no_auth_policy", "no AuthPolicy covers this route")
+        ex.outcome = AuthOutcome(True, reason="no AuthPolicy")
+        return None
+    ex.policy = policy
+    ex.outcome = outcome = await p.plane.auth.check(policy, ex.request, identity_override=ex.identity_override)
+    if outcome.allowed:
+        return None
+    extra = {"x-ext-auth-reason": outcome.message, **outcome.deny_headers}
+    if outcome.status == 401:
+        extra.setdefault("www-authenticate", 'Bearer realm="maas"')
+    code = {401: "unauthenticated", 503: "auth_unavailable"}.get(outcome.status, "forbidden")
+    log.info("denied %s %s: %d %s", ex.method, ex.path, outcome.status, outcome.reason)
+    raw = outcome.deny_body.encode() if outcome.deny_body is not None else None
+    return Refusal(outcome.status, code, outcome.message, extra, raw_body=raw)
+
+
+async def _metering(p: Pipeline, ex: Exchange) -> Refusal | None:
+    if p.plane.sink.accepting():
+        return None
+    log.warning("refused %s %s: usage records cannot be kept", ex.method, ex.path)  # maas-api down too long
+    return _refuse(503, "metering_unavailable", "usage metering is unavailable, retry later", {"retry-after": "5"})
+
+
+async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
+    if len(ex.raw_body) > p.plane.settings.max_request_bytes:
+        return p.too_large(ex)
+    assert ex.match is not None
+    try:
+        ex.body = prepare_body(ex.raw_body, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
+    except ModelMismatch as exc:
+        return _refuse(404, "model_not_found", str(exc))
+    except InvalidBody as exc:
+        return _refuse(400, "invalid_body", str(exc))
+    return None
+
+
+async def _limits_valid(p: Pipeline, ex: Exchange) -> Refusal | None:
+    assert ex.snap is not None
+    trlp = ex.snap.limits.get(ex.route)
+    if isinstance(trlp, PolicyError):
+        return _refuse(500, "policy_error", "the route's rate limit cannot be enforced")
+    ex.trlp = trlp
+    return None
+
+
+async def _backend(p: Pipeline, ex: Exchange) -> Refusal | None:
+    assert ex.match is not None
+    ex.backend = ex.match.rule.pick_backend()
+    if ex.backend is None:
+        return _refuse(500, "backend_error", ex.match.rule.backend_error or "no backend")
+    return None
+
+
+async def _provider_key(p: Pipeline, ex: Exchange) -> Refusal | None:
+    rule = ex.match.rule if ex.match is not None else None
+    if rule is None or not rule.upstream_key_secret or ex.policy is None:  # only after an AuthPolicy allowed it
+        return None
+    ex.upstream_key = p.plane.state.upstream_key(rule.namespace, rule.upstream_key_secret, rule.upstream_key_field)
+    if ex.upstream_key is None:
+        return _refuse(503, "no_upstream_key", "upstream credentials are not available")
+    return None
+
+
+async def _request_limits(p: Pipeline, ex: Exchange) -> Refusal | None:
+    assert ex.snap is not None
+    rlp = ex.snap.requests.get(ex.route)  # RateLimitPolicy (billing Plans): request counts
+    if isinstance(rlp, PolicyError):
+        return _refuse(500, "policy_error", "the route's request limit cannot be enforced")
+    if rlp is None:
+        return None
+    requests = p.plane.requests
+    check = requests.check if ex.dry else requests.admit
+    denied = await check(rlp, ex.route, ex.activation())
+    if denied is None:
+        return None
+    ex.denial = denied
+    return denial_response(denied)
+
+
+async def _token_reservation(p: Pipeline, ex: Exchange) -> Refusal | None:
+    if ex.trlp is not None:
+        limiter = p.plane.limiter
+        ex.applied = limiter.applicable(ex.trlp, ex.route, ex.activation())
+        if ex.dry:
+            admitted: Reservation | RateDenial = await limiter.check(ex.applied) or NO_RESERVATION
+        else:
+            bound = request_bound(ex.body, p.plane.settings.completion_ceiling)
+            admitted = await limiter.reserve(ex.applied, limiter.estimate(ex.applied, bound))
+        if isinstance(admitted, RateDenial):
+            ex.denial = admitted
+            return _refuse(429, "rate_limited", f"token limit {admitted.limit} per {admitted.window} exceeded",
+                           {"retry-after": str(admitted.retry_after)})
+        ex.reservation = admitted
+    ex.admitted = True
+    return None
+
+
+async def _input_guardrails(p: Pipeline, ex: Exchange) -> Refusal | None:
+    ex.binding = binding = binding_from_filters(ex.outcome.filters)
+    if binding is None:
+        return None
+    if ex.dry:  # the engine is not called: refused only where any content would be
+        if binding.ready:
+            return None
+        return _refuse(503, "guardrails_config_unavailable",
+                       f"guardrail configuration {binding.config!r} is not available")
+    assert ex.match is not None
+    ex.guard, refusal = await p.plane.guardrails.admit(binding, ex.body, ex.match.upstream_path,
+                                                       caller_of(ex.outcome.filters))
+    return refusal
+
+
+HEAD_STAGES: Final = (
+    Stage("edge", "processor", _edge),
+    Stage("route", "envoy", _route),
+    Stage("auth", "envoy", _auth),
+    Stage("metering", "processor", _metering),
+)
+BODY_STAGES: Final = (
+    Stage("body", "processor", _body),
+    Stage("limits valid", "envoy", _limits_valid),
+    Stage("backend", "envoy", _backend),
+    Stage("provider key", "processor", _provider_key),
+    Stage("request limits", "envoy", _request_limits),
+    Stage("token reservation", "processor", _token_reservation),
+    Stage("input guardrails", "processor", _input_guardrails),
+)
+STAGES: Final = HEAD_STAGES + BODY_STAGES
+"""Every request stage, in order (the response stages are `ResponsePass` and `Pipeline.finish`)."""
+
+
+def _runs(stage: Stage, role: Role) -> bool:
+    return role == "all" or stage.runner == role
+
+
+# --- the response ----------------------------------------------------------------------------------------
+
+
+class _Collect:
+    """The ASGI `send` an OutputGuard writes to: the head it lets out and the bytes it releases."""
+
+    def __init__(self) -> None:
+        self.start: MutableMapping[str, Any] | None = None
+        self.parts: list[bytes] = []
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+        elif message.get("body"):
+            self.parts.append(message["body"])
+
+    def take(self) -> bytes:
+        out = b"".join(self.parts)
+        self.parts.clear()
+        return out
+
+
+class ResponsePass:
+    """The answer on its way back: usage scan, the injected usage chunk dropped, a renamed model's name put
+    back, output guardrails. `status`/`headers` are what the client gets (final once `held` is False)."""
+
+    def __init__(self, pipeline: Pipeline, ex: Exchange, status: int, headers: list[tuple[str, str]]) -> None:
+        settings = pipeline.plane.settings
+        self.ex = ex
+        lowered = {k.lower(): v for k, v in headers}
+        content_type = lowered.get("content-type", "")
+        sse = "text/event-stream" in content_type
+        self.decoder = decoder = Decompressor(lowered.get("content-encoding", ""))
+        self.plain = plain = decoder.readable and decoder.identity
+        # The stream is edited (the injected usage chunk dropped) only when it is not compressed; otherwise it
+        # goes through as sent and a decompressed copy is scanned.
+        rename_to = ex.body.response_model if plain else None  # a renamed model's answers name the published one
+        self.filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain,
+                                   rename_to=rename_to) if sse else None
+        self.scanner = None if sse else JsonUsageScanner(settings.max_response_scan_bytes)
+        self.rewriter = (JsonModelRewriter(rename_to, settings.max_response_scan_bytes)
+                         if rename_to is not None and not sse and "json" in content_type else None)
+        self.status = status
+        self.headers = response_header_pairs(headers, body_changed=(sse and plain) or self.rewriter is not None)
+        self.termination: Termination = "complete"
+        self._guard: OutputGuard | None = None
+        self._out: _Collect | None = None
+        self._start: MutableMapping[str, Any] | None = None
+        if ex.guard is not None:  # output rails around the answer (gateway/guardrails.py)
+            self._out = _Collect()
+            self._guard = OutputGuard(pipeline.plane.guardrails, ex.guard, self._out,
+                                      settings.guardrails_stream_chunk_chars)
+            self._start = {
+                "type": "http.response.start", "status": status,
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]}
+        ex.response = self
+
+    @property
+    def held(self) -> bool:
+        """True while output guardrails hold the head (they may still replace the answer)."""
+        return self._out is not None and self._out.start is None
+
+    async def _through_guard(self, chunk: bytes, more: bool) -> bytes:
+        assert self._guard is not None and self._out is not None
+        if self._start is not None:
+            start, self._start = self._start, None
+            await self._guard(start)
+        held = self._out.start is None
+        await self._guard({"type": "http.response.body", "body": chunk, "more_body": more})
+        if held and self._out.start is not None:  # the head the rails let out (maybe their refusal's)
+            self.status = int(self._out.start["status"])
+            self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self._out.start["headers"]]
+        return self._out.take()
+
+    async def feed(self, chunk: bytes) -> bytes:
+        """One chunk of the upstream body in; the bytes for the client out (maybe none yet)."""
+        filt = self.filt
+        if filt is not None and self.plain:
+            chunk = filt.feed(chunk)
+        elif filt is not None:
+            filt.feed(self.decoder.feed(chunk))
+        elif self.scanner is not None:
+            self.scanner.feed(self.decoder.feed(chunk))
+            if self.rewriter is not None:
+                chunk = self.rewriter.feed(chunk)
+        if self._guard is not None:
+            return await self._through_guard(chunk, True) if chunk or self._start is not None else b""
+        return chunk
+
+    async def close(self) -> bytes:
+        """The upstream body ended: the last bytes for the client."""
+        filt = self.filt
+        tail = filt.close() if filt is not None and self.plain else \
+            self.rewriter.close() if self.rewriter is not None else b""
+        if filt is not None and not filt.done and filt.usage is None:
+            self.termination = "truncated"
+        return await self._through_guard(tail, False) if self._guard is not None else tail
+
+    async def abort(self) -> bytes:
+        """The upstream stream broke after the head: what is left for the client (held text the rails pass)."""
+        self.termination = "truncated"
+        return await self._through_guard(b"", False) if self._guard is not None else b""
+
+    @property
+    def usage(self) -> Any:
+        """The answer's `usage` as read so far (None when it could not be read)."""
+        if not self.decoder.readable:
+            return None
+        if self.filt is not None:
+            return self.filt.usage
+        if self.rewriter is not None and self.rewriter.answer is not None:  # parsed already: not a second time
+            return self.rewriter.answer.get("usage")
+        return self.scanner.usage if self.scanner is not None else None
+
+
+# --- the pipeline ----------------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """The stages over a `Plane`. One per process; an exchange per request."""
+
+    def __init__(self, plane: Plane) -> None:
+        self.plane = plane
+
+    def exchange(self, method: str, raw_path: bytes, query: str, headers: list[tuple[str, str]],
+                 scheme: str = "http", *, dry: bool = False) -> Exchange:
+        """A request as received (`headers`: names lowercased; values as sent)."""
+        raw = [(name, canonical_authorization(value) if name == "authorization" else value)
+               for name, value in headers]
+        joined: dict[str, str] = {}
+        for name, value in raw:
+            joined[name] = f"{joined[name]},{value}" if name in joined else value
+        ex = Exchange(method, raw_path, query, raw, joined, scheme, dry)
+        try:
+            ex.path = canonical_path(raw_path.split(b"?", 1)[0])
+        except AmbiguousPath as exc:
+            ex.path_error = str(exc)
+        return ex
+
+    async def _run(self, stages: tuple[Stage, ...], ex: Exchange, role: Role) -> Refusal | None:
+        for stage in stages:
+            if _runs(stage, role):
+                refusal = await stage.run(self, ex)
+                if refusal is not None:
+                    return refusal
+        return None
+
+    async def request_head(self, ex: Exchange, role: Role = "all") -> Refusal | None:
+        """Edge, route, auth, metering: what needs no body."""
+        return await self._run(HEAD_STAGES, ex, role)
+
+    async def request_body(self, ex: Exchange, raw: bytes, role: Role = "all") -> Refusal | None:
+        """Body, limits, reservation, input guardrails. A refusal after a reservation has been settled and
+        recorded by `finish` only when the front calls it (it always should)."""
+        ex.raw_body = raw
+        return await self._run(BODY_STAGES, ex, role)
+
+    def too_large(self, ex: Exchange) -> Refusal:
+        """The answer to a body over `max_request_bytes` (a front that stops reading gives it)."""
+        return _refuse(413, "body_too_large", "request body too large")
+
+    def upstream_request(self, ex: Exchange) -> UpstreamRequest:
+        """The request to forward: headers by the header contract (`contract.edge.upstream_headers`), the
+        provider key, the prepared body (stream usage asked for, a renamed model's upstream name)."""
+        assert ex.match is not None and ex.backend is not None
+        rule = ex.match.rule
+        out = upstream_headers(ex.raw_headers, ex.outcome.headers, forward_credentials=rule.forward_credentials,
+                               set_headers=rule.set_headers, add_headers=rule.add_headers,
+                               remove_headers=(*rule.remove_headers, "accept-encoding"), upstream_key=ex.upstream_key)
+        out.append(("accept-encoding", "identity"))  # usage is read from the answer: no compression
+        if ex.body.content != ex.raw_body:
+            out = [(n, v) for n, v in out if n != "content-type"]
+            out.append(("content-type", "application/json"))
+        if rule.rewrite_hostname:
+            out.append(("host", rule.rewrite_hostname))
+        timeout = rule.timeout if rule.timeout is not None else self.plane.settings.upstream_timeout
+        return UpstreamRequest(ex.match.upstream_path + (f"?{ex.query}" if ex.query else ""), out,
+                               ex.body.content, ex.backend.base_url, timeout or None)
+
+    def response(self, ex: Exchange, status: int, headers: list[tuple[str, str]]) -> ResponsePass:
+        return ResponsePass(self, ex, status, headers)
+
+    def release(self, ex: Exchange) -> None:
+        """Give back what the exchange holds besides counters (its guardrails slot); idempotent, and `finish`
+        does it too: a front calls it in a `finally` for paths that may not reach `finish`."""
+        if ex.guard is not None:
+            ex.guard.release()
+
+    async def finish(self, ex: Exchange, status: int, termination: Termination) -> None:
+        """Charge the counters (the answer's usage, else a conservative estimate), release the reservation and
+        the guardrails slot, and emit the usage record (always one for an admitted request: `usage_record`; an
+        unrecorded request is unbilled)."""
+        try:
+            if ex.admitted and not ex.dry:
+                await self._record(ex, status, termination)
+        finally:
+            self.release(ex)
+
+    async def _record(self, ex: Exchange, status: int, termination: Termination) -> None:
+        settings, plane = self.plane.settings, self.plane
+        usage = ex.response.usage if ex.response is not None else None
+        charge = charge_for(status, usage, ex.body, termination, completion_ceiling=settings.completion_ceiling)
+        await plane.limiter.settle(ex.reservation, ex.applied, charge.charged)
+        guard = ex.guard
+        if guard is not None and guard.client_status is not None:  # a guardrail replaced the upstream answer
+            status = guard.client_status if guard.client_status != 200 else status
+            termination = "refused"
+        identity = ex.outcome.filters.get(ids.FILTER) or {}
+        if not isinstance(identity, Mapping):
+            identity = {}
+        sub_info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO) or {}
+        if not isinstance(sub_info, Mapping):
+            sub_info = {}
+        labels = sub_info.get(ids.INFO_LABELS)
+        assert ex.match is not None
+        record = usage_record({
+            "timestamp": time.time(),
+            "request_id": ex.request_id,
+            "user": str(identity.get(ids.USERID, "")),
+            "key_id": str(identity.get(ids.KEY_ID, "")),
+            "subscription": ids.subscription_of(identity),
+            "organization": str(sub_info.get(ids.INFO_ORGANIZATION) or ""),
+            "cost_center": str(sub_info.get(ids.INFO_COST_CENTER) or ""),
+            "labels": {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+            "model": billed_model(ex.match.rule.model, identity),
+            "route": ex.match.rule.route_key,
+            "status": status,
+            "latency_ms": round((time.monotonic() - ex.started) * 1000, 3),
+            "streamed": ex.body.streaming,
+            "charged_tokens": charge.charged if ex.applied else 0,
+            "estimated": charge.estimated,
+            "estimate_reason": charge.estimate_reason,
+            "termination": termination,
+            "guardrails": guard.outcome if guard is not None else "",
+            **charge.numbers,
+        })
+        plane.telemetry.observe(record)
+        plane.sink.emit(record)
+        if guard is not None and guard.prompt_tokens + guard.completion_tokens > 0:
+            # guardrails: the guard model's tokens, metered on their own record, never charged to the quota
+            guard_record = record.model_copy(update={
+                "request_id": f"{ex.request_id}-guard",
+                "model": fit_text(f"guardrails/{guard.binding.config}", BOUNDS.strings["model"]),
+                "input_tokens": guard.prompt_tokens, "output_tokens": guard.completion_tokens,
+                "total_tokens": guard.prompt_tokens + guard.completion_tokens, "cached_tokens": 0,
+                "reasoning_tokens": 0, "charged_tokens": 0, "estimated": False, "estimate_reason": "",
+                "status": 200, "streamed": False, "termination": "complete"})
+            plane.sink.emit(guard_record)
+
+
+def billed_model(route_model: str | None, identity: Mapping[str, Any]) -> str:
+    """The MaaSModelRef (`ns/name`) a request is recorded against: the route's model label (routes the
+    controller generates), else the model the AuthPolicy that admitted the request was generated for (the part
+    after `@` of `selected_subscription_key`; KServe-owned routes carry no label of ours). Never the `model` of
+    the request body: that is the caller's claim, and billing by model would let a caller pick its price."""
+    if route_model:
+        return route_model
+    _, at, model = str(identity.get(ids.SELECTED_SUBSCRIPTION_KEY) or "").partition("@")
+    return model if at else ""
