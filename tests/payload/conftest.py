@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +27,12 @@ PROVIDER_KEY = "sk-provider-secret"
 class Refusal:
     status: int
     code: str
-    headers: Headers = ()
-    body: bytes = b""
+    headers: Mapping[str, str]
+    body: bytes
 
 
 def refusal(status: int, code: str) -> Refusal:
-    return Refusal(status, code, (("content-type", "application/json"),),
+    return Refusal(status, code, {"Content-Type": "application/json"},
                    json.dumps({"error": {"code": code}}).encode())
 
 
@@ -40,7 +40,7 @@ def refusal(status: int, code: str) -> Refusal:
 class Ex:
     method: str
     path: bytes
-    query: bytes
+    query: str
     headers: list[tuple[str, str]]
     scheme: str
     roles: list[str] = field(default_factory=list)
@@ -80,7 +80,7 @@ class StagesUnderTest:
         self.exchange_event = asyncio.Event()
         self.hold: asyncio.Event | None = None  # when set, request_body waits on it (a slow stage)
 
-    def exchange(self, method: str, raw_path: bytes, query: bytes, headers: Headers, scheme: str) -> Ex:
+    def exchange(self, method: str, raw_path: bytes, query: str, headers: Headers, scheme: str) -> Ex:
         ex = Ex(method, raw_path, query, list(headers), scheme)
         ex.upstream_headers = list(headers)
         self.exchanges.append(ex)

@@ -64,6 +64,9 @@ class GatewaySettings:
         takes an administrator's token.
     serve_routes_without_auth_policy: closed by default (False): a route no AuthPolicy covers (neither its
         own nor a Gateway-level one) answers 403. True mimics a bare Envoy, which serves it to anyone.
+    payload_processor: `grpc://host:port` of a `maasctl payload-processor`: the gateway then plays Envoy +
+        Authorino + Limitador only (role "envoy") and hands the processor stages over ext_proc
+        (`maasctl.payload.front`), as a cluster does; None runs every stage in process.
     """
 
     host: str = "127.0.0.1"
@@ -96,4 +99,5 @@ class GatewaySettings:
     admin_from_loopback_only: bool = True
     subscription_namespace: str = "models-as-a-service"
     serve_routes_without_auth_policy: bool = False
+    payload_processor: str | None = None  # grpc://host:port: run the "envoy" stages here, the rest there
     log_level: str = "info"

@@ -96,7 +96,7 @@ class StreamMachine:
         if authority is not None and hdr.header(plain, "host") is None:
             plain.insert(0, ("host", authority))
         self._sent = plain
-        self.ex = self.pipeline.exchange(hdr.header(sent, ":method") or "GET", raw_path, query, plain,
+        self.ex = self.pipeline.exchange(hdr.header(sent, ":method") or "GET", raw_path, query.decode("latin-1"), plain,
                                          hdr.header(sent, ":scheme") or "http")
         refusal = await self.pipeline.request_head(self.ex, self.modes.stage)
         if refusal is not None:
@@ -196,9 +196,12 @@ class StreamMachine:
     async def _refuse(self, refusal: RefusalLike) -> Any:
         self.refused = refusal
         await self._settle("refused", refusal.status)
+        extra = [(k.lower(), v) for k, v in refusal.headers.items()]
+        if not any(k == "content-type" for k, _ in extra):  # the body is the data plane's JSON error
+            extra.insert(0, ("content-type", "application/json"))
         return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=refusal.status),
-            headers=hdr.mutation((k, v, False) for k, v in refusal.headers),
+            headers=hdr.mutation((k, v, False) for k, v in extra),
             body=refusal.body, details=refusal.code))
 
     # -- the end -----------------------------------------------------------------------------------------
