@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from maasctl.contract import identity as ids
+from maasctl.contract.cel import CelError
 from maasctl.contract.edge import server_decided
 from maasctl.contract.errors import Refusal
+from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.usage import Termination
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.authpolicy import CompiledAuthPolicy
@@ -48,6 +50,20 @@ class _Passed:
 
     headers: Headers
     body: bytes
+
+
+def _guardrails_filter(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
+    """The AuthPolicy's own `guardrails` success filter, evaluated on the identity Authorino injected (it reads
+    only the selected subscription): the binding the processor's guardrails stages need."""
+    out: dict[str, Any] = {}
+    for item in policy.filters:
+        if item.name != GUARDRAILS_FILTER or (item.when and not item.when.holds(activation)):
+            continue
+        try:
+            out[item.name] = item.render(activation)
+        except CelError:  # a binding that cannot be read is still a binding: refused (not ready), never passed
+            out[item.name] = {}
+    return out
 
 
 class ProcessorStages:
@@ -89,11 +105,19 @@ class ProcessorStages:
             carried = ids.decode_identity_header(value)
         except ids.InvalidIdentityHeader:
             return Refusal(403, "identity_invalid", "the identity from the authorizer cannot be read")
-        injected = {k: v for k, v in ex.raw_headers if server_decided(k) and k != ids.HEADER}
+        # Authorino's success headers are on the request already (they replaced any a client sent)
+        names = {item.name.lower() for item in policy.headers} if isinstance(policy, CompiledAuthPolicy) else set()
+        injected = {k: v for k, v in ex.raw_headers if (k in names or server_decided(k)) and k != ids.HEADER}
         identity: dict[str, Any] = dict(carried.identity)
-        ex.outcome = AuthOutcome(True, reason=ids.HEADER, headers=injected, filters={ids.FILTER: identity},
-                                 auth={"identity": identity,
-                                       "metadata": {ids.SUBSCRIPTION_INFO: dict(carried.subscription_info)}})
+        info: dict[str, Any] = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
+                                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
+                                **carried.subscription_info}
+        auth = {"identity": identity, "metadata": {ids.SUBSCRIPTION_INFO: info}}
+        filters: dict[str, Any] = {ids.FILTER: identity}
+        if isinstance(policy, CompiledAuthPolicy):
+            filters.update(_guardrails_filter(policy, {"request": ex.request.attributes() if ex.request else {},
+                                                       "auth": auth}))
+        ex.outcome = AuthOutcome(True, reason=ids.HEADER, headers=injected, filters=filters, auth=auth)
         ex.policy = policy if isinstance(policy, CompiledAuthPolicy) else None
         return None
 
