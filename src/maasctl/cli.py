@@ -156,6 +156,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     metavar="grpc://HOST:PORT",
                     help="play Envoy + Authorino + Limitador only and hand the payload stages to this processor "
                     "over gRPC (ext_proc), as in a cluster; default: every stage in process")
+    gw.add_argument("--payload-processor-metrics-url", default=env_default("payload_processor_metrics_url", "")
+                    or None, help="the processor's /metrics, served with the gateway's on /_gateway/metrics")
     _add_data_plane_flags(gw)
     pp = sub.add_parser("payload-processor",
                         help="run the payload processor (Envoy ext_proc): metering, reservation, guardrails, "
@@ -358,7 +360,9 @@ def _gateway(args: argparse.Namespace) -> int:
     from maasctl.gateway.server import run_gateway
 
     _configure_logging(args)
-    return _run_async(run_gateway(_data_plane_settings(args, payload_processor=args.payload_processor)))
+    return _run_async(run_gateway(_data_plane_settings(
+        args, payload_processor=args.payload_processor,
+        payload_processor_metrics_url=args.payload_processor_metrics_url)))
 
 
 def _payload_processor(args: argparse.Namespace) -> int:

@@ -173,7 +173,8 @@ class LocalStack:
             argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url)
             argv[0] = "payload-processor"
             self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}")
-            processor.append(f"--payload-processor=grpc://127.0.0.1:{grpc_port}")
+            processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
+                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics"]
         self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url), *processor)
         if opts.controller_process:
             health = free_port()

@@ -67,6 +67,8 @@ class GatewaySettings:
     payload_processor: `grpc://host:port` of a `maasctl payload-processor`: the gateway then plays Envoy +
         Authorino + Limitador only (role "envoy") and hands the processor stages over ext_proc
         (`maasctl.payload.front`), as a cluster does; None runs every stage in process.
+    payload_processor_metrics_url: the processor's `/metrics`; `/_gateway/metrics` then serves its families
+        (usage telemetry, guardrails: the processor records them) with the gateway's own.
     """
 
     host: str = "127.0.0.1"
@@ -100,4 +102,5 @@ class GatewaySettings:
     subscription_namespace: str = "models-as-a-service"
     serve_routes_without_auth_policy: bool = False
     payload_processor: str | None = None  # grpc://host:port: run the "envoy" stages here, the rest there
+    payload_processor_metrics_url: str | None = None  # its /metrics, served with ours on /_gateway/metrics
     log_level: str = "info"

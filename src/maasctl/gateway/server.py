@@ -229,7 +229,7 @@ class Gateway:
         elif path == "/_gateway/metrics":  # Prometheus text format (guardrails counters among them)
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            payload = generate_latest()
+            payload = await self.front.metrics() if self.front is not None else generate_latest()
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(payload)).encode())]})
             await send({"type": "http.response.body", "body": payload})

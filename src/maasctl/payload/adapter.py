@@ -112,6 +112,7 @@ class ProcessorStages:
         info: dict[str, Any] = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
                                 "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
                                 **carried.subscription_info}
+        identity.setdefault(ids.SUBSCRIPTION_INFO_KEY, info)  # what TRLP predicates read (`.labels.tier`)
         auth = {"identity": identity, "metadata": {ids.SUBSCRIPTION_INFO: info}}
         filters: dict[str, Any] = {ids.FILTER: identity}
         if isinstance(policy, CompiledAuthPolicy):

@@ -17,7 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+import httpx
 from multidict import CIMultiDict
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from maasctl.contract import identity as ids
@@ -63,6 +66,21 @@ class ProcessorFront:
     async def aclose(self) -> None:
         if self._channel is not None:
             await self._channel.close()
+
+    async def metrics(self) -> bytes:
+        """The data plane's metrics: the processor's families (it settles, records and runs the guardrails)
+        and this process's other ones; the processor's alone when it cannot be read is not an option (an empty
+        family here would hide its samples), so then only this process's."""
+        url = self.gateway.settings.payload_processor_metrics_url
+        theirs = b""
+        if url:
+            try:
+                response = await self.gateway.callbacks.get(url)
+                theirs = response.content if response.status_code == 200 else b""
+            except httpx.HTTPError as exc:
+                log.warning("payload processor metrics unavailable: %s", type(exc).__name__)
+        names = {family.name for family in text_string_to_metric_families(theirs.decode())} if theirs else set()
+        return theirs + generate_latest(_Without(names))
 
     async def __call__(self, scope: Any, receive: Any, send: Any, read_body: Any) -> None:
         from maasctl.gateway.server import _BodyTooLarge, _refuse, _respond
@@ -167,6 +185,16 @@ class ProcessorFront:
             post.abort()  # the client went away
         finally:
             response.release()
+
+
+class _Without:
+    """The process's registry without some families (the processor's version of them wins)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def collect(self) -> Any:
+        return (family for family in REGISTRY.collect() if family.name not in self.names)
 
 
 async def _start(send: Any, status: int, headers: Sequence[tuple[str, str]]) -> None:
