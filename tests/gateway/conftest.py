@@ -121,12 +121,13 @@ class Stack:
 @pytest.fixture
 async def stack(maas_cluster: ControlPlane) -> AsyncIterator[Stack]:  # noqa: F811
     """Test model + maas-api stand-in + gateway (HTTP on loopback), all in this event loop."""
-    async with _stack(maas_cluster) as s:
+    async with open_stack(maas_cluster) as s:
         yield s
 
 
 @contextlib.asynccontextmanager
-async def _stack(cp: ControlPlane) -> AsyncIterator[Stack]:
+async def open_stack(cp: ControlPlane, **settings_overrides: Any) -> AsyncIterator[Stack]:
+    """The stack of the `stack` fixture; `settings_overrides` are GatewaySettings fields (e.g. `redis_url`)."""
     api = await connect(str(cp.kubeconfig))
     servers: list[HttpServer] = []
     gateway: Gateway | None = None
@@ -136,7 +137,8 @@ async def _stack(cp: ControlPlane) -> AsyncIterator[Stack]:
         model = create_app(ModelServerConfig(models=("gpt-x",), require_bearer=UPSTREAM_KEY))
         servers.append(await start_http(model))
         settings = GatewaySettings(gateway_name=GATEWAY_NAME, gateway_namespace=GATEWAY_NS,
-                                   maas_api_url=servers[0].url, token_review_ttl=5, maas_api_token=GATEWAY_TOKEN)
+                                   maas_api_url=servers[0].url, token_review_ttl=5, maas_api_token=GATEWAY_TOKEN,
+                                   **settings_overrides)
         sink = MemorySink()
         gateway = Gateway(settings, Client(api), sink=sink)
         await gateway.start()

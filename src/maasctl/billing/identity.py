@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from maasctl.billing.names import ORGANIZATION_LABEL
+from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 
 __all__ = [
@@ -39,8 +40,8 @@ __all__ = [
     "tenant_in",
 ]
 
-_SELECTION: Final = "auth.metadata.subscriptionInfo"
-AUTHZ_TENANT: Final = f"{_SELECTION}.organizationId"
+_SELECTION: Final = f"auth.metadata.{ids.SUBSCRIPTION_INFO}"
+AUTHZ_TENANT: Final = f"{_SELECTION}.{ids.INFO_ORGANIZATION}"
 HAS_AUTHZ_TENANT: Final = f"has({_SELECTION}) && has({AUTHZ_TENANT})"
 
 FILTER: Final = "billing"

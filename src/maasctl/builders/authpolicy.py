@@ -49,6 +49,7 @@ from typing import Any, Final
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
+from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.edge import SERVER_DECIDED_EXACT, SERVER_DECIDED_PREFIXES
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
@@ -117,7 +118,7 @@ _CREDENTIAL: Final = (
 keyed by username and groups joined with separators, user `a|b` in group `c` and user `a` in group `b|c` (or
 groups `x,y` and `x`, `y`) shared an entry, so one caller could be served another's cached selection."""
 _KEY: Final = "auth.metadata.apiKeyValidation"
-_SUB: Final = "auth.metadata.subscriptionInfo"
+_SUB: Final = f"auth.metadata.{ids.SUBSCRIPTION_INFO}"
 USERNAME_EXPRESSION: Final = f"(({IS_API_KEY}) ? {_KEY}.username : auth.identity.user.username)"
 GROUPS_EXPRESSION: Final = (
     f"(({IS_API_KEY}) ? {_KEY}.groups"
@@ -137,17 +138,17 @@ _SELECTED: Final = (
     f" && (!has({_SUB}.error) || {_SUB}.error == \"\")"
 )
 _SELECTED_REF: Final = f'({_SUB}.namespace + "/" + {_SUB}.name)'
-_SELECT_FAILED: Final = f"has(auth.metadata.subscriptionInfo) && has({_SUB}.error) && {_SUB}.error != \"\""
+_SELECT_FAILED: Final = f"has({_SUB}) && has({_SUB}.error) && {_SUB}.error != \"\""
 _DENIAL_MESSAGE: Final = (
     f'({_SELECT_FAILED} && has({_SUB}.message)) ? {_SUB}.message : "Access to this model is not allowed"'
 )
 _DENIAL_REASON: Final = f'{_SELECT_FAILED} ? {_SUB}.error : "forbidden"'
 DENIAL_MESSAGE: Final = _DENIAL_MESSAGE  # read by billing, whose wallet denials fall back to the MaaS message
 DENIAL_REASON: Final = _DENIAL_REASON
-_ORGANIZATION: Final = (
-    f'((has({_SUB}.organizationId) && {_SUB}.organizationId != null) ? {_SUB}.organizationId : "")'
-)
-_COST_CENTER: Final = f'((has({_SUB}.costCenter) && {_SUB}.costCenter != null) ? {_SUB}.costCenter : "")'
+_ORG: Final = f"{_SUB}.{ids.INFO_ORGANIZATION}"
+_ORGANIZATION: Final = f'((has({_ORG}) && {_ORG} != null) ? {_ORG} : "")'
+_CC: Final = f"{_SUB}.{ids.INFO_COST_CENTER}"
+_COST_CENTER: Final = f'((has({_CC}) && {_CC} != null) ? {_CC} : "")'
 _SUB_LABELS: Final = f"(has({_SUB}.labels) ? {_SUB}.labels : {{}})"  # maas-api omits, never nulls, it
 SUBSCRIPTION_INFO_EXPRESSION: Final = (
     f'{{"name": {_SUB}.name, "namespace": {_SUB}.namespace, "organizationId": {_ORGANIZATION},'
@@ -317,7 +318,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                 **_cache(API_KEY_EXPRESSION, ttl),
                 "priority": 0,
             },
-            "subscriptionInfo": {
+            ids.SUBSCRIPTION_INFO: {
                 "http": _http(_callback_url(settings.maas_api_url, SELECT_PATH), select_body,
                               settings.gateway_token_secret),
                 "when": [{"predicate": f"!({IS_API_KEY}) || ({_API_KEY_VALID})"}],
@@ -358,20 +359,20 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
             "success": {
                 "headers": headers,
                 "filters": {
-                    "identity": {
+                    ids.FILTER: {
                         "json": {
                             "properties": {
-                                "userid": {"expression": USERNAME_EXPRESSION},
-                                "groups": {"expression": GROUPS_EXPRESSION},
-                                "groups_str": {"expression": f'{GROUPS_EXPRESSION}.join(",")'},
-                                "keyId": {
+                                ids.USERID: {"expression": USERNAME_EXPRESSION},
+                                ids.GROUPS: {"expression": GROUPS_EXPRESSION},
+                                ids.GROUPS_STR: {"expression": f'{GROUPS_EXPRESSION}.join(",")'},
+                                ids.KEY_ID: {
                                     "expression": f'(({IS_API_KEY}) && has({_KEY}.keyId)) ? {_KEY}.keyId : ""'
                                 },
-                                "selected_subscription": {"expression": f"{_SUB}.name"},
-                                "selected_subscription_namespace": {"expression": f"{_SUB}.namespace"},
-                                "selected_subscription_key": {"expression": selected_key},
-                                "organization_id": {"expression": _ORGANIZATION},
-                                "subscription_info": {"expression": SUBSCRIPTION_INFO_EXPRESSION},
+                                ids.SELECTED_SUBSCRIPTION: {"expression": f"{_SUB}.name"},
+                                ids.SELECTED_SUBSCRIPTION_NAMESPACE: {"expression": f"{_SUB}.namespace"},
+                                ids.SELECTED_SUBSCRIPTION_KEY: {"expression": selected_key},
+                                ids.ORGANIZATION_ID: {"expression": _ORGANIZATION},
+                                ids.SUBSCRIPTION_INFO_KEY: {"expression": SUBSCRIPTION_INFO_EXPRESSION},
                             }
                         },
                         "metrics": True,

@@ -30,6 +30,7 @@ from maasctl.api._fields import MAX_TOKEN_LIMIT as API_MAX_TOKEN_LIMIT
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
+from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string
 from maasctl.contract.selection import subscription_key
 from maasctl.contract.windows import is_valid_window, parse_window
@@ -56,7 +57,7 @@ COMPONENT: Final = "token-rate-limit-policy"
 MAX_TOKEN_LIMIT: Final = API_MAX_TOKEN_LIMIT
 """Largest `limit` a MaaSSubscription tier may carry: the one bound of the API types (and so of the CRD)."""
 
-COUNTER_EXPRESSION: Final = "auth.identity.userid"
+COUNTER_EXPRESSION: Final = f"auth.{ids.FILTER}.{ids.USERID}"
 MODELS_LISTING_PREDICATE: Final = '!request.url_path.endsWith("/v1/models")'
 
 
@@ -117,7 +118,7 @@ def limit_name(subscription: ObjectRef, model: ObjectRef) -> str:
 def subscription_predicate(subscription: ObjectRef, model: ObjectRef) -> str:
     """CEL: the request was charged to `subscription` for `model` (the AuthPolicy exports this identity)."""
     key = subscription_key(subscription.namespace, subscription.name, model.namespace, model.name)
-    return f"auth.identity.selected_subscription_key == {cel_string(key)}"
+    return f"auth.{ids.FILTER}.{ids.SELECTED_SUBSCRIPTION_KEY} == {cel_string(key)}"
 
 
 def _limit(limits: SubscriptionLimits, model: ObjectRef) -> dict[str, Any]:

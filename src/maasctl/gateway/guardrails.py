@@ -63,13 +63,14 @@ from typing import Any, Final, Literal
 import httpx
 from prometheus_client import Counter, Gauge, Histogram
 
+from maasctl.contract import identity as ids
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import MAX_CHECK_CHARS, GuardrailsBinding
 from maasctl.contract.usage import PreparedBody
 
 __all__ = ["CallerSlots", "GuardCheck", "GuardrailsClient", "OutputGuard", "Refusal", "Unreadable", "Verdict",
            "answer_text", "caller_of", "engine_failure", "guarded_endpoint", "input_text", "output_text",
-           "request_text", "stream_event_text"]
+           "readable_input", "request_text", "stream_event_text", "unavailable_config"]
 
 log = logging.getLogger("maasctl.gateway.guardrails")
 
@@ -476,10 +477,10 @@ def blocked_message(binding: GuardrailsBinding, rail: str, where: str) -> str:
 
 def caller_of(filters: Mapping[str, Any]) -> str:
     """Who shares the engine: the identity's user (else its key) as the AuthPolicy exported it."""
-    identity = filters.get("identity")
+    identity = filters.get(ids.FILTER)
     if not isinstance(identity, Mapping):
         return ""
-    return str(identity.get("userid") or identity.get("keyId") or "")
+    return str(identity.get(ids.USERID) or identity.get(ids.KEY_ID) or "")
 
 
 def engine_failure(activated: list[Any], events: Any) -> str | None:
@@ -540,6 +541,25 @@ class CallerSlots:
         return self._in_flight.get(caller, 0)
 
 
+def readable_input(body: PreparedBody, path: str | None) -> tuple[str | None, Refusal | None]:
+    """The input the rails check, or the refusal of a request whose input they cannot check whatever the
+    engine says (unreadable, or longer than they check). Pure: simulate answers with it too."""
+    text = input_text(body, path)
+    if text is None:
+        return None, Refusal(400, "guardrails_unreadable",
+                             "guardrails apply to this model and cannot read this request body")
+    if len(text) > MAX_CHECK_CHARS:
+        return text, Refusal(413, "guardrails_input_too_large",
+                             f"guardrails apply to this model and check at most {MAX_CHECK_CHARS} characters of "
+                             f"input; this request has {len(text)}", param="input")
+    return text, None
+
+
+def unavailable_config(binding: GuardrailsBinding) -> Refusal:
+    """The refusal of a guarded request whose configuration is not ready (never passed unchecked)."""
+    return Refusal(503, "guardrails_config_unavailable", f"guardrail configuration {binding.config!r} is not available")
+
+
 class GuardrailsClient:
     """Calls the engine; `url_override` replaces the exported engine URL (the local gateway); `caller_in_flight`
     bounds each caller's guarded requests in flight (0: unbounded)."""
@@ -554,18 +574,13 @@ class GuardrailsClient:
                     caller: str) -> tuple[GuardCheck, Refusal | None]:
         """Input rails of one request: its GuardCheck, and the refusal when it must not be forwarded. On
         admission the check holds one of the caller's slots until `check.release()`."""
-        text = input_text(body, path)
+        text, unfit = readable_input(body, path)
         guard = GuardCheck(binding, prompt=text or "")
-        if text is None:
+        if unfit is not None:
             guard.outcome = "unavailable"
-            return guard, Refusal(400, "guardrails_unreadable",
-                                  "guardrails apply to this model and cannot read this request body")
-        if len(text) > MAX_CHECK_CHARS:
-            guard.outcome = "unavailable"
-            CHECKS.labels(binding.config, "input", "too_large").inc()
-            return guard, Refusal(413, "guardrails_input_too_large",
-                f"guardrails apply to this model and check at most {MAX_CHECK_CHARS} characters of input; "
-                f"this request has {len(text)}", param="input")
+            if unfit.status == 413:
+                CHECKS.labels(binding.config, "input", "too_large").inc()
+            return guard, unfit
         release = self.slots.take(caller)
         if release is None:
             guard.outcome = "unavailable"
@@ -575,7 +590,7 @@ class GuardrailsClient:
                 {"retry-after": str(BUSY_RETRY_AFTER)})
         guard.release = release
         try:
-            verdict = await self.check(binding, "input", text)
+            verdict = await self.check(binding, "input", guard.prompt)
         except BaseException:
             release()
             raise
@@ -588,8 +603,8 @@ class GuardrailsClient:
             return guard, Refusal(400, "guardrail_blocked", blocked_message(binding, verdict.rail, "request"),
                                   {GUARDRAIL_HEADER: f"{binding.config}/{verdict.rail}"}, param="input")
         guard.outcome = "unavailable"
-        code = "guardrails_unavailable" if binding.ready else "guardrails_config_unavailable"
-        return guard, Refusal(503, code, verdict.reason)
+        return guard, Refusal(503, "guardrails_unavailable", verdict.reason) if binding.ready else \
+            unavailable_config(binding)
 
     async def check(self, binding: GuardrailsBinding, rails: Literal["input", "output"], user: str,
                     answer: str | None = None) -> Verdict:

@@ -72,7 +72,14 @@ from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.guardrails import GuardCheck, GuardrailsClient, OutputGuard, caller_of
+from maasctl.gateway.guardrails import (
+    GuardCheck,
+    GuardrailsClient,
+    OutputGuard,
+    caller_of,
+    readable_input,
+    unavailable_config,
+)
 from maasctl.gateway.proxy import response_header_pairs
 from maasctl.gateway.ratelimit import (
     AppliedLimit,
@@ -134,6 +141,8 @@ class Exchange:
     headers: dict[str, str]  # repeated names joined with ","
     scheme: str
     dry: bool = False
+    role: Role = "all"  # set by request_head / request_body
+    authorized: bool = False  # an AuthPolicy admitted it (here, or Authorino: `adopt_identity`)
     identity_override: Mapping[str, Any] | None = None  # simulate's user and groups: authentication skipped
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.monotonic)
@@ -172,9 +181,13 @@ StageFn = Callable[["Pipeline", Exchange], Awaitable[Refusal | None]]
 
 @dataclass(frozen=True)
 class Stage:
+    """`runner` runs it in a cluster; a `shared` stage also runs in the other role, which needs what it finds
+    (the processor matches the route itself, for the rule's model, rename, key and limits)."""
+
     name: str
     runner: Runner
     run: StageFn
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +246,7 @@ async def _auth(p: Pipeline, ex: Exchange) -> Refusal | None:
     ex.policy = policy
     ex.outcome = outcome = await p.plane.auth.check(policy, ex.request, identity_override=ex.identity_override)
     if outcome.allowed:
+        ex.authorized = True
         return None
     extra = {"x-ext-auth-reason": outcome.message, **outcome.deny_headers}
     if outcome.status == 401:
@@ -282,7 +296,7 @@ async def _backend(p: Pipeline, ex: Exchange) -> Refusal | None:
 
 async def _provider_key(p: Pipeline, ex: Exchange) -> Refusal | None:
     rule = ex.match.rule if ex.match is not None else None
-    if rule is None or not rule.upstream_key_secret or ex.policy is None:  # only after an AuthPolicy allowed it
+    if rule is None or not rule.upstream_key_secret or not ex.authorized:  # only after an AuthPolicy allowed it
         return None
     ex.upstream_key = p.plane.state.upstream_key(rule.namespace, rule.upstream_key_secret, rule.upstream_key_field)
     if ex.upstream_key is None:
@@ -310,7 +324,7 @@ async def _token_reservation(p: Pipeline, ex: Exchange) -> Refusal | None:
     if ex.trlp is not None:
         limiter = p.plane.limiter
         ex.applied = limiter.applicable(ex.trlp, ex.route, ex.activation())
-        if ex.dry:
+        if ex.dry or ex.role == "envoy":  # Limitador's check; the processor reserves on the same counters
             admitted: Reservation | RateDenial = await limiter.check(ex.applied) or NO_RESERVATION
         else:
             bound = request_bound(ex.body, p.plane.settings.completion_ceiling)
@@ -328,12 +342,10 @@ async def _input_guardrails(p: Pipeline, ex: Exchange) -> Refusal | None:
     ex.binding = binding = binding_from_filters(ex.outcome.filters)
     if binding is None:
         return None
-    if ex.dry:  # the engine is not called: refused only where any content would be
-        if binding.ready:
-            return None
-        return _refuse(503, "guardrails_config_unavailable",
-                       f"guardrail configuration {binding.config!r} is not available")
     assert ex.match is not None
+    if ex.dry:  # the engine is not called: refused where the verdict does not depend on it
+        _, unfit = readable_input(ex.body, ex.match.upstream_path)
+        return unfit or (None if binding.ready else unavailable_config(binding))
     ex.guard, refusal = await p.plane.guardrails.admit(binding, ex.body, ex.match.upstream_path,
                                                        caller_of(ex.outcome.filters))
     return refusal
@@ -341,17 +353,17 @@ async def _input_guardrails(p: Pipeline, ex: Exchange) -> Refusal | None:
 
 HEAD_STAGES: Final = (
     Stage("edge", "processor", _edge),
-    Stage("route", "envoy", _route),
+    Stage("route", "envoy", _route, shared=True),
     Stage("auth", "envoy", _auth),
     Stage("metering", "processor", _metering),
 )
 BODY_STAGES: Final = (
     Stage("body", "processor", _body),
-    Stage("limits valid", "envoy", _limits_valid),
+    Stage("limits valid", "envoy", _limits_valid, shared=True),
     Stage("backend", "envoy", _backend),
     Stage("provider key", "processor", _provider_key),
     Stage("request limits", "envoy", _request_limits),
-    Stage("token reservation", "processor", _token_reservation),
+    Stage("token reservation", "processor", _token_reservation, shared=True),  # envoy: the TRLP check
     Stage("input guardrails", "processor", _input_guardrails),
 )
 STAGES: Final = HEAD_STAGES + BODY_STAGES
@@ -359,7 +371,7 @@ STAGES: Final = HEAD_STAGES + BODY_STAGES
 
 
 def _runs(stage: Stage, role: Role) -> bool:
-    return role == "all" or stage.runner == role
+    return role == "all" or stage.shared or stage.runner == role
 
 
 # --- the response ----------------------------------------------------------------------------------------
@@ -502,6 +514,7 @@ class Pipeline:
         return ex
 
     async def _run(self, stages: tuple[Stage, ...], ex: Exchange, role: Role) -> Refusal | None:
+        ex.role = role
         for stage in stages:
             if _runs(stage, role):
                 refusal = await stage.run(self, ex)
@@ -510,14 +523,39 @@ class Pipeline:
         return None
 
     async def request_head(self, ex: Exchange, role: Role = "all") -> Refusal | None:
-        """Edge, route, auth, metering: what needs no body."""
-        return await self._run(HEAD_STAGES, ex, role)
+        """Edge, route, auth, metering: what needs no body. Role "processor" on the post stream: call
+        `adopt_identity` first (an exchange Authorino did not admit is refused here, never served unbilled)."""
+        refusal = await self._run(HEAD_STAGES, ex, role)
+        if refusal is None and role == "processor" and not ex.authorized \
+                and not self.plane.settings.serve_routes_without_auth_policy:
+            return _refuse(403, "identity_missing", "the request carries no identity from the authorization stage")
+        return refusal
 
     async def request_body(self, ex: Exchange, raw: bytes, role: Role = "all") -> Refusal | None:
         """Body, limits, reservation, input guardrails. A refusal after a reservation has been settled and
         recorded by `finish` only when the front calls it (it always should)."""
         ex.raw_body = raw
+        if role == "envoy":  # the body is the processor's to prepare: it goes on as sent
+            ex.body = PreparedBody(raw, prompt_estimate=max(1, len(raw) // 4))
         return await self._run(BODY_STAGES, ex, role)
+
+    def identity_header(self, ex: Exchange) -> tuple[str, str]:
+        """`x-maas-identity` for an admitted exchange, as Authorino's success response injects it (the gateway
+        in role "envoy" adds it to what it hands the processor; `contract.identity`)."""
+        identity = ex.outcome.filters.get(ids.FILTER)
+        info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO)
+        return ids.HEADER, ids.encode_identity_header(identity if isinstance(identity, Mapping) else {},
+                                                      info if isinstance(info, Mapping) else {})
+
+    def adopt_identity(self, ex: Exchange, value: str) -> None:
+        """Role "processor": take the auth outcome from `x-maas-identity` (raises InvalidIdentityHeader) and
+        drop the header from what goes upstream."""
+        carried = ids.decode_identity_header(value)
+        ex.outcome = AuthOutcome(True, reason="x-maas-identity", filters={ids.FILTER: dict(carried.identity)},
+                                 auth={"metadata": {ids.SUBSCRIPTION_INFO: dict(carried.subscription_info)}})
+        ex.authorized = True
+        ex.raw_headers = [(n, v) for n, v in ex.raw_headers if n != ids.HEADER]
+        ex.headers.pop(ids.HEADER, None)
 
     def too_large(self, ex: Exchange) -> Refusal:
         """The answer to a body over `max_request_bytes` (a front that stops reading gives it)."""
@@ -526,7 +564,7 @@ class Pipeline:
     def upstream_request(self, ex: Exchange) -> UpstreamRequest:
         """The request to forward: headers by the header contract (`contract.edge.upstream_headers`), the
         provider key, the prepared body (stream usage asked for, a renamed model's upstream name)."""
-        assert ex.match is not None and ex.backend is not None
+        assert ex.match is not None
         rule = ex.match.rule
         out = upstream_headers(ex.raw_headers, ex.outcome.headers, forward_credentials=rule.forward_credentials,
                                set_headers=rule.set_headers, add_headers=rule.add_headers,
@@ -539,7 +577,7 @@ class Pipeline:
             out.append(("host", rule.rewrite_hostname))
         timeout = rule.timeout if rule.timeout is not None else self.plane.settings.upstream_timeout
         return UpstreamRequest(ex.match.upstream_path + (f"?{ex.query}" if ex.query else ""), out,
-                               ex.body.content, ex.backend.base_url, timeout or None)
+                               ex.body.content, ex.backend.base_url if ex.backend is not None else "", timeout or None)
 
     def response(self, ex: Exchange, status: int, headers: list[tuple[str, str]]) -> ResponsePass:
         return ResponsePass(self, ex, status, headers)
@@ -555,7 +593,7 @@ class Pipeline:
         the guardrails slot, and emit the usage record (always one for an admitted request: `usage_record`; an
         unrecorded request is unbilled)."""
         try:
-            if ex.admitted and not ex.dry:
+            if ex.admitted and not ex.dry and ex.role != "envoy":  # the processor settles and records
                 await self._record(ex, status, termination)
         finally:
             self.release(ex)

@@ -1,10 +1,12 @@
 """The local data plane as an ASGI app on uvicorn: `Gateway`, `serve(settings)`, `run_gateway(settings)`.
 
-Per request, in the order Envoy + Authorino + Limitador apply them: match a route (404 when none), run the
-route's AuthPolicy (401/403 with `X-Ext-Auth-Reason`), check the TokenRateLimitPolicy counters (429 with
-`Retry-After` when already over), read the body (413 above `max_request_bytes`), proxy upstream with
-streaming passthrough (503 when unreachable, 504 on timeout), then charge `usage.total_tokens` and emit a
-usage record once the answer is complete (also when the client went away mid-stream).
+`Gateway` is the HTTP front of the request pipeline (`gateway.pipeline`, docs/data-plane.md): it hands each
+request to the pipeline's stages (edge, route, auth, metering, body, limits, reservation, guardrails), reads the
+body (413 above `max_request_bytes`), forwards what `upstream_request` says with aiohttp (503 when unreachable,
+504 on timeout), streams the answer back through the response pass (usage, rename, output guardrails) and
+calls `finish` once the answer is complete (also when the client went away mid-stream), which charges the
+counters and emits the usage record. `role` is "all" (every stage in process); the payload-processor mode
+runs "envoy".
 
 Reserved paths (never routed): `/_gateway/healthz`, `/_gateway/readyz` (informers synced) and
 `POST /_gateway/simulate` (see `maasctl.gateway.simulate`: loopback clients only by default; a caller sees

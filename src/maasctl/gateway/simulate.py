@@ -1,10 +1,15 @@
 """`simulate`: what the gateway would do with a request, without sending it or spending quota.
 
 For a caller (an API key, a bearer token, or a user name plus groups) and a model (`namespace/name` of the
-MaaSModelRef, or a request path), it runs the very route match, AuthPolicy and TokenRateLimitPolicy the
-gateway enforces, with the live counters, and reports: the route and upstream path, the decision and the
-rule behind it, the selected subscription, the identity exported to rate limiting, every applicable limit
-with used/remaining quota and reset time per window, and the verdict (allowed, or 401/403/429 and why).
+MaaSModelRef, or a request path), it runs the gateway's own pipeline (`gateway.pipeline`) dry: the same stages
+in the same order, with the live counters read and nothing reserved, counted, forwarded or sent to the
+guardrails engine, so its verdict cannot drift from the gateway's (tests/gateway/test_simulate_equals_gateway.py).
+It reports: the route and upstream path, the decision and the rule behind it, the selected subscription, the
+identity exported to rate limiting, every applicable limit with used/remaining quota and reset time per window,
+and the verdict with the gateway's status and error code (allowed, or the refusal and why). Optional `headers`
+and `body` are the request's own (a forbidden header, a body too large or unreadable are refused as the
+gateway refuses them). A model published on a route without a model label of ours (a KServe-owned route) is
+found through the AuthPolicy generated for it.
 
 User+groups callers skip authentication (the identity is taken as a TokenReview would return it); the
 maas-api callbacks are still made (they only read). Operators reach it with `maasctl simulate`, which posts

@@ -14,7 +14,6 @@ up by name in `STAGES`: nothing is re-implemented here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -91,8 +90,11 @@ class ProcessorStages:
         return refusal or await self._run(POST_METERING, ex)
 
     def _identity(self, ex: Exchange) -> Refusal | None:
-        """The auth outcome Authorino decided, as it injected it; a route with an AuthPolicy and no identity
-        was not admitted by Authorino (or the filter order is wrong): refused, never served unidentified."""
+        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`); a route with an
+        AuthPolicy and no identity was not admitted by Authorino (or the filter order is wrong): refused, never
+        served unidentified. Added to what the header carries: Authorino's success headers (on the request
+        already, they replaced any a client sent), the subscription fields TRLP predicates read, and the
+        AuthPolicy's own `guardrails` filter evaluated on that identity."""
         assert ex.snap is not None
         policy = ex.snap.auth.get(ex.route)
         value = ex.headers.get(ids.HEADER)
@@ -102,24 +104,23 @@ class ProcessorStages:
             ex.outcome = AuthOutcome(True, reason="no AuthPolicy")
             return None
         try:
-            carried = ids.decode_identity_header(value)
+            self.pipeline.adopt_identity(ex, value)
         except ids.InvalidIdentityHeader:
             return Refusal(403, "identity_invalid", "the identity from the authorizer cannot be read")
-        # Authorino's success headers are on the request already (they replaced any a client sent)
         names = {item.name.lower() for item in policy.headers} if isinstance(policy, CompiledAuthPolicy) else set()
-        injected = {k: v for k, v in ex.raw_headers if (k in names or server_decided(k)) and k != ids.HEADER}
-        identity: dict[str, Any] = dict(carried.identity)
-        info: dict[str, Any] = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
-                                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
-                                **carried.subscription_info}
+        ex.outcome.headers.update({k: v for k, v in ex.raw_headers if k in names or server_decided(k)})
+        identity = ex.outcome.filters[ids.FILTER]
+        metadata = ex.outcome.auth.setdefault("metadata", {})
+        info = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
+                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
+                **metadata.get(ids.SUBSCRIPTION_INFO, {})}
         identity.setdefault(ids.SUBSCRIPTION_INFO_KEY, info)  # what TRLP predicates read (`.labels.tier`)
-        auth = {"identity": identity, "metadata": {ids.SUBSCRIPTION_INFO: info}}
-        filters: dict[str, Any] = {ids.FILTER: identity}
+        metadata[ids.SUBSCRIPTION_INFO] = info
+        ex.outcome.auth["identity"] = identity
         if isinstance(policy, CompiledAuthPolicy):
-            filters.update(_guardrails_filter(policy, {"request": ex.request.attributes() if ex.request else {},
-                                                       "auth": auth}))
-        ex.outcome = AuthOutcome(True, reason=ids.HEADER, headers=injected, filters=filters, auth=auth)
-        ex.policy = policy if isinstance(policy, CompiledAuthPolicy) else None
+            ex.policy = policy
+            ex.outcome.filters.update(_guardrails_filter(policy, {
+                "request": ex.request.attributes() if ex.request else {}, "auth": ex.outcome.auth}))
         return None
 
     async def request_body(self, ex: Exchange, body: bytes, role: str) -> Refusal | None:
@@ -143,9 +144,3 @@ class ProcessorStages:
         await self.pipeline.finish(ex, status, termination)
 
 
-def identity_header(outcome: Mapping[str, Any]) -> str:
-    """`x-maas-identity` for an auth outcome's `auth` context (what the local gateway adds, playing Authorino)."""
-    identity = outcome.get("identity") or {}
-    info = (outcome.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO) or {}
-    return ids.encode_identity_header(identity if isinstance(identity, Mapping) else {},
-                                      info if isinstance(info, Mapping) else {})

@@ -23,7 +23,6 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
-from maasctl.contract import identity as ids
 from maasctl.contract.errors import error_body
 from maasctl.gateway.pipeline import Exchange
 from maasctl.payload.envoy import FilterStream, Immediate, ProcessorFailure, channel, open_filter
@@ -132,10 +131,9 @@ class ProcessorFront:
     def _authorized(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """The request after Kuadrant's wasm: Authorino's success headers and the identity it injects."""
         added = {k.lower(): v for k, v in ex.outcome.headers.items()}
-        if ex.policy is not None:
-            identity = ex.outcome.filters.get(ids.FILTER) or {}
-            info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO) or {}
-            added[ids.HEADER] = ids.encode_identity_header(identity, info)
+        if ex.authorized:
+            name, value = self.gateway.pipeline.identity_header(ex)
+            added[name] = value
         return [*((k, v) for k, v in headers if k not in added), *added.items()]
 
     async def _forward(self, send: Any, ex: Exchange, post: FilterStream, headers: list[tuple[str, str]],
