@@ -51,17 +51,20 @@ class _Passed:
     body: bytes
 
 
-def _guardrails_filter(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
-    """The AuthPolicy's own `guardrails` success filter, evaluated on the identity Authorino injected (it reads
-    only the selected subscription): the binding the processor's guardrails stages need."""
+def _exported_filters(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
+    """The AuthPolicy's own success filters other than `identity` (the `guardrails` binding, a Plan's `billing`
+    tenant), evaluated on what Authorino injected: the identity and the selected subscription. What they read
+    beyond that (an API key's labels) is absent here. A guardrails binding that cannot be read is still a
+    binding (refused as not ready, never passed)."""
     out: dict[str, Any] = {}
     for item in policy.filters:
-        if item.name != GUARDRAILS_FILTER or (item.when and not item.when.holds(activation)):
+        if item.name == ids.FILTER or (item.when and not item.when.holds(activation)):
             continue
         try:
             out[item.name] = item.render(activation)
-        except CelError:  # a binding that cannot be read is still a binding: refused (not ready), never passed
-            out[item.name] = {}
+        except CelError:
+            if item.name == GUARDRAILS_FILTER:
+                out[item.name] = {}
     return out
 
 
@@ -119,7 +122,7 @@ class ProcessorStages:
         ex.outcome.auth["identity"] = identity
         if isinstance(policy, CompiledAuthPolicy):
             ex.policy = policy
-            ex.outcome.filters.update(_guardrails_filter(policy, {
+            ex.outcome.filters.update(_exported_filters(policy, {
                 "request": ex.request.attributes() if ex.request else {}, "auth": ex.outcome.auth}))
         return None
 
