@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -105,7 +106,10 @@ class Target:
 async def local_target() -> AsyncIterator[Target]:
     """Start the local stack (and the Gateway object a gateway controller would report on)."""
     with tempfile.TemporaryDirectory(prefix="maasctl-e2e-") as tmp:
-        stack = LocalStack(StackOptions(directory=Path(tmp), settings=LOCAL_SETTINGS, controller_process=True))
+        # E2E_PAYLOAD_PROCESSOR=1: the payload stages in a `maasctl payload-processor` process, over gRPC
+        processor = os.environ.get("E2E_PAYLOAD_PROCESSOR", "") not in ("", "0")
+        stack = LocalStack(StackOptions(directory=Path(tmp), settings=LOCAL_SETTINGS, controller_process=True,
+                                        payload_processor=processor))
         await stack.start()
         try:
             client = Client(stack.api)

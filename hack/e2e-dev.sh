@@ -4,6 +4,8 @@
 # cluster has: the kubeconfig, the gateway and maas-api URLs, a token hook (ServiceAccounts made by
 # hack/e2e-cluster.sh, as on kind) and optional extras a real cluster can provide too (the test models' URLs and
 # request log, the gateway / key-cleanup token files). hack/test.sh runs it; arguments go to pytest.
+# E2E_PAYLOAD_PROCESSOR=1: the gateway hands the payload stages to a `maasctl payload-processor` process over
+# gRPC (ext_proc), so every journey goes through the processor.
 # Every journey must run (E2E_NO_SKIPS=1 unless set otherwise), except those marked `local_stack` (they drive the
 # suite's own processes). maasctl dev is stopped on exit, also on failure.
 set -euo pipefail
@@ -38,7 +40,8 @@ print(*ports)
 echo "==> starting maasctl dev in $dir (gateway :$gateway_port, maas-api :$api_port)"
 .venv/bin/maasctl dev --dir "$dir/dev" --gateway-port "$gateway_port" --api-port "$api_port" \
   --console-port "$console_port" --model-port "$model_port" --incluster-model-port "$incluster_port" \
-  --metrics-bind-address 0 --health-probe-bind-address 0 --log-format console > "$dir/dev.out" 2>&1 &
+  --metrics-bind-address 0 --health-probe-bind-address 0 --log-format console \
+  ${E2E_PAYLOAD_PROCESSOR:+--payload-processor} > "$dir/dev.out" 2>&1 &
 dev_pid=$!
 deadline=$((SECONDS + ${E2E_DEV_START_TIMEOUT:-300}))
 until grep -q "maasctl dev is running" "$dir/dev.out"; do
@@ -77,7 +80,7 @@ E2E_KEY_CLEANUP_TOKEN_FILE="$dir/dev/maas-key-cleanup.token" \
   .venv/bin/pytest e2e -p no:cacheprovider -m "not local_stack" "$@" || {
   status=$?
   # What the cluster's side said (logs carry no secrets), before the trap removes them.
-  for log in gateway maas-api controller; do
+  for log in gateway payload-processor maas-api controller; do
     [[ -f "$dir/dev/$log.log" ]] || continue
     echo "==> last warnings and errors of $log" >&2
     grep -iE '"level": ?"(warning|error)"|unavailable|Traceback' "$dir/dev/$log.log" | tail -n 25 >&2 || true

@@ -152,6 +152,27 @@ def _add_gateway_parsers(sub: Any) -> None:
     gw = sub.add_parser("gateway", help="run the local data plane enforcing the generated Gateway/Kuadrant objects")
     gw.add_argument("--host", default=env_default("gateway_host", "127.0.0.1"))
     gw.add_argument("--port", type=int, default=int(env_default("gateway_port", "8000")))
+    gw.add_argument("--payload-processor", default=env_default("payload_processor", "") or None,
+                    metavar="grpc://HOST:PORT",
+                    help="play Envoy + Authorino + Limitador only and hand the payload stages to this processor "
+                    "over gRPC (ext_proc), as in a cluster; default: every stage in process")
+    gw.add_argument("--payload-processor-metrics-url", default=env_default("payload_processor_metrics_url", "")
+                    or None, help="the processor's /metrics, served with the gateway's on /_gateway/metrics")
+    _add_data_plane_flags(gw)
+    pp = sub.add_parser("payload-processor",
+                        help="run the payload processor (Envoy ext_proc): metering, reservation, guardrails, "
+                        "provider keys, usage records")
+    pp.add_argument("--host", default=env_default("payload_processor_host", "127.0.0.1"))
+    pp.add_argument("--port", type=int, default=int(env_default("payload_processor_port", "9004")),
+                    help="gRPC port of the ext_proc service and gRPC health")
+    pp.add_argument("--metrics-port", type=int, default=int(env_default("payload_processor_metrics_port", "9090")),
+                    help="HTTP port of /healthz, /readyz and /metrics")
+    _add_data_plane_flags(pp)
+    _add_simulate_parser(sub)
+
+
+def _add_data_plane_flags(gw: Any) -> None:
+    """The flags `maasctl gateway` and `maasctl payload-processor` share (both build GatewaySettings)."""
     gw.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None)
     gw.add_argument("--gateway-name", default=env_default("gateway_name", ControllerSettings().gateway_name))
     gw.add_argument("--gateway-namespace",
@@ -181,6 +202,8 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="guarded requests one user may have in flight on this gateway (0: unbounded)")
     _add_logging_flags(gw)
 
+
+def _add_simulate_parser(sub: Any) -> None:
     sim = sub.add_parser("simulate", help="explain which subscription, policies and limits apply to a request")
     sim.add_argument("--gateway-url", default=env_default("gateway_url", "http://127.0.0.1:8000"))
     sim.add_argument("--model", required=True, help="<namespace>/<name> of the MaaSModelRef")
@@ -216,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--no-samples", action="store_true", help="do not create the sample resources")
     dev.add_argument("--billing-probe-address", default="0",
                      help="where the billing operator serves /readyz and /metrics (e.g. 127.0.0.1:8096; 0: off)")
+    dev.add_argument("--payload-processor", action="store_true",
+                     help="run the payload stages in a `maasctl payload-processor` process the gateway calls over "
+                     "gRPC (ext_proc), as in a cluster (default: in the gateway)")
 
     _add_api_parser(sub)
     _add_gateway_parsers(sub)
@@ -290,7 +316,7 @@ def _dev(args: argparse.Namespace) -> int:
     return _run_async(run_dev(settings_from_args(args), DevOptions(
         directory=args.dir, gateway_port=args.gateway_port, api_port=args.api_port, console_port=args.console_port,
         model_port=args.model_port, incluster_model_port=args.incluster_model_port, samples=not args.no_samples,
-        billing_probe_address=args.billing_probe_address)))
+        billing_probe_address=args.billing_probe_address, payload_processor=args.payload_processor)))
 
 
 def _api(args: argparse.Namespace) -> int:
@@ -317,20 +343,33 @@ def _api(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gateway(args: argparse.Namespace) -> int:
+def _data_plane_settings(args: argparse.Namespace, **extra: Any) -> Any:
     from maasctl.gateway.config import GatewaySettings
-    from maasctl.gateway.server import run_gateway
 
-    _configure_logging(args)
-    settings = GatewaySettings(
+    return GatewaySettings(
         host=args.host, port=args.port, kubeconfig=args.kubeconfig, gateway_name=args.gateway_name,
         gateway_namespace=args.gateway_namespace, maas_api_url=args.maas_api_url, usage_url=args.usage_url,
         usage_spool_dir=args.usage_spool_dir, maas_api_token=_read_secret(args.maas_api_token_file),
         redis_url=args.redis_url, subscription_namespace=args.subscription_namespace,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
-        guardrails_caller_in_flight=args.guardrails_caller_in_flight,
+        guardrails_caller_in_flight=args.guardrails_caller_in_flight, **extra,
     )
-    return _run_async(run_gateway(settings))
+
+
+def _gateway(args: argparse.Namespace) -> int:
+    from maasctl.gateway.server import run_gateway
+
+    _configure_logging(args)
+    return _run_async(run_gateway(_data_plane_settings(
+        args, payload_processor=args.payload_processor,
+        payload_processor_metrics_url=args.payload_processor_metrics_url)))
+
+
+def _payload_processor(args: argparse.Namespace) -> int:
+    from maasctl.payload.app import run_processor
+
+    _configure_logging(args)
+    return _run_async(run_processor(_data_plane_settings(args), args.metrics_port))
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -407,7 +446,8 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 _HANDLERS = {
-    "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "simulate": _simulate, "testmodel": _testmodel,
+    "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "payload-processor": _payload_processor,
+    "simulate": _simulate, "testmodel": _testmodel,
     "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
     "console": console_cli.run, "billing": billing_cli.dispatch, "subscription": subscription_cli.run,
 }

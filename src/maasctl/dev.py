@@ -40,6 +40,7 @@ class DevOptions:
     incluster_model_port: int = 0
     samples: bool = True
     billing_probe_address: str = "0"  # the billing operator's /readyz and /metrics ("0": not served)
+    payload_processor: bool = False  # the payload stages in their own process, over gRPC (StackOptions)
 
 
 async def apply_samples(stack: LocalStack) -> None:
@@ -99,7 +100,7 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     stack = LocalStack(StackOptions(
         directory=directory, settings=settings, gateway_port=options.gateway_port, api_port=options.api_port,
         model_port=options.model_port, incluster_model_port=options.incluster_model_port, controller_process=False,
-        extra_users=(admin,)))
+        extra_users=(admin,), payload_processor=options.payload_processor))
     log.info("starting the local stack", directory=str(directory))
     await stack.start()
     try:

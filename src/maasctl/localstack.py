@@ -63,6 +63,9 @@ class StackOptions:
     guard_block_words: tuple[str, ...] = ("FORBIDDEN",)
     model_replies: tuple[tuple[str, str], ...] = (("tell me the code", "the code is FORBIDDEN"),)
     model_latency: float = 0.0  # seconds each test-model completion takes (load benchmarks)
+    # The gateway plays Envoy + Authorino + Limitador only and hands the payload stages to a `maasctl
+    # payload-processor` process over gRPC (ext_proc), as in a cluster; False runs every stage in the gateway.
+    payload_processor: bool = False
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -81,6 +84,7 @@ class LocalStack:
         self.processes: dict[str, ManagedProcess] = {}
         self.gateway_url = self.api_url = self.model_url = self.incluster_model_url = ""
         self.health_url = ""
+        self.processor_health_url = ""  # the payload processor's /healthz, /readyz, /metrics (when it runs)
         self.settings = options.settings
         self._tasks: list[asyncio.Task[Any]] = []
         self._api: k8s.ApiClient | None = None
@@ -162,7 +166,16 @@ class LocalStack:
                     f"--gateway-token-file={gateway_token}", f"--key-cleanup-user={cleanup_user}",
                     f"--gateway-url={self.gateway_url}",
                     "--log-format=json")
-        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url))
+        processor: list[str] = []
+        if opts.payload_processor:
+            grpc_port, metrics_port = free_port(), free_port()
+            self.processor_health_url = f"http://127.0.0.1:{metrics_port}"
+            argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url)
+            argv[0] = "payload-processor"
+            self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}")
+            processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
+                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics"]
+        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url), *processor)
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -172,6 +185,8 @@ class LocalStack:
         await self._wait_http(f"{self.incluster_model_url}/health", "incluster-model")
         await self._wait_http(f"{self.api_url}/health", "maas-api")
         await self._wait_http(f"{self.gateway_url}/_gateway/readyz", "gateway")
+        if self.processor_health_url:
+            await self._wait_http(f"{self.processor_health_url}/readyz", "payload-processor")
         if self.health_url:
             await self._wait_http(f"{self.health_url}/readyz", "controller")
         runner = JobRunner(Client(self.api), namespace=self.settings.leader_election_namespace,

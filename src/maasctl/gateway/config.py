@@ -64,6 +64,11 @@ class GatewaySettings:
         takes an administrator's token.
     serve_routes_without_auth_policy: closed by default (False): a route no AuthPolicy covers (neither its
         own nor a Gateway-level one) answers 403. True mimics a bare Envoy, which serves it to anyone.
+    payload_processor: `grpc://host:port` of a `maasctl payload-processor`: the gateway then plays Envoy +
+        Authorino + Limitador only (role "envoy") and hands the processor stages over ext_proc
+        (`maasctl.payload.front`), as a cluster does; None runs every stage in process.
+    payload_processor_metrics_url: the processor's `/metrics`; `/_gateway/metrics` then serves its families
+        (usage telemetry, guardrails: the processor records them) with the gateway's own.
     """
 
     host: str = "127.0.0.1"
@@ -96,4 +101,6 @@ class GatewaySettings:
     admin_from_loopback_only: bool = True
     subscription_namespace: str = "models-as-a-service"
     serve_routes_without_auth_policy: bool = False
+    payload_processor: str | None = None  # grpc://host:port: run the "envoy" stages here, the rest there
+    payload_processor_metrics_url: str | None = None  # its /metrics, served with ours on /_gateway/metrics
     log_level: str = "info"

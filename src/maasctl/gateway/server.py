@@ -155,6 +155,11 @@ class Gateway:
         self._cache_task: asyncio.Task[None] | None = None
         self.role: Role = "all"  # every stage in process (the payload-processor mode runs "envoy")
         self.pipeline = Pipeline(self)
+        self.front: Any = None  # with a payload processor: the ext_proc front (maasctl.payload.front)
+        if settings.payload_processor:
+            from maasctl.payload.front import ProcessorFront
+
+            self.role, self.front = "envoy", ProcessorFront(self, settings.payload_processor)
 
     def _own(self, http: httpx.AsyncClient) -> httpx.AsyncClient:
         self._owned.append(http)
@@ -193,6 +198,8 @@ class Gateway:
         await self.limiter.store.aclose()
         if self._upstream is not None:
             await self._upstream.close()
+        if self.front is not None:
+            await self.front.aclose()
         for http in self._owned:
             await http.aclose()
 
@@ -224,7 +231,7 @@ class Gateway:
         elif path == "/_gateway/metrics":  # Prometheus text format (guardrails counters among them)
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            payload = generate_latest()
+            payload = await self.front.metrics() if self.front is not None else generate_latest()
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(payload)).encode())]})
             await send({"type": "http.response.body", "body": payload})
@@ -251,6 +258,9 @@ class Gateway:
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The HTTP front of the pipeline (`gateway.pipeline`): it reads the body, forwards and streams back."""
+        if self.front is not None:  # the payload stages run in the processor, over ext_proc
+            await self.front(scope, receive, send, _read_body)
+            return
         pipeline = self.pipeline
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")

@@ -1,0 +1,149 @@
+"""The pipeline's stages as the processor runs them: which stage of `gateway.pipeline` runs in which filter.
+
+pre (before Kuadrant's wasm, on what the client sent): the edge headers guard. Base-URL routing (the body's
+`model` into `x-gateway-model-name`) rides on the route stage's hook when it lands there (pipeline.py `_route`);
+the processor then sends the header and clears Envoy's route cache (`modes.PRE.clears_route_cache`).
+
+post (after Authorino and Limitador): the route is matched again (the processor needs the rule: model, rename,
+provider key Secret, TRLP), the identity is the one Authorino injected (`x-maas-identity`, `contract.identity`)
+instead of an auth check, then the pipeline's `processor` stages - metering, body, provider key, token
+reservation, input guardrails - plus the two data stages they read (limits valid: the TRLP; backend: the rule's
+backend). Request limits (RateLimitPolicy) stay Limitador's. Every stage is the pipeline's own function, looked
+up by name in `STAGES`: nothing is re-implemented here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from maasctl.contract import identity as ids
+from maasctl.contract.cel import CelError
+from maasctl.contract.edge import server_decided
+from maasctl.contract.errors import Refusal
+from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
+from maasctl.contract.usage import Termination
+from maasctl.gateway.auth import AuthOutcome
+from maasctl.gateway.authpolicy import CompiledAuthPolicy
+from maasctl.gateway.pipeline import STAGES, Exchange, Pipeline, ResponsePass, Stage
+from maasctl.payload.stages import Headers
+
+__all__ = ["POST_BODY", "POST_HEAD", "PRE_HEAD", "ProcessorStages"]
+
+_BY_NAME: Final = {s.name: s for s in STAGES}
+
+
+def _stages(*names: str) -> tuple[Stage, ...]:
+    return tuple(_BY_NAME[n] for n in names)  # a KeyError at import: a stage was renamed in the pipeline
+
+
+PRE_HEAD: Final = _stages("edge")
+POST_HEAD: Final = _stages("route")  # then the injected identity, then metering
+POST_METERING: Final = _stages("metering")
+POST_BODY: Final = _stages("body", "limits valid", "backend", "provider key", "token reservation", "input guardrails")
+
+
+@dataclass(frozen=True)
+class _Passed:
+    """What a pre stream forwards: the request as Envoy sent it."""
+
+    headers: Headers
+    body: bytes
+
+
+def _exported_filters(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
+    """The AuthPolicy's own success filters other than `identity` (the `guardrails` binding, a Plan's `billing`
+    tenant), evaluated on what Authorino injected: the identity and the selected subscription. What they read
+    beyond that (an API key's labels) is absent here. A guardrails binding that cannot be read is still a
+    binding (refused as not ready, never passed)."""
+    out: dict[str, Any] = {}
+    for item in policy.filters:
+        if item.name == ids.FILTER or (item.when and not item.when.holds(activation)):
+            continue
+        try:
+            out[item.name] = item.render(activation)
+        except CelError:
+            if item.name == GUARDRAILS_FILTER:
+                out[item.name] = {}
+    return out
+
+
+class ProcessorStages:
+    """`payload.stages.Pipeline` over the data-plane pipeline, for the two filters (`role` = `pre` | `post`)."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def exchange(self, method: str, raw_path: bytes, query: str, headers: Headers, scheme: str) -> Exchange:
+        ex = self.pipeline.exchange(method, raw_path, query, list(headers), scheme)
+        ex.sent = list(headers)  # type: ignore[attr-defined]  # a pre stream passes them on untouched
+        return ex
+
+    async def _run(self, stages: tuple[Stage, ...], ex: Exchange) -> Refusal | None:
+        for stage in stages:
+            refusal = await stage.run(self.pipeline, ex)
+            if refusal is not None:
+                return refusal
+        return None
+
+    async def request_head(self, ex: Exchange, role: str) -> Refusal | None:
+        if role == "pre":
+            return await self._run(PRE_HEAD, ex)
+        refusal = await self._run(POST_HEAD, ex) or self._identity(ex)
+        return refusal or await self._run(POST_METERING, ex)
+
+    def _identity(self, ex: Exchange) -> Refusal | None:
+        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`); a route with an
+        AuthPolicy and no identity was not admitted by Authorino (or the filter order is wrong): refused, never
+        served unidentified. Added to what the header carries: Authorino's success headers (on the request
+        already, they replaced any a client sent), the subscription fields TRLP predicates read, and the
+        AuthPolicy's own `guardrails` filter evaluated on that identity."""
+        assert ex.snap is not None
+        policy = ex.snap.auth.get(ex.route)
+        value = ex.headers.get(ids.HEADER)
+        if value is None:
+            if isinstance(policy, CompiledAuthPolicy):
+                return Refusal(403, "identity_missing", "the request carries no identity from the authorizer")
+            ex.outcome = AuthOutcome(True, reason="no AuthPolicy")
+            return None
+        try:
+            self.pipeline.adopt_identity(ex, value)
+        except ids.InvalidIdentityHeader:
+            return Refusal(403, "identity_invalid", "the identity from the authorizer cannot be read")
+        names = {item.name.lower() for item in policy.headers} if isinstance(policy, CompiledAuthPolicy) else set()
+        ex.outcome.headers.update({k: v for k, v in ex.raw_headers if k in names or server_decided(k)})
+        identity = ex.outcome.filters[ids.FILTER]
+        metadata = ex.outcome.auth.setdefault("metadata", {})
+        info = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
+                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
+                **metadata.get(ids.SUBSCRIPTION_INFO, {})}
+        identity.setdefault(ids.SUBSCRIPTION_INFO_KEY, info)  # what TRLP predicates read (`.labels.tier`)
+        metadata[ids.SUBSCRIPTION_INFO] = info
+        ex.outcome.auth["identity"] = identity
+        if isinstance(policy, CompiledAuthPolicy):
+            ex.policy = policy
+            ex.outcome.filters.update(_exported_filters(policy, {
+                "request": ex.request.attributes() if ex.request else {}, "auth": ex.outcome.auth}))
+        return None
+
+    async def request_body(self, ex: Exchange, body: bytes, role: str) -> Refusal | None:
+        ex.raw_body = body
+        if role == "pre":
+            if len(body) > self.pipeline.plane.settings.max_request_bytes:
+                return self.pipeline.too_large(ex)
+            ex.sent_body = body  # type: ignore[attr-defined]
+            return None
+        return await self._run(POST_BODY, ex)
+
+    def upstream_request(self, ex: Exchange) -> Any:
+        if ex.match is None:  # pre: forwarded as sent
+            return _Passed(ex.sent, ex.raw_body)  # type: ignore[attr-defined]
+        return self.pipeline.upstream_request(ex)
+
+    def response(self, ex: Exchange, status: int, headers: Headers) -> ResponsePass:
+        return self.pipeline.response(ex, status, list(headers))
+
+    async def finish(self, ex: Exchange, status: int, termination: Termination) -> None:
+        await self.pipeline.finish(ex, status, termination)
+
+

@@ -1,0 +1,144 @@
+"""The local gateway in front of a payload processor, on the real control plane and the real controller.
+
+client -> gateway (Envoy + Authorino + Limitador: route, auth, request limits) -> gRPC -> processor (metering,
+reservation, provider key, settle and record) -> test model. Each process part runs in this event loop, talking
+over loopback HTTP and gRPC: the processor's plane has its own informers, counters and usage sink.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from maasctl.gateway import Gateway, GatewaySettings, start_http
+from maasctl.gateway.server import HttpServer
+from maasctl.gateway.usage import MemorySink
+from maasctl.payload.adapter import ProcessorStages
+from maasctl.payload.server import ProcessorServer, start_processor
+from maasctl.runtime import Client
+from maasctl.runtime.connect import connect
+from maasctl.testenv import ControlPlane
+from maasctl.testmodel import ModelServerConfig, create_app
+from tests.gateway.conftest import (  # noqa: F401  (fixtures used here)
+    GATEWAY_NAME,
+    GATEWAY_NS,
+    GATEWAY_TOKEN,
+    UPSTREAM_KEY,
+    MaasApiStandIn,
+    controller,
+    maas_cluster,
+    objs,
+)
+from tests.gateway.test_gateway_integration import PER_CALL, chat, publish
+from tests.reconcilers.conftest import SUB_NS, Objects, RunningController, eventually
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class ViaProcessor:
+    gateway: Gateway  # the front (role "envoy"); `publish` waits on its routes
+    processor_plane: Gateway
+    processor: ProcessorServer
+    url: str
+    model_url: str
+    maas_api: MaasApiStandIn
+    front_sink: MemorySink
+    processor_sink: MemorySink
+
+
+@pytest.fixture
+async def via_processor(maas_cluster: ControlPlane) -> AsyncIterator[ViaProcessor]:  # noqa: F811
+    api = await connect(str(maas_cluster.kubeconfig))
+    servers: list[HttpServer] = []
+    started: list[Gateway] = []
+    processor: ProcessorServer | None = None
+    try:
+        stand_in = MaasApiStandIn(api)
+        servers.append(await start_http(stand_in.app()))
+        servers.append(await start_http(create_app(ModelServerConfig(models=("gpt-x",), require_bearer=UPSTREAM_KEY))))
+        base = GatewaySettings(gateway_name=GATEWAY_NAME, gateway_namespace=GATEWAY_NS, maas_api_url=servers[0].url,
+                               token_review_ttl=5, maas_api_token=GATEWAY_TOKEN)
+        processor_sink, front_sink = MemorySink(), MemorySink()
+        plane = Gateway(base, Client(api), sink=processor_sink)
+        await plane.start()
+        started.append(plane)
+        processor = await start_processor(ProcessorStages(plane.pipeline), max_request_bytes=base.max_request_bytes)
+        front_settings = GatewaySettings(**{**base.__dict__, "payload_processor": f"grpc://127.0.0.1:{processor.port}"})
+        front = Gateway(front_settings, Client(api), sink=front_sink)
+        await front.start()
+        started.append(front)
+        servers.append(await start_http(front))
+        yield ViaProcessor(front, plane, processor, servers[2].url, servers[1].url, stand_in, front_sink,
+                           processor_sink)
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+        if processor is not None:
+            await processor.stop(0)
+        for gw in reversed(started):
+            await gw.stop()
+        await api.close()
+
+
+async def _published(objs: Objects, kube: k8s.ApiClient, stack: ViaProcessor, ns: str) -> str:  # noqa: F811
+    premium, _ = await publish(objs, kube, stack, ns, limit=2 * PER_CALL)  # type: ignore[arg-type]
+
+    async def processor_sees_it() -> bool:
+        snap = stack.processor_plane.state.snapshot()
+        return any(r.model == f"{ns}/gpt" for r in snap.table.rules) and bool(snap.limits)
+
+    await eventually(processor_sees_it, timeout=60)
+    stack.maas_api.keys["sk-oai-alice-1"] = {"valid": True, "username": "alice", "keyId": "key-a",
+                                             "groups": ["premium-users", "system:authenticated"],
+                                             "subscription": f"{SUB_NS}/{premium}"}
+    return premium
+
+
+class TestThroughTheProcessor:
+    """The payload stages run in the processor: it injects the provider key, reserves, settles and records."""
+
+    async def test_journey(self, controller: RunningController, objs: Objects,  # noqa: F811
+                           kube: k8s.ApiClient, namespace: str, via_processor: ViaProcessor) -> None:
+        premium = await _published(objs, kube, via_processor, namespace)
+        url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
+        alice = {"Authorization": "Bearer sk-oai-alice-1"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            first = await http.post(url, json=chat("hello"), headers=alice)
+            assert first.status_code == 200, first.text
+            assert first.json()["choices"][0]["message"]["content"] == "echo: hello"
+            seen = (await http.get(f"{via_processor.model_url}/debug/requests")).json()[-1]["headers"]
+            assert seen["authorization"] == f"Bearer {UPSTREAM_KEY}"
+            assert {k for k in seen if k.startswith("x-maas-")} == {"x-maas-subscription"}  # identity removed
+            assert seen["x-maas-subscription"] == premium and "sk-oai-alice-1" not in json.dumps(seen)
+            spoof = await http.post(url, json=chat(), headers={**alice, "X-MaaS-Identity": "e30"})
+            assert spoof.status_code == 400 and spoof.json()["error"]["code"] == "forbidden_header"  # pre stage
+            # 2 x 15 = 30 tokens: the crossing request is served, then 45 > 30: the processor's reservation
+            # refuses before the model
+            assert (await http.post(url, json=chat(), headers=alice)).status_code == 200
+            assert (await http.post(url, json=chat(), headers=alice)).status_code == 200
+            calls = len((await http.get(f"{via_processor.model_url}/debug/requests")).json())
+            limited = await http.post(url, json=chat(), headers=alice)
+            assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited"
+            assert len((await http.get(f"{via_processor.model_url}/debug/requests")).json()) == calls
+        records = via_processor.processor_sink.records
+        assert [r.status for r in records] == [200, 200, 200] and via_processor.front_sink.records == []
+        assert {r.subscription for r in records} == {f"{SUB_NS}/{premium}"}
+
+    async def test_processor_down_is_refused_not_served(
+            self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811
+            namespace: str, via_processor: ViaProcessor) -> None:
+        await _published(objs, kube, via_processor, namespace)
+        url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
+        async with httpx.AsyncClient(timeout=30) as http:
+            calls = len((await http.get(f"{via_processor.model_url}/debug/requests")).json())
+            await via_processor.processor.stop(0)
+            refused = await http.post(url, json=chat(), headers={"Authorization": "Bearer sk-oai-alice-1"})
+            assert refused.status_code == 500 and refused.json()["error"]["code"] == "payload_processor_error"
+            assert len((await http.get(f"{via_processor.model_url}/debug/requests")).json()) == calls
+        assert via_processor.front_sink.records == [] and via_processor.processor_sink.records == []
