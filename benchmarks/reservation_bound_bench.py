@@ -11,13 +11,15 @@ is true). The test model answers 15 tokens (10 in, 5 out) after `--latency` seco
 1. Served share: a subscription of `--budget` tokens per minute, `--requests` requests with `--concurrency`
    in flight. The budget covers every request's real use many times over; what is refused is refused by
    reservations alone.
-2. Overshoot: a subscription of `--small-limit` tokens per hour, `--concurrency` requests at once. Overshoot =
-   tokens charged beyond the limit; the rule is at most one request's bound.
+2. Overshoot: a subscription of `--small-limit` tokens per hour, `--concurrency` requests at once, each asking
+   the test model to generate `--generate` tokens (`x-testmodel-completion`; capped by the request's
+   `max_tokens`, as a provider caps its generation). Overshoot = tokens charged beyond the limit; the rule is
+   at most one request's bound. A generation beyond the 4,096 default shows why the bound must be sent.
 
 Starts the whole local stack (control plane, controller, maas-api, test model, gateway with in-process counters).
 
     .venv/bin/python benchmarks/reservation_bound_bench.py [--requests 400] [--concurrency 200]
-        [--budget 100000] [--ceiling 256] [--small-limit 2000] [--latency 0.2] [--json]
+        [--budget 100000] [--ceiling 256] [--small-limit 20000] [--generate 4000,8000] [--latency 0.2] [--json]
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ NS = "bench-bound"
 MODELS = ("plain", "bounded")
 
 
-def objects(stack: LocalStack, ceiling: int, budget: int, small: int) -> tuple[list[dict[str, Any]], list[str]]:
+def objects(stack: LocalStack, ceiling: int, budget: int, small: int, generate: list[int]
+            ) -> tuple[list[dict[str, Any]], list[str]]:
     sub_ns = stack.settings.subscription_namespace
     objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "provider-key", "namespace": NS},
@@ -61,7 +64,7 @@ def objects(stack: LocalStack, ceiling: int, budget: int, small: int) -> tuple[l
                       "credentialRef": {"name": "provider-key"}}},
             {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": model, "namespace": NS}, "spec": spec},
         ]
-        for kind, limit, window in (("served", budget, "1m"), ("overshoot", small, "1h")):
+        for kind, limit, window in (("served", budget, "1m"), *((f"over{g}", small, "1h") for g in generate)):
             name = f"{kind}-{model}"
             subs.append(name)
             ref = {"name": model, "namespace": NS, "tokenRateLimits": [{"limit": limit, "window": window}]}
@@ -71,9 +74,12 @@ def objects(stack: LocalStack, ceiling: int, budget: int, small: int) -> tuple[l
     return objs, subs
 
 
-async def call(http: aiohttp.ClientSession, base: str, key: str, model: str) -> int:
+async def call(http: aiohttp.ClientSession, base: str, key: str, model: str, generate: int | None = None) -> int:
     body = {"model": model, "messages": [{"role": "user", "content": "hello"}]}
-    async with http.post(f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
+    headers = {"Authorization": f"Bearer {key}"}
+    if generate is not None:
+        headers["x-testmodel-completion"] = str(generate)
+    async with http.post(f"{base}/v1/chat/completions", json=body, headers=headers) as resp:
         await resp.read()
         return resp.status
 
@@ -87,13 +93,13 @@ async def warm(http: aiohttp.ClientSession, base: str, key: str, model: str, tim
         await asyncio.sleep(0.2)
 
 
-async def run(http: aiohttp.ClientSession, base: str, key: str, model: str, requests: int, concurrency: int
-              ) -> list[int]:
+async def run(http: aiohttp.ClientSession, base: str, key: str, model: str, requests: int, concurrency: int,
+              generate: int | None = None) -> list[int]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> int:
         async with gate:
-            return await call(http, base, key, model)
+            return await call(http, base, key, model, generate)
 
     statuses = await asyncio.gather(*(one() for _ in range(requests)))
     other = sorted({s for s in statuses if s not in (200, 429)})
@@ -109,7 +115,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await stack.start()
         client = await accept_gateway(stack)
         await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
-        objs, subs = objects(stack, args.ceiling, args.budget, args.small_limit)
+        objs, subs = objects(stack, args.ceiling, args.budget, args.small_limit, args.generate)
         for obj in objs:
             await client.apply(obj, field_manager="bench")
         await wait_active(stack, subs)
@@ -125,16 +131,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                              "served": served, "refused": statuses.count(429),
                              "tokens_used": await charged(http, stack, f"served-{model}", served + 1)})
                 print(rows[-1], file=sys.stderr)
-            for model in MODELS:
-                key = await mint(http, stack, "alice", f"overshoot-{model}")
-                await warm(http, stack.gateway_url, key, model)
-                statuses = await run(http, stack.gateway_url, key, model, args.concurrency, args.concurrency)
-                served = statuses.count(200)
-                used = await charged(http, stack, f"overshoot-{model}", served + 1)
-                rows.append({"scenario": "overshoot", "model": model, "requests": args.concurrency,
-                             "served": served, "refused": statuses.count(429), "tokens_used": used,
-                             "overshoot_tokens": max(0, used - args.small_limit)})
-                print(rows[-1], file=sys.stderr)
+            for generate in args.generate:
+                for model in MODELS:
+                    sub = f"over{generate}-{model}"
+                    key = await mint(http, stack, "alice", sub)
+                    await warm(http, stack.gateway_url, key, model)
+                    statuses = await run(http, stack.gateway_url, key, model, args.concurrency, args.concurrency,
+                                         generate)
+                    served = statuses.count(200)
+                    used = await charged(http, stack, sub, served + 1)
+                    rows.append({"scenario": f"overshoot, generates {generate}", "model": model,
+                                 "requests": args.concurrency, "served": served, "refused": statuses.count(429),
+                                 "tokens_used": used, "overshoot_tokens": max(0, used - args.small_limit)})
+                    print(rows[-1], file=sys.stderr)
         return {"machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
                 "budget_per_minute": args.budget, "small_limit_per_hour": args.small_limit,
                 "ceiling": args.ceiling, "concurrency": args.concurrency, "latency_s": args.latency, "rows": rows}
@@ -162,7 +171,10 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--budget", type=int, default=100_000, help="tokens per minute of the served scenario")
     parser.add_argument("--ceiling", type=int, default=256, help="maxCompletionTokens of the bounded model")
-    parser.add_argument("--small-limit", type=int, default=2000, help="tokens per hour of the overshoot scenario")
+    parser.add_argument("--small-limit", type=int, default=20_000, help="tokens per hour of the overshoot scenario")
+    parser.add_argument("--generate", type=lambda s: [int(x) for x in s.split(",")], default=[4000, 8000],
+                        help="completion tokens the test model generates in the overshoot scenario (capped by "
+                        "the request's max_tokens)")
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the test model takes per answer")
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()

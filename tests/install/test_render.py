@@ -115,7 +115,8 @@ def test_gateway_exposes_only_the_public_maas_api(overlay: Any) -> None:
     docs = render(overlay)
     route = find(docs, "HTTPRoute", "maas-api")
     prefixes = [m["path"]["value"] for r in route["spec"]["rules"] for m in r["matches"]]
-    assert prefixes == ["/maas-api/v1", "/maas-api/health"]
+    assert prefixes == ["/maas-api/v1", "/maas-api/health", "/v1/models"]  # the listing on the one base URL
+    assert [m.get("method") for m in route["spec"]["rules"][2]["matches"]] == ["GET"]
     assert all(b["name"] == "maas-api" for r in route["spec"]["rules"] for b in r["backendRefs"])
     # maas-api authenticates callers itself: their credentials reach it on Envoy (no filter removes them) and
     # on the local data plane (the opt-in of a non-model route)

@@ -108,3 +108,20 @@ async def test_embeddings_answer_one_vector_per_input_and_prompt_usage() -> None
     assert len(one["data"][0]["embedding"]) == 8
     assert one["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
     assert unknown.status_code == 404
+
+
+@pytest.mark.parametrize(("body", "knob", "completion"), [
+    ({}, None, 5), ({}, "4000", 4000), ({"max_tokens": 256}, "4000", 256),
+    ({"max_completion_tokens": 100, "max_tokens": 300}, "4000", 100), ({"max_output_tokens": 7}, "4000", 7),
+    ({"max_tokens": "256"}, "4000", 4000), ({}, "lots", 5)])
+async def test_completion_knob_is_capped_by_the_stated_bound(body: dict[str, object], knob: str | None,
+                                                             completion: int) -> None:
+    headers = {"x-testmodel-completion": knob} if knob is not None else {}
+    async with client() as http:
+        resp = await http.post("/v1/chat/completions", headers=headers,
+                               json={"model": "test-model", "messages": [{"role": "user", "content": "hi"}], **body})
+        streamed = await http.post("/v1/completions", headers=headers, json={
+            "model": "test-model", "prompt": "hi", "stream": True, "stream_options": {"include_usage": True}, **body})
+    assert resp.json()["usage"]["completion_tokens"] == completion
+    last = [line for line in streamed.text.splitlines() if line.startswith("data: {")][-1]
+    assert json.loads(last[6:])["usage"]["completion_tokens"] == completion

@@ -10,7 +10,9 @@ Request headers make it behave like the providers metering must survive (tests o
 `x-testmodel-pad: N` adds N characters to the answer's text (large answers); `x-testmodel-usage: omit`
 leaves usage out (JSON and streams); `x-testmodel-stream: cut` ends a stream abruptly, before usage and
 `[DONE]`; `x-testmodel-hold: S` holds the request S seconds (at most 60) before answering, after it is listed
-in `/debug/requests` (tests that need requests in flight).
+in `/debug/requests` (tests that need requests in flight); `x-testmodel-completion: N` reports N completion
+tokens, capped by the request's `max_tokens` / `max_completion_tokens` / `max_output_tokens` as a provider
+caps its generation (reservation benchmarks: a model that uses the whole bound it was allowed).
 
 Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
@@ -74,11 +76,12 @@ class _State:
     prompts: deque[str] = field(default_factory=lambda: deque(maxlen=1000))  # last messages answered
 
 
-def _usage(cfg: ModelServerConfig) -> dict[str, Any]:
+def _usage(cfg: ModelServerConfig, completion: int | None = None) -> dict[str, Any]:
+    out = cfg.completion_tokens if completion is None else completion
     return {
         "prompt_tokens": cfg.prompt_tokens,
-        "completion_tokens": cfg.completion_tokens,
-        "total_tokens": cfg.prompt_tokens + cfg.completion_tokens,
+        "completion_tokens": out,
+        "total_tokens": cfg.prompt_tokens + out,
         "prompt_tokens_details": {"cached_tokens": cfg.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": cfg.reasoning_tokens},
     }
@@ -155,7 +158,8 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=True, knobs=request.headers),
                                      media_type="text/event-stream")
-        return _answer(request, _completion(cfg, body["model"], text, chat=True))
+        return _answer(request, _completion(cfg, body["model"], text, chat=True,
+                                            completion=_generated(body, request.headers)))
 
     @app.post("/v1/completions", response_model=None)
     async def completions(request: Request) -> Response:
@@ -166,7 +170,8 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         if body.get("stream"):
             return StreamingResponse(_stream(cfg, body, text, chat=False, knobs=request.headers),
                                      media_type="text/event-stream")
-        return _answer(request, _completion(cfg, body["model"], text, chat=False))
+        return _answer(request, _completion(cfg, body["model"], text, chat=False,
+                                            completion=_generated(body, request.headers)))
 
     @app.post("/v1/embeddings", response_model=None)
     async def embeddings(request: Request) -> Response:
@@ -186,6 +191,17 @@ def _vector(text: str) -> list[float]:
     """A deterministic 8-dimensional embedding of `text` (tests compare, nothing means anything)."""
     digest = zlib.crc32(text.encode())
     return [((digest >> shift) & 0xFF) / 255 for shift in range(0, 32, 4)]
+
+
+def _generated(body: dict[str, Any], knobs: Any) -> int | None:
+    """`x-testmodel-completion`, capped by the request's stated bound (None: the configured count)."""
+    try:
+        wanted = max(0, int(knobs.get("x-testmodel-completion", "")))
+    except (TypeError, ValueError):
+        return None
+    bounds = [v for f in ("max_tokens", "max_completion_tokens", "max_output_tokens")
+              if isinstance(v := body.get(f), int) and not isinstance(v, bool) and v > 0]
+    return min([wanted, *bounds])
 
 
 def _hold(request: Request) -> float:
@@ -214,7 +230,8 @@ def _answer(request: Request, payload: dict[str, Any]) -> Response:
     return Response(data, media_type="application/json")
 
 
-def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool) -> dict[str, Any]:
+def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool,
+                completion: int | None = None) -> dict[str, Any]:
     choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
@@ -226,7 +243,7 @@ def _completion(cfg: ModelServerConfig, model: str, text: str, *, chat: bool) ->
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": _usage(cfg),
+        "usage": _usage(cfg, completion),
     }
 
 
@@ -250,5 +267,6 @@ async def _stream(cfg: ModelServerConfig, body: dict[str, Any], text: str, *, ch
         raise ConnectionResetError("the model went away mid-stream")
     options = body.get("stream_options") or {}
     if isinstance(options, dict) and options.get("include_usage") and knobs.get("x-testmodel-usage") != "omit":
-        yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(cfg)})}\n\n".encode()
+        usage = _usage(cfg, _generated(body, knobs))
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n".encode()
     yield b"data: [DONE]\n\n"
