@@ -42,7 +42,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("kuadrant.io", "authpolicies"): GENERATED,
         ("kuadrant.io", "tokenratelimitpolicies"): GENERATED,
         ("llm-d.ai", "inferenceobjectives"): GENERATED,
+        ("networking.istio.io", "envoyfilters"): GENERATED,
+        ("gateway.envoyproxy.io", "envoyextensionpolicies"): GENERATED,
         ("gateway.networking.k8s.io", "gateways"): READ,
+        ("gateway.networking.k8s.io", "gateways/status"): frozenset({"patch"}),
         ("serving.kserve.io", "llminferenceservices"): READ,
         ("inference.networking.k8s.io", "inferencepools"): READ,
         ("batch", "jobs"): READ,
@@ -134,7 +137,7 @@ def test_only_generated_kinds_are_writable_by_the_controller() -> None:
     table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-controller")])
     writable = {res for (_, res), verbs in table.items() if verbs & {"create", "delete", "update"}}
     assert writable == {"httproutes", "services", "authpolicies", "tokenratelimitpolicies", "inferenceobjectives",
-                        "events", "maasmodelrefs/finalizers"}
+                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers"}
 
 
 # -- as the API server sees it ------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ class GatewayReconciler:
         gateway = self.ctx.cache.get(GATEWAY, req.name, req.namespace)
         if gateway is None:
             return Result.done()
-        proxy_api_found = await wire_gateway(self.ctx, gateway)
+        wiring_settled = await wire_gateway(self.ctx, gateway)
         if self.ctx.missing_apis(AUTH_POLICY):
             return Result.requeue_after(DEPENDENCY_RECHECK)
         try:
@@ -39,4 +39,4 @@ class GatewayReconciler:
             await self.ctx.event(gateway, "Warning", "RenderFailed", f"default AuthPolicy: {exc}")
             return Result.done()
         await self.ctx.apply_generated(gateway, desired)
-        return Result.done() if proxy_api_found else Result.requeue_after(DEPENDENCY_RECHECK)
+        return Result.done() if wiring_settled else Result.requeue_after(DEPENDENCY_RECHECK)

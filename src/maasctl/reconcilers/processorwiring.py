@@ -59,8 +59,9 @@ async def _set_condition(ctx: Context, gateway: Mapping[str, Any], status: str, 
 
 
 async def wire_gateway(ctx: Context, gateway: Mapping[str, Any]) -> bool:
-    """Apply the wiring the cluster supports and write the condition; True when an API was found (or the
-    wiring is off), False when the caller should look again later for a proxy API to appear."""
+    """Apply the wiring the cluster supports and write the condition. False when the caller should look again
+    later: no proxy API is served yet, or only Envoy Gateway's (Istio's, preferred, may still appear; a CRD
+    appearing produces no watch event)."""
     ref = GatewayRef(gateway["metadata"]["namespace"], gateway["metadata"]["name"])
     name = wiring_name(ref)
     istio = not ctx.missing_apis(ENVOY_FILTER)
@@ -93,4 +94,4 @@ async def wire_gateway(ctx: Context, gateway: Mapping[str, Any]) -> bool:
     reason = REASON_ISTIO if chosen == ENVOY_FILTER else REASON_ENVOY_GATEWAY
     await _set_condition(ctx, gateway, "True", reason,
                          f"{chosen.kind} {ref.namespace}/{name} calls {wiring.processor.key}:{wiring.port}")
-    return True
+    return chosen == ENVOY_FILTER
