@@ -35,7 +35,7 @@ GRPC_STREAM_TIMEOUT: Final = "300s"
 # Envoy's ext_proc ProcessingMode per stage (envoy.extensions.filters.http.ext_proc.v3.ProcessingMode).
 # pre: the request only — headers and the whole body, so `model` can be read before routing.
 # post: request headers and whole body (metering, reservation, input guardrails, provider key), response
-# headers, the response body as it streams (usage scan, model rename, output guardrails) and its trailers.
+# headers, the response body as it streams (usage scan, model rename, output guardrails), and both trailers.
 PROCESSING_MODES: Final[dict[Stage, dict[str, str]]] = {
     STAGE_PRE: {
         "request_header_mode": "SEND",
@@ -48,7 +48,7 @@ PROCESSING_MODES: Final[dict[Stage, dict[str, str]]] = {
     STAGE_POST: {
         "request_header_mode": "SEND",
         "request_body_mode": "BUFFERED",
-        "request_trailer_mode": "SKIP",
+        "request_trailer_mode": "SEND",
         "response_header_mode": "SEND",
         "response_body_mode": "STREAMED",
         "response_trailer_mode": "SEND",
