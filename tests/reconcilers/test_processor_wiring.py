@@ -13,6 +13,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl.builders.envoyfilter import FILTER_NAMES
+from maasctl.reconcilers.processorwiring import processor_owns_credentials
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import (
@@ -194,3 +195,32 @@ async def test_the_condition_names_the_missing_apis_then_follows_what_gets_insta
     finally:
         await api.close()
         await running.stop()
+
+
+class TestProcessorOwnsCredentials:
+    """An ExternalModel route may leave `authorization` to the processor only while the processor is certainly
+    in the path; otherwise the caller's credential could reach the provider."""
+
+    @staticmethod
+    def gw(status: str | None, generation: int = 3, observed: int = 3) -> dict[str, Any]:
+        conds = [] if status is None else [{"type": "PayloadProcessorWired", "status": status,
+                                            "reason": "IstioEnvoyFilter", "observedGeneration": observed}]
+        return {"metadata": {"name": "g", "namespace": "n", "generation": generation}, "status": {"conditions": conds}}
+
+    def test_wired_and_failing_closed(self) -> None:
+        assert processor_owns_credentials(self.gw("True"), fail_open=False)
+
+    @pytest.mark.parametrize(("gateway", "fail_open"), [
+        pytest.param(None, False, id="no-gateway"),
+        pytest.param({"metadata": {"name": "g", "namespace": "n"}}, False, id="no-status"),
+        pytest.param("False", False, id="not-wired"),
+        pytest.param("Unknown", False, id="unknown"),
+        pytest.param("True", True, id="fail-open"),
+        pytest.param("stale", False, id="condition-of-an-older-generation"),
+    ])
+    def test_otherwise_the_route_removes_it(self, gateway: Any, fail_open: bool) -> None:
+        if gateway == "stale":
+            gateway = self.gw("True", generation=4, observed=3)
+        elif isinstance(gateway, str):
+            gateway = self.gw(gateway)
+        assert not processor_owns_credentials(gateway, fail_open=fail_open)

@@ -22,7 +22,15 @@ from maasctl.reconcilers.kinds import ENVOY_EXTENSION_POLICY, ENVOY_FILTER, HTTP
 from maasctl.runtime import find_condition
 from maasctl.runtime.conditions import now_rfc3339
 
-__all__ = ["CONDITION", "REASON_DISABLED", "REASON_ENVOY_GATEWAY", "REASON_ISTIO", "REASON_NONE", "wire_gateway"]
+__all__ = [
+    "CONDITION",
+    "REASON_DISABLED",
+    "REASON_ENVOY_GATEWAY",
+    "REASON_ISTIO",
+    "REASON_NONE",
+    "processor_owns_credentials",
+    "wire_gateway",
+]
 
 CONDITION: Final = "PayloadProcessorWired"
 REASON_ISTIO: Final = "IstioEnvoyFilter"
@@ -95,3 +103,20 @@ async def wire_gateway(ctx: Context, gateway: Mapping[str, Any]) -> bool:
     await _set_condition(ctx, gateway, "True", reason,
                          f"{chosen.kind} {ref.namespace}/{name} calls {wiring.processor.key}:{wiring.port}")
     return chosen == ENVOY_FILTER
+
+
+def processor_owns_credentials(gateway: Mapping[str, Any] | None, fail_open: bool) -> bool:
+    """Whether the ExternalModel routes of `gateway` must leave `authorization` to the processor.
+
+    Envoy applies a route's RequestHeaderModifier in the router, after ext_proc, so a route removing
+    `authorization` would also remove the provider key the processor's post stage injected. The processor
+    removes the caller's credentials itself, so the route may keep `authorization` only when the processor is
+    certainly in the path: the Gateway is wired (condition True) and fails closed (with `failure_mode_allow` an
+    unreachable processor would forward the caller's own credential to the provider). Otherwise the route keeps
+    removing it, and an ExternalModel with a provider key cannot be served on that Gateway.
+    """
+    if gateway is None or fail_open:
+        return False
+    cond = find_condition((gateway.get("status") or {}).get("conditions"), CONDITION)
+    generation = int(gateway["metadata"].get("generation") or 0)
+    return cond is not None and cond.get("status") == "True" and int(cond.get("observedGeneration") or 0) == generation
