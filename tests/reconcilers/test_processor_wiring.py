@@ -19,11 +19,17 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import (
     PROXY_API_GROUPS,
     apply_documents,
-    install_third_party_crds,
     third_party_crds,
     wait_established,
 )
-from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SETTINGS, eventually, install_maas, start_controller
+from tests.reconcilers.conftest import (
+    GATEWAY_NAME,
+    GATEWAY_NS,
+    SETTINGS,
+    eventually,
+    own_maas_cluster,
+    start_controller,
+)
 
 GW_API = ("gateway.networking.k8s.io", "v1")
 ISTIO = ("networking.istio.io", "v1alpha3", "envoyfilters")
@@ -146,15 +152,8 @@ async def test_wiring_turned_off_removes_it_and_says_so(
 @pytest.fixture
 async def no_proxy_api_cluster() -> AsyncIterator[ControlPlane]:
     """A control plane of its own with every shared CRD but neither Istio's nor Envoy Gateway's."""
-    cp = ControlPlane(with_controller_manager=False)
-    await asyncio.to_thread(cp.start)
-    try:
-        with cp.http_client() as http:
-            await asyncio.to_thread(install_third_party_crds, http, exclude_groups=PROXY_API_GROUPS)
-        await install_maas(cp)
+    async with own_maas_cluster(exclude_groups=PROXY_API_GROUPS) as cp:
         yield cp
-    finally:
-        await asyncio.to_thread(cp.stop)
 
 
 def install_group(cp: ControlPlane, group: str) -> None:
