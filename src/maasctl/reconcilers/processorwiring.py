@@ -57,12 +57,15 @@ def _wiring(ctx: Context, gateway: Mapping[str, Any]) -> ProcessorWiring:
 
 
 async def _set_condition(ctx: Context, gateway: Mapping[str, Any], status: str, reason: str, message: str) -> None:
-    """Apply only our condition (the Gateway's controller owns the others: server-side apply merges by type)."""
+    """Apply only our condition (the Gateway's controller owns the others: server-side apply merges by type).
+    Compared here, not by the applier: its no-op check compares lists whole, and the list holds the others."""
     live = find_condition((gateway.get("status") or {}).get("conditions"), CONDITION)
     since = live.get("lastTransitionTime") if live is not None and live.get("status") == status else None
     condition = {"type": CONDITION, "status": status, "reason": reason, "message": message[:32768],
                  "lastTransitionTime": since or now_rfc3339(),
                  "observedGeneration": int(gateway["metadata"].get("generation") or 0)}
+    if live is not None and all(live.get(k) == v for k, v in condition.items()):
+        return
     await ctx.applier.apply_status(status_patch(gateway, {"conditions": [condition]}))
 
 
