@@ -149,6 +149,26 @@ async def test_wiring_turned_off_removes_it_and_says_so(
         await running.stop()
 
 
+async def test_a_gateway_name_istio_cannot_select_is_reported_not_rendered(
+    maas_cluster: ControlPlane, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """A Gateway name longer than a label value (Istio selects the Gateway's pods by it): nothing is written and
+    the condition says why."""
+    custom = k8s.CustomObjectsApi(kube)
+    name = "g" * 70
+    await custom.create_namespaced_custom_object(*GW_API, namespace, "gateways", gateway(namespace, name))
+    running = await start_controller(maas_cluster, dataclasses.replace(SETTINGS, tenant_gateways=(
+        f"{namespace}/{name}",)))
+    try:
+        cond = await eventually(lambda: wired(custom, namespace, name))
+        assert (cond["status"], cond["reason"]) == ("False", "RenderFailed")
+        assert "Gateway name" in cond["message"]
+        listed = await custom.list_namespaced_custom_object(ISTIO[0], ISTIO[1], namespace, ISTIO[2])
+        assert listed["items"] == []
+    finally:
+        await running.stop()
+
+
 @pytest.fixture
 async def no_proxy_api_cluster() -> AsyncIterator[ControlPlane]:
     """A control plane of its own with every shared CRD but neither Istio's nor Envoy Gateway's."""
