@@ -243,3 +243,37 @@ class TestProcessorOwnsCredentials:
         elif isinstance(gateway, str):
             gateway = self.gw(gateway)
         assert not processor_owns_credentials(gateway, fail_open=fail_open)
+
+
+class TestSettings:
+    """The controller's wiring flags, and their MAASCTL_* variables (what the Deployment sets)."""
+
+    def test_defaults_wire_and_fail_closed(self) -> None:
+        from maasctl.cli import build_parser, settings_from_args
+
+        s = settings_from_args(build_parser().parse_args(["run"]))
+        assert (s.payload_processor_wiring, s.payload_processor_fail_open) == (True, False)
+        assert s.payload_processor_service == "opendatahub/maas-payload-processor"
+        assert (s.payload_processor_port, s.payload_processor_bypass_routes) == (9004, ("opendatahub/maas-api",))
+
+    def test_flags(self) -> None:
+        from maasctl.cli import build_parser, settings_from_args
+
+        s = settings_from_args(build_parser().parse_args([
+            "run", "--no-payload-processor-wiring", "--payload-processor-fail-open",
+            "--payload-processor-service", "ns/p", "--payload-processor-port", "9100",
+            "--payload-processor-bypass-route", "a/r", "--payload-processor-bypass-route", "b/r"]))
+        assert (s.payload_processor_wiring, s.payload_processor_fail_open) == (False, True)
+        assert (s.payload_processor_service, s.payload_processor_port) == ("ns/p", 9100)
+        assert s.payload_processor_bypass_routes == ("a/r", "b/r")
+
+    def test_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from maasctl.cli import build_parser, settings_from_args
+
+        monkeypatch.setenv("MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES", "x/maas-api, y/other ,")
+        monkeypatch.setenv("MAASCTL_PAYLOAD_PROCESSOR_SERVICE", "x/maas-payload-processor")
+        monkeypatch.setenv("MAASCTL_PAYLOAD_PROCESSOR_WIRING", "false")
+        s = settings_from_args(build_parser().parse_args(["run"]))
+        assert s.payload_processor_bypass_routes == ("x/maas-api", "y/other")
+        assert s.payload_processor_service == "x/maas-payload-processor"
+        assert s.payload_processor_wiring is False
