@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Install (or upgrade) maasctl into the cluster of the current kubeconfig. Idempotent: server-side apply.
 #
-#   hack/deploy.sh [--overlay NAME|DIR] [--database-url URL] [--ledger-url URL] [--no-wait-pods]
-#                  [--timeout SECONDS] [--dry-run]
+#   hack/deploy.sh [--overlay NAME|DIR] [--database-url URL] [--ledger-url URL] [--redis-url URL]
+#                  [--no-wait-pods] [--timeout SECONDS] [--dry-run]
 #
 #   --overlay        manifests/overlays/<NAME> or a directory with a kustomization.yaml (default: default)
 #   --database-url   create/update Secret maas-api-db (key database-url) with this URL (env MAAS_DATABASE_URL)
 #   --ledger-url     create/update Secret billing-ledger (key ledger-url), the billing ledger the psp-connector
 #                    credits payments to (env MAAS_BILLING_LEDGER_URL)
+#   --redis-url      create/update Secret maas-payload-processor-redis (key redis-url): the existing Redis the
+#                    payload processor keeps token counters in, e.g. redis://:PASSWORD@redis:6379/0 (env
+#                    MAAS_REDIS_URL)
 #   --no-wait-pods   do not wait for the Deployments to become Available (clusters without nodes, CI)
 #   --timeout        seconds to wait for CRDs, admission policy and Deployments (default 300)
 #   --dry-run        server-side dry run: validate everything, change nothing
@@ -92,6 +95,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then return 0; fi
 overlay=default
 database_url="${MAAS_DATABASE_URL:-}"
 ledger_url="${MAAS_BILLING_LEDGER_URL:-}"
+redis_url="${MAAS_REDIS_URL:-}"
 wait_pods=1
 timeout=300
 dry_run=()
@@ -103,11 +107,13 @@ while [[ $# -gt 0 ]]; do
     --database-url=*) database_url="${1#*=}"; shift ;;
     --ledger-url) ledger_url="$2"; shift 2 ;;
     --ledger-url=*) ledger_url="${1#*=}"; shift ;;
+    --redis-url) redis_url="$2"; shift 2 ;;
+    --redis-url=*) redis_url="${1#*=}"; shift ;;
     --no-wait-pods) wait_pods=0; shift ;;
     --timeout) timeout="$2"; shift 2 ;;
     --timeout=*) timeout="${1#*=}"; shift ;;
     --dry-run) dry_run=(--dry-run=server); shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -134,7 +140,7 @@ if [[ ${#dry_run[@]} -eq 0 ]]; then
   [[ "$got" == "'$subscription_ns'" ]] || die "admission policy bound to $got, expected '$subscription_ns'"
 fi
 
-log "applying the controller, maas-api, the billing operator, the psp-connector and their RBAC"
+log "applying the controller, maas-api, the payload processor, the billing operator, the psp-connector and their RBAC"
 if [[ ${#dry_run[@]} -eq 0 ]]; then
   apply_stream < "$rendered"
 else
@@ -164,6 +170,12 @@ if [[ -n "$ledger_url" ]]; then
     --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
 fi
 
+if [[ -n "$redis_url" ]]; then
+  log "writing Secret $controller_ns/maas-payload-processor-redis"
+  k create secret generic maas-payload-processor-redis -n "$controller_ns" --from-literal=redis-url="$redis_url" \
+    --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
+fi
+
 # The gateway's credential on maas-api's /internal/v1/* (closed by default): one random token, in the
 # controller namespace (mounted by maas-api) and in Authorino's namespace (AuthPolicy sharedSecretRef).
 # Created once; an existing token is kept (rotate by editing both Secrets).
@@ -189,7 +201,7 @@ if [[ ${#dry_run[@]} -gt 0 ]]; then
 fi
 
 log "waiting for the Deployments"
-for d in maas-controller maas-api; do
+for d in maas-controller maas-api maas-payload-processor; do
   k get deployment "$d" -n "$controller_ns" >/dev/null
 done
 nodes="$(k get nodes -o name 2>/dev/null | wc -l)"
@@ -205,6 +217,8 @@ has_secret=1
 k get secret maas-api-db -n "$controller_ns" >/dev/null 2>&1 || has_secret=0
 has_ledger=1
 k get secret billing-ledger -n "$controller_ns" >/dev/null 2>&1 || has_ledger=0
+has_redis=1
+k get secret maas-payload-processor-redis -n "$controller_ns" >/dev/null 2>&1 || has_redis=0
 
 cat <<EOF
 
@@ -227,7 +241,17 @@ if [[ $has_ledger -eq 0 ]]; then
     (the ledger \`maasctl billing run --ledger-url\` writes; or re-run with --ledger-url URL)
 EOF
 fi
+if [[ $has_redis -eq 0 ]]; then
+  cat <<EOF
+  * The payload processor (metering, provider keys, guardrails in the gateway) needs an existing Redis:
+      kubectl -n $controller_ns create secret generic maas-payload-processor-redis \\
+      --from-literal=redis-url=redis://:PASSWORD@HOST:6379/0
+    (or re-run with --redis-url URL); until then its pods do not start and model requests are refused
+EOF
+fi
 cat <<EOF
+  * Payload processor wiring (condition PayloadProcessorWired on each managed Gateway):
+      kubectl get gateway -A -o custom-columns='NAME:.metadata.name,WIRED:.status.conditions[?(@.type=="PayloadProcessorWired")].reason'
   * Check the controller:   kubectl -n $controller_ns get deploy,pods -l app.kubernetes.io/part-of=maasctl
                             kubectl -n $controller_ns logs deploy/maas-controller
   * Sample resources:       hack/install-examples.sh   (MaaSModelRef, MaaSAuthPolicy, MaaSSubscriptions)

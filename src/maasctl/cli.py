@@ -72,6 +72,22 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--guardrails-check-command", default=env_default("guardrails_check_command", ""),
                    help="command (split on spaces) that loads a guardrail configuration with the real engine "
                         "before it is deployed, e.g. '/opt/engine/bin/python -m maasctl_guardrails_check'")
+    p.add_argument("--payload-processor-wiring", action=argparse.BooleanOptionalAction,
+                   default=env_default("payload_processor_wiring", "true") == "true",
+                   help="wire each managed Gateway to the payload processor (Istio EnvoyFilter or Envoy Gateway "
+                   "EnvoyExtensionPolicy, whichever API the cluster serves)")
+    p.add_argument("--payload-processor-service",
+                   default=env_default("payload_processor_service", d.payload_processor_service),
+                   metavar="NAMESPACE/NAME", help="the payload processor's Service")
+    p.add_argument("--payload-processor-port", type=int,
+                   default=int(env_default("payload_processor_port", str(d.payload_processor_port))))
+    p.add_argument("--payload-processor-fail-open", action=argparse.BooleanOptionalAction,
+                   default=env_default("payload_processor_fail_open", "false") == "true",
+                   help="serve requests when the processor is unreachable (unmetered!); default: refuse them")
+    p.add_argument("--payload-processor-bypass-route", dest="payload_processor_bypass_routes", action="append",
+                   default=None, metavar="NAMESPACE/NAME",
+                   help="an HTTPRoute whose requests skip the processor (repeatable; env "
+                   "MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES, comma-separated; default: opendatahub/maas-api)")
 
 
 def _tenant_gateways(flags: list[str] | None) -> tuple[str, ...]:
@@ -85,6 +101,13 @@ def _tenant_gateways(flags: list[str] | None) -> tuple[str, ...]:
             raise SystemExit(f"--tenant-gateway must be NAMESPACE/NAME, not {value!r}")
         out.append(value)
     return tuple(dict.fromkeys(out))
+
+
+def _bypass_routes(flags: list[str] | None) -> tuple[str, ...]:
+    if flags is None:
+        flags = env_default("payload_processor_bypass_routes", ",".join(
+            ControllerSettings().payload_processor_bypass_routes)).split(",")
+    return tuple(dict.fromkeys(v.strip() for v in flags if v.strip()))
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
@@ -112,6 +135,11 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         guardrails_engine_image=args.guardrails_engine_image,
         guardrails_engine_url=args.guardrails_engine_url,
         guardrails_check_command=tuple(args.guardrails_check_command.split()),
+        payload_processor_wiring=args.payload_processor_wiring,
+        payload_processor_service=args.payload_processor_service,
+        payload_processor_port=args.payload_processor_port,
+        payload_processor_fail_open=args.payload_processor_fail_open,
+        payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes),
     )
 
 

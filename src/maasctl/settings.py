@@ -50,3 +50,12 @@ class ControllerSettings:
     guardrails_engine_image: str = "quay.io/opendatahub/maas-guardrails:0.24.1"
     guardrails_engine_url: str = ""
     guardrails_check_command: tuple[str, ...] = ()
+    # The payload processor (docs/data-plane.md, "Envoy filter chain"): each managed Gateway gets an Istio
+    # EnvoyFilter or an Envoy Gateway EnvoyExtensionPolicy calling this Service (`namespace/name`) on this port.
+    # `payload_processor_fail_open` renders failure_mode_allow/failOpen (False: metering fails closed).
+    # `payload_processor_bypass_routes` (`namespace/name` HTTPRoutes) never reach the processor (maas-api).
+    payload_processor_wiring: bool = True
+    payload_processor_service: str = "opendatahub/maas-payload-processor"
+    payload_processor_port: int = 9004
+    payload_processor_fail_open: bool = False
+    payload_processor_bypass_routes: tuple[str, ...] = ("opendatahub/maas-api",)

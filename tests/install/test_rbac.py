@@ -42,7 +42,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("kuadrant.io", "authpolicies"): GENERATED,
         ("kuadrant.io", "tokenratelimitpolicies"): GENERATED,
         ("llm-d.ai", "inferenceobjectives"): GENERATED,
+        ("networking.istio.io", "envoyfilters"): GENERATED,
+        ("gateway.envoyproxy.io", "envoyextensionpolicies"): GENERATED,
         ("gateway.networking.k8s.io", "gateways"): READ,
+        ("gateway.networking.k8s.io", "gateways/status"): frozenset({"patch"}),
         ("serving.kserve.io", "llminferenceservices"): READ,
         ("inference.networking.k8s.io", "inferencepools"): READ,
         ("batch", "jobs"): READ,
@@ -76,6 +79,13 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
+    # The payload processor (manifests/base/payload-processor): what the data plane watches, read-only.
+    ("ClusterRole", "maas-payload-processor"): {
+        ("gateway.networking.k8s.io", "httproutes"): READ,
+        ("", "services"): READ,
+        ("", "secrets"): READ,
+        **{("kuadrant.io", r): READ for r in ("authpolicies", "tokenratelimitpolicies", "ratelimitpolicies")},
+    },
     # The psp-connector (manifests/base/psp-connector); tests/billing/connector run it as this ServiceAccount.
     # Secrets by name only (no list/watch); no Lease (no leader election).
     ("ClusterRole", "psp-connector"): {
@@ -121,9 +131,10 @@ def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) 
     docs = render(overlay)
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
                 "maas-api": "maas-api", "maas-api-organizations": "maas-api",
-                "billing-controller": "billing-controller", "psp-connector": "psp-connector"}
+                "billing-controller": "billing-controller", "psp-connector": "psp-connector",
+                "maas-payload-processor": "maas-payload-processor"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 8
+    assert len(bindings) == 9
     for b in bindings:
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
@@ -134,7 +145,7 @@ def test_only_generated_kinds_are_writable_by_the_controller() -> None:
     table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-controller")])
     writable = {res for (_, res), verbs in table.items() if verbs & {"create", "delete", "update"}}
     assert writable == {"httproutes", "services", "authpolicies", "tokenratelimitpolicies", "inferenceobjectives",
-                        "events", "maasmodelrefs/finalizers"}
+                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers"}
 
 
 # -- as the API server sees it ------------------------------------------------------------------------------
@@ -254,3 +265,33 @@ def test_the_cleanup_jobs_identity_has_no_rbac_and_the_controller_is_no_maas_api
         if key[1] != "maas-api":
             assert (MAAS, "maasauthpolicies") not in grants(role) or "create" not in grants(role)[
                 (MAAS, "maasauthpolicies")], key
+
+
+def test_the_processor_reads_exactly_what_the_data_plane_watches() -> None:
+    """The processor runs the data plane's GatewayState: its role is that watch list, read-only."""
+    from maasctl.gateway.state import WATCHED
+
+    plurals = {"HTTPRoute": "httproutes", "AuthPolicy": "authpolicies", "Service": "services", "Secret": "secrets",
+               "TokenRateLimitPolicy": "tokenratelimitpolicies", "RateLimitPolicy": "ratelimitpolicies"}
+    table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-payload-processor")])
+    assert table == {(g.group, plurals[g.kind]): READ for g in WATCHED}
+
+
+async def test_processor_service_account_reads_and_writes_nothing(installed_rbac: ControlPlane) -> None:
+    cp = installed_rbac
+
+    def proc(*question: str) -> bool:
+        return can_i(cp, "maas-payload-processor", *question)
+
+    for resource in ("httproutes.gateway.networking.k8s.io", "authpolicies.kuadrant.io", "services",
+                     "tokenratelimitpolicies.kuadrant.io", "ratelimitpolicies.kuadrant.io", "secrets"):
+        assert proc("watch", resource, "-A"), resource
+        for verb in ("create", "patch", "update", "delete"):
+            assert not proc(verb, resource, "-n", "some-model-ns"), (verb, resource)
+    for question in (("create", "tokenreviews.authentication.k8s.io"),
+                     ("create", "subjectaccessreviews.authorization.k8s.io"),
+                     ("get", "configmaps", "-n", DEFAULT_CONTROLLER_NS),
+                     ("list", f"maassubscriptions.{MAAS}", "-A"),
+                     ("create", "pods", "-n", DEFAULT_CONTROLLER_NS),
+                     ("patch", "envoyfilters.networking.istio.io", "-n", "openshift-ingress")):
+        assert not proc(*question), question

@@ -69,12 +69,50 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
         "secretKeyRef": {"name": "maas-api-db", "key": "database-url", "optional": True}}
     parent = find(docs, "HTTPRoute", "maas-api")["spec"]["parentRefs"][0]
     assert (parent["name"], parent["namespace"]) == (cfg["gatewayName"], cfg["gatewayNamespace"])
+    # the payload processor: the controller wires Gateways to its Service, maas-api's route bypasses it
+    assert env["MAASCTL_PAYLOAD_PROCESSOR_SERVICE"] == f"{ctrl_ns}/maas-payload-processor"
+    assert env["MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES"] == f"{ctrl_ns}/maas-api"
+    processor = env_of(find(docs, "Deployment", "maas-payload-processor")["spec"]["template"]["spec"]["containers"][0])
+    assert processor["MAASCTL_GATEWAY_NAME"] == cfg["gatewayName"]
+    assert processor["MAASCTL_GATEWAY_NAMESPACE"] == cfg["gatewayNamespace"]
+    assert processor["MAASCTL_SUBSCRIPTION_NAMESPACE"] == sub_ns
+    assert processor["MAASCTL_USAGE_URL"] == f"http://maas-api.{ctrl_ns}.svc.cluster.local:8080"
+    assert processor["MAASCTL_REDIS_URL"] == {"secretKeyRef": {"name": "maas-payload-processor-redis",
+                                                               "key": "redis-url"}}
+    policy = find(docs, "NetworkPolicy", "maas-payload-processor")["spec"]["ingress"][0]["from"]
+    assert policy[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": cfg["gatewayNamespace"]}
+    assert policy[1]["podSelector"]["matchLabels"] == {
+        "gateway.envoyproxy.io/owning-gateway-namespace": cfg["gatewayNamespace"]}
+    grant = find(docs, "ReferenceGrant", "maas-payload-processor")["spec"]
+    assert grant["from"] == [{"group": "gateway.envoyproxy.io", "kind": "EnvoyExtensionPolicy",
+                              "namespace": cfg["gatewayNamespace"]}]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_payload_processor_is_reachable_only_by_the_gateway_and_monitoring(overlay: Any) -> None:
+    docs = render(overlay)
+    service = find(docs, "Service", "maas-payload-processor")["spec"]
+    assert {p["name"]: (p["port"], p.get("appProtocol")) for p in service["ports"]} == {
+        "grpc": (9004, "grpc"), "metrics": (9090, None)}
+    pod = find(docs, "Deployment", "maas-payload-processor")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["args"][:2] == ["payload-processor", "--host=0.0.0.0"] and "--port=9004" in c["args"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    ingress = find(docs, "NetworkPolicy", "maas-payload-processor")["spec"]["ingress"]
+    assert [[p["port"] for p in rule["ports"]] for rule in ingress] == [[9004], [9090]]
+    assert all("podSelector" in peer for peer in ingress[0]["from"])  # gateway pods, not whole namespaces
+    pdb = find(docs, "PodDisruptionBudget", "maas-payload-processor")["spec"]
+    hpa = find(docs, "HorizontalPodAutoscaler", "maas-payload-processor")["spec"]
+    assert pdb["minAvailable"] == 1 and hpa["scaleTargetRef"]["name"] == "maas-payload-processor"
+    if overlay.name == "default":
+        assert find(docs, "Deployment", "maas-payload-processor")["spec"]["replicas"] == 2
+        assert hpa["minReplicas"] == 2
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_deployments_are_hardened(overlay: Any) -> None:
     docs = render(overlay)
-    for name in ("maas-controller", "maas-api", "billing-controller", "psp-connector"):
+    for name in ("maas-controller", "maas-api", "billing-controller", "psp-connector", "maas-payload-processor"):
         pod = find(docs, "Deployment", name)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

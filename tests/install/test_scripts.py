@@ -83,7 +83,15 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert crd is not None
     assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
     deployments = {d: version(cp, "deployment", d, "opendatahub")
-                   for d in ("maas-controller", "maas-api", "billing-controller", "psp-connector")}
+                   for d in ("maas-controller", "maas-api", "billing-controller", "psp-connector",
+                             "maas-payload-processor")}
+    # The payload processor's install passed the API server's validation (Istio and Envoy Gateway CRDs are
+    # installed by the test control plane; the ReferenceGrant is Gateway API's).
+    for kind in ("service", "poddisruptionbudget", "horizontalpodautoscaler", "networkpolicy", "referencegrant",
+                 "serviceaccount"):
+        assert live(cp, kind, "maas-payload-processor", "opendatahub") is not None, kind
+    assert live(cp, "clusterrole", "maas-payload-processor") is not None
+    assert "maas-payload-processor-redis" in out  # tells how to name the existing Redis
     role = version(cp, "clusterrole", "maas-controller")
     assert admission_allows(cp, DEFAULT_SUBSCRIPTION_NS) and not admission_allows(cp, "default")
 
@@ -94,7 +102,10 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert "nothing was changed" in dry
 
     out = script(cp, "deploy.sh", "--no-wait-pods", "--database-url", "postgresql+asyncpg://u:p@db:5432/maas",
-                 "--ledger-url", "postgresql+asyncpg://u:p@db:5432/billing")
+                 "--ledger-url", "postgresql+asyncpg://u:p@db:5432/billing", "--redis-url", "redis://:rp@redis:6379/0")
+    redis = live(cp, "secret", "maas-payload-processor-redis", "opendatahub")
+    assert redis is not None and redis["data"]["redis-url"] == "cmVkaXM6Ly86cnBAcmVkaXM6NjM3OS8w"
+    assert "needs an existing Redis" not in out and "rp@redis" not in out
     assert live(cp, "secret", "maas-api-db", "opendatahub") is not None
     ledger = live(cp, "secret", "billing-ledger", "opendatahub")
     assert ledger is not None and "ledger-url" in ledger["data"]
@@ -118,6 +129,8 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert live(cp, "clusterrolebinding", "maas-api") is None
     assert live(cp, "deployment", "psp-connector", "opendatahub") is None
     assert live(cp, "clusterrole", "psp-connector") is None
+    assert live(cp, "deployment", "maas-payload-processor", "opendatahub") is None
+    assert live(cp, "clusterrole", "maas-payload-processor") is None
     assert live(cp, "secret", "billing-ledger", "opendatahub") is not None, "the ledger URL is the user's"
     assert live(cp, "namespace", "opendatahub") is not None, "the controller namespace may be shared"
     # User resources, the API and the subscription namespace stay.

@@ -50,18 +50,26 @@ async def maas_cluster(control_plane: ControlPlane) -> AsyncIterator[ControlPlan
     yield control_plane
 
 
-@pytest.fixture
-async def fresh_maas_cluster() -> AsyncIterator[ControlPlane]:
-    """A control plane of its own (no leftovers of other tests), set up like `maas_cluster`."""
+@contextlib.asynccontextmanager
+async def own_maas_cluster(exclude_groups: tuple[str, ...] = ()) -> AsyncIterator[ControlPlane]:
+    """A control plane of its own (no leftovers of other tests), set up like `maas_cluster`, without the
+    third-party CRDs of `exclude_groups`."""
     cp = ControlPlane(with_controller_manager=False)
     await asyncio.to_thread(cp.start)
     try:
         with cp.http_client() as http:
-            await asyncio.to_thread(install_third_party_crds, http)
+            await asyncio.to_thread(install_third_party_crds, http, exclude_groups=exclude_groups)
         await install_maas(cp)
         yield cp
     finally:
         await asyncio.to_thread(cp.stop)
+
+
+@pytest.fixture
+async def fresh_maas_cluster() -> AsyncIterator[ControlPlane]:
+    """A control plane of its own (no leftovers of other tests), set up like `maas_cluster`."""
+    async with own_maas_cluster() as cp:
+        yield cp
 
 
 async def install_maas(control_plane: ControlPlane) -> None:

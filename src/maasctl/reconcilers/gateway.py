@@ -1,5 +1,6 @@
 """Each managed Gateway (the default one, every --tenant-gateway) -> its default-deny AuthPolicy: closed by
-default (`builders.gatewayauth`).
+default (`builders.gatewayauth`), and its payload-processor wiring with the `PayloadProcessorWired` condition
+(`reconcilers.processorwiring`).
 
 Applied while the Gateway exists and Kuadrant's AuthPolicy CRD is served; re-applied when someone edits it
 (drift), left alone when annotated `opendatahub.io/managed: "false"`.
@@ -12,6 +13,7 @@ from maasctl.builders.refs import GatewayRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.reconcilers.context import DEPENDENCY_RECHECK, Context
 from maasctl.reconcilers.kinds import AUTH_POLICY, GATEWAY
+from maasctl.reconcilers.processorwiring import wire_gateway
 from maasctl.runtime import Request, Result
 
 
@@ -28,6 +30,7 @@ class GatewayReconciler:
         gateway = self.ctx.cache.get(GATEWAY, req.name, req.namespace)
         if gateway is None:
             return Result.done()
+        wiring_settled = await wire_gateway(self.ctx, gateway)
         if self.ctx.missing_apis(AUTH_POLICY):
             return Result.requeue_after(DEPENDENCY_RECHECK)
         try:
@@ -36,4 +39,4 @@ class GatewayReconciler:
             await self.ctx.event(gateway, "Warning", "RenderFailed", f"default AuthPolicy: {exc}")
             return Result.done()
         await self.ctx.apply_generated(gateway, desired)
-        return Result.done()
+        return Result.done() if wiring_settled else Result.requeue_after(DEPENDENCY_RECHECK)

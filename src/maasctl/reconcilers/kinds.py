@@ -33,3 +33,5 @@ GUARDRAILS_SETTINGS: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "Guardra
 GUARDRAIL_CONFIG: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "GuardrailConfig")
 CONFIG_MAP: Final = GroupVersionKind("", "v1", "ConfigMap")
 DEPLOYMENT: Final = GroupVersionKind("apps", "v1", "Deployment")
+ENVOY_FILTER: Final = GroupVersionKind("networking.istio.io", "v1alpha3", "EnvoyFilter")
+ENVOY_EXTENSION_POLICY: Final = GroupVersionKind("gateway.envoyproxy.io", "v1alpha1", "EnvoyExtensionPolicy")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from maasctl.builders import names
 from maasctl.builders.gatewayauth import GATEWAY_AUTH_NAME
+from maasctl.builders.payloadwiring import wiring_name
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
@@ -39,6 +40,8 @@ from maasctl.reconcilers.indexes import (
 )
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
+    ENVOY_EXTENSION_POLICY,
+    ENVOY_FILTER,
     EXTERNAL_MODEL,
     GATEWAY,
     GUARDRAIL_CONFIG,
@@ -143,11 +146,21 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .complete(ModelRefReconciler(ctx)))
 
     gateways = ctx.gateways
+    bypass = frozenset(settings.payload_processor_bypass_routes)
+
+    def wiring_owner(obj: FrozenObject) -> list[Request]:
+        return [Request(gw.namespace, gw.name) for gw in gateways
+                if obj["metadata"]["namespace"] == gw.namespace and obj["metadata"]["name"] == wiring_name(gw)]
+
     (manager.controller("gateway")
         .for_(GATEWAY)
         .watches(AUTH_POLICY, map_to=lambda ap: [
             Request(gw.namespace, gw.name) for gw in gateways
             if ap["metadata"]["namespace"] == gw.namespace and ap["metadata"]["name"] == GATEWAY_AUTH_NAME])
+        .watches(ENVOY_FILTER, map_to=wiring_owner)
+        .watches(ENVOY_EXTENSION_POLICY, map_to=wiring_owner)
+        .watches(HTTP_ROUTE, map_to=lambda route: [Request(gw.namespace, gw.name) for gw in gateways] if (
+            f"{route['metadata']['namespace']}/{route['metadata']['name']}" in bypass) else [])
         .complete(GatewayReconciler(ctx)))
 
     (manager.controller("externalmodel")

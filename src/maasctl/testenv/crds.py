@@ -30,6 +30,8 @@ GO_MODULE_SOURCES: tuple[tuple[str, str], ...] = (
     ("sigs.k8s.io/gateway-api-inference-extension@v1.6.0", "config/crd/bases/inference.networking.k8s.io_*.yaml"),
     ("sigs.k8s.io/kueue@v0.19.2", "config/components/crd/bases/*.yaml"),
 )
+# Istio's and Envoy Gateway's CRDs (EnvoyFilter, EnvoyExtensionPolicy) come from the shared folder only: upstream
+# ships them in multi-CRD / Helm-templated files.
 
 
 def shared_crds_dir() -> Path | None:
@@ -118,9 +120,24 @@ def wait_established(http: httpx.Client, names: Iterable[str], timeout: float = 
             time.sleep(0.1)
 
 
-def install_third_party_crds(http: httpx.Client) -> list[str]:
-    """Install every third-party CRD and wait until the server serves them."""
-    crds = [d for d in load_documents(third_party_crd_files()) if d["kind"] == "CustomResourceDefinition"]
+PROXY_API_GROUPS: tuple[str, ...] = ("networking.istio.io", "gateway.envoyproxy.io")
+"""The gateway implementations' APIs (Istio EnvoyFilter, Envoy Gateway EnvoyExtensionPolicy): a cluster may serve
+either, both or neither, so tests install them selectively."""
+
+
+def third_party_crds(*, groups: Iterable[str] | None = None,
+                     exclude_groups: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The third-party CRD documents, optionally only those of `groups` or without those of `exclude_groups`."""
+    only = set(groups) if groups is not None else None
+    skip = set(exclude_groups)
+    return [d for d in load_documents(third_party_crd_files()) if d["kind"] == "CustomResourceDefinition"
+            and (only is None or d["spec"]["group"] in only) and d["spec"]["group"] not in skip]
+
+
+def install_third_party_crds(http: httpx.Client, *, groups: Iterable[str] | None = None,
+                             exclude_groups: Iterable[str] = ()) -> list[str]:
+    """Install the third-party CRDs (all by default) and wait until the server serves them."""
+    crds = third_party_crds(groups=groups, exclude_groups=exclude_groups)
     names = apply_documents(http, crds, field_manager="maasctl-testenv")
     wait_established(http, names)
     return names
