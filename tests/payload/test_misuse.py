@@ -36,8 +36,10 @@ _RESPONSE_BODY = pb.ProcessingRequest(response_body=pb.HttpBody(body=b"x", end_o
 _TRAILERS = pb.ProcessingRequest(request_trailers=pb.HttpTrailers())
 
 
-async def _run(processor: Running, stage: str | None, messages: list[Any]) -> tuple[grpc.StatusCode, int]:
-    """Send the messages in order, reading each answer; the final status and how many answers came."""
+async def _run(processor: Running, stage: str | None, messages: list[Any], *,
+               close: bool = False) -> tuple[grpc.StatusCode, int]:
+    """Send the messages in order, reading each answer (then end the stream when `close`, as Envoy does after a
+    complete exchange); the final status and how many answers came."""
     stub = pb_grpc.ExternalProcessorStub(processor.channel)
     call = stub.Process(metadata=(("x-maas-stage", stage),) if stage else ())
     answers = 0
@@ -48,6 +50,8 @@ async def _run(processor: Running, stage: str | None, messages: list[Any]) -> tu
             if reply is grpc.aio.EOF:
                 break
             answers += 1
+        if close:
+            await call.done_writing()
     except (grpc.aio.AioRpcError, grpc.aio.UsageError):
         pass
     code = await call.code()
@@ -112,3 +116,32 @@ class TestStage:
         code, answers = await _run(processor, stage, [_headers(True)])
         assert (code, answers) == (grpc.StatusCode.INVALID_ARGUMENT, 0)
         assert processor.stages.exchanges == []
+
+
+def _with_protocol(message: Any, response_body_mode: int) -> Any:
+    """`message` carrying the `protocol_config` Envoy (1.33+) puts on a stream's first message."""
+    message.protocol_config.CopyFrom(pb.ProtocolConfiguration(request_body_mode=1,
+                                                               response_body_mode=response_body_mode))
+    return message
+
+
+class TestStageFromProtocol:
+    """Envoy Gateway's extProc has no initial metadata: the first message's protocol_config names the filter
+    (only the post filter asks for the response body), and a stream with neither is refused, never guessed."""
+
+    @pytest.mark.parametrize("mode", [1, 2, 3, 4], ids=["buffered", "streamed", "partial", "full-duplex"])
+    async def test_a_filter_asking_for_the_response_body_is_post(self, processor: Running, mode: int) -> None:
+        code, answers = await _run(processor, None, [_with_protocol(_headers(True), mode), _response_headers(),
+                                                     _RESPONSE_BODY], close=True)
+        assert answers == 3  # the post stage answers response messages
+        assert code == grpc.StatusCode.OK
+        [(_, status, _termination)] = await processor.stages.settled()  # post meters: settled once
+        assert status == 200
+
+    async def test_a_filter_never_asking_for_the_response_body_is_pre(self, processor: Running) -> None:
+        code, answers = await _run(processor, None, [_with_protocol(_headers(True), 0), _response_headers()])
+        assert (code, answers) == (grpc.StatusCode.FAILED_PRECONDITION, 1)  # a pre stream gets no response messages
+
+    async def test_metadata_wins_over_protocol_config(self, processor: Running) -> None:
+        code, answers = await _run(processor, "pre", [_with_protocol(_headers(True), 2), _response_headers()])
+        assert (code, answers) == (grpc.StatusCode.FAILED_PRECONDITION, 1)

@@ -1,21 +1,26 @@
 """The two ext_proc filters of a managed Gateway and the messages Envoy sends each (its processing mode).
 
 Both run on one processor; the filter names its stage in the gRPC initial metadata (`x-maas-stage`), which the
-Envoy filter's `grpc_service.initial_metadata` sets. The modes here are the ones the install builders render, so
+Envoy filter's `grpc_service.initial_metadata` sets (Istio). Envoy Gateway cannot set it: there the first message's
+`protocol_config` tells (`contract.processor_stages`: only the post filter asks for the response body). The
+modes here are the ones the install builders render, so
 the processor, the Envoy side of the local gateway and the rendered filters agree on one table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-__all__ = ["MODES", "POST", "PRE", "STAGE_METADATA", "BodyMode", "FilterModes", "Stage", "stage_of"]
+from maasctl.contract.processor_stages import STAGE_METADATA_KEY
+
+__all__ = ["MODES", "POST", "PRE", "STAGE_METADATA", "BodyMode", "FilterModes", "Stage", "stage_from_protocol",
+           "stage_of"]
 
 Stage = Literal["pre", "post"]
 BodyMode = Literal["NONE", "BUFFERED", "STREAMED"]
 
-STAGE_METADATA: Final = "x-maas-stage"
+STAGE_METADATA: Final = STAGE_METADATA_KEY
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,3 +57,15 @@ def stage_of(metadata: object) -> FilterModes | None:
         if key == STAGE_METADATA:
             return MODES.get(value if isinstance(value, str) else bytes(value).decode("latin-1"))
     return None
+
+
+_NONE: Final = 0  # ProcessingMode.BodySendMode.NONE, as protocol_config reports it
+
+
+def stage_from_protocol(first: Any) -> FilterModes | None:
+    """The filter of a stream without `x-maas-stage` (Envoy Gateway), from its first message's `protocol_config`:
+    a filter that never asks for the response body is the pre filter, one that does is the post filter. None when
+    the message carries no protocol_config (Envoy before 1.33): such a stream is refused, never guessed."""
+    if first is None or not first.HasField("protocol_config"):
+        return None
+    return PRE if first.protocol_config.response_body_mode == _NONE else POST

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from maasctl.payload.metrics import ERRORS, IN_FLIGHT, MESSAGES, REFUSALS, STREAMS
-from maasctl.payload.modes import stage_of
+from maasctl.payload.modes import stage_from_protocol, stage_of
 from maasctl.payload.stages import Pipeline
 from maasctl.payload.stream import ProtocolError, StreamMachine
 
@@ -39,9 +39,14 @@ class ExtProcService(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
 
     async def Process(self, requests: Any, context: Any) -> None:
         modes = stage_of(context.invocation_metadata())
+        first = None
+        if modes is None:  # Envoy Gateway sends no initial metadata: the first message's protocol_config tells
+            first = await anext(aiter(requests), None)
+            modes = stage_from_protocol(first)
         if modes is None:
             ERRORS.labels("unknown", "stage").inc()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "x-maas-stage must be pre or post")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "x-maas-stage must be pre or post (or the first message must carry protocol_config)")
             return
         stage = modes.stage
         machine = StreamMachine(self.pipeline, modes, self.max_request_bytes)
@@ -49,7 +54,7 @@ class ExtProcService(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         IN_FLIGHT.labels(stage).inc()
         failed = False
         try:
-            async for request in requests:
+            async for request in _prepend(first, requests):
                 MESSAGES.labels(stage, request.WhichOneof("request") or "none").inc()
                 try:
                     reply = await machine.handle(request)
@@ -73,6 +78,14 @@ class ExtProcService(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 ERRORS.labels(stage, "closed_early").inc()
             await asyncio.shield(machine.close(error=failed))
             IN_FLIGHT.labels(stage).dec()
+
+
+async def _prepend(first: Any, rest: Any) -> AsyncIterator[Any]:
+    """`first` (already read to tell the stage, or None) followed by the rest of the stream."""
+    if first is not None:
+        yield first
+    async for item in rest:
+        yield item
 
 
 @dataclass
