@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, strict typing, layer contracts (import-linter, see pyproject.toml), unit +
 # integration tests (real control plane, real PostgreSQL) and the end-to-end journeys (e2e/) twice: against the
-# suite's own local stack, then in E2E_CLUSTER=external mode against a `maasctl dev` started as if it were
-# someone else's cluster (hack/e2e-dev.sh). A skipped journey fails either run (E2E_NO_SKIPS=1).
+# suite's own local stack with every pipeline stage in the gateway process, then in E2E_CLUSTER=external mode
+# against a `maasctl dev` started as if it were someone else's cluster (hack/e2e-dev.sh) whose gateway plays
+# Envoy + Authorino + Limitador and hands the payload stages to a `maasctl payload-processor` process over gRPC
+# (E2E_PAYLOAD_PROCESSOR=1): every journey runs in both modes. A skipped journey fails either run (E2E_NO_SKIPS=1).
 # Same command locally and in CI; arguments go to the first pytest run. Both runs always run; either failing
 # fails the command.
 set -euo pipefail
@@ -14,6 +16,6 @@ PYTHONPATH=src .venv/bin/lint-imports --no-cache >/dev/null || PYTHONPATH=src .v
 export E2E_NO_SKIPS=1
 status=0
 env -u E2E_CLUSTER .venv/bin/pytest tests e2e "$@" || status=$?
-echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev"
-./hack/e2e-dev.sh -q || status=$?
+echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev, through the payload processor"
+E2E_PAYLOAD_PROCESSOR=1 ./hack/e2e-dev.sh -q || status=$?
 exit "$status"
