@@ -354,3 +354,21 @@ class TestCompletionCeiling:
     def test_out_of_range_is_refused(self, value: int) -> None:
         with pytest.raises(InvalidInputError, match="maxCompletionTokens"):
             build_external_route(replace(BASE, max_completion_tokens=value))
+
+
+@pytest.mark.parametrize("inp", [
+    pytest.param(BASE, id="with-upstream-key"),
+    pytest.param(replace(BASE, credential_secret=None), id="without-upstream-key"),
+    pytest.param(replace(BASE, host="localhost", tls=False, port=8000), id="local-provider"),
+])
+def test_a_processor_owning_credentials_keeps_only_authorization(inp: ExternalRouteInput) -> None:
+    """Envoy removes a route's headers after ext_proc: with the processor in the path (it removes the caller's
+    `authorization` and sets the provider key there) the route must not remove `authorization`, and still
+    removes every other caller credential."""
+    modifier = _header_filter(build_external_route(replace(inp, processor_sets_authorization=True)))
+    removed = set(modifier["requestHeaderModifier"]["remove"])  # type: ignore[index]
+    assert removed == CREDENTIAL_HEADERS - {"authorization"}
+    every_rule = build_external_route(replace(inp, processor_sets_authorization=True))["spec"]["rules"]
+    for rule in every_rule:  # the per-model paths and the base-URL rules alike
+        [mod] = [f for f in rule["filters"] if f["type"] == "RequestHeaderModifier"]
+        assert "authorization" not in mod["requestHeaderModifier"]["remove"]

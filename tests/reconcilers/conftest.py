@@ -149,6 +149,7 @@ PLURALS = {
     "MaaSAuthPolicy": ("maas.opendatahub.io", "v1alpha1", "maasauthpolicies"),
     "MaaSSubscription": ("maas.opendatahub.io", "v1alpha1", "maassubscriptions"),
     "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "Gateway": ("gateway.networking.k8s.io", "v1", "gateways"),
     "AuthPolicy": ("kuadrant.io", "v1", "authpolicies"),
     "TokenRateLimitPolicy": ("kuadrant.io", "v1alpha1", "tokenratelimitpolicies"),
     "LLMInferenceService": ("serving.kserve.io", "v1alpha2", "llminferenceservices"),

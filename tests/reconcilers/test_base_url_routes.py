@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from maasctl.contract.edge import CREDENTIAL_HEADERS
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.gateway.routes import build_route_table
 from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SUB_NS, Objects, RunningController, eventually
@@ -65,3 +66,34 @@ async def test_generated_route_serves_the_base_url_and_carries_the_ceiling(
     await eventually(lambda: route_with(None))
     await objs.delete("MaaSSubscription", SUB_NS, sub)
     await objs.delete("MaaSAuthPolicy", SUB_NS, ap)
+
+
+async def test_a_wired_gateways_external_route_leaves_authorization_to_the_processor(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """The session control plane serves Istio's API, so the controller wires the payload processor into the
+    managed Gateway (failing closed); its ExternalModel routes then stop removing `authorization` (Envoy would
+    remove the provider key the processor set there, after ext_proc) and still remove every other caller
+    credential."""
+    await create_secret(kube, namespace, "provider-key")
+    await objs.create(external_model(namespace, "keyed"))
+    await objs.create({"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSModelRef",
+                       "metadata": {"name": "keyed", "namespace": namespace},
+                       "spec": {"modelRef": {"kind": "ExternalModel", "name": "keyed"}}})
+
+    async def wired() -> dict[str, Any] | None:
+        gw = await objs.get("Gateway", GATEWAY_NS, GATEWAY_NAME)
+        conds = ((gw or {}).get("status") or {}).get("conditions") or ()
+        return next((c for c in conds if c["type"] == "PayloadProcessorWired" and c["status"] == "True"), None)
+
+    assert (await eventually(wired))["reason"] == "IstioEnvoyFilter"
+
+    async def removed() -> set[str] | None:
+        route = await objs.get("HTTPRoute", namespace, "maas-keyed")
+        if route is None:
+            return None
+        lists = [set(f["requestHeaderModifier"]["remove"]) for r in route["spec"]["rules"] for f in r["filters"]
+                 if f["type"] == "RequestHeaderModifier"]
+        return lists[0] if lists and all(x == lists[0] for x in lists) and "authorization" not in lists[0] else None
+
+    assert await eventually(removed) == CREDENTIAL_HEADERS - {"authorization"}

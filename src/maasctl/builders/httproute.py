@@ -113,6 +113,7 @@ class ExternalRouteInput:
     target_model: str | None = None
     shared_service_namespaces: tuple[str, ...] = ()  # whose Services any ExternalModel may name (operator's choice)
     max_completion_tokens: int | None = None  # MaaSModelRef.spec.maxCompletionTokens (None: the default)
+    processor_sets_authorization: bool = False  # the payload processor removes the caller's and sets the key
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -178,10 +179,16 @@ def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
     }
 
 
-def _strip_caller_credentials() -> dict[str, Any]:
+def _strip_caller_credentials(keep_authorization: bool) -> dict[str, Any]:
     """The filter that keeps a caller's credentials from the provider on data planes that forward every header
-    the route does not remove (Envoy); the local data plane drops them regardless."""
-    return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": list(CALLER_CREDENTIAL_HEADERS)}}
+    the route does not remove (Envoy); the local data plane drops them regardless.
+
+    `keep_authorization`: the Gateway's payload processor is certainly in the path and fails closed
+    (`reconcilers.processorwiring.processor_owns_credentials`). Envoy applies this filter in the router, after
+    ext_proc, so removing `authorization` would also remove the provider key the processor set in its place
+    (it removes the caller's own `authorization` itself); every other caller credential is still removed here."""
+    remove = [h for h in CALLER_CREDENTIAL_HEADERS if not (keep_authorization and h == "authorization")]
+    return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": remove}}
 
 
 def _upstream_path(base: str, api_path: str) -> str:
@@ -200,7 +207,7 @@ def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: 
         "matches": matches,
         "filters": [
             {"type": "URLRewrite", "urlRewrite": {"hostname": inp.host, "path": path_rewrite}},
-            _strip_caller_credentials(),
+            _strip_caller_credentials(inp.processor_sets_authorization),
         ],
         "backendRefs": [
             {

@@ -27,6 +27,7 @@ from maasctl.reconcilers.indexes import ALIAS_INDEX
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     EXTERNAL_MODEL,
+    GATEWAY,
     HTTP_ROUTE,
     LLM_INFERENCE_SERVICES,
     MAAS_MODEL_REF,
@@ -34,6 +35,7 @@ from maasctl.reconcilers.kinds import (
     TOKEN_RATE_LIMIT_POLICY,
 )
 from maasctl.reconcilers.modelpolicies import ModelPolicies
+from maasctl.reconcilers.processorwiring import processor_owns_credentials
 from maasctl.reconcilers.routes import (
     RouteResolution,
     UnsafeDestinationError,
@@ -182,6 +184,9 @@ class ModelRefReconciler:
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
             shared_service_namespaces=self.ctx.settings.provider_service_namespaces,
             max_completion_tokens=mr.spec.max_completion_tokens,
+            processor_sets_authorization=processor_owns_credentials(
+                self.ctx.cache.get(GATEWAY, gateway.name, gateway.namespace),
+                self.ctx.settings.payload_processor_fail_open),
         )
         try:
             desired = build_external_model_objects(inp)
