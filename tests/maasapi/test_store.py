@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -216,3 +217,26 @@ async def test_sqlite_database_files_are_private(tmp_path: Path) -> None:
     files = [p for p in tmp_path.iterdir() if p.name.startswith("keys.db")]
     modes = {p.name: oct(p.stat().st_mode & 0o777) for p in files}
     assert files and set(modes.values()) == {"0o600"}, modes
+
+
+async def test_concurrent_group_refreshes_and_mints_of_one_owner_never_deadlock(store: KeyStore, db_url: str) -> None:
+    """Two replicas (own engines) refreshing one owner's groups while minting for the owner: each refresh writes
+    every live key of the owner, so unserialized transactions lock the rows in different orders and PostgreSQL
+    aborts one as a deadlock (a user's request failing with 500). All of them must succeed."""
+    from maasctl.maasapi.store import MintLimit
+
+    other = KeyStore(make_engine(db_url))
+    try:
+        for i in range(20):
+            await store.insert(record(name=f"k{i}"), "alice")
+        limit = MintLimit(max_active=1000, per_window=1000, window=timedelta(minutes=1))
+        work = []
+        for i in range(40):
+            replica = (store, other)[i % 2]
+            work.append(replica.refresh_groups("alice", [f"g{i}"], NOW + timedelta(seconds=1)))
+            if i % 4 == 0:
+                work.append(replica.insert(record(name=f"new{i}"), "alice", limit=limit))
+        results = await asyncio.gather(*work, return_exceptions=True)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+    finally:
+        await other.close()

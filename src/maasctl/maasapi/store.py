@@ -356,9 +356,16 @@ class KeyStore:
                 )
             await self._event(conn, record.id, "minted", actor, record.created_at, None, details)
 
-    async def _check_limit(self, conn: AsyncConnection, owner: str, now: datetime, limit: MintLimit) -> None:
-        if self._postgres:  # held until this transaction ends: the next mint of the owner counts this one
+    async def _lock_owner(self, conn: AsyncConnection, owner: str) -> None:
+        """Serialize the transactions that write many of one owner's keys (mints under a limit, group refreshes)
+        across replicas (a PostgreSQL advisory lock held until the transaction ends). Without it two replicas
+        refreshing one owner's keys, or a refresh beside a mint, lock the same rows in different orders and
+        PostgreSQL aborts one as a deadlock (a failed request). SQLite serializes writers itself."""
+        if self._postgres:
             await conn.execute(select(func.pg_advisory_xact_lock(_MINT_LOCK_CLASS, func.hashtext(owner))))
+
+    async def _check_limit(self, conn: AsyncConnection, owner: str, now: datetime, limit: MintLimit) -> None:
+        await self._lock_owner(conn, owner)  # held until this transaction ends: the next mint counts this one
         mine = api_keys.c.owner == owner
         since = now - limit.window
         recent = (await conn.execute(
@@ -480,6 +487,7 @@ class KeyStore:
             .returning(api_keys.c.id)
         )
         async with self.engine.begin() as conn:
+            await self._lock_owner(conn, owner)  # every replica's refreshes and mints of the owner, one at a time
             ids = [r.id for r in await conn.execute(stmt)]
         self._changed(ids)
         return len(ids)
