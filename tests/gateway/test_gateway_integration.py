@@ -23,34 +23,36 @@ from tests.reconcilers.test_core_flow import auth_policy, publish_external, subs
 PER_CALL = 15  # the test model's usage: 10 prompt + 5 completion tokens
 
 
-async def publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, limit: int) -> tuple[str, str]:
+async def publish(objs: Objects, kube: k8s.ApiClient, stack: Stack, ns: str, limit: int,
+                  name: str = "gpt") -> tuple[str, str]:
     """An external model served by the local test model, an auth policy for premium+free users, a premium
-    subscription limited to `limit` tokens/min and a free one with a large limit. Returns (premium, free)."""
-    await publish_external(objs, kube, ns, "gpt")
-    await serve_external_locally(kube, ns, "gpt", stack.model_url)
+    subscription limited to `limit` tokens/min and a free one with a large limit. Returns (premium, free).
+    `name` is the model's (unique per session when a test routes by name on the one base URL)."""
+    await publish_external(objs, kube, ns, name)
+    await serve_external_locally(kube, ns, name, stack.model_url)
     premium, free, ap = f"premium-{uid()}", f"free-{uid()}", f"ap-{uid()}"
-    await objs.create(auth_policy(ap, [(ns, "gpt")], ["premium-users", "free-users"]))
-    await objs.create(subscription(premium, [(ns, "gpt")], "premium-users", limit, ("1m", "1h")))
-    await objs.create(subscription(free, [(ns, "gpt")], "free-users", 100000))
+    await objs.create(auth_policy(ap, [(ns, name)], ["premium-users", "free-users"]))
+    await objs.create(subscription(premium, [(ns, name)], "premium-users", limit, ("1m", "1h")))
+    await objs.create(subscription(free, [(ns, name)], "free-users", 100000))
 
     async def enforced() -> bool:
         snap = stack.gateway.state.snapshot()
-        route = next((r for r in snap.table.rules if r.model == f"{ns}/gpt"), None)
+        route = next((r for r in snap.table.rules if r.model == f"{ns}/{name}"), None)
         limits = snap.limits.get(route.route_key) if route else None
         return bool(route and route.backends and route.route_key in snap.auth and limits is not None
                     and len(getattr(limits, "limits", ())) == 2)
 
-    await assert_token_review_stored(objs, ns)
+    await assert_token_review_stored(objs, ns, name)
     await eventually(enforced, timeout=60)
     return premium, free
 
 
-async def assert_token_review_stored(objs: Objects, ns: str) -> None:
+async def assert_token_review_stored(objs: Objects, ns: str, name: str = "gpt") -> None:
     """The generated policy's `kubernetesTokenReview: {}` must reach the server: an empty map selects the
     method, so the controller must not drop it before applying."""
 
     async def policy() -> dict[str, Any] | None:
-        return await objs.get("AuthPolicy", ns, "maas-auth-gpt")
+        return await objs.get("AuthPolicy", ns, f"maas-auth-{name}")
 
     ap = await eventually(policy)
     assert "kubernetesTokenReview" in ap["spec"]["rules"]["authentication"]["kubernetes-tokens"]

@@ -86,12 +86,13 @@ async def via_processor(maas_cluster: ControlPlane) -> AsyncIterator[ViaProcesso
         await api.close()
 
 
-async def _published(objs: Objects, kube: k8s.ApiClient, stack: ViaProcessor, ns: str) -> str:  # noqa: F811
-    premium, _ = await publish(objs, kube, stack, ns, limit=2 * PER_CALL)  # type: ignore[arg-type]
+async def _published(objs: Objects, kube: k8s.ApiClient, stack: ViaProcessor, ns: str,  # noqa: F811
+                     name: str = "gpt") -> str:
+    premium, _ = await publish(objs, kube, stack, ns, limit=2 * PER_CALL, name=name)  # type: ignore[arg-type]
 
     async def processor_sees_it() -> bool:
         snap = stack.processor_plane.state.snapshot()
-        return any(r.model == f"{ns}/gpt" for r in snap.table.rules) and bool(snap.limits)
+        return any(r.model == f"{ns}/{name}" for r in snap.table.rules) and bool(snap.limits)
 
     await eventually(processor_sees_it, timeout=60)
     stack.maas_api.keys["sk-oai-alice-1"] = {"valid": True, "username": "alice", "keyId": "key-a",
@@ -129,6 +130,37 @@ class TestThroughTheProcessor:
         records = via_processor.processor_sink.records
         assert [r.status for r in records] == [200, 200, 200] and via_processor.front_sink.records == []
         assert {r.subscription for r in records} == {f"{SUB_NS}/{premium}"}
+
+    async def test_one_base_url_is_routed_by_the_pre_filter(
+            self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811
+            namespace: str, via_processor: ViaProcessor) -> None:
+        """`/v1/chat/completions` with the model in the body: the processor's pre filter copies it into
+        `x-gateway-model-name` (Envoy re-matches the route), so the model's policies and the processor's
+        stages apply as on the per-model path; what cannot be routed is refused, never forwarded."""
+        model = f"base-{namespace}"  # the one base URL routes by name: a name no other test publishes
+        await _published(objs, kube, via_processor, namespace, model)
+        url = f"{via_processor.url}/v1/chat/completions"
+        alice = {"Authorization": "Bearer sk-oai-alice-1"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            served = await http.post(url, json=chat("base", model=model), headers=alice)
+            assert served.status_code == 200, served.text
+            assert served.json()["choices"][0]["message"]["content"] == "echo: base"
+            calls = len((await http.get(f"{via_processor.model_url}/debug/requests")).json())
+            refusals = [
+                (await http.post(url, json={"messages": []}, headers=alice), 400, "model_required"),
+                (await http.post(url, json=chat(model=7), headers=alice), 400, "model_required"),
+                (await http.post(url, content=b"[1]", headers={**alice, "content-type": "application/json"}), 400,
+                 "model_required"),
+                (await http.post(url, json=chat(model=model), headers={**alice, "X-Gateway-Model-Name": model}),
+                 400, "forbidden_header"),
+                (await http.post(url, json=chat(model="no-such-model"), headers=alice), 404, "route_not_found"),
+                (await http.post(url, json=chat(model=model)), 401, "unauthenticated"),
+            ]
+            for answer, status, code in refusals:
+                assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
+            assert len((await http.get(f"{via_processor.model_url}/debug/requests")).json()) == calls
+        records = via_processor.processor_sink.records
+        assert [r.status for r in records] == [200] and records[0].model == f"{namespace}/{model}"
 
     async def test_processor_down_is_refused_not_served(
             self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811

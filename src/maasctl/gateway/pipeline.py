@@ -65,7 +65,7 @@ from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
-from maasctl.contract.routing import NoModel, is_base_inference_path, match_headers
+from maasctl.contract.routing import MODEL_HEADER, NoModel, is_base_inference_path, match_headers
 from maasctl.contract.usage import (
     Decompressor,
     InvalidBody,
@@ -237,20 +237,32 @@ async def _edge(p: Pipeline, ex: Exchange) -> Refusal | None:
     return None
 
 
-async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
-    if ex.path is None:  # Envoy normalises paths and rejects what it cannot (the edge stage says why)
-        return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
-    ex.snap = snap = p.plane.state.snapshot()
-    host = ex.headers.get("host", "")
-    # One base URL (contract.routing): on /v1/chat/completions & co. the body's `model` goes into
-    # `x-gateway-model-name` before matching (a front reads the body first there: `routes_by_body`).
+def route_by_model(ex: Exchange) -> Refusal | None:
+    """One base URL (contract.routing): on /v1/chat/completions & co. the body's `model` goes into
+    `x-gateway-model-name` of `ex.headers` before matching (a front reads the body first there: `routes_by_body`;
+    the processor's pre filter does it for Envoy); elsewhere the headers stay as they are (no copy)."""
     try:
-        if is_base_inference_path(ex.path):  # elsewhere the headers are matched as they are (no copy)
+        if ex.path is not None and is_base_inference_path(ex.path):
             ex.headers = dict(match_headers(ex.path, ex.headers, ex.raw_body))
     except NoModel as exc:
         return _refuse(400, "model_required", str(exc))
     except InvalidBody as exc:
         return _refuse(400, "invalid_body", str(exc))
+    return None
+
+
+async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
+    if ex.path is None:  # Envoy normalises paths and rejects what it cannot (the edge stage says why)
+        return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
+    ex.snap = snap = p.plane.state.snapshot()
+    host = ex.headers.get("host", "")
+    # Behind Envoy (roles envoy and processor) the processor's pre filter set the header from the body and refused
+    # a client's; the post filter matches at request-head time, before its body (the body stage still refuses a
+    # body naming another model: ModelMismatch).
+    if not (ex.role in ("envoy", "processor") and MODEL_HEADER in ex.headers):
+        refusal = route_by_model(ex)
+        if refusal is not None:
+            return refusal
     ex.match = snap.table.match(host, ex.path, ex.method, ex.headers)
     if ex.match is None:
         return _refuse(404, "route_not_found", f"no route for {ex.path}")

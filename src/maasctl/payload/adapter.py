@@ -1,8 +1,9 @@
 """The pipeline's stages as the processor runs them: which stage of `gateway.pipeline` runs in which filter.
 
-pre (before Kuadrant's wasm, on what the client sent): the edge headers guard. Base-URL routing (the body's
-`model` into `x-gateway-model-name`) rides on the route stage's hook when it lands there (pipeline.py `_route`);
-the processor then sends the header and clears Envoy's route cache (`modes.PRE.clears_route_cache`).
+pre (before Kuadrant's wasm, on what the client sent): the edge headers guard, then base-URL routing: the body's
+`model` into `x-gateway-model-name` (the pipeline's `route_by_model`), sent as a header mutation that clears
+Envoy's route cache (`modes.PRE.clears_route_cache`), so Envoy matches the model's route and Authorino and
+Limitador run that route's policies.
 
 post (after Authorino and Limitador): the route is matched again (the processor needs the rule: model, rename,
 provider key Secret, TRLP), the identity is the one Authorino injected (`x-maas-identity`, `contract.identity`)
@@ -22,10 +23,11 @@ from maasctl.contract.cel import CelError
 from maasctl.contract.edge import server_decided
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
+from maasctl.contract.routing import MODEL_HEADER
 from maasctl.contract.usage import Termination
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.authpolicy import CompiledAuthPolicy
-from maasctl.gateway.pipeline import STAGES, Exchange, Pipeline, ResponsePass, Stage
+from maasctl.gateway.pipeline import STAGES, Exchange, Pipeline, ResponsePass, Stage, route_by_model
 from maasctl.payload.stages import Headers
 
 __all__ = ["POST_BODY", "POST_HEAD", "PRE_HEAD", "ProcessorStages"]
@@ -77,6 +79,7 @@ class ProcessorStages:
     def exchange(self, method: str, raw_path: bytes, query: str, headers: Headers, scheme: str) -> Exchange:
         ex = self.pipeline.exchange(method, raw_path, query, list(headers), scheme)
         ex.sent = list(headers)  # type: ignore[attr-defined]  # a pre stream passes them on untouched
+        ex.role = "processor"  # behind Envoy: the stages run here by name, not through request_head's roles
         return ex
 
     async def _run(self, stages: tuple[Stage, ...], ex: Exchange) -> Refusal | None:
@@ -132,6 +135,12 @@ class ProcessorStages:
             if len(body) > self.pipeline.plane.settings.max_request_bytes:
                 return self.pipeline.too_large(ex)
             ex.sent_body = body  # type: ignore[attr-defined]
+            refusal = route_by_model(ex)  # a base-URL path: the body's model into the routing header
+            if refusal is not None:
+                return refusal
+            if MODEL_HEADER in ex.headers:  # sent as a header mutation, with Envoy's route cache cleared
+                ex.sent = [*((n, v) for n, v in ex.sent if n != MODEL_HEADER),  # type: ignore[attr-defined]
+                           (MODEL_HEADER, ex.headers[MODEL_HEADER])]
             return None
         return await self._run(POST_BODY, ex)
 
