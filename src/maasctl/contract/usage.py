@@ -754,8 +754,10 @@ def bound_completion(body: PreparedBody, model_ceiling: int | None, path: str) -
     (`request_bound`). `model_ceiling` None (the model relies on the default) keeps the body byte for byte;
     so do non-JSON bodies and paths without a completion (embeddings). `path` is the upstream path.
     A stated bound that is no number is left for the backend to refuse."""
+    if model_ceiling is None:  # most models: nothing to bound, and nothing to look at
+        return body
     field = _bound_field(path.split("?", 1)[0])
-    if model_ceiling is None or field is None or body.content[:1] != b"{":
+    if field is None or body.content[:1] != b"{":
         return body
     fields = json.loads(body.content)  # our own encoding of a JSON object (prepare_body)
     stated = [f for f in COMPLETION_LIMIT_FIELDS if fields.get(f) is not None]

@@ -127,6 +127,7 @@ log = logging.getLogger("maasctl.gateway")
 Role = Literal["all", "envoy", "processor"]
 Runner = Literal["envoy", "processor"]
 NO_RESERVATION: Final = Reservation((), 0)
+NO_BODY: Final = PreparedBody(b"")  # frozen: one shared default, not one per exchange
 
 
 class Plane(Protocol):
@@ -167,7 +168,7 @@ class Exchange:
     policy: CompiledAuthPolicy | None = None
     outcome: AuthOutcome = field(default_factory=lambda: AuthOutcome(True, reason="not checked"))
     raw_body: bytes = b""
-    body: PreparedBody = field(default_factory=lambda: PreparedBody(b""))
+    body: PreparedBody = NO_BODY
     trlp: CompiledTokenRateLimitPolicy | None = None
     backend: Backend | None = None
     upstream_key: str | None = None
@@ -413,6 +414,16 @@ def _runs(stage: Stage, role: Role) -> bool:
     return role == "all" or stage.shared or stage.runner == role
 
 
+def _by_role(stages: tuple[Stage, ...]) -> dict[Role, tuple[Stage, ...]]:
+    """The stages each role runs, chosen once here rather than on every request."""
+    roles: tuple[Role, ...] = ("all", "envoy", "processor")
+    return {role: tuple(stage for stage in stages if _runs(stage, role)) for role in roles}
+
+
+HEAD_BY_ROLE: Final = _by_role(HEAD_STAGES)
+BODY_BY_ROLE: Final = _by_role(BODY_STAGES)
+
+
 # --- the response ----------------------------------------------------------------------------------------
 
 
@@ -553,18 +564,18 @@ class Pipeline:
         return ex
 
     async def _run(self, stages: tuple[Stage, ...], ex: Exchange, role: Role) -> Refusal | None:
+        """`stages`: those `role` runs (HEAD_BY_ROLE / BODY_BY_ROLE)."""
         ex.role = role
         for stage in stages:
-            if _runs(stage, role):
-                refusal = await stage.run(self, ex)
-                if refusal is not None:
-                    return refusal
+            refusal = await stage.run(self, ex)
+            if refusal is not None:
+                return refusal
         return None
 
     async def request_head(self, ex: Exchange, role: Role = "all") -> Refusal | None:
         """Edge, route, auth, metering: what needs no body. Role "processor" on the post stream: call
         `adopt_identity` first (an exchange Authorino did not admit is refused here, never served unbilled)."""
-        refusal = await self._run(HEAD_STAGES, ex, role)
+        refusal = await self._run(HEAD_BY_ROLE[role], ex, role)
         if refusal is None and role == "processor" and not ex.authorized \
                 and not self.plane.settings.serve_routes_without_auth_policy:
             return _refuse(403, "identity_missing", "the request carries no identity from the authorization stage")
@@ -576,7 +587,7 @@ class Pipeline:
         ex.raw_body = raw
         if role == "envoy":  # the body is the processor's to prepare: it goes on as sent
             ex.body = PreparedBody(raw, prompt_estimate=max(1, len(raw) // 4))
-        return await self._run(BODY_STAGES, ex, role)
+        return await self._run(BODY_BY_ROLE[role], ex, role)
 
     def identity_header(self, ex: Exchange) -> tuple[str, str]:
         """`x-maas-identity` for an admitted exchange, as Authorino's success response injects it (the gateway
