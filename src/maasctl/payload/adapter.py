@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from maasctl.contract import identity as ids
-from maasctl.contract.cel import CelError
 from maasctl.contract.edge import server_decided
 from maasctl.contract.errors import Refusal
-from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.usage import Termination
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.authpolicy import CompiledAuthPolicy
@@ -51,23 +49,6 @@ class _Passed:
     body: bytes
 
 
-def _exported_filters(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
-    """The AuthPolicy's own success filters other than `identity` (the `guardrails` binding, a Plan's `billing`
-    tenant), evaluated on what Authorino injected: the identity and the selected subscription. What they read
-    beyond that (an API key's labels) is absent here. A guardrails binding that cannot be read is still a
-    binding (refused as not ready, never passed)."""
-    out: dict[str, Any] = {}
-    for item in policy.filters:
-        if item.name == ids.FILTER or (item.when and not item.when.holds(activation)):
-            continue
-        try:
-            out[item.name] = item.render(activation)
-        except CelError:
-            if item.name == GUARDRAILS_FILTER:
-                out[item.name] = {}
-    return out
-
-
 class ProcessorStages:
     """`payload.stages.Pipeline` over the data-plane pipeline, for the two filters (`role` = `pre` | `post`)."""
 
@@ -93,11 +74,12 @@ class ProcessorStages:
         return refusal or await self._run(POST_METERING, ex)
 
     def _identity(self, ex: Exchange) -> Refusal | None:
-        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`); a route with an
-        AuthPolicy and no identity was not admitted by Authorino (or the filter order is wrong): refused, never
-        served unidentified. Added to what the header carries: Authorino's success headers (on the request
-        already, they replaced any a client sent), the subscription fields TRLP predicates read, and the
-        AuthPolicy's own `guardrails` filter evaluated on that identity."""
+        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`): the identity filter
+        and the AuthPolicy's other exported filters whole (`guardrails`, a Plan's `billing` with the key's labels),
+        so the limits and rails here read what Limitador and Authorino read. A route with an AuthPolicy and no
+        identity was not admitted by Authorino (or the filter order is wrong): refused, never served
+        unidentified. Added to it: Authorino's success headers (on the request already, they replaced any a
+        client sent)."""
         assert ex.snap is not None
         policy = ex.snap.auth.get(ex.route)
         value = ex.headers.get(ids.HEADER)
@@ -112,18 +94,8 @@ class ProcessorStages:
             return Refusal(403, "identity_invalid", "the identity from the authorizer cannot be read")
         names = {item.name.lower() for item in policy.headers} if isinstance(policy, CompiledAuthPolicy) else set()
         ex.outcome.headers.update({k: v for k, v in ex.raw_headers if k in names or server_decided(k)})
-        identity = ex.outcome.filters[ids.FILTER]
-        metadata = ex.outcome.auth.setdefault("metadata", {})
-        info = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
-                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
-                **metadata.get(ids.SUBSCRIPTION_INFO, {})}
-        identity.setdefault(ids.SUBSCRIPTION_INFO_KEY, info)  # what TRLP predicates read (`.labels.tier`)
-        metadata[ids.SUBSCRIPTION_INFO] = info
-        ex.outcome.auth["identity"] = identity
         if isinstance(policy, CompiledAuthPolicy):
             ex.policy = policy
-            ex.outcome.filters.update(_exported_filters(policy, {
-                "request": ex.request.attributes() if ex.request else {}, "auth": ex.outcome.auth}))
         return None
 
     async def request_body(self, ex: Exchange, body: bytes, role: str) -> Refusal | None:

@@ -25,7 +25,15 @@ from yarl import URL
 
 from maasctl.contract.errors import error_body
 from maasctl.gateway.pipeline import Exchange
-from maasctl.payload.envoy import FilterStream, Immediate, ProcessorFailure, channel, open_filter
+from maasctl.payload.envoy import (
+    BUFFER_LIMIT,
+    FilterStream,
+    Immediate,
+    ProcessorFailure,
+    ResponseHead,
+    channel,
+    open_filter,
+)
 from maasctl.payload.modes import POST, PRE
 
 __all__ = ["ProcessorFront"]
@@ -167,6 +175,9 @@ class ProcessorFront:
             if head.immediate is not None:
                 await _answer(send, head.immediate)
                 return
+            if post.buffers_response:  # the processor asked for the whole body first (`mode_override`)
+                await self._answer_buffered(send, post, head, response)
+                return
             await _start(send, head.status, head.headers)
             try:
                 async for chunk in response.content.iter_any():
@@ -183,6 +194,32 @@ class ProcessorFront:
             post.abort()  # the client went away
         finally:
             response.release()
+
+
+    async def _answer_buffered(self, send: Any, post: FilterStream, head: ResponseHead,
+                               response: aiohttp.ClientResponse) -> None:
+        """Envoy in BUFFERED response mode: the head waits until the processor answered the whole body, so
+        its answer may replace the upstream's (an output guardrail's refusal, with its own status)."""
+        from maasctl.gateway.server import _respond
+
+        body = bytearray()
+        try:
+            async for chunk in response.content.iter_any():
+                body.extend(chunk)
+                if len(body) > BUFFER_LIMIT:
+                    break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream stream broke: %s", type(exc).__name__)
+            post.abort()  # Envoy resets the stream: the processor settles it as cut
+            await _respond(send, 503, error_body(503, "upstream connect error or disconnect/reset",
+                                                 "upstream_unavailable"))
+            return
+        passed = await post.response_body(bytes(body))
+        if isinstance(passed, Immediate):
+            await _answer(send, passed)
+            return
+        await _start(send, head.status, head.headers)
+        await send({"type": "http.response.body", "body": passed})
 
 
 class _Without:
