@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from maasctl.contract.errors import error_body
+from maasctl.contract.identity import InvalidIdentityHeader
 from maasctl.gateway.pipeline import Exchange
 from maasctl.payload.envoy import (
     BUFFER_LIMIT,
@@ -140,8 +141,11 @@ class ProcessorFront:
         """The request after Kuadrant's wasm: Authorino's success headers and the identity it injects."""
         added = {k.lower(): v for k, v in ex.outcome.headers.items()}
         if ex.authorized:
-            name, value = self.gateway.pipeline.identity_header(ex)
-            added[name] = value
+            try:
+                name, value = self.gateway.pipeline.identity_header(ex)
+                added[name] = value
+            except InvalidIdentityHeader:  # too large for the header: the processor refuses identity_missing
+                log.warning("the identity of %s %s does not fit x-maas-identity", ex.method, ex.path)
         return [*((k, v) for k, v in headers if k not in added), *added.items()]
 
     async def _forward(self, send: Any, ex: Exchange, post: FilterStream, headers: list[tuple[str, str]],

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
+from maasctl.contract.errors import Refusal
 from maasctl.payload import headers as hdr
 from maasctl.payload.modes import BODY_MODE_NUMBERS, FilterModes, buffered_response
 from maasctl.payload.stages import Headers, Pipeline, RefusalLike, ResponsePass, Termination
@@ -222,7 +221,8 @@ class StreamMachine:
         refusal never reaches the client under the upstream's status."""
         assert self._response is not None
         status, headers = self._response.status, list(self._response.headers)
-        self.refused = _Replaced(status, _code_of(body), dict(headers), body)
+        self.refused = Refusal(status, _code_of(body), "the output stages replaced the answer", dict(headers),
+                               raw_body=body)
         await self._settle("complete")  # the record says which refusal (the guardrails check's client status)
         return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=status),
@@ -259,16 +259,6 @@ class StreamMachine:
             await self._settle("refused", 500)
         else:
             await self._settle("client_disconnect", self._status or _CLIENT_GONE)
-
-
-@dataclass(frozen=True)
-class _Replaced:
-    """A response the output stages replaced, as the refusal metrics count it."""
-
-    status: int
-    code: str
-    headers: Mapping[str, str]
-    body: bytes
 
 
 def _code_of(body: bytes) -> str:
