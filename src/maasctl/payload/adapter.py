@@ -20,6 +20,7 @@ from typing import Any, Final
 from maasctl.contract import identity as ids
 from maasctl.contract.edge import server_decided
 from maasctl.contract.errors import Refusal
+from maasctl.contract.routing import MODEL_HEADER
 from maasctl.contract.usage import Termination
 from maasctl.gateway.auth import AuthOutcome
 from maasctl.gateway.authpolicy import CompiledAuthPolicy
@@ -69,7 +70,14 @@ class ProcessorStages:
 
     async def request_head(self, ex: Exchange, role: str) -> Refusal | None:
         if role == "pre":
+            ex.pre = True  # type: ignore[attr-defined]
             return await self._run(PRE_HEAD, ex)
+        if self.pipeline.routes_by_body(ex):  # the route is the body's `model`: matched with the body
+            ex.deferred_head = True  # type: ignore[attr-defined]
+            return None
+        return await self._post_head(ex)
+
+    async def _post_head(self, ex: Exchange) -> Refusal | None:
         refusal = await self._run(POST_HEAD, ex) or self._identity(ex)
         return refusal or await self._run(POST_METERING, ex)
 
@@ -104,12 +112,21 @@ class ProcessorStages:
             if len(body) > self.pipeline.plane.settings.max_request_bytes:
                 return self.pipeline.too_large(ex)
             ex.sent_body = body  # type: ignore[attr-defined]
-            return None
+            # one base URL: the route stage copies the body's `model` into `x-gateway-model-name` (Envoy then
+            # matches the route again: `modes.PRE.clears_route_cache`)
+            return await self._run(POST_HEAD, ex) if self.pipeline.routes_by_body(ex) else None
+        if getattr(ex, "deferred_head", False):
+            refusal = await self._post_head(ex)
+            if refusal is not None:
+                return refusal
         return await self._run(POST_BODY, ex)
 
     def upstream_request(self, ex: Exchange) -> Any:
-        if ex.match is None:  # pre: forwarded as sent
-            return _Passed(ex.sent, ex.raw_body)  # type: ignore[attr-defined]
+        if getattr(ex, "pre", False):  # pre: forwarded as sent, plus the routing header on a base-URL path
+            model = ex.headers.get(MODEL_HEADER) if self.pipeline.routes_by_body(ex) else None
+            sent = [(k, v) for k, v in ex.sent if k != MODEL_HEADER]  # type: ignore[attr-defined]
+            return _Passed([*sent, (MODEL_HEADER, model)] if model else ex.sent,  # type: ignore[attr-defined]
+                           ex.raw_body)
         return self.pipeline.upstream_request(ex)
 
     def response(self, ex: Exchange, status: int, headers: Headers) -> ResponsePass:

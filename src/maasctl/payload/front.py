@@ -116,6 +116,7 @@ class ProcessorFront:
                 await _answer(send, routed.immediate)
                 return
             ex = pipeline.exchange(method, raw_path, query, _plain(routed.headers), scheme)
+            ex.raw_body = routed.body  # a base-URL path is routed by the body's `model` (`routes_by_body`)
             refusal = await pipeline.request_head(ex, "envoy") or await pipeline.request_body(ex, routed.body, "envoy")
             if refusal is not None:
                 await _refuse(send, refusal)
