@@ -1,8 +1,9 @@
 """The pipeline's stages as the processor runs them: which stage of `gateway.pipeline` runs in which filter.
 
-pre (before Kuadrant's wasm, on what the client sent): the edge headers guard. Base-URL routing (the body's
-`model` into `x-gateway-model-name`) rides on the route stage's hook when it lands there (pipeline.py `_route`);
-the processor then sends the header and clears Envoy's route cache (`modes.PRE.clears_route_cache`).
+pre (before Kuadrant's wasm, on what the client sent): the edge headers guard; on a base-URL path the route
+stage on the buffered body (the body's `model` into `x-gateway-model-name`, pipeline.py `_route`): the processor
+sends the header and clears Envoy's route cache (`modes.PRE.clears_route_cache`). On such a path the post
+stream's head stages wait for the body too (the route is matched with it).
 
 post (after Authorino and Limitador): the route is matched again (the processor needs the rule: model, rename,
 provider key Secret, TRLP), the identity is the one Authorino injected (`x-maas-identity`, `contract.identity`)
