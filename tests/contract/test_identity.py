@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -35,53 +36,133 @@ class TestNamedOnce:
         assert ids.subscription_of({}) == ""
 
 
+FILTERS = {"billing": {"tenant": "acme", "keyLabels": {"project": "rag", "env": "prod"}},
+           "guardrails": {"config": "maas/safety", "ready": True, "url": "http://g:8000", "timeoutSeconds": 2.5}}
+
+
+def header(identity: Any = None, filters: Any = None, info: Any = None, **extra: Any) -> str:
+    """A header as the encoder lays it out, with parts replaced (to build what it never writes)."""
+    return raw({"identity": {} if identity is None else identity, "filters": {} if filters is None else filters,
+                "subscriptionInfo": {} if info is None else info, **extra})
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
 class TestRoundTrip:
-    @pytest.mark.parametrize("identity, info", [
-        (IDENTITY, INFO),
-        ({"userid": "system:serviceaccount:ns:sa"}, {}),  # a token: no key, no selection yet
-        ({"userid": "ü" * 100, "groups": []}, {"labels": {}}),
-        ({}, {"organizationId": "acme"}),
+    @pytest.mark.parametrize("identity, info, filters", [
+        (IDENTITY, INFO, FILTERS),
+        ({"userid": "system:serviceaccount:ns:sa"}, {}, {}),  # a token: no key, no selection yet
+        ({"userid": "ü" * 100, "groups": []}, {"labels": {}}, {"billing": {"keyLabels": {}}}),
+        ({}, {"organizationId": "acme"}, {"guardrails": None}),
     ])
-    def test_what_the_record_needs_comes_back(self, identity: dict[str, Any], info: dict[str, Any]) -> None:
-        value = ids.encode_identity_header(identity, info)
+    def test_the_filters_come_back_whole(self, identity: dict[str, Any], info: dict[str, Any],
+                                         filters: dict[str, Any]) -> None:
+        value = ids.encode_identity_header(identity, info, {"identity": {"ignored": "x"}, **filters})
         assert value.isascii() and "=" not in value and "\n" not in value  # one header-safe token
         carried = ids.decode_identity_header(value)
-        assert carried.identity == {k: v for k, v in identity.items() if k in ids.IDENTITY_KEYS}
+        assert carried.identity == identity  # the identity filter whole (subscription_info, groups_str, ...)
+        assert carried.filters == filters  # what the limits (auth.billing.keyLabels) and the rails read
         assert carried.subscription_info == {k: v for k, v in info.items() if k != "name"}
 
     def test_values_past_the_bounds_are_cut_so_they_still_decode(self) -> None:
         carried = ids.decode_identity_header(ids.encode_identity_header(
-            {"userid": "u" * 5000, "groups": [f"g{i}" for i in range(500)]},
-            {"labels": {f"l{i:03}": "v" for i in range(500)}}))
+            {"userid": "u" * 5000, "groups": [f"g{i}" for i in range(100)]},
+            {"labels": {f"l{i:03}": "v" for i in range(500)}},
+            {"billing": {"keyLabels": {f"k{i}": "v" * 2000 for i in range(3)}, "deep": nested(10)}}))
         assert len(carried.identity["userid"]) == 1024 and len(carried.identity["groups"]) == 64
         assert len(carried.subscription_info["labels"]) == 64
+        assert {len(v) for v in carried.filters["billing"]["keyLabels"].values()} == {1024}
+        kept, value = 0, carried.filters["billing"]["deep"]
+        while isinstance(value, dict):
+            kept, value = kept + 1, value["k"]
+        assert (kept, value) == (ids.MAX_DEPTH - 1, None)  # under `billing`: the part past the depth is dropped
 
-    def test_non_strings_are_written_as_text(self) -> None:
-        carried = ids.decode_identity_header(ids.encode_identity_header({"userid": 7, "keyId": None}, {}))
+    def test_what_is_not_json_is_written_as_text_or_dropped(self) -> None:
+        carried = ids.decode_identity_header(ids.encode_identity_header(
+            {"userid": 7, "keyId": None}, {}, {"billing": {"price": Decimal("0.25"), "n": 2**60,
+                                                           "nan": float("nan"), "t": ("a", 1)}}))
         assert carried.identity == {"userid": "7", "keyId": ""}
+        assert carried.filters == {"billing": {"price": "0.25", "n": str(2**60), "nan": None, "t": ["a", 1]}}
+
+    @pytest.mark.parametrize("filters", [{"bad name": {}}, {"": {}}, {f"f{i}": {} for i in range(17)}])
+    def test_filter_names_that_are_not_ones_are_not_encoded(self, filters: dict[str, Any]) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.encode_identity_header({}, {}, filters)
+
+    def test_a_whole_too_large_for_the_header_is_not_encoded(self) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.encode_identity_header({"groups": ["g" * 1024] * 64}, {}, {})
 
 
 class TestGarbageIsRefused:
+    """Each class of input the encoder never writes, with several variants."""
+
     @pytest.mark.parametrize("value", [
-        "", "not base64!", "e30=" * 5000, "%%%", "YQ",  # "a": not JSON
-        raw([1, 2]), raw("alice"), raw({"identity": "alice"}), raw({"identity": {}, "other": {}}),
-        raw({"identity": {"userid": "alice", "is_admin": "true"}}),  # a key the contract does not carry
-        raw({"identity": {"userid": 1}}), raw({"identity": {"groups": "admins"}}),
-        raw({"identity": {"groups": [1]}}), raw({"identity": {"groups": ["g"] * 65}}),
-        raw({"identity": {"userid": "x" * 1025}}),
-        raw({"subscriptionInfo": {"labels": ["a"]}}), raw({"subscriptionInfo": {"labels": {"a": 1}}}),
-        raw({"subscriptionInfo": {"costCenter": {"x": 1}}}), raw({"subscriptionInfo": {"name": "x"}}),
+        "", "not base64!", "e30=" * 5000, "%%%", "YQ", header() + "\n", header() + "=",
         base64.urlsafe_b64encode(b"\xff\xfe").decode().rstrip("="),  # not UTF-8
-        raw({"identity": {}}) + "\n",
     ])
-    def test_anything_the_encoder_never_writes(self, value: str) -> None:
+    def test_not_base64url_json(self, value: str) -> None:
         with pytest.raises(ids.InvalidIdentityHeader):
             ids.decode_identity_header(value)
 
-    def test_deep_nesting_is_refused_not_crashed(self) -> None:
+    @pytest.mark.parametrize("value", [
+        raw([1, 2]), raw("alice"), raw(None),
+        raw({"identity": {}, "subscriptionInfo": {}}),  # no filters: an authorizer that exports only the identity
+        raw({"filters": {}, "subscriptionInfo": {}}), raw({"identity": {}, "filters": {}}),
+        header(other={}), header(identity="alice"), header(filters=[]), header(info="acme"),
+    ])
+    def test_not_the_three_objects(self, value: str) -> None:
         with pytest.raises(ids.InvalidIdentityHeader):
-            ids.decode_identity_header(base64.urlsafe_b64encode(
-                b'{"identity": {"userid": ' + b"[" * 4000 + b"]" * 4000 + b"}}").decode().rstrip("="))
+            ids.decode_identity_header(value)
+
+    @pytest.mark.parametrize("identity", [
+        {"userid": 1}, {"keyId": None}, {"selected_subscription": ["a"]}, {"groups": "admins"},
+        {"groups": [1]}, {"groups": ["g"] * 65}, {"userid": "x" * 1025}, {f"k{i}": "v" for i in range(65)},
+    ])
+    def test_identity_keys_of_the_wrong_type_or_size(self, identity: dict[str, Any]) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(header(identity=identity))
+
+    @pytest.mark.parametrize("filters", [
+        {"identity": {}}, {"bad name": {}}, {"": {}}, {"x" * 64: {}}, {f"f{i}": {} for i in range(17)},
+    ])
+    def test_filter_names(self, filters: dict[str, Any]) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(header(filters=filters))
+
+    @pytest.mark.parametrize("value", [
+        "x" * 1025, ["a"] * 65, {f"k{i}": 1 for i in range(65)}, nested(ids.MAX_DEPTH + 1),
+        [[[[[[[]]]]]]], {"k" * 1025: "v"}, 2**53 + 1, -(2**60),
+    ])
+    def test_filter_values_past_the_bounds(self, value: Any) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(header(filters={"billing": value}))
+
+    @pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+    def test_numbers_json_does_not_have(self, number: bytes) -> None:
+        value = base64.urlsafe_b64encode(
+            b'{"identity": {}, "subscriptionInfo": {}, "filters": {"g": {"t": ' + number + b"}}}").decode()
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(value.rstrip("="))
+
+    @pytest.mark.parametrize("info", [
+        {"labels": ["a"]}, {"labels": {"a": 1}}, {"costCenter": {"x": 1}}, {"name": "x"},
+        {"labels": {f"l{i}": "v" for i in range(65)}}, {"organizationId": "o" * 1025},
+    ])
+    def test_subscription_info_outside_the_record_fields(self, info: dict[str, Any]) -> None:
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(header(info=info))
+
+    @pytest.mark.parametrize("where", [b'"identity": {"userid": ', b'"filters": {"g": '])
+    def test_deep_nesting_is_refused_not_crashed(self, where: bytes) -> None:
+        value = b'{"subscriptionInfo": {}, ' + where + b"[" * 4000 + b"]" * 4000 + b"}}"
+        with pytest.raises(ids.InvalidIdentityHeader):
+            ids.decode_identity_header(base64.urlsafe_b64encode(value).decode().rstrip("="))
 
 
 class TestOneErrorBody:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import pytest
 
+from maasctl.billing.identity import KEY_LABELS, key_labels_match
 from maasctl.contract import identity as ids
 from maasctl.gateway import Gateway
 from maasctl.gateway.auth import AuthOutcome
+from maasctl.gateway.authpolicy import RequestInfo
+from maasctl.gateway.expressions import predicates
 from maasctl.gateway.pipeline import STAGES, Exchange, Role, _runs
 from maasctl.gateway.routes import RouteMatch, RouteRule
 from maasctl.gateway.usage import MemorySink
@@ -60,6 +63,27 @@ class TestIdentityHandOver:
         assert ex.authorized and ex.outcome.filters["identity"]["userid"] == "alice"
         assert ex.outcome.auth["metadata"]["subscriptionInfo"] == {"organizationId": "acme"}
         assert ids.HEADER not in ex.headers and all(n != ids.HEADER for n, _ in ex.raw_headers)
+
+    @pytest.mark.parametrize("selector, key_labels, holds", [
+        ((("project", "rag"),), {"project": "rag", "env": "prod"}, True),  # a budget scoped by key labels
+        ((("project", "rag"),), {"project": "other"}, False),
+        ((("project", "rag"),), None, False),  # a token: no key labels
+    ])
+    async def test_the_exported_filters_come_whole_so_the_limits_read_the_same(
+            self, gateway: Gateway, selector: tuple[tuple[str, str], ...], key_labels: dict[str, str] | None,
+            holds: bool) -> None:
+        envoy = admitted(gateway)
+        envoy.outcome.filters["billing"] = {"tenant": "acme", **({"keyLabels": key_labels} if key_labels else {})}
+        envoy.outcome.filters["guardrails"] = {"config": "maas/safety", "ready": True, "timeoutSeconds": 2.5}
+        envoy.request = RequestInfo("POST", "/llm/gpt/v1/chat/completions", "gw", {}, "http")
+        _, value = gateway.pipeline.identity_header(envoy)
+        ex = gateway.pipeline.exchange("POST", b"/llm/gpt/v1/chat/completions", "", [])
+        gateway.pipeline.adopt_identity(ex, value)
+        ex.request = envoy.request
+        assert ex.outcome.filters == envoy.outcome.filters  # identity, billing and guardrails, as exported
+        when = predicates([{"predicate": key_labels_match(KEY_LABELS, selector)},
+                           {"predicate": "auth.billing.tenant == 'acme'"}])
+        assert when.holds(ex.activation()) is when.holds(envoy.activation()) is holds
 
     @pytest.mark.parametrize("value", ["", "garbage!", "e30" * 10_000])
     async def test_a_forged_or_broken_header_is_refused_whole(self, gateway: Gateway, value: str) -> None:

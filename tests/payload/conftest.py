@@ -57,7 +57,10 @@ class Upstream:
 class Response:
     """Adds a header, drops `data: usage` chunks (as the stream-usage stage does), appends a tail on close."""
 
+    whole = False  # no output stage here replaces the head
+
     def __init__(self, status: int, headers: Headers) -> None:
+        self.status = status
         self.headers = [(k, v) for k, v in headers if k != "content-length"] + [("x-processed", "post")]
         self.chunks: list[bytes] = []
 
@@ -67,6 +70,27 @@ class Response:
 
     async def close(self) -> bytes:
         return b"data: [DONE]\n\n" if self.chunks else b""
+
+
+class Guarded(Response):
+    """Output rails that read the answer whole (`whole`): held until the end, then passed, or replaced by a 400
+    refusal with its own head when the answer holds `FORBIDDEN` (as `gateway.guardrails.OutputGuard` does)."""
+
+    whole = True
+    refusal = json.dumps({"error": {"code": "guardrail_blocked"}}).encode()
+
+    async def feed(self, chunk: bytes) -> bytes:
+        self.chunks.append(chunk)
+        return b""
+
+    async def close(self) -> bytes:
+        answer = b"".join(self.chunks)
+        if b"FORBIDDEN" not in answer:
+            return answer
+        self.status = 400
+        self.headers = [("content-type", "application/json"), ("content-length", str(len(self.refusal))),
+                        ("x-maas-guardrail", "safety/self check output")]
+        return self.refusal
 
 
 class StagesUnderTest:
@@ -116,7 +140,7 @@ class StagesUnderTest:
         return Upstream(ex.upstream_headers, ex.body)
 
     def response(self, ex: Ex, status: int, headers: Headers) -> Response:
-        return Response(status, headers)
+        return Guarded(status, headers) if b"guarded-model" in ex.body else Response(status, headers)
 
     async def finish(self, ex: Ex, status: int, termination: Termination) -> None:
         self.finished.append((ex, status, termination))

@@ -15,12 +15,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from maasctl.payload import headers as hdr
 from maasctl.payload.envoy import ProcessorFailure, channel, open_filter
-from maasctl.payload.modes import POST, PRE
+from maasctl.payload.modes import BODY_MODE_NUMBERS, POST, PRE
 from maasctl.payload.server import ProcessorServer, start_processor
 
 from .conftest import LIMIT, PROVIDER_KEY, Running, StagesUnderTest, chat, request_headers
 
-_STREAMED = pb.ProtocolConfiguration(request_body_mode=2)  # type: ignore[arg-type]
+_STREAMED = pb.ProtocolConfiguration(request_body_mode=BODY_MODE_NUMBERS["STREAMED"])  # type: ignore[arg-type]
 
 
 class TestClosedByEnvoy:

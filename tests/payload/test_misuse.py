@@ -14,6 +14,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from maasctl.payload import headers as hdr
+from maasctl.payload.modes import BODY_MODE_NUMBERS
 
 from .conftest import Running, chat, request_headers
 
@@ -120,7 +121,7 @@ class TestStage:
 
 def _with_protocol(message: Any, response_body_mode: int) -> Any:
     """`message` carrying the `protocol_config` Envoy (1.33+) puts on a stream's first message."""
-    message.protocol_config.CopyFrom(pb.ProtocolConfiguration(request_body_mode=1,
+    message.protocol_config.CopyFrom(pb.ProtocolConfiguration(request_body_mode=BODY_MODE_NUMBERS["BUFFERED"],
                                                                response_body_mode=response_body_mode))
     return message
 
@@ -129,7 +130,7 @@ class TestStageFromProtocol:
     """Envoy Gateway's extProc has no initial metadata: the first message's protocol_config names the filter
     (only the post filter asks for the response body), and a stream with neither is refused, never guessed."""
 
-    @pytest.mark.parametrize("mode", [1, 2, 3, 4], ids=["buffered", "streamed", "partial", "full-duplex"])
+    @pytest.mark.parametrize("mode", [1, 2, 3, 4], ids=["streamed", "buffered", "partial", "full-duplex"])
     async def test_a_filter_asking_for_the_response_body_is_post(self, processor: Running, mode: int) -> None:
         code, answers = await _run(processor, None, [_with_protocol(_headers(True), mode), _response_headers(),
                                                      _RESPONSE_BODY], close=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from maasctl.builders.payloadwiring import (
+    ALLOW_MODE_OVERRIDE,
     GRPC_STREAM_TIMEOUT,
     MESSAGE_TIMEOUT,
     PROCESSING_MODES,
@@ -74,7 +75,7 @@ def _ext_proc(wiring: ProcessorWiring, stage: Stage) -> dict[str, Any]:
         "typed_config": {
             "@type": EXT_PROC_TYPE,
             "failure_mode_allow": wiring.fail_open,
-            "allow_mode_override": False,
+            "allow_mode_override": ALLOW_MODE_OVERRIDE[stage],
             "processing_mode": dict(PROCESSING_MODES[stage]),
             "grpc_service": {
                 "envoy_grpc": {"cluster_name": f"outbound|{port}||{wiring.service_host}"},

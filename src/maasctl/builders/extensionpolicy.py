@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from maasctl.builders.payloadwiring import MESSAGE_TIMEOUT, ProcessorWiring, wiring_metadata
+from maasctl.builders.payloadwiring import ALLOW_MODE_OVERRIDE, MESSAGE_TIMEOUT, ProcessorWiring, wiring_metadata
 from maasctl.contract.processor_stages import STAGE_POST, STAGE_PRE, STAGES, Stage
 
 __all__ = ["EXTENSION_POLICY_API_VERSION", "METADATA_NAMESPACE", "build_extension_policy"]
@@ -40,7 +40,7 @@ def _ext_proc(wiring: ProcessorWiring, stage: Stage) -> dict[str, Any]:
                          "namespace": wiring.processor.namespace, "port": wiring.port}],
         "failOpen": wiring.fail_open,
         "messageTimeout": MESSAGE_TIMEOUT,
-        "processingMode": {"allowModeOverride": False, **_MODES[stage]},
+        "processingMode": {"allowModeOverride": ALLOW_MODE_OVERRIDE[stage], **_MODES[stage]},
     }
     if stage == STAGE_POST:
         entry["metadata"] = {"writableNamespaces": [METADATA_NAMESPACE]}

@@ -16,6 +16,7 @@ from maasctl.builders.validation import InvalidInputError, check_dns_label, chec
 from maasctl.contract.processor_stages import DEFAULT_PROCESSOR_PORT, STAGE_POST, STAGE_PRE, Stage
 
 __all__ = [
+    "ALLOW_MODE_OVERRIDE",
     "GRPC_STREAM_TIMEOUT",
     "MESSAGE_TIMEOUT",
     "PROCESSING_MODES",
@@ -54,6 +55,12 @@ PROCESSING_MODES: Final[dict[Stage, dict[str, str]]] = {
         "response_trailer_mode": "SEND",
     },
 }
+
+
+ALLOW_MODE_OVERRIDE: Final[dict[Stage, bool]] = {STAGE_PRE: False, STAGE_POST: True}
+"""Envoy's `allow_mode_override` per stage: the post stage asks for a guarded answer's body BUFFERED (its
+`mode_override` in answer to the response headers), so an output guardrail's refusal keeps its own status;
+every other answer streams."""
 
 
 @dataclass(frozen=True)

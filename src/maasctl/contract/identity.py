@@ -6,11 +6,15 @@ filter's properties (builders/authpolicy.py writes them, builders/trlp.py and bi
 and the payload processor read them). `SUBSCRIPTION_INFO` is the metadata evaluator holding maas-api's selection
 answer (`auth.metadata.subscriptionInfo`), whose fields the record also needs.
 
-`x-maas-identity` (server-decided: `contract.edge` refuses any client-sent `x-maas-*`) carries these to the
-payload processor in a cluster: base64url (unpadded) of a JSON object `{"identity": {...}, "subscriptionInfo":
-{...}}` with only the keys below, each a bounded string (groups: a bounded list of strings; labels: a bounded
-map of strings). `decode_identity_header` refuses anything else (too long, not base64url, not that JSON),
-so a forged or corrupted header is an error, never a partial identity.
+`x-maas-identity` (server-decided: `contract.edge` refuses any client-sent `x-maas-*`) carries to the payload
+processor what its stages read, so that it evaluates the same predicates as Authorino and Limitador: base64url
+(unpadded) of a JSON object `{"identity": {...}, "filters": {...}, "subscriptionInfo": {...}}` - the identity
+filter whole, the AuthPolicy's other exported success filters whole (`guardrails`, a Plan's `billing` with the
+API key's labels and the tenant), and the selection's record fields. Every value is bounded JSON (strings of at
+most 1,024 characters, lists and maps of at most 64 entries, at most 6 levels deep, finite numbers, 16 KiB in
+all); the identity keys below keep their types (strings; groups: a list of strings). `decode_identity_header`
+refuses anything else (too long, not base64url, not that JSON, a bound exceeded, no `filters`), so a forged or
+corrupted header is an error, never a partial identity or an unguarded request.
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
     "FILTER",
+    "FILTERS",
     "GROUPS",
     "GROUPS_STR",
     "HEADER",
@@ -32,6 +39,7 @@ __all__ = [
     "INFO_LABELS",
     "INFO_ORGANIZATION",
     "KEY_ID",
+    "MAX_DEPTH",
     "MAX_HEADER_CHARS",
     "ORGANIZATION_ID",
     "SELECTED_SUBSCRIPTION",
@@ -67,13 +75,19 @@ INFO_COST_CENTER: Final = "costCenter"
 INFO_LABELS: Final = "labels"
 
 HEADER: Final = "x-maas-identity"
+FILTERS: Final = "filters"
+"""The header's map of the AuthPolicy's exported success filters other than `identity` (by filter name)."""
 MAX_HEADER_CHARS: Final = 16 * 1024
+MAX_DEPTH: Final = 6
 _MAX_TEXT: Final = 1024
 _MAX_ITEMS: Final = 64
+_MAX_FILTERS: Final = 16
+_MAX_NUMBER: Final = 2**53  # what every JSON reader keeps exactly
+_FILTER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
 
 IDENTITY_KEYS: Final = (USERID, GROUPS, KEY_ID, SELECTED_SUBSCRIPTION, SELECTED_SUBSCRIPTION_NAMESPACE,
                         SELECTED_SUBSCRIPTION_KEY, ORGANIZATION_ID)
-"""The identity keys the header carries (what the usage record and the processor's limits read)."""
+"""The identity keys with a fixed type (what the usage record and the limits' counters read)."""
 _INFO_TEXT: Final = (INFO_ORGANIZATION, INFO_COST_CENTER)
 
 
@@ -83,10 +97,12 @@ class InvalidIdentityHeader(ValueError):
 
 @dataclass(frozen=True)
 class Carried:
-    """What `x-maas-identity` carries: the identity filter's keys and the selection's record fields."""
+    """What `x-maas-identity` carries: the identity filter, the other exported filters and the selection's
+    record fields."""
 
     identity: Mapping[str, Any] = field(default_factory=dict)
     subscription_info: Mapping[str, Any] = field(default_factory=dict)
+    filters: Mapping[str, Any] = field(default_factory=dict)
 
 
 def subscription_of(identity: Mapping[str, Any]) -> str:
@@ -96,36 +112,97 @@ def subscription_of(identity: Mapping[str, Any]) -> str:
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else "" if value is None else str(value)
+    return (value if isinstance(value, str) else "" if value is None else str(value))[:_MAX_TEXT]
 
 
-def encode_identity_header(identity: Mapping[str, Any], subscription_info: Mapping[str, Any]) -> str:
-    """The header value for an admitted request (strings cut at the bounds `decode_identity_header` keeps)."""
-    ident: dict[str, Any] = {}
-    for key in IDENTITY_KEYS:
-        if key not in identity:
-            continue
+def _fit(value: Any, depth: int = 1) -> Any:
+    """`value` within the bounds the decoder keeps: strings and containers cut, a container past the depth
+    and a non-finite number dropped (None), anything that is not JSON written as text."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= _MAX_NUMBER else _text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value[:_MAX_TEXT]
+    if isinstance(value, Mapping | list | tuple) and depth > MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        return {_text(k): _fit(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
+    if isinstance(value, list | tuple):
+        return [_fit(v, depth + 1) for v in value[:_MAX_ITEMS]]
+    return _text(value)
+
+
+def _fit_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in list(identity.items())[:_MAX_ITEMS]:
         if key == GROUPS:
-            groups = identity[key] if isinstance(identity[key], list | tuple) else []
-            ident[key] = [_text(g)[:_MAX_TEXT] for g in groups[:_MAX_ITEMS]]
+            out[key] = [_text(g) for g in (item if isinstance(item, list | tuple) else [])[:_MAX_ITEMS]]
+        elif key in IDENTITY_KEYS:
+            out[key] = _text(item)
         else:
-            ident[key] = _text(identity[key])[:_MAX_TEXT]
-    info: dict[str, Any] = {k: _text(subscription_info[k])[:_MAX_TEXT] for k in _INFO_TEXT
+            out[_text(key)] = _fit(item, 2)
+    return out
+
+
+def encode_identity_header(identity: Mapping[str, Any], subscription_info: Mapping[str, Any],
+                           filters: Mapping[str, Any] | None = None) -> str:
+    """The header value for an admitted request: the identity filter, the other exported `filters` (by name;
+    `identity` among them is ignored) and the selection's record fields, cut at the bounds the decoder keeps.
+    InvalidIdentityHeader when the whole does not fit the header, or a filter name is not one."""
+    info: dict[str, Any] = {k: _text(subscription_info[k]) for k in _INFO_TEXT
                             if subscription_info.get(k) is not None}
     labels = subscription_info.get(INFO_LABELS)
     if isinstance(labels, Mapping):
-        info[INFO_LABELS] = {_text(k)[:_MAX_TEXT]: _text(v)[:_MAX_TEXT]
+        info[INFO_LABELS] = {_text(k): _text(v)
                              for k, v in sorted(labels.items(), key=lambda kv: str(kv[0]))[:_MAX_ITEMS]}
-    raw = json.dumps({FILTER: ident, SUBSCRIPTION_INFO: info}, separators=(",", ":"), ensure_ascii=False)
+    others = {name: value for name, value in (filters or {}).items() if name != FILTER}
+    if len(others) > _MAX_FILTERS or not all(_FILTER_NAME.fullmatch(str(name)) for name in others):
+        raise InvalidIdentityHeader("the filters are not ones the header carries")
+    data = {FILTER: _fit_identity(identity), FILTERS: {str(n): _fit(v) for n, v in others.items()},
+            SUBSCRIPTION_INFO: info}
+    raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     value = base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode("ascii")
     if len(value) > MAX_HEADER_CHARS:
         raise InvalidIdentityHeader("the identity does not fit the header")
     return value
 
 
-def _strings(value: Any, what: str) -> None:
+def _string(value: Any, what: str) -> None:
     if not isinstance(value, str) or len(value) > _MAX_TEXT:
         raise InvalidIdentityHeader(f"{what} must be a string of at most {_MAX_TEXT} characters")
+
+
+def _bounded(value: Any, what: str, depth: int = 1) -> None:
+    """Refuse a value `_fit` never writes."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):  # 1e999 parses as infinity
+            raise InvalidIdentityHeader(f"{what}: a number out of range")
+        return
+    if isinstance(value, int):
+        if abs(value) > _MAX_NUMBER:
+            raise InvalidIdentityHeader(f"{what}: a number out of range")
+        return
+    if isinstance(value, str):
+        _string(value, what)
+        return
+    if depth > MAX_DEPTH or len(value) > _MAX_ITEMS:
+        raise InvalidIdentityHeader(f"{what}: nested deeper than {MAX_DEPTH} or more than {_MAX_ITEMS} entries")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _string(key, f"a key of {what}")
+            _bounded(item, what, depth + 1)
+    else:
+        for item in value:
+            _bounded(item, what, depth + 1)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidIdentityHeader(f"{name} is not a JSON number")
 
 
 def decode_identity_header(value: str) -> Carried:
@@ -135,31 +212,51 @@ def decode_identity_header(value: str) -> Carried:
     if value.strip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"):
         raise InvalidIdentityHeader("not base64url")
     try:
-        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("utf-8"))
+        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("utf-8"),
+                          parse_constant=_refuse_constant)
     except (binascii.Error, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, InvalidIdentityHeader):
+            raise
         raise InvalidIdentityHeader("not base64url JSON") from exc
-    if not isinstance(data, dict) or set(data) - {FILTER, SUBSCRIPTION_INFO}:
+    if not isinstance(data, dict) or set(data) != {FILTER, FILTERS, SUBSCRIPTION_INFO}:
         raise InvalidIdentityHeader("not an identity object")
-    ident, info = data.get(FILTER, {}), data.get(SUBSCRIPTION_INFO, {})
-    if not isinstance(ident, dict) or not isinstance(info, dict):
-        raise InvalidIdentityHeader("identity and subscriptionInfo must be objects")
-    if set(ident) - set(IDENTITY_KEYS) or set(info) - {*_INFO_TEXT, INFO_LABELS}:
-        raise InvalidIdentityHeader("unknown keys")
+    ident, filters, info = data[FILTER], data[FILTERS], data[SUBSCRIPTION_INFO]
+    if not isinstance(ident, dict) or not isinstance(filters, dict) or not isinstance(info, dict):
+        raise InvalidIdentityHeader("identity, filters and subscriptionInfo must be objects")
+    _identity(ident)
+    if len(filters) > _MAX_FILTERS or any(name == FILTER or not _FILTER_NAME.fullmatch(name) for name in filters):
+        raise InvalidIdentityHeader("filters: not filter names")
+    for name, item in filters.items():
+        _bounded(item, name)
+    _subscription_info(info)
+    return Carried(ident, info, filters)
+
+
+def _identity(ident: dict[str, Any]) -> None:
+    if len(ident) > _MAX_ITEMS:
+        raise InvalidIdentityHeader(f"identity: more than {_MAX_ITEMS} keys")
     for key, item in ident.items():
         if key == GROUPS:
             if not isinstance(item, list) or len(item) > _MAX_ITEMS:
                 raise InvalidIdentityHeader(f"groups must be a list of at most {_MAX_ITEMS}")
             for group in item:
-                _strings(group, "a group")
+                _string(group, "a group")
+        elif key in IDENTITY_KEYS:
+            _string(item, key)
         else:
-            _strings(item, key)
+            _string(key, "an identity key")
+            _bounded(item, key, 2)
+
+
+def _subscription_info(info: dict[str, Any]) -> None:
+    if set(info) - {*_INFO_TEXT, INFO_LABELS}:
+        raise InvalidIdentityHeader("subscriptionInfo: unknown keys")
     for key in _INFO_TEXT:
         if key in info:
-            _strings(info[key], key)
+            _string(info[key], key)
     labels = info.get(INFO_LABELS, {})
     if not isinstance(labels, dict) or len(labels) > _MAX_ITEMS:
         raise InvalidIdentityHeader(f"labels must be a map of at most {_MAX_ITEMS}")
     for k, v in labels.items():
-        _strings(k, "a label name")
-        _strings(v, "a label value")
-    return Carried(ident, info)
+        _string(k, "a label name")
+        _string(v, "a label value")

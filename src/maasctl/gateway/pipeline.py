@@ -486,6 +486,14 @@ class ResponsePass:
         """True while output guardrails hold the head (they may still replace the answer)."""
         return self._out is not None and self._out.start is None
 
+    @property
+    def whole(self) -> bool:
+        """True when output guardrails read this answer whole and may answer with a head of their own (a JSON
+        answer, a stream they cannot read); False without rails or for a stream they read (they refuse it
+        in-band: an error event). A front that answers the head before the body (ext_proc STREAMED) holds such
+        an answer whole first (the processor's `mode_override` to BUFFERED)."""
+        return self._guard is not None and not (self.filt is not None and self.plain)
+
     async def _through_guard(self, chunk: bytes, more: bool) -> bytes:
         assert self._guard is not None and self._out is not None
         if self._start is not None:
@@ -595,13 +603,15 @@ class Pipeline:
         identity = ex.outcome.filters.get(ids.FILTER)
         info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO)
         return ids.HEADER, ids.encode_identity_header(identity if isinstance(identity, Mapping) else {},
-                                                      info if isinstance(info, Mapping) else {})
+                                                      info if isinstance(info, Mapping) else {},
+                                                      ex.outcome.filters)  # what the limits and rails read
 
     def adopt_identity(self, ex: Exchange, value: str) -> None:
         """Role "processor": take the auth outcome from `x-maas-identity` (raises InvalidIdentityHeader) and
         drop the header from what goes upstream."""
         carried = ids.decode_identity_header(value)
-        ex.outcome = AuthOutcome(True, reason="x-maas-identity", filters={ids.FILTER: dict(carried.identity)},
+        filters = {**carried.filters, ids.FILTER: dict(carried.identity)}  # the exported filters, as Authorino's
+        ex.outcome = AuthOutcome(True, reason="x-maas-identity", filters=filters,
                                  auth={"metadata": {ids.SUBSCRIPTION_INFO: dict(carried.subscription_info)}})
         ex.authorized = True
         ex.raw_headers = [(n, v) for n, v in ex.raw_headers if n != ids.HEADER]

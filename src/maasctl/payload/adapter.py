@@ -4,6 +4,8 @@ pre (before Kuadrant's wasm, on what the client sent): the edge headers guard, t
 `model` into `x-gateway-model-name` (the pipeline's `route_by_model`), sent as a header mutation that clears
 Envoy's route cache (`modes.PRE.clears_route_cache`), so Envoy matches the model's route and Authorino and
 Limitador run that route's policies.
+On such a path the post stream's head stages wait for the body (`deferred_head`); behind Envoy the route
+is matched by the header the pre filter set (the body stage refuses a body naming another model).
 
 post (after Authorino and Limitador): the route is matched again (the processor needs the rule: model, rename,
 provider key Secret, TRLP), the identity is the one Authorino injected (`x-maas-identity`, `contract.identity`)
@@ -19,10 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from maasctl.contract import identity as ids
-from maasctl.contract.cel import CelError
 from maasctl.contract.edge import server_decided
 from maasctl.contract.errors import Refusal
-from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.routing import MODEL_HEADER
 from maasctl.contract.usage import Termination
 from maasctl.gateway.auth import AuthOutcome
@@ -53,23 +53,6 @@ class _Passed:
     body: bytes
 
 
-def _exported_filters(policy: CompiledAuthPolicy, activation: dict[str, Any]) -> dict[str, Any]:
-    """The AuthPolicy's own success filters other than `identity` (the `guardrails` binding, a Plan's `billing`
-    tenant), evaluated on what Authorino injected: the identity and the selected subscription. What they read
-    beyond that (an API key's labels) is absent here. A guardrails binding that cannot be read is still a
-    binding (refused as not ready, never passed)."""
-    out: dict[str, Any] = {}
-    for item in policy.filters:
-        if item.name == ids.FILTER or (item.when and not item.when.holds(activation)):
-            continue
-        try:
-            out[item.name] = item.render(activation)
-        except CelError:
-            if item.name == GUARDRAILS_FILTER:
-                out[item.name] = {}
-    return out
-
-
 class ProcessorStages:
     """`payload.stages.Pipeline` over the data-plane pipeline, for the two filters (`role` = `pre` | `post`)."""
 
@@ -91,16 +74,24 @@ class ProcessorStages:
 
     async def request_head(self, ex: Exchange, role: str) -> Refusal | None:
         if role == "pre":
+            ex.pre = True  # type: ignore[attr-defined]
             return await self._run(PRE_HEAD, ex)
+        if self.pipeline.routes_by_body(ex):  # the route is the body's `model`: matched with the body
+            ex.deferred_head = True  # type: ignore[attr-defined]
+            return None
+        return await self._post_head(ex)
+
+    async def _post_head(self, ex: Exchange) -> Refusal | None:
         refusal = await self._run(POST_HEAD, ex) or self._identity(ex)
         return refusal or await self._run(POST_METERING, ex)
 
     def _identity(self, ex: Exchange) -> Refusal | None:
-        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`); a route with an
-        AuthPolicy and no identity was not admitted by Authorino (or the filter order is wrong): refused, never
-        served unidentified. Added to what the header carries: Authorino's success headers (on the request
-        already, they replaced any a client sent), the subscription fields TRLP predicates read, and the
-        AuthPolicy's own `guardrails` filter evaluated on that identity."""
+        """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`): the identity filter
+        and the AuthPolicy's other exported filters whole (`guardrails`, a Plan's `billing` with the key's labels),
+        so the limits and rails here read what Limitador and Authorino read. A route with an AuthPolicy and no
+        identity was not admitted by Authorino (or the filter order is wrong): refused, never served
+        unidentified. Added to it: Authorino's success headers (on the request already, they replaced any a
+        client sent)."""
         assert ex.snap is not None
         policy = ex.snap.auth.get(ex.route)
         value = ex.headers.get(ids.HEADER)
@@ -115,18 +106,8 @@ class ProcessorStages:
             return Refusal(403, "identity_invalid", "the identity from the authorizer cannot be read")
         names = {item.name.lower() for item in policy.headers} if isinstance(policy, CompiledAuthPolicy) else set()
         ex.outcome.headers.update({k: v for k, v in ex.raw_headers if k in names or server_decided(k)})
-        identity = ex.outcome.filters[ids.FILTER]
-        metadata = ex.outcome.auth.setdefault("metadata", {})
-        info = {"name": identity.get(ids.SELECTED_SUBSCRIPTION, ""),
-                "namespace": identity.get(ids.SELECTED_SUBSCRIPTION_NAMESPACE, ""),
-                **metadata.get(ids.SUBSCRIPTION_INFO, {})}
-        identity.setdefault(ids.SUBSCRIPTION_INFO_KEY, info)  # what TRLP predicates read (`.labels.tier`)
-        metadata[ids.SUBSCRIPTION_INFO] = info
-        ex.outcome.auth["identity"] = identity
         if isinstance(policy, CompiledAuthPolicy):
             ex.policy = policy
-            ex.outcome.filters.update(_exported_filters(policy, {
-                "request": ex.request.attributes() if ex.request else {}, "auth": ex.outcome.auth}))
         return None
 
     async def request_body(self, ex: Exchange, body: bytes, role: str) -> Refusal | None:
@@ -135,18 +116,21 @@ class ProcessorStages:
             if len(body) > self.pipeline.plane.settings.max_request_bytes:
                 return self.pipeline.too_large(ex)
             ex.sent_body = body  # type: ignore[attr-defined]
-            refusal = route_by_model(ex)  # a base-URL path: the body's model into the routing header
+            # a base-URL path: the body's model into the routing header (sent by `upstream_request` as a header
+            # mutation, with Envoy's route cache cleared)
+            return route_by_model(ex)
+        if getattr(ex, "deferred_head", False):
+            refusal = await self._post_head(ex)
             if refusal is not None:
                 return refusal
-            if MODEL_HEADER in ex.headers:  # sent as a header mutation, with Envoy's route cache cleared
-                ex.sent = [*((n, v) for n, v in ex.sent if n != MODEL_HEADER),  # type: ignore[attr-defined]
-                           (MODEL_HEADER, ex.headers[MODEL_HEADER])]
-            return None
         return await self._run(POST_BODY, ex)
 
     def upstream_request(self, ex: Exchange) -> Any:
-        if ex.match is None:  # pre: forwarded as sent
-            return _Passed(ex.sent, ex.raw_body)  # type: ignore[attr-defined]
+        if getattr(ex, "pre", False):  # pre: forwarded as sent, plus the routing header on a base-URL path
+            model = ex.headers.get(MODEL_HEADER) if self.pipeline.routes_by_body(ex) else None
+            sent = [(k, v) for k, v in ex.sent if k != MODEL_HEADER]  # type: ignore[attr-defined]
+            return _Passed([*sent, (MODEL_HEADER, model)] if model else ex.sent,  # type: ignore[attr-defined]
+                           ex.raw_body)
         return self.pipeline.upstream_request(ex)
 
     def response(self, ex: Exchange, status: int, headers: Headers) -> ResponsePass:

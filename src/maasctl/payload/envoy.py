@@ -23,13 +23,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from maasctl.payload import headers as hdr
-from maasctl.payload.modes import STAGE_METADATA, FilterModes
+from maasctl.payload.modes import BODY_MODE_NUMBERS, STAGE_METADATA, FilterModes, overridden
 
-__all__ = ["Immediate", "ProcessorFailure", "RequestOutcome", "ResponseHead", "channel", "open_filter"]
+__all__ = ["BUFFER_LIMIT", "Immediate", "ProcessorFailure", "RequestOutcome", "ResponseHead", "channel",
+           "open_filter"]
 
-_BUFFERED: Final = 1
-_STREAMED: Final = 2
-_BODY_MODES: Final = {"NONE": 0, "BUFFERED": _BUFFERED, "STREAMED": _STREAMED}
+BUFFER_LIMIT: Final = 8 * 1024 * 1024
+"""What this Envoy buffers of a BUFFERED response body (Envoy's `per_connection_buffer_limit_bytes`): more is
+a 500, as Envoy answers a buffer overflow before the head has gone."""
+_HEADERS: Final = frozenset({"request_headers", "response_headers"})
 
 
 class ProcessorFailure(Exception):
@@ -81,7 +83,7 @@ class FilterStream:
     """One request's stream through one filter. Use `open_filter`; call the steps in order, then `aclose`."""
 
     call: Any
-    modes: FilterModes
+    modes: FilterModes  # the filter's, until the processor overrides them for this request (`mode_override`)
     timeout: float
     chunk_bytes: int = 64 * 1024  # STREAMED request bodies go in chunks of this size
     processed: bool = True  # False once the processor closed cleanly: the rest goes through unmodified
@@ -94,8 +96,8 @@ class FilterStream:
             return None
         if self._first:  # Envoy states its body modes on the first message of a stream
             request.protocol_config.CopyFrom(pb.ProtocolConfiguration(
-                request_body_mode=_BODY_MODES[self.modes.request_body],
-                response_body_mode=_BODY_MODES[self.modes.response_body]))
+                request_body_mode=BODY_MODE_NUMBERS[self.modes.request_body],
+                response_body_mode=BODY_MODE_NUMBERS[self.modes.response_body]))
             self._first = False
         try:
             await asyncio.wait_for(self.call.write(request), self.timeout)
@@ -120,6 +122,13 @@ class FilterStream:
         if kind != expect:  # Envoy treats an answer to another message as a protocol error
             self.call.cancel()
             raise ProcessorFailure(500, f"ext_proc answered {kind} to {expect}")
+        if expect in _HEADERS and reply.HasField("mode_override") and self.modes.allow_mode_override:
+            # honoured in answer to headers only, and only with allow_mode_override (else ignored, as Envoy does)
+            try:
+                self.modes = overridden(self.modes, reply.mode_override)
+            except ValueError as e:
+                self.call.cancel()
+                raise ProcessorFailure(500, f"ext_proc mode_override: {e}") from None
         return reply
 
     async def request(self, headers: Sequence[tuple[str, str]], body: bytes,
@@ -188,6 +197,29 @@ class FilterStream:
         if common.HasField("header_mutation"):
             head.headers = hdr.apply_mutation(head.headers, common.header_mutation)
         return head
+
+    @property
+    def buffers_response(self) -> bool:
+        """True when the response body goes to the processor whole (BUFFERED, maybe by its `mode_override`):
+        the head waits for `response_body`'s answer, which may replace the answer (`Immediate`)."""
+        return self.modes.response_body == "BUFFERED"
+
+    async def response_body(self, body: bytes) -> bytes | Immediate:
+        """The whole response body as the BUFFERED mode sends it (one message); what to send, or the answer the
+        processor put in its place (Envoy's local reply: the head had not gone)."""
+        if len(body) > BUFFER_LIMIT:
+            self.abort()
+            raise ProcessorFailure(500, "response body over the buffer limit")
+        reply = await self._exchange(pb.ProcessingRequest(response_body=pb.HttpBody(
+            body=body, end_of_stream=True)), "response_body")
+        if reply is None:
+            return body
+        if reply.WhichOneof("response") == "immediate_response":
+            return _immediate(reply.immediate_response)
+        common = reply.response_body.response
+        if common.HasField("body_mutation"):
+            return b"" if common.body_mutation.clear_body else bytes(common.body_mutation.body)
+        return body
 
     async def response_chunk(self, chunk: bytes, end_of_stream: bool) -> bytes:
         """One response chunk as the STREAMED mode sends it; the bytes to pass on."""

@@ -24,8 +24,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from maasctl.contract.errors import error_body
+from maasctl.contract.identity import InvalidIdentityHeader
 from maasctl.gateway.pipeline import Exchange
-from maasctl.payload.envoy import FilterStream, Immediate, ProcessorFailure, channel, open_filter
+from maasctl.payload.envoy import (
+    BUFFER_LIMIT,
+    FilterStream,
+    Immediate,
+    ProcessorFailure,
+    ResponseHead,
+    channel,
+    open_filter,
+)
 from maasctl.payload.modes import POST, PRE
 
 __all__ = ["ProcessorFront"]
@@ -107,6 +116,7 @@ class ProcessorFront:
                 await _answer(send, routed.immediate)
                 return
             ex = pipeline.exchange(method, raw_path, query, _plain(routed.headers), scheme)
+            ex.raw_body = routed.body  # a base-URL path is routed by the body's `model` (`routes_by_body`)
             refusal = await pipeline.request_head(ex, "envoy") or await pipeline.request_body(ex, routed.body, "envoy")
             if refusal is not None:
                 await _refuse(send, refusal)
@@ -132,8 +142,11 @@ class ProcessorFront:
         """The request after Kuadrant's wasm: Authorino's success headers and the identity it injects."""
         added = {k.lower(): v for k, v in ex.outcome.headers.items()}
         if ex.authorized:
-            name, value = self.gateway.pipeline.identity_header(ex)
-            added[name] = value
+            try:
+                name, value = self.gateway.pipeline.identity_header(ex)
+                added[name] = value
+            except InvalidIdentityHeader:  # too large for the header: the processor refuses identity_missing
+                log.warning("the identity of %s %s does not fit x-maas-identity", ex.method, ex.path)
         return [*((k, v) for k, v in headers if k not in added), *added.items()]
 
     async def _forward(self, send: Any, ex: Exchange, post: FilterStream, headers: list[tuple[str, str]],
@@ -167,6 +180,9 @@ class ProcessorFront:
             if head.immediate is not None:
                 await _answer(send, head.immediate)
                 return
+            if post.buffers_response:  # the processor asked for the whole body first (`mode_override`)
+                await self._answer_buffered(send, post, head, response)
+                return
             await _start(send, head.status, head.headers)
             try:
                 async for chunk in response.content.iter_any():
@@ -183,6 +199,32 @@ class ProcessorFront:
             post.abort()  # the client went away
         finally:
             response.release()
+
+
+    async def _answer_buffered(self, send: Any, post: FilterStream, head: ResponseHead,
+                               response: aiohttp.ClientResponse) -> None:
+        """Envoy in BUFFERED response mode: the head waits until the processor answered the whole body, so
+        its answer may replace the upstream's (an output guardrail's refusal, with its own status)."""
+        from maasctl.gateway.server import _respond
+
+        body = bytearray()
+        try:
+            async for chunk in response.content.iter_any():
+                body.extend(chunk)
+                if len(body) > BUFFER_LIMIT:
+                    break
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream stream broke: %s", type(exc).__name__)
+            post.abort()  # Envoy resets the stream: the processor settles it as cut
+            await _respond(send, 503, error_body(503, "upstream connect error or disconnect/reset",
+                                                 "upstream_unavailable"))
+            return
+        passed = await post.response_body(bytes(body))
+        if isinstance(passed, Immediate):
+            await _answer(send, passed)
+            return
+        await _start(send, head.status, head.headers)
+        await send({"type": "http.response.body", "body": passed})
 
 
 class _Without:

@@ -42,10 +42,15 @@ class UpstreamLike(Protocol):
 
 
 class ResponsePass(Protocol):
-    """The response side of one exchange: new headers, then each chunk edited, then a tail."""
+    """The response side of one exchange: new headers, then each chunk edited, then a tail. `status` and
+    `headers` are the client's head (the output stages may replace it while `whole` is True)."""
 
     @property
+    def status(self) -> int: ...
+    @property
     def headers(self) -> Headers: ...
+    @property
+    def whole(self) -> bool: ...
     async def feed(self, chunk: bytes) -> bytes: ...
     async def close(self) -> bytes: ...
 

@@ -10,18 +10,20 @@ exchange (exactly one `finish`). A stream Envoy closes early (client gone, upstr
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any, Final
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 
+from maasctl.contract.errors import Refusal
 from maasctl.payload import headers as hdr
-from maasctl.payload.modes import FilterModes
+from maasctl.payload.modes import BODY_MODE_NUMBERS, FilterModes, buffered_response
 from maasctl.payload.stages import Headers, Pipeline, RefusalLike, ResponsePass, Termination
 
 __all__ = ["ProtocolError", "StreamMachine"]
 
-_STREAMED: Final = 2  # ProcessingMode.BodySendMode.STREAMED, as protocol_config reports it
+_STREAMED: Final = BODY_MODE_NUMBERS["STREAMED"]  # as protocol_config reports it
 _CLIENT_GONE: Final = 499
 
 
@@ -53,6 +55,7 @@ class StreamMachine:
         self._body = bytearray()
         self._original_body = b""
         self._response: ResponsePass | None = None
+        self._head: tuple[int, Headers] = (0, ())  # the response head as answered (the client's, unless replaced)
         self._status = 0
         self._finished = False
         self.dropped_tail = 0
@@ -160,17 +163,26 @@ class StreamMachine:
         except ValueError:
             raise ProtocolError("response_headers without a valid :status") from None
         plain = [(k, v) for k, v in sent if not k.startswith(":")]
-        self._response = self.pipeline.response(self.ex, self._status, plain)
+        self._response = response = self.pipeline.response(self.ex, self._status, plain)
+        self._head = (response.status, list(response.headers))
         common = pb.CommonResponse()
-        changed = hdr.diff(plain, list(self._response.headers))
+        changed = hdr.diff(plain, list(response.headers))
         if changed is not None:
             common.header_mutation.CopyFrom(changed)
-        if msg.end_of_stream:
-            await self._response.close()
+        reply = pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=common))
+        if msg.end_of_stream:  # a bodyless answer: the output stages see it whole now
+            tail = await response.close()
+            if self._replaced():
+                return await self._replace(tail)
             await self._settle("complete")
         else:
             self.phase = _Phase.RESPONSE
-        return pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=common))
+            if response.whole and self.modes.response_body == "STREAMED" and self.modes.allow_mode_override:
+                # the output stages may answer with a head of their own once they read the whole body: Envoy
+                # holds this head until the buffered body is answered (an Envoy that ignores the override
+                # streams on, and a replaced head then resets the stream: never the refusal under a 200)
+                reply.mode_override.CopyFrom(buffered_response(self.modes))
+        return reply
 
     async def _response_body(self, msg: Any) -> Any:
         self._expect(_Phase.RESPONSE, message="response_body")
@@ -178,6 +190,8 @@ class StreamMachine:
         out = await self._response.feed(bytes(msg.body))
         if msg.end_of_stream:
             out += await self._response.close()
+            if self._replaced():
+                return await self._replace(out)  # the output stages answered with their own head
             await self._settle("complete")
         common = pb.CommonResponse()
         if out != msg.body:
@@ -188,10 +202,32 @@ class StreamMachine:
         self._expect(_Phase.RESPONSE, message="response_trailers")
         assert self._response is not None
         # the body already ended without end_of_stream: bytes the stages still held have no message left to
-        # ride on (a trailers answer carries no body) - counted, not sent
-        self.dropped_tail = len(await self._response.close())
+        # ride on (a trailers answer carries no body) - counted, not sent; a replaced head still refuses
+        tail = await self._response.close()
+        if self._replaced():
+            return await self._replace(tail)
+        self.dropped_tail = len(tail)
         await self._settle("complete")
         return pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+
+    def _replaced(self) -> bool:
+        assert self._response is not None
+        return (self._response.status, list(self._response.headers)) != self._head
+
+    async def _replace(self, body: bytes) -> Any:
+        """The answer the output stages put in the upstream's place (a guardrail's refusal): an immediate
+        response with their status, headers and body. Envoy sends it as a local reply while it still holds the
+        head (BUFFERED), and resets the stream once the head has gone (STREAMED, or after trailers): the
+        refusal never reaches the client under the upstream's status."""
+        assert self._response is not None
+        status, headers = self._response.status, list(self._response.headers)
+        self.refused = Refusal(status, _code_of(body), "the output stages replaced the answer", dict(headers),
+                               raw_body=body)
+        await self._settle("complete")  # the record says which refusal (the guardrails check's client status)
+        return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=status),
+            headers=hdr.mutation((k, v, False) for k, v in headers if k != "content-length"),
+            body=body, details=self.refused.code))
 
     async def _refuse(self, refusal: RefusalLike) -> Any:
         self.refused = refusal
@@ -223,3 +259,12 @@ class StreamMachine:
             await self._settle("refused", 500)
         else:
             await self._settle("client_disconnect", self._status or _CLIENT_GONE)
+
+
+def _code_of(body: bytes) -> str:
+    """The error code of the data plane's JSON error body (`contract.errors.error_body`), for metrics."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return "output_replaced"
+    return code if isinstance(code, str) and code.isidentifier() else "output_replaced"
