@@ -7,10 +7,12 @@ TokenReview callbacks, so the tests check what the policy *does*, not only what 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from maasctl.contract import identity as ids
 from maasctl.contract.cel import compile_expression
 
 
@@ -21,10 +23,20 @@ class Outcome:
     identity: dict[str, Any] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     denied_by: str = ""
+    carried: ids.Carried | None = None
+    """`x-maas-identity` as the payload processor reads it (kept out of `headers`)."""
 
 
 def _when(entry: Mapping[str, Any], ctx: dict[str, Any]) -> bool:
     return all(compile_expression(w["predicate"]).evaluate_bool(ctx) for w in entry.get("when", []))
+
+
+def _render(item: Mapping[str, Any], ctx: dict[str, Any]) -> Any:
+    """A success header: `plain` is the value; `json` is its properties' values as JSON text (as Authorino)."""
+    if "plain" in item:
+        return compile_expression(item["plain"]["expression"]).evaluate(ctx)
+    props = item["json"]["properties"]
+    return json.dumps({k: compile_expression(v["expression"]).evaluate(ctx) for k, v in props.items()})
 
 
 def _by_priority(rules: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -77,11 +89,8 @@ def run(
                 return Outcome(403, calls=calls, denied_by=name)
 
     success = rules["response"]["success"]
-    out_headers = {
-        name: compile_expression(item["plain"]["expression"]).evaluate(ctx)
-        for name, item in success["headers"].items()
-        if _when(item, ctx)
-    }
+    out_headers = {name: _render(item, ctx) for name, item in success["headers"].items() if _when(item, ctx)}
     props = success["filters"]["identity"]["json"]["properties"]
     exported = {k: compile_expression(v["expression"]).evaluate(ctx) for k, v in props.items()}
-    return Outcome(200, out_headers, exported, calls)
+    carried = ids.decode_identity_header(out_headers.pop(ids.HEADER))
+    return Outcome(200, out_headers, exported, calls, carried=carried)

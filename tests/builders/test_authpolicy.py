@@ -96,7 +96,7 @@ def test_shape() -> None:
     assert rules["metadata"]["subscriptionInfo"]["http"]["url"] == (
         "https://maas-api.opendatahub.svc:8443/internal/v1/subscriptions/select"
     )
-    assert list(rules["response"]["success"]["headers"]) == ["x-maas-subscription"]
+    assert list(rules["response"]["success"]["headers"]) == ["x-maas-subscription", "x-maas-identity"]
     assert set(rules["response"]["success"]["filters"]["identity"]["json"]["properties"]) == {
         "userid", "groups", "groups_str", "keyId", "selected_subscription", "selected_subscription_namespace",
         "organization_id",
@@ -454,4 +454,63 @@ def test_the_routing_header_passes_on_base_url_paths(path: str) -> None:
 def test_the_routing_header_is_refused_elsewhere(path: str, header: str) -> None:
     outcome = authorino.run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", header: "m"},
                             token_review=api().token_review, http=api().http, path=path)
+    assert (outcome.status, outcome.denied_by) == (403, "no-client-identity-headers")
+
+
+# --- x-maas-identity: what the payload processor behind Kuadrant's filter reads --------------------------
+
+def _rendered_filter(spec: dict[str, Any], ctx_outcome: Any) -> dict[str, Any]:
+    """A `json` filter's properties evaluated the way Authorino would for the admitted request."""
+    return {k: v["value"] if "value" in v else compile_expression(v["expression"]).evaluate(ctx_outcome)
+            for k, v in spec["json"]["properties"].items()}
+
+
+@pytest.mark.parametrize("credential", ["Bearer sk-oai-alice", "Bearer t-alice"])
+def test_the_identity_header_carries_exactly_what_the_identity_filter_exports(credential: str) -> None:
+    outcome = run(policy(PREMIUM_POLICY, ALICE_POLICY), {"Authorization": credential})
+    assert outcome.status == 200 and outcome.carried is not None
+    assert dict(outcome.carried.identity) == outcome.identity
+    assert dict(outcome.carried.subscription_info) == {
+        "organizationId": "", "costCenter": "", "labels": {}}
+    # no Plan names an empty tenant, so the billing filter is inert here
+    assert dict(outcome.carried.filters) == {"billing": {"tenant": "", "keyLabels": {}}}
+
+
+def test_the_identity_header_carries_the_tenant_cost_center_labels_and_key_labels() -> None:
+    org = SubscriptionView("maas", "gold", priority=5, groups=frozenset({"premium-users"}), models=GRANITE,
+                           organization_id="acme", cost_center="cc-7", labels=(("tier", "gold"),))
+    fake = FakeMaasApi(subscriptions=[org], keys={"sk-oai-k": {
+        "valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k9", "subscription": "maas/gold",
+        "labels": {"team": "search"}}})
+    outcome = authorino.run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-k"},
+                            token_review=fake.token_review, http=fake.http)
+    assert outcome.status == 200 and outcome.carried is not None
+    assert dict(outcome.carried.subscription_info) == {
+        "organizationId": "acme", "costCenter": "cc-7", "labels": {"tier": "gold"}}
+    assert dict(outcome.carried.filters) == {"billing": {"tenant": "acme", "keyLabels": {"team": "search"}}}
+    assert outcome.carried.identity["organization_id"] == "acme"
+
+
+def test_the_identity_header_carries_the_guardrails_filter_only_where_it_applies() -> None:
+    from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
+    from maasctl.contract.guardrails import SettingsView
+
+    on = SettingsView("maas", "default", enabled=True, fail_open=True, timeout=7.0)
+    guard = guardrails_filter(GuardrailsAttachment(on, "http://engine:8000", ((ObjectRef("maas", "premium"),
+                                                                               "safety"),), frozenset({"safety"})))
+    assert guard is not None
+    pol = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,), guardrails=guard), SETTINGS)
+    assert pol is not None
+    check_cel(pol)
+    guarded = run(pol, {"Authorization": "Bearer t-alice"})  # premium: guarded
+    assert guarded.carried is not None and guarded.identity["selected_subscription"] == "premium"
+    assert guarded.carried.filters["guardrails"] == {
+        "config": "safety", "ready": True, "url": "http://engine:8000", "failurePolicy": "FailOpen",
+        "timeoutSeconds": "7.0"}
+    plain = run(pol, {"Authorization": "Bearer sk-oai-alice"})  # the key is bound to free: not guarded
+    assert plain.carried is not None and "guardrails" not in plain.carried.filters
+
+
+def test_the_identity_header_is_refused_by_the_authorizer_when_a_client_sends_it() -> None:
+    outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", "x-maas-identity": '{"identity": {}}'})
     assert (outcome.status, outcome.denied_by) == (403, "no-client-identity-headers")

@@ -66,7 +66,8 @@ def test_exact_route() -> None:
                             "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"},
                         }},
                         {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": [
-                            "authorization", "x-api-key", "api-key", "cookie", "proxy-authorization"]}},
+                            "authorization", "x-api-key", "api-key", "cookie", "proxy-authorization",
+                            "x-maas-identity"]}},
                     ],
                     "backendRefs": [{"group": "", "kind": "Service", "name": "maas-gpt-4o", "port": 443,
                                      "weight": 1}],
@@ -367,7 +368,7 @@ def test_a_processor_owning_credentials_keeps_only_authorization(inp: ExternalRo
     removes every other caller credential."""
     modifier = _header_filter(build_external_route(replace(inp, processor_sets_authorization=True)))
     removed = set(modifier["requestHeaderModifier"]["remove"])  # type: ignore[index]
-    assert removed == CREDENTIAL_HEADERS - {"authorization"}
+    assert removed == (CREDENTIAL_HEADERS - {"authorization"}) | {"x-maas-identity"}
     every_rule = build_external_route(replace(inp, processor_sets_authorization=True))["spec"]["rules"]
     for rule in every_rule:  # the per-model paths and the base-URL rules alike
         [mod] = [f for f in rule["filters"] if f["type"] == "RequestHeaderModifier"]

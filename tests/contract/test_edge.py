@@ -117,6 +117,15 @@ def test_model_routes_never_forward_credentials_or_identity() -> None:
                    "authorization": "Bearer sk-provider"}
 
 
+@pytest.mark.parametrize("name", ["x-maas-identity", "X-MaaS-Identity"])
+@pytest.mark.parametrize("forward", [False, True])
+def test_the_identity_header_of_the_authorizer_never_goes_upstream(name: str, forward: bool) -> None:
+    """Authorino renders `x-maas-identity` for the payload processor; on every route kind it stops here."""
+    out = dict(upstream_headers([*CLIENT, ("x-maas-identity", "{}")], {name: '{"identity": {}}',
+                                "x-maas-subscription": "ns/sub"}, forward_credentials=forward))
+    assert "x-maas-identity" not in {k.lower() for k in out} and out["x-maas-subscription"] == "ns/sub"
+
+
 def test_without_a_provider_key_no_authorization_goes_upstream() -> None:
     out = dict(upstream_headers(CLIENT, {}, forward_credentials=False))
     assert "authorization" not in out and "cookie" not in out and "x-api-key" not in out

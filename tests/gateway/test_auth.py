@@ -15,6 +15,7 @@ import pytest
 
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
+from maasctl.contract import identity as ids
 from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo, audience_of_host, compile_auth_policy
 
@@ -71,8 +72,11 @@ async def test_decisions_of_the_generated_policy() -> None:
 
         ok = await rt.check(p, req("Bearer sk-oai-good"))
         assert ok.allowed, ok.reason
+        carried = ids.decode_identity_header(ok.headers.pop(ids.HEADER))  # for the payload processor
         assert ok.headers == {"x-maas-subscription": "premium"}
         ident = ok.filters["identity"]
+        assert dict(carried.identity) == ident  # the local runtime renders it as Authorino does
+        assert dict(carried.filters) == {"billing": {"tenant": "", "keyLabels": {}}}
         assert ident["userid"] == "alice" and ident["keyId"] == "k1" and ident["groups_str"] == "premium-users"
         assert ident["selected_subscription_key"] == "models-as-a-service/premium@team/m"
         assert cb.calls[0] == ("/internal/v1/api-keys/validate", {"key": "sk-oai-good"})

@@ -29,6 +29,7 @@ from maasctl.billing import identity, names, wallet
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.billing.budget import throttled_tokens_per_minute
+from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 
 __all__ = [
@@ -267,13 +268,13 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
         # policy ends up alone on a route, so a Plan can never open a route the gateway default-deny closes.
         "authentication": {FAIL_CLOSED_RULE: {"plain": {"expression": '""'}, "priority": 100}},
         "response": {"success": {"filters": {identity.FILTER: {
-            "json": {"properties": {"tenant": {"expression": identity.AUTHZ_TENANT}}},
+            "json": {"properties": {ids.BILLING_TENANT: {"expression": identity.AUTHZ_TENANT}}},
             "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
         }}}},
     }
     if any(b.selector for b in _own_budgets(inp, "Throttle")):
         # The key's labels, for the throttled budgets' limits (rate limiting cannot read the metadata).
-        rules["response"]["success"]["filters"][identity.FILTER]["json"]["properties"]["keyLabels"] = {
+        rules["response"]["success"]["filters"][identity.FILTER]["json"]["properties"][ids.BILLING_KEY_LABELS] = {
             "expression": identity.AUTHZ_KEY_LABELS_OR_EMPTY}
     if patterns:
         rules["authorization"] = {f"billing-plan-{inp.namespace}-{inp.name}": {

@@ -44,9 +44,9 @@ _SELECTION: Final = f"auth.metadata.{ids.SUBSCRIPTION_INFO}"
 AUTHZ_TENANT: Final = f"{_SELECTION}.{ids.INFO_ORGANIZATION}"
 HAS_AUTHZ_TENANT: Final = f"has({_SELECTION}) && has({AUTHZ_TENANT})"
 
-FILTER: Final = "billing"
+FILTER: Final = ids.BILLING
 """Name of the dynamic-metadata filter the Plan AuthPolicy exports (read as `auth.billing.*`)."""
-TENANT: Final = f"auth.{FILTER}.tenant"
+TENANT: Final = f"auth.{FILTER}.{ids.BILLING_TENANT}"
 HAS_TENANT: Final = f"has(auth.{FILTER}) && has({TENANT})"
 
 
@@ -55,7 +55,7 @@ AUTHZ_KEY_LABELS: Final = f"{_KEY}.labels"
 """The API key's labels (maas-api's validation answer; absent for Kubernetes tokens), authorization phase."""
 _HAS_AUTHZ_KEY_LABELS: Final = f"has({_KEY}) && has({AUTHZ_KEY_LABELS})"
 AUTHZ_KEY_LABELS_OR_EMPTY: Final = f"({_HAS_AUTHZ_KEY_LABELS}) ? {AUTHZ_KEY_LABELS} : {{}}"
-KEY_LABELS: Final = f"auth.{FILTER}.keyLabels"
+KEY_LABELS: Final = f"auth.{FILTER}.{ids.BILLING_KEY_LABELS}"
 """The same labels exported by the Plan AuthPolicy's `billing` filter, for rate limiting."""
 
 

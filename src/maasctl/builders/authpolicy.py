@@ -36,6 +36,8 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
    `auth.identity.subscription_info.labels.tier == "gold"`.
    When guardrails are on for the selected subscription's entry of this model, a second filter `guardrails`
    tells the data plane which GuardrailConfig to check the request and response with (`contract.guardrails`).
+   The payload processor behind Kuadrant's filter cannot read dynamic metadata, so the same values also go to
+   it in the `json` success header `x-maas-identity` (`contract.identity`; it never reaches a model).
 
 Header names in `request.headers` are lowercase (Envoy lowercases them; the local gateway must too).
 Every value interpolated into CEL goes through `cel_string`, so no user, group or name can break a predicate.
@@ -300,6 +302,17 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                 "plain": {"expression": f"{objective_map}[{_SELECTED_REF}]"},
                 "when": [{"predicate": _SELECTED}, {"predicate": f"{_SELECTED_REF} in {objective_map}"}],
             }
+    identity: dict[str, Any] = {
+        ids.USERID: {"expression": USERNAME_EXPRESSION},
+        ids.GROUPS: {"expression": GROUPS_EXPRESSION},
+        ids.GROUPS_STR: {"expression": f'{GROUPS_EXPRESSION}.join(",")'},
+        ids.KEY_ID: {"expression": f'(({IS_API_KEY}) && has({_KEY}.keyId)) ? {_KEY}.keyId : ""'},
+        ids.SELECTED_SUBSCRIPTION: {"expression": f"{_SUB}.name"},
+        ids.SELECTED_SUBSCRIPTION_NAMESPACE: {"expression": f"{_SUB}.namespace"},
+        ids.SELECTED_SUBSCRIPTION_KEY: {"expression": selected_key},
+        ids.ORGANIZATION_ID: {"expression": _ORGANIZATION},
+        ids.SUBSCRIPTION_INFO_KEY: {"expression": SUBSCRIPTION_INFO_EXPRESSION},
+    }
     return {
         "authentication": {
             "api-keys": {
@@ -364,31 +377,47 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
                 "headers": {"x-ext-auth-reason": {"expression": _DENIAL_REASON}},
             },
             "success": {
-                "headers": headers,
+                "headers": {**headers, ids.HEADER: _identity_header(identity, inp.guardrails)},
                 "filters": {
-                    ids.FILTER: {
-                        "json": {
-                            "properties": {
-                                ids.USERID: {"expression": USERNAME_EXPRESSION},
-                                ids.GROUPS: {"expression": GROUPS_EXPRESSION},
-                                ids.GROUPS_STR: {"expression": f'{GROUPS_EXPRESSION}.join(",")'},
-                                ids.KEY_ID: {
-                                    "expression": f'(({IS_API_KEY}) && has({_KEY}.keyId)) ? {_KEY}.keyId : ""'
-                                },
-                                ids.SELECTED_SUBSCRIPTION: {"expression": f"{_SUB}.name"},
-                                ids.SELECTED_SUBSCRIPTION_NAMESPACE: {"expression": f"{_SUB}.namespace"},
-                                ids.SELECTED_SUBSCRIPTION_KEY: {"expression": selected_key},
-                                ids.ORGANIZATION_ID: {"expression": _ORGANIZATION},
-                                ids.SUBSCRIPTION_INFO_KEY: {"expression": SUBSCRIPTION_INFO_EXPRESSION},
-                            }
-                        },
-                        "metrics": True,
-                    },
+                    ids.FILTER: {"json": {"properties": identity}, "metrics": True},
                     **({GUARDRAILS_FILTER: inp.guardrails} if inp.guardrails is not None else {}),
                 },
             },
         },
     }
+
+
+def _cel_map(properties: dict[str, Any]) -> str:
+    """A `json` filter's properties as one CEL map literal (`expression` or constant `value` entries)."""
+    def value(source: dict[str, Any]) -> str:
+        if "expression" in source:
+            return f"({source['expression']})"
+        if isinstance(source.get("value"), str):
+            return cel_string(source["value"])
+        raise InvalidInputError(f"a filter property {source!r} is neither an expression nor a string value")
+    return "{" + ", ".join(f"{cel_string(name)}: {value(src)}" for name, src in properties.items()) + "}"
+
+
+def _identity_header(identity: dict[str, Any], guardrails: dict[str, Any] | None) -> dict[str, Any]:
+    """`x-maas-identity` (`contract.identity`): what the payload processor behind Kuadrant's filter reads, as
+    Authorino exports it to Limitador - the identity filter, the `guardrails` filter when it applies, and the
+    `billing` filter a Plan's AuthPolicy exports (tenant and key labels, `billing.identity`; empty tenant when
+    the subscription names no organization, which no Plan limit matches) - with the selection's record fields."""
+    key_labels = f"((({IS_API_KEY}) && has({_KEY}.labels)) ? {_KEY}.labels : {{}})"
+    billing = f"{cel_string(ids.BILLING)}: {{{cel_string(ids.BILLING_TENANT)}: {_ORGANIZATION},"
+    billing += f" {cel_string(ids.BILLING_KEY_LABELS)}: {key_labels}}}"
+    filters = f"{{{billing}}}"
+    if guardrails is not None:
+        guarded = " && ".join(f"({w['predicate']})" for w in guardrails.get("when") or []) or "true"
+        rails = f"{cel_string(GUARDRAILS_FILTER)}: {_cel_map(guardrails['json']['properties'])}"
+        filters = f"(({guarded}) ? {{{billing}, {rails}}} : {filters})"
+    return {"json": {"properties": {
+        ids.FILTER: {"expression": _cel_map(identity)},
+        ids.FILTERS: {"expression": filters},
+        ids.SUBSCRIPTION_INFO: {"expression": f"{{{cel_string(ids.INFO_ORGANIZATION)}: {_ORGANIZATION},"
+                                              f" {cel_string(ids.INFO_COST_CENTER)}: {_COST_CENTER},"
+                                              f" {cel_string(ids.INFO_LABELS)}: {_SUB_LABELS}}}"},
+    }}}
 
 
 def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any] | None:

@@ -60,6 +60,7 @@ from maasctl.builders.validation import (
     check_hostname,
     check_path,
 )
+from maasctl.contract import identity as ids
 from maasctl.contract.labels import COMPLETION_CEILING_ANNOTATION
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
@@ -181,13 +182,16 @@ def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
 
 def _strip_caller_credentials(keep_authorization: bool) -> dict[str, Any]:
     """The filter that keeps a caller's credentials from the provider on data planes that forward every header
-    the route does not remove (Envoy); the local data plane drops them regardless.
+    the route does not remove (Envoy); the local data plane drops them regardless. The same filter removes
+    `x-maas-identity`, which Authorino adds for the payload processor: should the processor be bypassed (not
+    wired, or failing open), the caller's identity still does not reach a provider.
 
     `keep_authorization`: the Gateway's payload processor is certainly in the path and fails closed
     (`reconcilers.processorwiring.processor_owns_credentials`). Envoy applies this filter in the router, after
     ext_proc, so removing `authorization` would also remove the provider key the processor set in its place
     (it removes the caller's own `authorization` itself); every other caller credential is still removed here."""
     remove = [h for h in CALLER_CREDENTIAL_HEADERS if not (keep_authorization and h == "authorization")]
+    remove.append(ids.HEADER)  # the caller's identity, for the processor only (it removes it too)
     return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": remove}}
 
 

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from maasctl.contract.credentials import bearer_credential
+from maasctl.contract.identity import HEADER as IDENTITY_HEADER
 
 __all__ = [
     "API_KEY_HEADER",
@@ -203,8 +204,10 @@ def upstream_headers(
 ) -> list[tuple[str, str]]:
     """Headers for the upstream request (names lowercase), per the contract in the module docstring.
 
-    `server` are the AuthPolicy's success headers; `set/add/remove_headers` the route's RequestHeaderModifier.
+    `server` are the AuthPolicy's success headers (but `x-maas-identity`, which is the payload processor's:
+    it never goes upstream); `set/add/remove_headers` the route's RequestHeaderModifier.
     """
+    server = {n: v for n, v in server.items() if n.lower() != IDENTITY_HEADER}
     connection_listed = {
         normalized_name(token) for name, value in client if normalized_name(name) == "connection"
         for token in value.split(",")

@@ -7,20 +7,21 @@ and the payload processor read them). `SUBSCRIPTION_INFO` is the metadata evalua
 answer (`auth.metadata.subscriptionInfo`), whose fields the record also needs.
 
 `x-maas-identity` (server-decided: `contract.edge` refuses any client-sent `x-maas-*`) carries to the payload
-processor what its stages read, so that it evaluates the same predicates as Authorino and Limitador: base64url
-(unpadded) of a JSON object `{"identity": {...}, "filters": {...}, "subscriptionInfo": {...}}` - the identity
-filter whole, the AuthPolicy's other exported success filters whole (`guardrails`, a Plan's `billing` with the
-API key's labels and the tenant), and the selection's record fields. Every value is bounded JSON (strings of at
-most 1,024 characters, lists and maps of at most 64 entries, at most 6 levels deep, finite numbers, 16 KiB in
-all); the identity keys below keep their types (strings; groups: a list of strings). `decode_identity_header`
-refuses anything else (too long, not base64url, not that JSON, a bound exceeded, no `filters`), so a forged or
-corrupted header is an error, never a partial identity or an unguarded request.
+processor what its stages read, so that it evaluates the same predicates as Authorino and Limitador: the JSON
+object `{"identity": {...}, "filters": {...}, "subscriptionInfo": {...}}` - the identity filter whole, the
+AuthPolicy's other exported success filters (`guardrails` when the request is guarded, `billing` with the tenant
+and the API key's labels that a Plan's limits read), and the selection's record fields. It is a `json` success
+header of the generated AuthPolicy (builders/authpolicy.py), so Authorino writes it: plain JSON, UTF-8. Every
+value is bounded (strings of at most 1,024 characters, lists and maps of at most 64 entries and groups of at most
+256, at most 6 levels deep, finite numbers, 32 KiB in all); the identity keys below keep their types (strings;
+groups: a list of strings). `decode_identity_header` refuses anything else (too long, not that JSON, a bound
+exceeded, no `filters`), so a forged or corrupted header is an error, never a partial identity or an unguarded
+request. The header never goes upstream (`contract.edge.upstream_headers`, the processor's mutation, and the
+ExternalModel route's header removal).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import re
@@ -29,6 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "BILLING",
+    "BILLING_KEY_LABELS",
+    "BILLING_TENANT",
     "FILTER",
     "FILTERS",
     "GROUPS",
@@ -40,6 +44,7 @@ __all__ = [
     "INFO_ORGANIZATION",
     "KEY_ID",
     "MAX_DEPTH",
+    "MAX_GROUPS",
     "MAX_HEADER_CHARS",
     "ORGANIZATION_ID",
     "SELECTED_SUBSCRIPTION",
@@ -74,13 +79,20 @@ INFO_ORGANIZATION: Final = "organizationId"
 INFO_COST_CENTER: Final = "costCenter"
 INFO_LABELS: Final = "labels"
 
+BILLING: Final = "billing"
+"""The success filter a billing Plan's AuthPolicy exports (`auth.billing.*`, billing.identity)."""
+BILLING_TENANT: Final = "tenant"
+BILLING_KEY_LABELS: Final = "keyLabels"
+
 HEADER: Final = "x-maas-identity"
 FILTERS: Final = "filters"
 """The header's map of the AuthPolicy's exported success filters other than `identity` (by filter name)."""
-MAX_HEADER_CHARS: Final = 16 * 1024
+MAX_HEADER_CHARS: Final = 32 * 1024
 MAX_DEPTH: Final = 6
 _MAX_TEXT: Final = 1024
 _MAX_ITEMS: Final = 64
+MAX_GROUPS: Final = 256
+_GROUPS_STR_CHARS: Final = MAX_GROUPS * (_MAX_TEXT + 1)
 _MAX_FILTERS: Final = 16
 _MAX_NUMBER: Final = 2**53  # what every JSON reader keeps exactly
 _FILTER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,62}")
@@ -139,7 +151,9 @@ def _fit_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, item in list(identity.items())[:_MAX_ITEMS]:
         if key == GROUPS:
-            out[key] = [_text(g) for g in (item if isinstance(item, list | tuple) else [])[:_MAX_ITEMS]]
+            out[key] = [_text(g) for g in (item if isinstance(item, list | tuple) else [])[:MAX_GROUPS]]
+        elif key == GROUPS_STR:
+            out[key] = (item if isinstance(item, str) else "")[:_GROUPS_STR_CHARS]
         elif key in IDENTITY_KEYS:
             out[key] = _text(item)
         else:
@@ -149,9 +163,10 @@ def _fit_identity(identity: Mapping[str, Any]) -> dict[str, Any]:
 
 def encode_identity_header(identity: Mapping[str, Any], subscription_info: Mapping[str, Any],
                            filters: Mapping[str, Any] | None = None) -> str:
-    """The header value for an admitted request: the identity filter, the other exported `filters` (by name;
-    `identity` among them is ignored) and the selection's record fields, cut at the bounds the decoder keeps.
-    InvalidIdentityHeader when the whole does not fit the header, or a filter name is not one."""
+    """The header value Authorino writes for an admitted request (for tests and tools; in the data plane the
+    AuthPolicy renders it): the identity filter, the other exported `filters` (by name; `identity` among them is
+    ignored) and the selection's record fields, cut at the bounds the decoder keeps. InvalidIdentityHeader when
+    the whole does not fit the header, or a filter name is not one."""
     info: dict[str, Any] = {k: _text(subscription_info[k]) for k in _INFO_TEXT
                             if subscription_info.get(k) is not None}
     labels = subscription_info.get(INFO_LABELS)
@@ -163,8 +178,7 @@ def encode_identity_header(identity: Mapping[str, Any], subscription_info: Mappi
         raise InvalidIdentityHeader("the filters are not ones the header carries")
     data = {FILTER: _fit_identity(identity), FILTERS: {str(n): _fit(v) for n, v in others.items()},
             SUBSCRIPTION_INFO: info}
-    raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    value = base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode("ascii")
+    value = json.dumps(data, separators=(",", ":"), allow_nan=False)
     if len(value) > MAX_HEADER_CHARS:
         raise InvalidIdentityHeader("the identity does not fit the header")
     return value
@@ -205,19 +219,26 @@ def _refuse_constant(name: str) -> Any:
     raise InvalidIdentityHeader(f"{name} is not a JSON number")
 
 
+def _utf8(value: str) -> str:
+    """A header value as text: Envoy carries bytes, which the fronts read as latin-1; Authorino writes UTF-8."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeEncodeError:  # already text beyond latin-1
+        return value
+    except UnicodeDecodeError as exc:
+        raise InvalidIdentityHeader("not UTF-8") from exc
+
+
 def decode_identity_header(value: str) -> Carried:
-    """Read a header `encode_identity_header` wrote; InvalidIdentityHeader for anything else."""
+    """Read a header the AuthPolicy (or `encode_identity_header`) wrote; InvalidIdentityHeader for anything else."""
     if not value or len(value) > MAX_HEADER_CHARS:
         raise InvalidIdentityHeader("empty or too long")
-    if value.strip("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"):
-        raise InvalidIdentityHeader("not base64url")
     try:
-        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("utf-8"),
-                          parse_constant=_refuse_constant)
-    except (binascii.Error, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = json.loads(_utf8(value), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
         if isinstance(exc, InvalidIdentityHeader):
             raise
-        raise InvalidIdentityHeader("not base64url JSON") from exc
+        raise InvalidIdentityHeader("not JSON") from exc
     if not isinstance(data, dict) or set(data) != {FILTER, FILTERS, SUBSCRIPTION_INFO}:
         raise InvalidIdentityHeader("not an identity object")
     ident, filters, info = data[FILTER], data[FILTERS], data[SUBSCRIPTION_INFO]
@@ -237,10 +258,13 @@ def _identity(ident: dict[str, Any]) -> None:
         raise InvalidIdentityHeader(f"identity: more than {_MAX_ITEMS} keys")
     for key, item in ident.items():
         if key == GROUPS:
-            if not isinstance(item, list) or len(item) > _MAX_ITEMS:
-                raise InvalidIdentityHeader(f"groups must be a list of at most {_MAX_ITEMS}")
+            if not isinstance(item, list) or len(item) > MAX_GROUPS:
+                raise InvalidIdentityHeader(f"groups must be a list of at most {MAX_GROUPS}")
             for group in item:
                 _string(group, "a group")
+        elif key == GROUPS_STR:  # the groups joined with ","
+            if not isinstance(item, str) or len(item) > _GROUPS_STR_CHARS:
+                raise InvalidIdentityHeader(f"{GROUPS_STR} must be a string of at most {_GROUPS_STR_CHARS} characters")
         elif key in IDENTITY_KEYS:
             _string(item, key)
         else:

@@ -33,8 +33,8 @@ The push-style API the fronts use (the HTTP gateway in server.py, the payload pr
 Roles: a stage runs in "all" and in its own role; route, limits valid and token reservation are `shared` (the
 processor matches the route itself; in role "envoy" token reservation is Limitador's check only, nothing
 reserved). Only "all" and "processor" settle and record. Between the roles the identity travels in
-`x-maas-identity` (`contract.identity`): `pipeline.identity_header(ex)` on the envoy side (as Authorino's
-success response), `pipeline.adopt_identity(ex, value)` on the processor's post stream before `request_head`
+`x-maas-identity` (`contract.identity`): a success header of the generated AuthPolicy (Authorino's on the
+envoy side), `pipeline.adopt_identity(ex, value)` on the processor's post stream before `request_head`
 (it also drops the header); a processor exchange without it is refused 403 `identity_missing`.
 
 Differences from DESIGN_33.md, all additions: `exchange(..., dry=True)` runs the stages as simulate does
@@ -596,15 +596,6 @@ class Pipeline:
         if role == "envoy":  # the body is the processor's to prepare: it goes on as sent
             ex.body = PreparedBody(raw, prompt_estimate=max(1, len(raw) // 4))
         return await self._run(BODY_BY_ROLE[role], ex, role)
-
-    def identity_header(self, ex: Exchange) -> tuple[str, str]:
-        """`x-maas-identity` for an admitted exchange, as Authorino's success response injects it (the gateway
-        in role "envoy" adds it to what it hands the processor; `contract.identity`)."""
-        identity = ex.outcome.filters.get(ids.FILTER)
-        info = (ex.outcome.auth.get("metadata") or {}).get(ids.SUBSCRIPTION_INFO)
-        return ids.HEADER, ids.encode_identity_header(identity if isinstance(identity, Mapping) else {},
-                                                      info if isinstance(info, Mapping) else {},
-                                                      ex.outcome.filters)  # what the limits and rails read
 
     def adopt_identity(self, ex: Exchange, value: str) -> None:
         """Role "processor": take the auth outcome from `x-maas-identity` (raises InvalidIdentityHeader) and

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
 from maasctl.contract.errors import error_body
-from maasctl.contract.identity import InvalidIdentityHeader
 from maasctl.gateway.pipeline import Exchange
 from maasctl.payload.envoy import (
     BUFFER_LIMIT,
@@ -139,14 +138,9 @@ class ProcessorFront:
                 pipeline.release(ex)
 
     def _authorized(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The request after Kuadrant's wasm: Authorino's success headers and the identity it injects."""
+        """The request after Kuadrant's wasm: Authorino's success headers (`x-maas-identity` among them, as the
+        generated AuthPolicy renders it) replace any of the same name."""
         added = {k.lower(): v for k, v in ex.outcome.headers.items()}
-        if ex.authorized:
-            try:
-                name, value = self.gateway.pipeline.identity_header(ex)
-                added[name] = value
-            except InvalidIdentityHeader:  # too large for the header: the processor refuses identity_missing
-                log.warning("the identity of %s %s does not fit x-maas-identity", ex.method, ex.path)
         return [*((k, v) for k, v in headers if k not in added), *added.items()]
 
     async def _forward(self, send: Any, ex: Exchange, post: FilterStream, headers: list[tuple[str, str]],
