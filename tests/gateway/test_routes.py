@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from maasctl.builders.httproute import ExternalRouteInput, build_external_route, build_external_service
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
-from maasctl.gateway.routes import build_route_table, matches_prefix
+from maasctl.gateway.routes import RouteRule, RouteTable, _host_rank, build_route_table, matches_prefix
 
 GW = ("gw", "gw-ns")
 
@@ -126,3 +127,29 @@ def test_external_name_plain_http_port() -> None:
                      "backendRefs": [{"name": "svc", "port": 8000}]}])
     m = build_route_table([r], lambda ns, name: svc, GW).match("h", "/x", "GET", {})
     assert m is not None and m.rule.pick_backend().base_url == "http://model.local:8000"  # type: ignore[union-attr]
+
+
+def _scan(table: Any, host: str, path: str, headers: dict[str, str]) -> Any:
+    """Gateway API precedence by a scan over every rule (what the table's path index must agree with)."""
+    best = None
+    for rule in table.rules:
+        rank = _host_rank(rule.hostnames, host)
+        if rank is not None and (best is None or rank < best[0]) and RouteTable._matches(rule, path, "POST", headers):
+            best = (rank, rule)
+    return None if best is None else best[1]
+
+
+def test_the_exact_path_index_picks_what_a_scan_over_every_rule_picks() -> None:
+    rnd = random.Random(33)
+    paths = ["/v1/chat/completions", "/v1/completions", "/v1", "/llm/a/v1", "/llm/a/v1/chat/completions", "/"]
+    rules = [RouteRule("ns", f"r{i}", i, rnd.choice(["Exact", "PathPrefix"]), rnd.choice(paths),
+                       headers=(("x-gateway-model-name", "Exact", rnd.choice(["a", "b"])),) if rnd.random() < 0.5
+                       else (), hostnames=rnd.choice([(), ("gw.example",), ("*.example",)]), created=str(i % 3))
+             for i in range(300)]
+    table = RouteTable(rules)
+    for _ in range(2000):
+        host = rnd.choice(["gw.example", "x.example", "other"])
+        path = rnd.choice([*paths, "/v1/embeddings", "/llm/a/v1/x"])
+        headers = {"x-gateway-model-name": rnd.choice(["a", "b"])} if rnd.random() < 0.7 else {}
+        got = table.match(host, path, "POST", headers)
+        assert (got.rule if got else None) == _scan(table, host, path, headers), (host, path, headers)

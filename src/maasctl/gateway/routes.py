@@ -25,6 +25,8 @@ The table is immutable; the gateway rebuilds it when a watched object changes.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -100,7 +102,7 @@ class RouteRule:
     completion_ceiling: int | None = None  # the model's maxCompletionTokens (None: the gateway's default)
     created: str = ""
 
-    @property
+    @functools.cached_property
     def route_key(self) -> str:
         return f"{self.namespace}/{self.route}"
 
@@ -165,19 +167,31 @@ def _host_rank(hostnames: tuple[str, ...], host: str) -> int | None:
 
 @dataclass
 class RouteTable:
-    """All rules of the served Gateway, sorted by precedence."""
+    """All rules of the served Gateway, sorted by precedence.
+
+    Exact-path rules are indexed by their path: every generated route has four (the base-URL paths), so a
+    scan over all rules would cost a request four comparisons per published model before the prefix rules.
+    Exact rules precede every prefix rule (`_precedence`), so the candidates of a path in that order - the
+    Exact rules of that path, then the prefix rules - give the same winner as the whole list."""
 
     rules: list[RouteRule] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    _exact: dict[str, list[RouteRule]] = field(default_factory=dict, init=False, repr=False)
+    _prefix: list[RouteRule] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rules.sort(key=_precedence)
+        for rule in self.rules:
+            if rule.path_type == "Exact":
+                self._exact.setdefault(rule.path, []).append(rule)
+            else:
+                self._prefix.append(rule)
 
     def match(self, host: str, path: str, method: str, headers: Mapping[str, str]) -> RouteMatch | None:
         """The best rule for a request (`path` without query; `headers` with lowercase names)."""
         host = host.split(":", 1)[0].lower() if not host.startswith("[") else host
         best: tuple[int, RouteRule] | None = None
-        for rule in self.rules:
+        for rule in itertools.chain(self._exact.get(path, ()), self._prefix):
             rank = _host_rank(rule.hostnames, host)
             if rank is None or (best is not None and rank >= best[0]):
                 continue

@@ -30,7 +30,7 @@ from maasctl.gateway.authpolicy import CompiledAuthPolicy
 from maasctl.gateway.pipeline import STAGES, Exchange, Pipeline, ResponsePass, Stage, route_by_model
 from maasctl.payload.stages import Headers
 
-__all__ = ["POST_BODY", "POST_HEAD", "PRE_HEAD", "ProcessorStages"]
+__all__ = ["POST_BODY", "POST_HEAD", "PRE_HEAD", "FilterExchange", "ProcessorStages"]
 
 _BY_NAME: Final = {s.name: s for s in STAGES}
 
@@ -43,6 +43,18 @@ PRE_HEAD: Final = _stages("edge")
 POST_HEAD: Final = _stages("route")  # then the injected identity, then metering
 POST_METERING: Final = _stages("metering")
 POST_BODY: Final = _stages("body", "limits valid", "backend", "provider key", "token reservation", "input guardrails")
+
+
+@dataclass
+class FilterExchange:
+    """One filter stream's exchange: the pipeline's, plus what only a filter knows - the headers as Envoy sent
+    them (a pre stream passes them on untouched), which filter it is, and whether the head stages wait for the
+    body (a base-URL path on the post stream, routed by the body's `model`)."""
+
+    ex: Exchange
+    sent: list[tuple[str, str]]
+    pre: bool = False
+    deferred_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,11 +71,10 @@ class ProcessorStages:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
-    def exchange(self, method: str, raw_path: bytes, query: str, headers: Headers, scheme: str) -> Exchange:
+    def exchange(self, method: str, raw_path: bytes, query: str, headers: Headers, scheme: str) -> FilterExchange:
         ex = self.pipeline.exchange(method, raw_path, query, list(headers), scheme)
-        ex.sent = list(headers)  # type: ignore[attr-defined]  # a pre stream passes them on untouched
         ex.role = "processor"  # behind Envoy: the stages run here by name, not through request_head's roles
-        return ex
+        return FilterExchange(ex, list(headers))
 
     async def _run(self, stages: tuple[Stage, ...], ex: Exchange) -> Refusal | None:
         for stage in stages:
@@ -72,14 +83,14 @@ class ProcessorStages:
                 return refusal
         return None
 
-    async def request_head(self, ex: Exchange, role: str) -> Refusal | None:
+    async def request_head(self, fx: FilterExchange, role: str) -> Refusal | None:
         if role == "pre":
-            ex.pre = True  # type: ignore[attr-defined]
-            return await self._run(PRE_HEAD, ex)
-        if self.pipeline.routes_by_body(ex):  # the route is the body's `model`: matched with the body
-            ex.deferred_head = True  # type: ignore[attr-defined]
+            fx.pre = True
+            return await self._run(PRE_HEAD, fx.ex)
+        if self.pipeline.routes_by_body(fx.ex):  # the route is the body's `model`: matched with the body
+            fx.deferred_head = True
             return None
-        return await self._post_head(ex)
+        return await self._post_head(fx.ex)
 
     async def _post_head(self, ex: Exchange) -> Refusal | None:
         refusal = await self._run(POST_HEAD, ex) or self._identity(ex)
@@ -110,33 +121,33 @@ class ProcessorStages:
             ex.policy = policy
         return None
 
-    async def request_body(self, ex: Exchange, body: bytes, role: str) -> Refusal | None:
+    async def request_body(self, fx: FilterExchange, body: bytes, role: str) -> Refusal | None:
+        ex = fx.ex
         ex.raw_body = body
         if role == "pre":
             if len(body) > self.pipeline.plane.settings.max_request_bytes:
                 return self.pipeline.too_large(ex)
-            ex.sent_body = body  # type: ignore[attr-defined]
             # a base-URL path: the body's model into the routing header (sent by `upstream_request` as a header
             # mutation, with Envoy's route cache cleared)
             return route_by_model(ex)
-        if getattr(ex, "deferred_head", False):
+        if fx.deferred_head:
             refusal = await self._post_head(ex)
             if refusal is not None:
                 return refusal
         return await self._run(POST_BODY, ex)
 
-    def upstream_request(self, ex: Exchange) -> Any:
-        if getattr(ex, "pre", False):  # pre: forwarded as sent, plus the routing header on a base-URL path
+    def upstream_request(self, fx: FilterExchange) -> Any:
+        ex = fx.ex
+        if fx.pre:  # pre: forwarded as sent, plus the routing header on a base-URL path
             model = ex.headers.get(MODEL_HEADER) if self.pipeline.routes_by_body(ex) else None
-            sent = [(k, v) for k, v in ex.sent if k != MODEL_HEADER]  # type: ignore[attr-defined]
-            return _Passed([*sent, (MODEL_HEADER, model)] if model else ex.sent,  # type: ignore[attr-defined]
-                           ex.raw_body)
+            sent = [(k, v) for k, v in fx.sent if k != MODEL_HEADER]
+            return _Passed([*sent, (MODEL_HEADER, model)] if model else fx.sent, ex.raw_body)
         return self.pipeline.upstream_request(ex)
 
-    def response(self, ex: Exchange, status: int, headers: Headers) -> ResponsePass:
-        return self.pipeline.response(ex, status, list(headers))
+    def response(self, fx: FilterExchange, status: int, headers: Headers) -> ResponsePass:
+        return self.pipeline.response(fx.ex, status, list(headers))
 
-    async def finish(self, ex: Exchange, status: int, termination: Termination) -> None:
-        await self.pipeline.finish(ex, status, termination)
+    async def finish(self, fx: FilterExchange, status: int, termination: Termination) -> None:
+        await self.pipeline.finish(fx.ex, status, termination)
 
 
