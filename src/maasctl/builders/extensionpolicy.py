@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from maasctl.builders.payloadwiring import ALLOW_MODE_OVERRIDE, MESSAGE_TIMEOUT, ProcessorWiring, wiring_metadata
-from maasctl.contract.processor_stages import STAGE_POST, STAGE_PRE, STAGES, Stage
+from maasctl.contract.processor_stages import MODES, STAGE_POST, STAGES, FilterModes, Stage
 
 __all__ = ["EXTENSION_POLICY_API_VERSION", "METADATA_NAMESPACE", "build_extension_policy"]
 
@@ -28,10 +28,16 @@ EXTENSION_POLICY_API_VERSION: Final = "gateway.envoyproxy.io/v1alpha1"
 METADATA_NAMESPACE: Final = "maas.opendatahub.io"
 """The dynamic-metadata namespace the post stage may write (model, usage: for access logs)."""
 
-_MODES: Final[dict[Stage, dict[str, Any]]] = {
-    STAGE_PRE: {"request": {"body": "Buffered"}},
-    STAGE_POST: {"request": {"body": "Buffered"}, "response": {"body": "Streamed"}},
-}
+def _processing_mode(modes: FilterModes) -> dict[str, Any]:
+    """Envoy Gateway's `processingMode`: a `request` / `response` entry asks for that direction's headers, its
+    `body` for the body (Envoy Gateway's spelling of the same modes; trailers it does not expose)."""
+    out: dict[str, Any] = {"request": {"body": modes.request_body.title()}}
+    if modes.response_headers:
+        out["response"] = {"body": modes.response_body.title()} if modes.response_body != "NONE" else {}
+    return out
+
+
+_MODES: Final[dict[Stage, dict[str, Any]]] = {stage: _processing_mode(m) for stage, m in MODES.items()}
 
 
 def _ext_proc(wiring: ProcessorWiring, stage: Stage) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Final
 from maasctl.builders import names
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
-from maasctl.contract.processor_stages import DEFAULT_PROCESSOR_PORT, STAGE_POST, STAGE_PRE, Stage
+from maasctl.contract.processor_stages import DEFAULT_PROCESSOR_PORT, MODES, FilterModes, Stage
 
 __all__ = [
     "ALLOW_MODE_OVERRIDE",
@@ -23,6 +23,7 @@ __all__ = [
     "WIRING_COMPONENT",
     "ProcessorWiring",
     "gateway_owner",
+    "processing_mode",
     "wiring_metadata",
     "wiring_name",
 ]
@@ -33,31 +34,27 @@ MESSAGE_TIMEOUT: Final = "30s"
 GRPC_STREAM_TIMEOUT: Final = "300s"
 """The gRPC stream's deadline: one stream lives as long as its request, a streamed answer included."""
 
-# Envoy's ext_proc ProcessingMode per stage (envoy.extensions.filters.http.ext_proc.v3.ProcessingMode).
-# pre: the request only — headers and the whole body, so `model` can be read before routing.
-# post: request headers and whole body (metering, reservation, input guardrails, provider key), response
-# headers, the response body as it streams (usage scan, model rename, output guardrails), and both trailers.
-PROCESSING_MODES: Final[dict[Stage, dict[str, str]]] = {
-    STAGE_PRE: {
-        "request_header_mode": "SEND",
-        "request_body_mode": "BUFFERED",
-        "request_trailer_mode": "SKIP",
-        "response_header_mode": "SKIP",
-        "response_body_mode": "NONE",
-        "response_trailer_mode": "SKIP",
-    },
-    STAGE_POST: {
-        "request_header_mode": "SEND",
-        "request_body_mode": "BUFFERED",
-        "request_trailer_mode": "SEND",
-        "response_header_mode": "SEND",
-        "response_body_mode": "STREAMED",
-        "response_trailer_mode": "SEND",
-    },
-}
+def _send(on: bool) -> str:
+    return "SEND" if on else "SKIP"
 
 
-ALLOW_MODE_OVERRIDE: Final[dict[Stage, bool]] = {STAGE_PRE: False, STAGE_POST: True}
+def processing_mode(modes: FilterModes) -> dict[str, str]:
+    """Envoy's ext_proc `ProcessingMode` (envoy.extensions.filters.http.ext_proc.v3) of one filter."""
+    return {
+        "request_header_mode": "SEND",
+        "request_body_mode": modes.request_body,
+        "request_trailer_mode": _send(modes.request_trailers),
+        "response_header_mode": _send(modes.response_headers),
+        "response_body_mode": modes.response_body,
+        "response_trailer_mode": _send(modes.response_trailers),
+    }
+
+
+PROCESSING_MODES: Final[dict[Stage, dict[str, str]]] = {stage: processing_mode(m) for stage, m in MODES.items()}
+"""Per stage, from `contract.processor_stages`' table (pre: the request only; post: everything, the response
+body streamed)."""
+
+ALLOW_MODE_OVERRIDE: Final[dict[Stage, bool]] = {stage: m.allow_mode_override for stage, m in MODES.items()}
 """Envoy's `allow_mode_override` per stage: the post stage asks for a guarded answer's body BUFFERED (its
 `mode_override` in answer to the response headers), so an output guardrail's refusal keeps its own status;
 every other answer streams."""

@@ -3,24 +3,21 @@
 Both run on one processor; the filter names its stage in the gRPC initial metadata (`x-maas-stage`), which the
 Envoy filter's `grpc_service.initial_metadata` sets (Istio). Envoy Gateway cannot set it: there the first message's
 `protocol_config` tells (`contract.processor_stages`: only the post filter asks for the response body). The
-modes here are the ones the install builders render, so
-the processor, the Envoy side of the local gateway and the rendered filters agree on one table.
+modes are `contract.processor_stages`' table, the one the install builders render, so the processor, the Envoy
+side of the local gateway and the rendered filters agree; here they become Envoy's protobuf messages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from dataclasses import replace
+from typing import Any, Final
 
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 
-from maasctl.contract.processor_stages import STAGE_METADATA_KEY
+from maasctl.contract.processor_stages import MODES, POST, PRE, STAGE_METADATA_KEY, BodyMode, FilterModes, Stage
 
 __all__ = ["BODY_MODE_NUMBERS", "MODES", "POST", "PRE", "STAGE_METADATA", "BodyMode", "FilterModes", "Stage",
            "buffered_response", "overridden", "stage_from_protocol", "stage_of"]
-
-Stage = Literal["pre", "post"]
-BodyMode = Literal["NONE", "BUFFERED", "STREAMED"]
 
 STAGE_METADATA: Final = STAGE_METADATA_KEY
 
@@ -30,45 +27,14 @@ BODY_MODE_NUMBERS: Final[dict[BodyMode, int]] = {
 _BODY_MODE_NAMES: Final[dict[int, BodyMode]] = {number: name for name, number in BODY_MODE_NUMBERS.items()}
 
 
-@dataclass(frozen=True, kw_only=True)
-class FilterModes:
-    """One filter's `processing_mode` (Envoy's names), whether the processor may override it for one request
-    (`allow_mode_override`), whether its stage meters (one usage record per stream) and whether a header
-    change asks Envoy to match the route again (the body-routing header)."""
-
-    stage: Stage
-    request_body: BodyMode
-    response_headers: bool
-    response_body: BodyMode
-    request_trailers: bool
-    response_trailers: bool
-    allow_mode_override: bool = False
-    meters: bool
-    clears_route_cache: bool
-
-
-PRE: Final = FilterModes(stage="pre", request_body="BUFFERED", response_headers=False, response_body="NONE",
-                         request_trailers=False, response_trailers=False, allow_mode_override=False, meters=False,
-                         clears_route_cache=True)
-"""Before Kuadrant's wasm: the edge headers guard and the body's `model` copied into the routing header."""
-
-POST: Final = FilterModes(stage="post", request_body="BUFFERED", response_headers=True, response_body="STREAMED",
-                          request_trailers=True, response_trailers=True, allow_mode_override=True, meters=True,
-                          clears_route_cache=False)
-"""After Kuadrant's wasm: metering, reservation, guardrails, provider key, rename, stream usage, settle. The
-processor overrides the response body to BUFFERED for an answer the output guardrails may replace whole
-(`buffered_response`): in STREAMED mode its head has left before the body is read."""
-
-MODES: Final[dict[str, FilterModes]] = {"pre": PRE, "post": POST}
-
-
 def stage_of(metadata: object) -> FilterModes | None:
     """The filter a stream belongs to, from its gRPC initial metadata; None when absent or unknown."""
     if not metadata:
         return None
     for key, value in metadata:  # type: ignore[attr-defined]
         if key == STAGE_METADATA:
-            return MODES.get(value if isinstance(value, str) else bytes(value).decode("latin-1"))
+            name = value if isinstance(value, str) else bytes(value).decode("latin-1")
+            return next((m for stage, m in MODES.items() if stage == name), None)
     return None
 
 
