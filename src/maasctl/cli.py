@@ -186,6 +186,9 @@ def _add_gateway_parsers(sub: Any) -> None:
                     "over gRPC (ext_proc), as in a cluster; default: every stage in process")
     gw.add_argument("--payload-processor-metrics-url", default=env_default("payload_processor_metrics_url", "")
                     or None, help="the processor's /metrics, served with the gateway's on /_gateway/metrics")
+    gw.add_argument("--payload-processor-bypass-route", dest="payload_processor_bypass_routes", action="append",
+                    metavar="NAMESPACE/NAME", help="an HTTPRoute served without the processor, as the controller's "
+                    "flag of the same name renders it for Envoy (repeatable; default: opendatahub/maas-api)")
     _add_data_plane_flags(gw)
     pp = sub.add_parser("payload-processor",
                         help="run the payload processor (Envoy ext_proc): metering, reservation, guardrails, "
@@ -390,7 +393,8 @@ def _gateway(args: argparse.Namespace) -> int:
     _configure_logging(args)
     return _run_async(run_gateway(_data_plane_settings(
         args, payload_processor=args.payload_processor,
-        payload_processor_metrics_url=args.payload_processor_metrics_url)))
+        payload_processor_metrics_url=args.payload_processor_metrics_url,
+        payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes))))
 
 
 def _payload_processor(args: argparse.Namespace) -> int:

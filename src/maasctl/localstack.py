@@ -174,7 +174,9 @@ class LocalStack:
             argv[0] = "payload-processor"
             self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}")
             processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
-                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics"]
+                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics",
+                          *(f"--payload-processor-bypass-route={r}"
+                            for r in self.settings.payload_processor_bypass_routes)]
         self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url), *processor)
         if opts.controller_process:
             health = free_port()

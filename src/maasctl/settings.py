@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from maasctl.contract.processor_stages import DEFAULT_BYPASS_ROUTES
+
 
 def env_default(name: str, default: str) -> str:
     """Flag default taken from `MAASCTL_<NAME>` when set."""
@@ -58,4 +60,4 @@ class ControllerSettings:
     payload_processor_service: str = "opendatahub/maas-payload-processor"
     payload_processor_port: int = 9004
     payload_processor_fail_open: bool = False
-    payload_processor_bypass_routes: tuple[str, ...] = ("opendatahub/maas-api",)
+    payload_processor_bypass_routes: tuple[str, ...] = DEFAULT_BYPASS_ROUTES

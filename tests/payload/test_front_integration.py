@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.builders.maasapi import NAME as MAAS_API
+from maasctl.builders.maasapi import maas_api_auth_policy, maas_api_route
+from maasctl.builders.refs import GatewayRef
 from maasctl.gateway import Gateway, GatewaySettings, start_http
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.gateway.server import HttpServer
 from maasctl.gateway.usage import MemorySink
 from maasctl.payload.adapter import ProcessorStages
@@ -161,6 +165,47 @@ class TestThroughTheProcessor:
             assert len((await http.get(f"{via_processor.model_url}/debug/requests")).json()) == calls
         records = via_processor.processor_sink.records
         assert [r.status for r in records] == [200] and records[0].model == f"{namespace}/{model}"
+
+    async def test_a_bypass_route_is_served_without_the_processor(
+            self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811
+            namespace: str, via_processor: ViaProcessor) -> None:
+        """maas-api's route (its own AuthPolicy renders no `x-maas-identity`): in a cluster the controller renders
+        Envoy's per-route bypass of both filters for it, and the Envoy side here skips the processor the same
+        way; a route not on the bypass list still goes through it and is refused unidentified."""
+        backend = await start_http(create_app(ModelServerConfig(models=("listed",))))  # plays maas-api
+        try:
+            await self._bypass(objs, kube, namespace, via_processor, backend.url)
+        finally:
+            await backend.stop()
+
+    async def _bypass(self, objs: Objects, kube: k8s.ApiClient, namespace: str,  # noqa: F811
+                      via_processor: ViaProcessor, backend: str) -> None:
+        service = {"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": MAAS_API, "namespace": namespace,
+                                "annotations": {LOCAL_URL_ANNOTATION: backend}},
+                   "spec": {"ports": [{"name": "http", "port": 8080}], "selector": {"app": MAAS_API}}}
+        await k8s.CoreV1Api(kube).create_namespaced_service(namespace, service)
+        await objs.create(maas_api_route(namespace, GatewayRef(GATEWAY_NS, GATEWAY_NAME)))
+        await objs.create(maas_api_auth_policy(namespace, ()))
+
+        async def routed() -> bool:
+            rules = via_processor.gateway.state.snapshot().table.rules
+            return any(r.route_key == f"{namespace}/{MAAS_API}" for r in rules)
+
+        await eventually(routed, timeout=60)
+        url = f"{via_processor.url}/maas-api/v1/models"
+        alice = {"Authorization": "Bearer sk-oai-alice-1"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            unlisted = await http.get(url, headers=alice)  # default bypass list: opendatahub/maas-api only
+            assert (unlisted.status_code, unlisted.json()["error"]["code"]) == (403, "identity_missing")
+            via_processor.gateway.settings = replace(via_processor.gateway.settings,
+                                                     payload_processor_bypass_routes=(f"{namespace}/{MAAS_API}",))
+            listed = await http.get(url, headers=alice)
+            assert listed.status_code == 200, listed.text
+            assert [m["id"] for m in listed.json()["data"]] == ["listed"]  # the backend's answer
+            seen = (await http.get(f"{backend}/debug/requests")).json()[-1]["headers"]
+            assert seen["authorization"] == "Bearer sk-oai-alice-1"  # maas-api authenticates the caller itself
+        assert via_processor.processor_sink.records == [] and via_processor.front_sink.records == []
 
     async def test_processor_down_is_refused_not_served(
             self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["DEFAULT_PROCESSOR_PORT", "MODES", "POST", "PRE", "STAGES", "STAGE_METADATA_KEY", "STAGE_POST",
-           "STAGE_PRE", "BodyMode", "FilterModes", "Stage"]
+__all__ = ["DEFAULT_BYPASS_ROUTES", "DEFAULT_PROCESSOR_PORT", "MODES", "POST", "PRE", "STAGES", "STAGE_METADATA_KEY",
+           "STAGE_POST", "STAGE_PRE", "BodyMode", "FilterModes", "Stage"]
 
 Stage = Literal["pre", "post"]
 BodyMode = Literal["NONE", "BUFFERED", "STREAMED"]
@@ -29,6 +29,11 @@ STAGE_PRE: Final[Stage] = "pre"
 STAGE_POST: Final[Stage] = "post"
 """After Kuadrant's wasm filter (auth done): metering, reservation, guardrails, provider key, usage record."""
 STAGES: Final[tuple[Stage, Stage]] = (STAGE_PRE, STAGE_POST)
+
+DEFAULT_BYPASS_ROUTES: Final[tuple[str, ...]] = ("opendatahub/maas-api",)
+"""HTTPRoutes (`namespace/name`) whose traffic never goes through the processor: maas-api's own API, which
+meters nothing and whose AuthPolicy (hand-written, `manifests/base/maas-api`) renders no `x-maas-identity`. The
+controller renders the per-route bypass for them; the local gateway's Envoy side skips them the same way."""
 
 DEFAULT_PROCESSOR_PORT: Final = 9004
 """The processor's gRPC port (`maasctl payload-processor --port 9004`, Service port `grpc`)."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from maasctl.contract.processor_stages import DEFAULT_BYPASS_ROUTES
+
 __all__ = ["LOCAL_URL_ANNOTATION", "GatewaySettings"]
 
 LOCAL_URL_ANNOTATION: Final = "maasctl.opendatahub.io/local-url"
@@ -69,6 +71,8 @@ class GatewaySettings:
         (`maasctl.payload.front`), as a cluster does; None runs every stage in process.
     payload_processor_metrics_url: the processor's `/metrics`; `/_gateway/metrics` then serves its families
         (usage telemetry, guardrails: the processor records them) with the gateway's own.
+    payload_processor_bypass_routes: HTTPRoutes (`namespace/name`) served without the processor, as the
+        controller's per-route bypass renders them for Envoy (maas-api's own API).
     """
 
     host: str = "127.0.0.1"
@@ -103,4 +107,5 @@ class GatewaySettings:
     serve_routes_without_auth_policy: bool = False
     payload_processor: str | None = None  # grpc://host:port: run the "envoy" stages here, the rest there
     payload_processor_metrics_url: str | None = None  # its /metrics, served with ours on /_gateway/metrics
+    payload_processor_bypass_routes: tuple[str, ...] = DEFAULT_BYPASS_ROUTES
     log_level: str = "info"

@@ -258,9 +258,12 @@ class Gateway:
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The HTTP front of the pipeline (`gateway.pipeline`): it reads the body, forwards and streams back."""
-        if self.front is not None:  # the payload stages run in the processor, over ext_proc
+        # with a payload processor the payload stages run there, over ext_proc; a route Envoy serves without it
+        # (maas-api's: `bypasses`) runs Envoy's stages only, here (role "envoy": nothing metered or recorded)
+        if self.front is not None and not self.front.bypasses(scope):
             await self.front(scope, receive, send, _read_body)
             return
+        role = self.role
         pipeline = self.pipeline
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
@@ -275,7 +278,7 @@ class Gateway:
                 return
             except ConnectionResetError:
                 return
-        refusal = await pipeline.request_head(ex, self.role)
+        refusal = await pipeline.request_head(ex, role)
         if refusal is None:
             try:
                 raw = early if early is not None else await _read_body(receive, self.settings.max_request_bytes)
@@ -284,7 +287,7 @@ class Gateway:
             except ConnectionResetError:
                 return
             else:
-                refusal = await pipeline.request_body(ex, raw, self.role)
+                refusal = await pipeline.request_body(ex, raw, role)
                 if refusal is not None:
                     await _refuse(send, refusal)
                     await pipeline.finish(ex, refusal.status, "refused")

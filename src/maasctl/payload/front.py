@@ -23,7 +23,9 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
+from maasctl.contract.edge import AmbiguousPath, canonical_path
 from maasctl.contract.errors import error_body
+from maasctl.contract.routing import is_base_inference_path
 from maasctl.gateway.pipeline import Exchange
 from maasctl.payload.envoy import (
     BUFFER_LIMIT,
@@ -136,6 +138,25 @@ class ProcessorFront:
         finally:
             if ex is not None:
                 pipeline.release(ex)
+
+    def bypasses(self, scope: Any) -> bool:
+        """The request's route is one the controller renders Envoy's per-route bypass for
+        (`payload_processor_bypass_routes`, maas-api's own API): served without the processor, as in a cluster.
+        A base-URL inference path never is (its route is the body's model)."""
+        bypass = self.gateway.settings.payload_processor_bypass_routes
+        if not bypass:
+            return False
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        try:
+            path = canonical_path(raw_path.split(b"?", 1)[0])
+        except AmbiguousPath:
+            return False
+        if is_base_inference_path(path):
+            return False
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        match = self.gateway.pipeline.plane.state.snapshot().table.match(headers.get("host", ""), path,
+                                                                         scope["method"], headers)
+        return match is not None and match.rule.route_key in bypass
 
     def _authorized(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """The request after Kuadrant's wasm: Authorino's success headers (`x-maas-identity` among them, as the
