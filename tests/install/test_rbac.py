@@ -74,6 +74,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
         ("kueue.x-k8s.io", "resourceflavors"): READ | {"create", "patch"},
+        ("kueue.x-k8s.io", "workloads"): READ,
         ("gateway.networking.k8s.io", "gateways"): READ,
         ("gateway.networking.k8s.io", "httproutes"): READ,
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
