@@ -187,3 +187,16 @@ def test_segments_are_priced_by_the_skus_gpu_seconds_rate_only() -> None:
     tokens_only = gm.rate_segment(seg, "llama", "", book({"sku": "llama", "unit": "per-1M-tokens",
                                                           "rates": {"prompt_tokens": "1"}}))
     assert isinstance(tokens_only, Unpriced) and "gpu_seconds" in tokens_only.reason
+
+
+def test_an_eviction_stamped_after_now_charges_nothing_yet() -> None:
+    """A clock behind the Workload's conditions (or Kueue's clock ahead) never makes an empty or reversed
+    segment: the tail is charged once the eviction is in the past."""
+    first = gm.segments(gm.workload_of(workload(admitted=T0)), {}, T0 + timedelta(minutes=10), HOUR)
+    evicted = T0 + timedelta(minutes=20)
+    wl = gm.workload_of(workload(conditions=(("Evicted", "True", evicted), ("Admitted", "False", evicted))))
+    assert gm.segments(wl, charged(first), T0 + timedelta(minutes=10), HOUR) == []
+    assert gm.segments(wl, charged(first), T0 + timedelta(minutes=5), HOUR) == []
+    tail = gm.segments(wl, charged(first), T0 + timedelta(minutes=30), HOUR)
+    assert [(s.start, s.end, s.final) for s in tail] == [(T0 + timedelta(minutes=10), evicted, True)]
+    assert tail[0].details()["gpuSeconds"] == "1200" and tail[0].details()["gpus"] == "2"

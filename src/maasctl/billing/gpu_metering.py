@@ -48,6 +48,7 @@ __all__ = [
     "Workload",
     "flavor_sku",
     "gpu_seconds",
+    "plain",
     "quantity",
     "rate_segment",
     "segment_key",
@@ -207,9 +208,15 @@ class Segment:
         """What the ledger keeps of the segment (strings, ints and bools), enough to continue its chain."""
         return {"workload": {"namespace": self.namespace, "name": self.workload, "uid": self.uid},
                 "clusterQueue": self.cluster_queue, "podSet": self.podset, "podSetName": self.podset_name,
-                "flavor": self.flavor, "gpus": str(self.gpus), "admittedAt": _iso(self.admitted_at),
+                "flavor": self.flavor, "gpus": plain(self.gpus), "admittedAt": _iso(self.admitted_at),
                 "start": _iso(self.start), "end": _iso(self.end), "final": self.final,
-                "gpuSeconds": str(self.gpu_seconds)}
+                "gpuSeconds": plain(self.gpu_seconds)}
+
+
+def plain(d: Decimal) -> str:
+    """`d` without exponent or trailing zeros (`3600`, `0.5`): how GPU quantities are written down."""
+    text = format(d.normalize(context=money.CONTEXT), "f")
+    return text
 
 
 def _iso(t: datetime) -> str:
@@ -269,8 +276,8 @@ def segments(wl: Workload, charged: Mapping[tuple[datetime, int], Charged], now:
         end = wl.ended(admitted_at)
         if current is not None and end is not None and end > current.admitted_at:
             end = None  # that evidence is about the current admission: this one's end is unknown
-        if end is None or end <= prev.end:
-            continue  # nothing known beyond what is charged (never more than the evidence)
+        if end is None or min(end, now) <= prev.end:
+            continue  # nothing known beyond what is charged (never more than the evidence), or not yet
         out.append(_segment(wl, prev.cluster_queue, podset, prev.podset_name, prev.flavor, prev.gpus, admitted_at,
                             prev.end, min(end, now), end <= now))
     return out
