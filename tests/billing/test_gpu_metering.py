@@ -196,7 +196,22 @@ def test_an_eviction_stamped_after_now_charges_nothing_yet() -> None:
     evicted = T0 + timedelta(minutes=20)
     wl = gm.workload_of(workload(conditions=(("Evicted", "True", evicted), ("Admitted", "False", evicted))))
     assert gm.segments(wl, charged(first), T0 + timedelta(minutes=10), HOUR) == []
+    assert not wl.settled(T0 + timedelta(minutes=10))  # time will make its tail due: the meter looks again
     assert gm.segments(wl, charged(first), T0 + timedelta(minutes=5), HOUR) == []
     tail = gm.segments(wl, charged(first), T0 + timedelta(minutes=30), HOUR)
     assert [(s.start, s.end, s.final) for s in tail] == [(T0 + timedelta(minutes=10), evicted, True)]
     assert tail[0].details()["gpuSeconds"] == "1200" and tail[0].details()["gpus"] == "2"
+
+
+def test_a_deleted_workload_ends_at_its_deletion_and_settles() -> None:
+    gone = T0 + timedelta(minutes=40)
+    obj = workload(admitted=T0)
+    obj["metadata"]["deletionTimestamp"] = iso(gone)  # Kueue's finalizer still holds it
+    wl = gm.workload_of(obj)
+    first = gm.segments(gm.workload_of(workload(admitted=T0)), {}, T0 + timedelta(minutes=10), HOUR)
+    assert not wl.settled(T0 + timedelta(minutes=30))
+    tail = gm.segments(wl, charged(first), T0 + HOUR, HOUR)
+    assert [(s.start, s.end, s.final) for s in tail] == [(T0 + timedelta(minutes=10), gone, True)]
+    assert wl.settled(T0 + HOUR) and gm.segments(wl, charged(first + tail), T0 + 2 * HOUR, HOUR) == []
+    assert not gm.workload_of(workload(admitted=T0)).settled(T0 + HOUR)  # running: time makes segments due
+    assert gm.workload_of(workload()).settled(T0)

@@ -83,6 +83,7 @@ class GpuMeter:
         self.interval = interval
         self.metrics = metrics or GpuMeterMetrics()
         self.on_charged = on_charged
+        self._settled: dict[str, str] = {}  # uid -> resourceVersion of a Workload found with nothing left to do
 
     async def charged(self, uids: Sequence[str]) -> dict[str, list[gm.Charged]]:
         """The GPU segments the ledger holds per Workload uid (a key range per uid: the unique key's index)."""
@@ -106,7 +107,10 @@ class GpuMeter:
         catalog = self.catalog()
         queues = _queues(catalog)
         mine: list[tuple[gm.Workload, TenantRef | None, bool]] = []
-        for obj in self.workloads():
+        listed = list(self.workloads())
+        present = {str((o.get("metadata") or {}).get("uid", "")) for o in listed}
+        self._settled = {u: rv for u, rv in self._settled.items() if u in present}
+        for obj in listed:
             try:
                 wl = gm.workload_of(obj)
             except ValueError as exc:
@@ -116,8 +120,8 @@ class GpuMeter:
                 log.warning("a Workload's admission cannot be metered", namespace=meta.get("namespace"),
                             workload=meta.get("name"), error=str(exc))
                 continue
-            if not wl.uid:
-                continue
+            if not wl.uid or self._settled.get(wl.uid) == wl.resource_version:
+                continue  # unchanged since a pass found nothing left to charge (finished, evicted, never ours)
             if wl.admission is not None:
                 if wl.admission.cluster_queue in queues:
                     mine.append((wl, *queues[wl.admission.cluster_queue]))
@@ -130,6 +134,7 @@ class GpuMeter:
         for wl, tenant, reserved in mine:
             previous = held.get(wl.uid, [])
             if tenant is None and not previous:
+                self._settled[wl.uid] = wl.resource_version
                 continue  # not (and never) admitted in a tenant's queue
             if tenant is None:  # admission cleared: the tenant of its last recorded segment's queue
                 last = max(previous, key=lambda c: c.end)
@@ -141,7 +146,10 @@ class GpuMeter:
                 report.covered += 1
                 self.metrics.segments.labels("covered").inc()
                 continue
-            for seg in gm.segments(wl, gm.last_charged(previous), now, self.interval):
+            due = gm.segments(wl, gm.last_charged(previous), now, self.interval)
+            if not due and wl.settled(now) and wl.resource_version:
+                self._settled[wl.uid] = wl.resource_version
+            for seg in due:
                 if seg.flavor not in flavors:
                     flavors[seg.flavor] = gm.flavor_sku(await self.flavor(seg.flavor) if seg.flavor else None)
                 sku, geo = flavors[seg.flavor]

@@ -6,10 +6,10 @@ The rule:
 
 - **What counts.** A Workload's GPU time runs from its `Admitted` condition turning True (its pods may start) to
   the first sign that admission ended: `Finished` True, `Evicted` True (preemption, a stopped queue, a failed
-  check: Kueue evicts), `Admitted` or `QuotaReserved` False. The quantity is what it was admitted with:
-  `status.admission.podSetAssignments[*].resourceUsage["nvidia.com/gpu"]` (the total of the pod set, Kueue's
-  own number; a Kubernetes quantity, read exactly, so `500m` is half a GPU). A pod set without GPUs, a Workload
-  never admitted, and the time spent waiting in a queue cost nothing.
+  check: Kueue evicts), `Admitted` or `QuotaReserved` False, or the Workload's deletion. The quantity is what
+  it was admitted with: `status.admission.podSetAssignments[*].resourceUsage["nvidia.com/gpu"]` (the total of
+  the pod set, Kueue's own number; a Kubernetes quantity, read exactly, so `500m` is half a GPU). A pod set
+  without GPUs, a Workload never admitted, and the time spent waiting in a queue cost nothing.
 - **Segments.** Each pod set of each admission is charged in segments that follow each other without gap or
   overlap: the first from the admission, each next from where the previous ended. A running Workload is charged
   a segment up to now when it is first seen (so its admission is on record even if Kueue later clears it) and
@@ -122,11 +122,26 @@ class Workload:
     name: str
     admission: Admission | None  # the current one (Admitted True with status.admission)
     transitions: tuple[tuple[str, str, datetime], ...] = ()  # (type, status, lastTransitionTime)
+    deleting_at: datetime | None = None  # metadata.deletionTimestamp: its pods are being stopped
+    resource_version: str = ""
 
     def ended(self, after: datetime) -> datetime | None:
-        """When an admission that began at `after` ended, if the conditions say so."""
+        """When an admission that began at `after` ended, if the conditions (or the deletion) say so."""
         times = [t for typ, status, t in self.transitions if (typ, status) in _ENDS and t >= after]
+        if self.deleting_at is not None and self.deleting_at >= after:
+            times.append(self.deleting_at)
         return min(times) if times else None
+
+    def settled(self, now: datetime) -> bool:
+        """No admission runs and every transition is in the past: until the object changes, time alone makes
+        nothing due (an eviction stamped after `now` still will)."""
+        stamps = [t for _, _, t in self.transitions] + ([self.deleting_at] if self.deleting_at else [])
+        if any(t > now for t in stamps):
+            return False
+        if self.admission is None:
+            return True
+        end = self.ended(self.admission.admitted_at)
+        return end is not None and end <= now
 
 
 def workload_of(obj: Mapping[str, Any]) -> Workload:
@@ -153,7 +168,8 @@ def workload_of(obj: Mapping[str, Any]) -> Workload:
                                       gpus))
         admission = Admission(str(raw["clusterQueue"]), admitted, tuple(podsets))
     return Workload(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")),
-                    admission, tuple(transitions))
+                    admission, tuple(transitions), _time(meta.get("deletionTimestamp")),
+                    str(meta.get("resourceVersion", "")))
 
 
 @dataclass(frozen=True)
