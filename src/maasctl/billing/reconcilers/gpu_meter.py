@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from maasctl.billing.gpu_meter import GpuMeter
-from maasctl.billing.kinds import RESOURCE_FLAVOR
+from maasctl.billing.kinds import RESOURCE_FLAVOR, WORKLOAD
 from maasctl.billing.reconcilers.context import BillingContext
 from maasctl.runtime import NotFound, Request, Result
 
@@ -25,6 +25,9 @@ class GpuMeterReconciler:
     async def reconcile(self, req: Request) -> Result:
         if req != GPU_METER_KEY:
             return Result.done()
+        if self.ctx.missing_apis(WORKLOAD):
+            # No Kueue here (yet): nothing to meter; look again as for a Plan's missing Kueue.
+            return Result.requeue_after(self.ctx.settings.dependency_recheck_seconds)
         await self.meter.ledger.ensure_schema()
         await self.meter.run_once()
         return Result.requeue_after(self.ctx.settings.gpu_meter_seconds)
