@@ -249,16 +249,27 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
 
     assert "ResourceFlavor" in (await eventually(condition, timeout=60))["message"]
 
-    # A Workload admitted in the tenant's Reservation queue is covered by the Reservation's monthly price.
+    # A Workload admitted in the tenant's Reservation queue is covered by the Reservation's monthly price; one
+    # evicted from the Plan's queue and re-admitted in the Reservation's is charged up to its eviction only.
+    reserved_queue = rsv.queue_name(namespace, "ten-helix")
     await kueue.workload(namespace, "reserved", "4")
-    await kueue.status(namespace, "reserved", admitted(rsv.queue_name(namespace, "ten-helix"), flavor, "4",
-                                                       t0 + 100 * MIN))
-    await settle(meter, tenant, 7)
+    await kueue.status(namespace, "reserved", admitted(reserved_queue, flavor, "4", t0 + 100 * MIN))
+    moved = await kueue.workload(namespace, "moved", "1")
+    await kueue.status(namespace, "moved", admitted(queue, flavor, "1", t0 + 160 * MIN))
+    await settle(meter, tenant, 8)
+    clock.set(t0 + 190 * MIN)
+    await kueue.status(namespace, "moved", admitted(reserved_queue, flavor, "1", t0 + 188 * MIN,
+                                                    cond("Evicted", "True", t0 + 185 * MIN)))
+    lines = await settle(meter, tenant, 9)
+    assert sorted(segment(e) for e in lines if e.key.split(":")[1] == moved) == [
+        (iso(t0 + 160 * MIN), iso(t0 + 180 * MIN), "1200", "1.500000"),
+        (iso(t0 + 180 * MIN), iso(t0 + 185 * MIN), "300", "0.375000"),
+    ]
 
     # A pass that crashes before its commit (the database fails) writes nothing; the next one charges once.
+    running = await meter.restart(billing_cluster, t0 - 2 * 60 * MIN)  # its own meter: nothing is due yet
     await kueue.workload(namespace, "late", "1")
     await kueue.status(namespace, "late", admitted(queue, flavor, "1", t0 + 120 * MIN))
-    running = await meter.restart(billing_cluster, t0 - 2 * 60 * MIN)  # its own meter: nothing is due yet
     custom = k8s.CustomObjectsApi(running.api)  # read as the billing ServiceAccount
 
     async def workloads() -> list[dict[str, Any]]:
@@ -275,7 +286,7 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
     failing = Ledger.from_url(meter.url)
     try:
         crashing = GpuMeter(failing, catalog, lambda: items,
-                            flavor_as_admin(kueue), lambda: t0 + 3 * 60 * MIN)
+                            flavor_as_admin(kueue), lambda: t0 + 200 * MIN)
         real_post = failing.post
 
         async def crash(*args: Any, **kw: Any) -> Any:
@@ -285,17 +296,17 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
         failing.post = crash  # type: ignore[method-assign]
         with pytest.raises(ConnectionError):
             await crashing.run_once()
-        assert len(await gpu_lines(meter.ledger, tenant)) == 7
+        assert len(await gpu_lines(meter.ledger, tenant)) == 9
         failing.post = real_post  # type: ignore[method-assign]
         report = await crashing.run_once()
-        assert report.charged == 1 and report.covered == 1
+        assert report.charged == 1 and report.covered == 2
         again = await crashing.run_once()
         assert again.charged == 0
     finally:
         await failing.close()
     lines = await gpu_lines(meter.ledger, tenant)
     late = [segment(e) for e in lines if e.details["gpu"]["workload"]["name"] == "late"]
-    assert late == [(iso(t0 + 120 * MIN), iso(t0 + 180 * MIN), "3600", "4.500000")]
+    assert late == [(iso(t0 + 120 * MIN), iso(t0 + 200 * MIN), "4800", "6.000000")]
 
 
 def flavor_as_admin(kueue: Kueue) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -106,7 +106,7 @@ class GpuMeter:
         now = self.now()
         catalog = self.catalog()
         queues = _queues(catalog)
-        mine: list[tuple[gm.Workload, TenantRef | None, bool]] = []
+        mine: list[gm.Workload] = []
         listed = list(self.workloads())
         present = {str((o.get("metadata") or {}).get("uid", "")) for o in listed}
         self._settled = {u: rv for u, rv in self._settled.items() if u in present}
@@ -122,34 +122,29 @@ class GpuMeter:
                 continue
             if not wl.uid or self._settled.get(wl.uid) == wl.resource_version:
                 continue  # unchanged since a pass found nothing left to charge (finished, evicted, never ours)
-            if wl.admission is not None:
-                if wl.admission.cluster_queue in queues:
-                    mine.append((wl, *queues[wl.admission.cluster_queue]))
-            elif wl.ended(datetime.min.replace(tzinfo=UTC)) is not None:
-                mine.append((wl, None, False))  # its admission was cleared: maybe one we were charging
-        held = await self.charged([wl.uid for wl, _, _ in mine])
+            if wl.admission is not None and wl.admission.cluster_queue in queues:
+                mine.append(wl)
+            elif wl.admission is None and wl.transitions:
+                mine.append(wl)  # not admitted now: maybe one whose admission we were charging (evicted)
+        held = await self.charged([wl.uid for wl in mine])
+        settled: dict[str, str] = {}  # remembered once the pass has committed
         flavors: dict[str, tuple[str | None, str]] = {}
         txs: list[entries.Transaction] = []
         unpriced: list[Unpriced] = []
-        for wl, tenant, reserved in mine:
-            previous = held.get(wl.uid, [])
-            if tenant is None and not previous:
-                self._settled[wl.uid] = wl.resource_version
-                continue  # not (and never) admitted in a tenant's queue
-            if tenant is None:  # admission cleared: the tenant of its last recorded segment's queue
-                last = max(previous, key=lambda c: c.end)
-                if last.cluster_queue not in queues:
-                    continue
-                tenant, reserved = queues[last.cluster_queue]
-            report.workloads += 1
-            if reserved:
+        for wl in mine:
+            due = gm.segments(wl, gm.last_charged(held.get(wl.uid, [])), now, self.interval)
+            owners = [(seg, queues.get(seg.cluster_queue)) for seg in due]
+            charge = [(seg, owner[0]) for seg, owner in owners if owner is not None and not owner[1]]
+            covered = any(owner is not None and owner[1] for _, owner in owners)
+            in_reservation = wl.admission is not None and queues.get(wl.admission.cluster_queue, (None, False))[1]
+            if due:
+                report.workloads += 1
+            if covered:
                 report.covered += 1
                 self.metrics.segments.labels("covered").inc()
-                continue
-            due = gm.segments(wl, gm.last_charged(previous), now, self.interval)
-            if not due and wl.settled(now) and wl.resource_version:
-                self._settled[wl.uid] = wl.resource_version
-            for seg in due:
+            if not charge and wl.settled(now, running_covered=in_reservation):
+                settled[wl.uid] = wl.resource_version  # nothing due until it changes
+            for seg, tenant in charge:
                 if seg.flavor not in flavors:
                     flavors[seg.flavor] = gm.flavor_sku(await self.flavor(seg.flavor) if seg.flavor else None)
                 sku, geo = flavors[seg.flavor]
@@ -181,6 +176,7 @@ class GpuMeter:
             woken = {tx.tenant for tx in txs if tx.key in inserted} | {u.tenant for u in fresh}
             if self.on_charged is not None and woken:
                 self.on_charged(woken)
+        self._settled.update(settled)
         return report
 
     async def _known_unpriced(self, ids: Sequence[str]) -> set[str]:

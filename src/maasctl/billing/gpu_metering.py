@@ -132,13 +132,13 @@ class Workload:
             times.append(self.deleting_at)
         return min(times) if times else None
 
-    def settled(self, now: datetime) -> bool:
-        """No admission runs and every transition is in the past: until the object changes, time alone makes
-        nothing due (an eviction stamped after `now` still will)."""
+    def settled(self, now: datetime, *, running_covered: bool = False) -> bool:
+        """No admission runs (or the one that runs is covered by a Reservation) and every transition is in the
+        past: until the object changes, time alone makes nothing due (an eviction stamped after `now` will)."""
         stamps = [t for _, _, t in self.transitions] + ([self.deleting_at] if self.deleting_at else [])
         if any(t > now for t in stamps):
             return False
-        if self.admission is None:
+        if self.admission is None or running_covered:
             return True
         end = self.ended(self.admission.admitted_at)
         return end is not None and end <= now
