@@ -248,6 +248,14 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
         return c if c and c["status"] == "False" else None
 
     assert "ResourceFlavor" in (await eventually(condition, timeout=60))["message"]
+    assert len(await gpu_lines(meter.ledger, tenant)) == 7  # nothing charged for it
+    # Once the flavor names a SKU, the time since that segment's start is charged, under the same key.
+    await kueue.custom.patch_cluster_custom_object(*KUEUE, "resourceflavors", plain, {"metadata": {"labels": {
+        "billing.opendatahub.io/gpu-sku": SKU}}}, _content_type="application/merge-patch+json")
+    lines = await settle(meter, tenant, 8)
+    nosku = [e for e in lines if e.details["gpu"]["workload"]["name"] == "nosku"]
+    assert [segment(e) for e in nosku] == [(iso(t0 + 170 * MIN), iso(t0 + 180 * MIN), "600", "0.750000")]
+    assert nosku[0].key == found["latest"][0].record_id
 
     # A Workload admitted in the tenant's Reservation queue is covered by the Reservation's monthly price; one
     # evicted from the Plan's queue and re-admitted in the Reservation's is charged up to its eviction only.
@@ -256,11 +264,11 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
     await kueue.status(namespace, "reserved", admitted(reserved_queue, flavor, "4", t0 + 100 * MIN))
     moved = await kueue.workload(namespace, "moved", "1")
     await kueue.status(namespace, "moved", admitted(queue, flavor, "1", t0 + 160 * MIN))
-    await settle(meter, tenant, 8)
+    await settle(meter, tenant, 9)
     clock.set(t0 + 190 * MIN)
     await kueue.status(namespace, "moved", admitted(reserved_queue, flavor, "1", t0 + 188 * MIN,
                                                     cond("Evicted", "True", t0 + 185 * MIN)))
-    lines = await settle(meter, tenant, 9)
+    lines = await settle(meter, tenant, 10)
     assert sorted(segment(e) for e in lines if e.key.split(":")[1] == moved) == [
         (iso(t0 + 160 * MIN), iso(t0 + 180 * MIN), "1200", "1.500000"),
         (iso(t0 + 180 * MIN), iso(t0 + 185 * MIN), "300", "0.375000"),
@@ -296,7 +304,7 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
         failing.post = crash  # type: ignore[method-assign]
         with pytest.raises(ConnectionError):
             await crashing.run_once()
-        assert len(await gpu_lines(meter.ledger, tenant)) == 9
+        assert len(await gpu_lines(meter.ledger, tenant)) == 10
         failing.post = real_post  # type: ignore[method-assign]
         report = await crashing.run_once()
         assert report.charged == 1 and report.covered == 2
