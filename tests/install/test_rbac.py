@@ -74,6 +74,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
         ("kueue.x-k8s.io", "resourceflavors"): READ | {"create", "patch"},
+        ("kueue.x-k8s.io", "workloads"): READ,
         ("gateway.networking.k8s.io", "gateways"): READ,
         ("gateway.networking.k8s.io", "httproutes"): READ,
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
@@ -295,3 +296,17 @@ async def test_processor_service_account_reads_and_writes_nothing(installed_rbac
                      ("create", "pods", "-n", DEFAULT_CONTROLLER_NS),
                      ("patch", "envoyfilters.networking.istio.io", "-n", "openshift-ingress")):
         assert not proc(*question), question
+
+
+async def test_billing_controller_reads_kueue_workloads_and_never_writes_them(installed_rbac: ControlPlane) -> None:
+    """GPU metering (docs/billing.md): the Workloads' admission and conditions are Kueue's, read only."""
+    cp = installed_rbac
+    for verb in ("get", "list", "watch"):
+        assert can_i(cp, "billing-controller", verb, "workloads.kueue.x-k8s.io", "-A"), verb
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can_i(cp, "billing-controller", verb, "workloads.kueue.x-k8s.io", "-A"), verb
+        assert not can_i(cp, "billing-controller", verb, "workloads.kueue.x-k8s.io", "--subresource=status",
+                         "-A"), verb
+    assert not can_i(cp, "billing-controller", "update", "workloads.kueue.x-k8s.io", "--subresource=finalizers",
+                     "-A")
+    assert not can_i(cp, "billing-controller", "delete", "resourceflavors.kueue.x-k8s.io")

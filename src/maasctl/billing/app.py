@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -14,6 +15,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.billing import names
 from maasctl.billing.clock import Clock, SystemClock
+from maasctl.billing.gpu_meter import GpuMeter, GpuMeterMetrics
 from maasctl.billing.kinds import (
     BUDGET_POLICY,
     GATEWAY,
@@ -26,6 +28,7 @@ from maasctl.billing.kinds import (
     RESERVATION,
     RESOURCE_FLAVOR,
     TENANT_ACCOUNT,
+    WORKLOAD,
 )
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.rater import Catalog, PassReport, Rater, RaterMetrics, build_catalog
@@ -36,6 +39,7 @@ from maasctl.billing.reconcilers.budget import (
     enforcement_changed,
 )
 from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.gpu_meter import GPU_METER_KEY, GpuMeterReconciler, flavor_reader
 from maasctl.billing.reconcilers.ledger_watch import LEDGER_WATCH_KEY, LedgerWatch
 from maasctl.billing.reconcilers.plan import (
     GENERATED_KINDS,
@@ -131,14 +135,19 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
              .max_concurrent_reconciles(1)
              .complete(LedgerWatch(ctx, ledger, enqueue)))
     watch.queue.add(LEDGER_WATCH_KEY)
+
+    def wake(tenants: set[str]) -> None:
+        enqueue(tenants)
+        for key in tenants:
+            for obj in manager.cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key)):
+                budgets(Request.for_object(obj))
+
+    setup_gpu_meter(manager, ctx, ledger, catalog, wake)
     if reader is None:
         return
 
     def charged(report: PassReport) -> None:
-        enqueue(report.tenants)
-        for key in report.tenants:
-            for obj in manager.cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key)):
-                budgets(Request.for_object(obj))
+        wake(report.tenants)
 
     rater = Rater(reader, ledger, catalog, on_page=charged, metrics=RaterMetrics(manager.metrics.registry))
     stall = ctx.settings.rater_stall_seconds
@@ -151,6 +160,21 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
                   .max_concurrent_reconciles(1)
                   .complete(RaterReconciler(ctx, rater)))
     rating_ctl.queue.add(RATER_KEY)
+
+
+def setup_gpu_meter(manager: Manager, ctx: BillingContext, ledger: Ledger, catalog: Callable[[], Catalog],
+                    wake: Callable[[set[str]], None]) -> None:
+    """The GPU meter (docs/billing.md, "GPU metering"): Kueue Workloads' GPU time into the ledger. It needs no
+    usage database, only the ledger and the Workloads (read only)."""
+    meter = GpuMeter(ledger, catalog, lambda: [thaw(o) for o in manager.cache.list(WORKLOAD)], flavor_reader(ctx),
+                     ctx.clock.now, interval=timedelta(seconds=ctx.settings.gpu_segment_seconds),
+                     metrics=GpuMeterMetrics(manager.metrics.registry), on_charged=wake)
+    ctl = (manager.controller("gpu-meter")
+           .for_(TENANT_ACCOUNT, predicates=[_never])
+           .watches(WORKLOAD, map_to=lambda _: [GPU_METER_KEY])
+           .max_concurrent_reconciles(1)
+           .complete(GpuMeterReconciler(ctx, meter)))
+    ctl.queue.add(GPU_METER_KEY)
 
 
 def setup_budgets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader: UsageReader | None

@@ -53,6 +53,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--rater-stall-seconds", type=int,
                      default=int(env_default("billing_rater_stall_seconds", str(d.rater_stall_seconds))),
                      help="/readyz fails when the rater has made no progress for this long")
+    run.add_argument("--gpu-meter-seconds", type=int,
+                     default=int(env_default("billing_gpu_meter_seconds", str(d.gpu_meter_seconds))),
+                     help="how often Kueue Workloads' GPU time is metered (also on every Workload change)")
+    run.add_argument("--gpu-segment-seconds", type=int,
+                     default=int(env_default("billing_gpu_segment_seconds", str(d.gpu_segment_seconds))),
+                     help="a running Workload's GPU time is charged in segments at least this long")
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
@@ -77,6 +83,8 @@ def settings_from_args(args: argparse.Namespace) -> BillingSettings:
         usage_database_url=args.usage_database_url,
         rate_interval_seconds=args.rate_interval_seconds,
         rater_stall_seconds=args.rater_stall_seconds,
+        gpu_meter_seconds=args.gpu_meter_seconds,
+        gpu_segment_seconds=args.gpu_segment_seconds,
     )
 
 

@@ -21,6 +21,7 @@ RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "RateLimitPolic
 TOKEN_RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1alpha1", "TokenRateLimitPolicy")
 CLUSTER_QUEUE: Final = GroupVersionKind("kueue.x-k8s.io", "v1beta2", "ClusterQueue")
 RESOURCE_FLAVOR: Final = GroupVersionKind("kueue.x-k8s.io", "v1beta2", "ResourceFlavor")
+WORKLOAD: Final = GroupVersionKind("kueue.x-k8s.io", "v1beta2", "Workload")  # read only: GPU metering
 
 KUADRANT_KINDS: Final = (AUTH_POLICY, RATE_LIMIT_POLICY, TOKEN_RATE_LIMIT_POLICY)
 KUEUE_KINDS: Final = (CLUSTER_QUEUE, RESOURCE_FLAVOR)

@@ -41,3 +41,7 @@ class BillingSettings:
     """How often the ledger is polled for new entries (a credit by any process): their tenants are refreshed."""
     budget_resync_seconds: int = 60
     """How often every BudgetPolicy is evaluated again even without new charges (the rater wakes it too)."""
+    gpu_meter_seconds: int = 30
+    """How often Kueue Workloads' GPU time is metered (also on every Workload change)."""
+    gpu_segment_seconds: int = 3600
+    """A running Workload's GPU time is charged in segments of at least this long (and when it ends)."""
