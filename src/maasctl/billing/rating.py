@@ -42,14 +42,17 @@ from maasctl.billing import money
 from maasctl.billing.api.pricebook import SKU, ClientDisconnectPolicy, PriceBookSpec, ProviderFaultPolicy
 
 __all__ = [
+    "COST_KEYS",
     "DIMENSIONS",
     "Book",
     "Component",
     "Context",
+    "CostDataError",
     "RatedLine",
     "Unpriced",
     "Usage",
     "committed_fee",
+    "cost_data",
     "find_sku",
     "rate",
     "unit_divisors",
@@ -168,6 +171,36 @@ class Unpriced:
     model: str
     book: str
     reason: str
+
+
+COST_KEYS: Final = DIMENSIONS
+"""The keys a pass-through cost Secret may hold: one per dimension, the provider's rate in the SKU's unit."""
+MAX_COST_KEYS: Final = len(COST_KEYS)
+
+
+class CostDataError(ValueError):
+    """A cost Secret whose data is not the documented format (docs/billing.md, "Pass-through")."""
+
+
+def cost_data(data: Mapping[str, str]) -> dict[str, Decimal]:
+    """The provider's rates from a cost Secret's (decoded) data: each key a dimension of `COST_KEYS`, each value a
+    decimal string (`money.MONEY_PATTERN`; one trailing newline, as `kubectl create secret --from-file` leaves,
+    is dropped). Raises CostDataError naming the offending key (never its value: a cost can be confidential)."""
+    if not data:
+        raise CostDataError(f"holds no rate: give one key per dimension ({', '.join(COST_KEYS)})")
+    unknown = sorted(k for k in data if k not in COST_KEYS)
+    if unknown:
+        raise CostDataError(f"key(s) {', '.join(repr(k[:63]) for k in unknown[:5])} are not dimensions "
+                            f"({', '.join(COST_KEYS)})")
+    out: dict[str, Decimal] = {}
+    for key in sorted(data):
+        value = data[key]
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+        if not money.is_money(value):
+            raise CostDataError(f"key {key!r} is not a non-negative decimal string of at most {money.MAX_DIGITS} "
+                                f"digits and {money.PLACES} decimals (e.g. \"2.50\")")
+        out[key] = money.parse(value)
+    return out
 
 
 def unit_divisors(unit: str) -> tuple[int, int] | None:
