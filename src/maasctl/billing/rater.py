@@ -355,6 +355,7 @@ class Rater:
             async with self.ledger.engine.begin() as conn:
                 result = await self.ledger.post(txs, conn=conn)
                 await self.ledger.settle_unpriced(settled, conn=conn)
+            self.progress_at = time.monotonic()  # a long revisit is progress, not a stall
             report.read += len(items)
             charged = sum(1 for k in result.inserted if k.startswith("usage:"))
             report.charged += charged
