@@ -10,8 +10,18 @@ from decimal import Decimal
 import pytest
 
 from maasctl.billing.api.pricebook import PriceBookSpec
-from maasctl.billing.rating import Book, Context, CostDataError, RatedLine, Unpriced, Usage, cost_data, rate
-from maasctl.billing.reconcilers.costs import cost_secret_names, decode
+from maasctl.billing.rating import (
+    Book,
+    Context,
+    CostDataError,
+    RatedLine,
+    Unpriced,
+    Usage,
+    cost_data,
+    cost_unit,
+    rate,
+)
+from maasctl.billing.reconcilers.costs import cost_secret_names, decode, unit_mismatches
 
 
 def test_cost_data_reads_dimensions_to_decimal_rates() -> None:
@@ -29,6 +39,8 @@ def test_cost_data_reads_dimensions_to_decimal_rates() -> None:
     ({"prompt_tokens": "0.1234567"}, "key 'prompt_tokens'"),
     ({"prompt_tokens": "secret-cost 9.99"}, "key 'prompt_tokens'"),
     ({"prompt_tokens": ""}, "key 'prompt_tokens'"),
+    ({"unit": "per-1M-tokens"}, "holds no rate"),
+    ({"unit": "per-kilowatt", "prompt_tokens": "1.00"}, "key 'unit' is not a unit rating knows"),
 ])
 def test_malformed_cost_data_is_refused_without_echoing_values(data: dict[str, str], why: str) -> None:
     with pytest.raises(CostDataError) as exc:
@@ -69,3 +81,22 @@ def test_the_markup_is_applied_to_each_cost_and_the_skus_rate_fills_what_the_sec
     assert line.amount == Decimal("2.25") + Decimal("4.5") + Decimal("0.001")
     missing = rate(usage, Book("pb", 1, SPEC), Context())
     assert isinstance(missing, Unpriced) and "openai-costs is missing or unreadable" in missing.reason
+
+
+def test_a_declared_unit_must_be_the_skus() -> None:
+    data = {"unit": "per-1K-tokens\n", "prompt_tokens": "0.002"}
+    assert cost_data(data) == {"prompt_tokens": Decimal("0.002")} and cost_unit(data) == "per-1K-tokens"
+    assert cost_unit({"prompt_tokens": "1"}) is None
+    usage = Usage("r1", datetime(2026, 2, 1, tzinfo=UTC), "ns/gpt", input_tokens=1000)
+    costs = {"openai-costs": cost_data(data)}
+    wrong = rate(usage, Book("pb", 1, SPEC), Context(provider_costs=costs,
+                                                    provider_units={"openai-costs": "per-1K-tokens"}))
+    assert isinstance(wrong, Unpriced)  # 1000x too cheap otherwise
+    assert "priced per-1M-tokens, but its cost Secret openai-costs gives rates per-1K-tokens" in wrong.reason
+    right = rate(usage, Book("pb", 1, SPEC), Context(provider_costs=costs,
+                                                    provider_units={"openai-costs": "per-1M-tokens"}))
+    assert isinstance(right, RatedLine)
+    book = SPEC.model_dump(by_alias=True, mode="json")
+    assert unit_mismatches({"spec": book}, "openai-costs", "per-1K-tokens") == ["gpt (per-1M-tokens)"]
+    assert unit_mismatches({"spec": book}, "openai-costs", "per-1M-tokens") == []
+    assert unit_mismatches({"spec": book}, "openai-costs", None) == []

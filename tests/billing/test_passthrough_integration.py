@@ -156,9 +156,15 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
     await eventually(lambda: cost_condition("True"))
     assert len(await charges()) == 3 and await env.ledger.verify() == []
 
+    # Rates in another unit than the SKU's (key `unit`): refused, not charged 1000x too cheap.
+    await core.replace_namespaced_secret("openai-costs", namespace, secret(
+        "openai-costs", {"unit": "per-1K-tokens", "prompt_tokens": "0.001"}))
+    unit = await eventually(lambda: cost_condition("False"))
+    assert unit["reason"] == "UnitMismatch" and "gpt (per-1M-tokens)" in unit["message"]
+
     # Gone: SecretNotFound.
     await core.delete_namespaced_secret("openai-costs", namespace)
-    gone = await eventually(lambda: cost_condition("False"))
+    gone = await eventually(lambda: cost_condition("False", "does not exist"))
     assert gone["reason"] == "SecretNotFound"
 
 

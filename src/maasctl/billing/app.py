@@ -116,7 +116,8 @@ def catalog_from_cache(cache: Cache, costs: ProviderCosts | None = None) -> Call
                     geo[f"{meta.get('namespace')}/{kind}/{meta['name']}"] = str(label)
         return build_catalog([thaw(o) for o in cache.list(TENANT_ACCOUNT)], [thaw(o) for o in cache.list(PLAN)],
                              [thaw(o) for o in cache.list(PRICE_BOOK)], geo,
-                             costs.snapshot() if costs is not None else None)
+                             costs.snapshot() if costs is not None else None,
+                             costs.units() if costs is not None else None)
 
     return build
 

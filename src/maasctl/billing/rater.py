@@ -89,6 +89,7 @@ class Catalog:
     tenants: dict[str, TenantRef] = field(default_factory=dict)  # organization id -> tenant
     books: dict[str, dict[str, _BookEntry]] = field(default_factory=dict)  # namespace -> name -> book
     provider_costs: dict[str, dict[str, Mapping[str, Decimal]]] = field(default_factory=dict)  # ns -> secret
+    provider_units: dict[str, dict[str, str]] = field(default_factory=dict)  # ns -> secret -> declared unit
 
     def tenant_for(self, organization: str) -> TenantRef | None:
         return self.tenants.get(organization) if organization else None
@@ -108,10 +109,12 @@ class Catalog:
 
 def build_catalog(tenants: Iterable[Mapping[str, Any]], plans: Iterable[Mapping[str, Any]],
                   books: Iterable[Mapping[str, Any]], gateway_geo: Mapping[str, str] | None = None,
-                  provider_costs: Mapping[str, dict[str, Mapping[str, Decimal]]] | None = None) -> Catalog:
+                  provider_costs: Mapping[str, dict[str, Mapping[str, Decimal]]] | None = None,
+                  provider_units: Mapping[str, dict[str, str]] | None = None) -> Catalog:
     """A catalog from the objects (unparseable ones are skipped). `gateway_geo` maps `ns/kind/name` of a Plan
-    target to its region label."""
-    catalog = Catalog(provider_costs=dict(provider_costs or {}))
+    target to its region label; `provider_costs`/`provider_units` are the cost Secrets' rates and declared units
+    by namespace and Secret name."""
+    catalog = Catalog(provider_costs=dict(provider_costs or {}), provider_units=dict(provider_units or {}))
     for obj in books:
         try:
             model = parse(PriceBook, dict(obj))
@@ -288,7 +291,8 @@ class Rater:
                 months[month] = await self.ledger.tokens(tenant.key, month[1], month[1] + timedelta(days=32))
             ctx = rating.Context(geo=tenant.geo, month_tokens_before=months[month],
                                  committed_tier=tenant.committed_tier,
-                                 provider_costs=catalog.provider_costs.get(tenant.namespace, {}))
+                                 provider_costs=catalog.provider_costs.get(tenant.namespace, {}),
+                                 provider_units=catalog.provider_units.get(tenant.namespace, {}))
             line = rating.rate(usage_of(row), book, ctx)
             if isinstance(line, rating.Unpriced):
                 page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts, line.reason))
@@ -374,7 +378,8 @@ class Rater:
                           ) -> tuple[rating.Book | None, rating.RatedLine | None]:
         before = await self.ledger.tokens(tenant.key, month_start(row.ts), row.ts)
         ctx = rating.Context(geo=tenant.geo, month_tokens_before=before, committed_tier=tenant.committed_tier,
-                             provider_costs=catalog.provider_costs.get(tenant.namespace, {}))
+                             provider_costs=catalog.provider_costs.get(tenant.namespace, {}),
+                             provider_units=catalog.provider_units.get(tenant.namespace, {}))
         then = catalog.book_for(tenant, row.ts)
         current = catalog.book_for(tenant, now)
         books = [then] if then is not None else []
@@ -395,7 +400,8 @@ def fingerprints(catalog: Catalog, now: datetime) -> dict[str, str]:
     for ns, books in catalog.books.items():
         parts.setdefault(ns, []).extend(f"book {n}@{b.book.generation}" for n, b in sorted(books.items()))
     for ns, secrets in catalog.provider_costs.items():
-        parts.setdefault(ns, []).extend(f"cost {n} {sorted((k, str(v)) for k, v in c.items())}"
+        units = catalog.provider_units.get(ns, {})
+        parts.setdefault(ns, []).extend(f"cost {n} {units.get(n)} {sorted((k, str(v)) for k, v in c.items())}"
                                         for n, c in sorted(secrets.items()))
     for tenant in catalog.tenants.values():
         book = catalog.book_for(tenant, now)

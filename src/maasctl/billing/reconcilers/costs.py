@@ -28,7 +28,7 @@ from maasctl.billing import rating
 from maasctl.runtime import Client, GroupVersionKind
 from maasctl.runtime.errors import ApiError, Forbidden, NotFound
 
-__all__ = ["COST_RECHECK_SECONDS", "SECRET", "CostState", "ProviderCosts", "cost_secret_names"]
+__all__ = ["COST_RECHECK_SECONDS", "SECRET", "CostState", "ProviderCosts", "cost_secret_names", "unit_mismatches"]
 
 log = structlog.get_logger("maasctl.billing.costs")
 SECRET: Final = GroupVersionKind("", "v1", "Secret")
@@ -45,6 +45,18 @@ def cost_secret_names(book: Mapping[str, Any]) -> set[str]:
     return out
 
 
+def unit_mismatches(book: Mapping[str, Any], secret: str, unit: str | None) -> list[str]:
+    """The pass-through SKUs of `book` naming `secret` whose unit is not the one the Secret declares."""
+    if unit is None:
+        return []
+    out = []
+    for sku in (book.get("spec") or {}).get("skus") or ():
+        ref = ((sku or {}).get("passThrough") or {}).get("costSecretRef") or {}
+        if ref.get("name") == secret and sku.get("unit") != unit:
+            out.append(f"{sku.get('sku')} ({sku.get('unit')})")
+    return out
+
+
 @dataclass(frozen=True)
 class CostState:
     """What reading one cost Secret gave: its rates, or why there are none (`reason` is a condition reason)."""
@@ -52,6 +64,7 @@ class CostState:
     costs: Mapping[str, Decimal] | None
     reason: str  # Valid, SecretNotFound, SecretForbidden, MalformedCostData
     message: str
+    unit: str | None = None  # the unit the Secret declares (key `unit`), if any
 
     @property
     def valid(self) -> bool:
@@ -83,8 +96,9 @@ class ProviderCosts:
         try:
             secret = await self.client.get(SECRET, name, namespace)
             version = str(secret["metadata"].get("resourceVersion", ""))
-            state = CostState(rating.cost_data(decode(secret)), "Valid",
-                              f"cost Secret {name} read at resourceVersion {version}")
+            data = decode(secret)
+            state = CostState(rating.cost_data(data), "Valid", f"cost Secret {name} read at resourceVersion {version}",
+                              rating.cost_unit(data))
         except NotFound:
             state = CostState(None, "SecretNotFound", f"cost Secret {name} does not exist in {namespace}")
         except Forbidden:
@@ -113,6 +127,14 @@ class ProviderCosts:
             del self._states[key]
         for namespace, name in sorted(wanted):
             await self.read(namespace, name)
+
+    def units(self) -> dict[str, dict[str, str]]:
+        """Namespace -> Secret name -> the unit it declares (rating.Context.provider_units)."""
+        out: dict[str, dict[str, str]] = {}
+        for (namespace, name), state in self._states.items():
+            if state.costs is not None and state.unit is not None:
+                out.setdefault(namespace, {})[name] = state.unit
+        return out
 
     def snapshot(self) -> dict[str, dict[str, Mapping[str, Decimal]]]:
         """Namespace -> Secret name -> rates, for the usable Secrets only (rating.Context.provider_costs)."""

@@ -17,7 +17,13 @@ from maasctl.billing import lifecycle
 from maasctl.billing.api import Plan, PriceBook, PriceBookState, TenantAccount
 from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
 from maasctl.billing.reconcilers.context import BillingContext, log
-from maasctl.billing.reconcilers.costs import COST_RECHECK_SECONDS, ProviderCosts, cost_secret_names
+from maasctl.billing.reconcilers.costs import (
+    COST_RECHECK_SECONDS,
+    CostState,
+    ProviderCosts,
+    cost_secret_names,
+    unit_mismatches,
+)
 from maasctl.billing.timers import Timers
 from maasctl.runtime import Request, Result, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
@@ -121,6 +127,11 @@ class PriceBookReconciler:
             return None
         ns = str(obj["metadata"].get("namespace") or "")
         states = [await self.costs.read(ns, n, notify=False) for n in names]
+        for i, (name, state) in enumerate(zip(names, states, strict=True)):
+            skus = unit_mismatches(obj, name, state.unit) if state.valid else []
+            if skus:
+                states[i] = CostState(None, "UnitMismatch", f"cost Secret {name} gives rates {state.unit}, but SKU(s) "
+                                      f"{', '.join(skus)} naming it are priced in another unit")
         bad = [s for s in states if not s.valid]
         before = next((c for c in (obj.get("status") or {}).get("conditions") or ()
                        if c.get("type") == COST_DATA_VALID), None)
