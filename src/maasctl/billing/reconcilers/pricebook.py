@@ -25,7 +25,7 @@ from maasctl.billing.reconcilers.costs import (
     unit_mismatches,
 )
 from maasctl.billing.timers import Timers
-from maasctl.runtime import Request, Result, set_condition, thaw
+from maasctl.runtime import Request, Result, remove_condition, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
 NOTICE_VALID = "NoticeValid"
@@ -123,7 +123,10 @@ class PriceBookReconciler:
         """Read the book's cost Secrets; set CostDataValid in `status`. Returns (reason, message) of an Event
         to record when the condition turns False (or its reason changes), else None."""
         names = sorted(cost_secret_names(obj))
-        if self.costs is None or not names:
+        if self.costs is None:
+            return None
+        if not names:  # (a Draft edited to drop its pass-through SKUs keeps no stale condition)
+            status["conditions"] = remove_condition(status["conditions"], COST_DATA_VALID)
             return None
         ns = str(obj["metadata"].get("namespace") or "")
         states = [await self.costs.read(ns, n, notify=False) for n in names]
