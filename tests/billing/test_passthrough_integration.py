@@ -147,12 +147,20 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
     assert "openai-costs is missing or unreadable" in reason
     assert f"usage:{three.id}" not in await charges()
 
+    async def usage_priced(want: str) -> bool:
+        obj = await billing.get("TenantAccount", "ten", namespace)
+        found = {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or ()}
+        return found.get("UsagePriced", {}).get("status") == want
+
+    await eventually(lambda: usage_priced("False"))
+
     # Fixed: the record left unpriced is charged at the cost now in force, once.
     await core.replace_namespaced_secret("openai-costs", namespace, secret(
         "openai-costs", {"prompt_tokens": "1.00", "completion_tokens": "8.00"}))
     got = await eventually(lambda: _has(charges, f"usage:{three.id}"))
     assert got[f"usage:{three.id}"] == Decimal("0.225")  # (0.1 x 1 + 0.01 x 8) x 1.25
     assert (await env.ledger.unpriced(tenant))[0] == 0
+    await eventually(lambda: usage_priced("True"))  # the tenant's report follows
     await eventually(lambda: cost_condition("True"))
     assert len(await charges()) == 3 and await env.ledger.verify() == []
 
