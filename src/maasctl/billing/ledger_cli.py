@@ -114,8 +114,12 @@ def register_rerate(sub: Any) -> None:
     cmd.add_argument("--tenant", required=True, help="namespace/name of the TenantAccount")
     cmd.add_argument("--from", dest="since", required=True, help="start of the period (ISO 8601, inclusive)")
     cmd.add_argument("--to", dest="until", required=True, help="end of the period (ISO 8601, exclusive)")
-    cmd.add_argument("--price-book-file", required=True,
-                     help="the corrected PriceBook as YAML or JSON (e.g. kubectl get pricebook NAME -o yaml)")
+    which = cmd.add_mutually_exclusive_group(required=True)
+    which.add_argument("--price-book", help="the corrected PriceBook, read from the cluster in the tenant's namespace")
+    which.add_argument("--price-book-file",
+                       help="the corrected PriceBook as YAML or JSON (e.g. kubectl get pricebook NAME -o yaml)")
+    cmd.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None,
+                     help="with --price-book: kubeconfig path (default: in-cluster config, then ~/.kube/config)")
     cmd.add_argument("--reason", required=True, help="why (kept in every adjustment entry for audit)")
     cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
     cmd.add_argument("--geo", default=None,
@@ -132,8 +136,7 @@ def _when(text: str) -> datetime:
     return when.astimezone(UTC)
 
 
-def _book(path: str) -> Book:
-    import yaml
+def _parse_book(obj: Any, where: str) -> Book:
     from pydantic import ValidationError
 
     from maasctl.api import parse
@@ -141,12 +144,42 @@ def _book(path: str) -> Book:
     from maasctl.billing.rating import Book
 
     try:
+        model = parse(PriceBook, obj)
+    except (ValidationError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where} is not a PriceBook: {str(exc)[:500]}") from exc
+    return Book(str(model.metadata.name), int(model.metadata.generation or 0), model.spec)
+
+
+def _book_file(path: str) -> Book:
+    import yaml
+
+    try:
         with open(path, encoding="utf-8") as f:
             obj = yaml.safe_load(f)
-        model = parse(PriceBook, obj)
-    except (OSError, yaml.YAMLError, ValidationError, TypeError, AttributeError) as exc:
+    except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"{path} is not a PriceBook: {str(exc)[:500]}") from exc
-    return Book(str(model.metadata.name), int(model.metadata.generation or 0), model.spec)
+    return _parse_book(obj, path)
+
+
+async def _book_in_cluster(kubeconfig: str | None, namespace: str, name: str) -> Book:
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio import config as k8s_config
+
+    from maasctl.billing.api import GROUP, VERSION, PriceBook
+    from maasctl.runtime.connect import connect
+
+    try:
+        api = await connect(kubeconfig)
+    except (OSError, k8s_config.ConfigException) as exc:
+        raise ValueError(f"cannot connect to the cluster: {str(exc)[:300]}") from exc
+    try:
+        obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PriceBook.crd.plural, name)
+    except k8s.ApiException as exc:
+        raise ValueError(f"cannot read PriceBook {namespace}/{name}: {exc.status} {exc.reason}") from exc
+    finally:
+        await api.close()
+    return _parse_book(obj, f"PriceBook {namespace}/{name}")
 
 
 async def run_rerate(args: argparse.Namespace) -> int:
@@ -159,9 +192,13 @@ async def run_rerate(args: argparse.Namespace) -> int:
         return 2
     try:
         since, until = _when(args.since), _when(args.until)
-        book = _book(args.price_book_file)
         if not args.reason.strip() or not args.actor.strip():
             raise ValueError("a re-rating needs a reason and an actor")
+        namespace, _, name = args.tenant.partition("/")
+        if not namespace or not name:
+            raise ValueError(f"--tenant {args.tenant!r} is not namespace/name")
+        book = (await _book_in_cluster(args.kubeconfig, namespace, args.price_book) if args.price_book
+                else _book_file(args.price_book_file))
     except ValueError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
