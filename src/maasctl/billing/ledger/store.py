@@ -197,7 +197,8 @@ class Ledger:
                           tuple(k for k in others if k not in conflicts), tuple(conflicts))
 
     async def mark_unpriced(self, items: Sequence[Unpriced], *, conn: AsyncConnection | None = None) -> None:
-        """Remember records no SKU prices (reported; rated again only by an explicit re-rate)."""
+        """Remember records no SKU prices (reported; rated again by `Rater.revisit_unpriced` when a PriceBook
+        that may price them appears)."""
         if not items:
             return
         rows = [{"record_id": u.record_id, "tenant": u.tenant, "model": u.model, "occurred_at": u.occurred_at,
