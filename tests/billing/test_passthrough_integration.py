@@ -179,3 +179,42 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
 async def _has(charges: Any, key: str) -> dict[str, Decimal] | None:
     got: dict[str, Decimal] = await charges()
     return got if key in got else None
+
+
+async def test_cost_secrets_are_read_by_name_as_the_service_account_and_refusal_is_reported(
+        billing_cluster: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
+    """The reader on the API server: the billing-controller's token reads a named Secret; a ServiceAccount
+    without `get secrets` gets SecretForbidden (its SKUs unpriced), not a crash; a Secret that does not exist,
+    SecretNotFound; a reading that changes is reported once (the PriceBooks are enqueued)."""
+    from maasctl.billing.reconcilers.costs import ProviderCosts
+    from maasctl.runtime import Client
+    from tests.install.manifests import service_account_api
+
+    from .conftest import billing_controller_api
+
+    core = k8s.CoreV1Api(kube)
+    await core.create_namespaced_secret(namespace, secret("costs", {"prompt_tokens": "2.00"}))
+    await core.create_namespaced_service_account(namespace, k8s.V1ServiceAccount(
+        metadata=k8s.V1ObjectMeta(name="nobody")))
+    controller = await billing_controller_api(billing_cluster)
+    nobody = await service_account_api(billing_cluster, namespace, "nobody")
+    try:
+        changes: list[tuple[str, str]] = []
+        costs = ProviderCosts(Client(controller), on_change=lambda ns, n: changes.append((ns, n)))
+        book = {"metadata": {"namespace": namespace, "name": "pb"},
+                "spec": {"skus": [{"passThrough": {"costSecretRef": {"name": "costs"}}},
+                                  {"passThrough": {"costSecretRef": {"name": "absent"}}}]}}
+        await costs.refresh([book])
+        assert costs.snapshot() == {namespace: {"costs": {"prompt_tokens": Decimal("2.00")}}}
+        assert (await costs.read(namespace, "absent")).reason == "SecretNotFound"
+        assert sorted(changes) == [(namespace, "absent"), (namespace, "costs")]
+        await costs.refresh([book])
+        assert len(changes) == 2  # the same reading: nothing to report
+        await costs.refresh([])
+        assert costs.snapshot() == {}  # no book names it: forgotten
+
+        denied = await ProviderCosts(Client(nobody)).read(namespace, "costs")
+        assert denied.reason == "SecretForbidden" and not denied.valid and "get secrets" in denied.message
+    finally:
+        await controller.close()
+        await nobody.close()
