@@ -50,7 +50,9 @@ async def test_the_billing_service_account_is_bounded(billing_cluster: ControlPl
         assert not can(verb, "plans.billing.opendatahub.io", "-n", "tenants"), verb
         assert not can(verb, "tenantaccounts.billing.opendatahub.io", "-n", "tenants"), verb
     assert not can("delete", "resourceflavors.kueue.x-k8s.io")
-    assert not can("get", "secrets", "-n", "tenants")
+    assert can("get", "secrets", "-n", "tenants")  # a PriceBook's cost Secret, by name
+    for verb in ("list", "watch", "create", "update", "patch", "delete"):
+        assert not can(verb, "secrets", "-n", "tenants"), verb
     assert not can("create", "leases.coordination.k8s.io", "-n", "tenants")
     assert not can("patch", "httproutes.gateway.networking.k8s.io", "-n", "tenants")
     assert not can("patch", "maassubscriptions.maas.opendatahub.io", "-n", DEFAULT_SUBSCRIPTION_NS)

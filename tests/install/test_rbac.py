@@ -77,6 +77,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("kueue.x-k8s.io", "workloads"): READ,
         ("gateway.networking.k8s.io", "gateways"): READ,
         ("gateway.networking.k8s.io", "httproutes"): READ,
+        ("", "secrets"): frozenset({"get"}),  # the cost Secrets PriceBooks name, by name only
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},

@@ -39,6 +39,7 @@ from maasctl.billing.reconcilers.budget import (
     enforcement_changed,
 )
 from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.costs import ProviderCosts, cost_secret_names
 from maasctl.billing.reconcilers.gpu_meter import GPU_METER_KEY, GpuMeterReconciler, flavor_reader
 from maasctl.billing.reconcilers.ledger_watch import LEDGER_WATCH_KEY, LedgerWatch
 from maasctl.billing.reconcilers.plan import (
@@ -105,8 +106,9 @@ def _same_namespace(cache: Cache) -> MapFunc:
     return map_to
 
 
-def catalog_from_cache(cache: Cache) -> Callable[[], Catalog]:
-    """A function building the rating catalog from the cache's current billing objects and Gateway regions."""
+def catalog_from_cache(cache: Cache, costs: ProviderCosts | None = None) -> Callable[[], Catalog]:
+    """A function building the rating catalog from the cache's current billing objects and Gateway regions (and
+    the pass-through costs last read from the Secrets PriceBooks name)."""
 
     def build() -> Catalog:
         geo: dict[str, str] = {}
@@ -117,14 +119,17 @@ def catalog_from_cache(cache: Cache) -> Callable[[], Catalog]:
                 if label:
                     geo[f"{meta.get('namespace')}/{kind}/{meta['name']}"] = str(label)
         return build_catalog([thaw(o) for o in cache.list(TENANT_ACCOUNT)], [thaw(o) for o in cache.list(PLAN)],
-                             [thaw(o) for o in cache.list(PRICE_BOOK)], geo)
+                             [thaw(o) for o in cache.list(PRICE_BOOK)], geo,
+                             costs.snapshot() if costs is not None else None,
+                             costs.units() if costs is not None else None)
 
     return build
 
 
-def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader: UsageReader | None) -> None:
+def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader: UsageReader | None,
+                  costs: ProviderCosts | None = None) -> None:
     """The TenantAccount (wallet) controller, and the rater when maas-api's usage database is known."""
-    catalog = catalog_from_cache(manager.cache)
+    catalog = catalog_from_cache(manager.cache, costs)
     tenants = (manager.controller("tenantaccount")
                .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)])
                .complete(TenantReconciler(ctx, ledger, catalog)))
@@ -158,7 +163,7 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
                   .watches(TENANT_ACCOUNT, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])
                   .watches(PRICE_BOOK, map_to=lambda _: [RATER_KEY], predicates=[SPEC_OR_META])
                   .max_concurrent_reconciles(1)
-                  .complete(RaterReconciler(ctx, rater)))
+                  .complete(RaterReconciler(ctx, rater, costs)))
     rating_ctl.queue.add(RATER_KEY)
 
 
@@ -217,13 +222,21 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
                          ledger=ledger, usage=reader)
     book_timers = Timers(clock)
     siblings = _same_namespace(manager.cache)
+    costs = ProviderCosts(manager.client)
     books = (manager.controller("pricebook")
              .for_(PRICE_BOOK, predicates=[SPEC_OR_META])
              .watches(PRICE_BOOK, map_to=siblings, predicates=[SPEC_OR_META])
              .watches(TENANT_ACCOUNT, map_to=siblings, predicates=[SPEC_OR_META])
              .watches(PLAN, map_to=siblings, predicates=[SPEC_OR_META])
-             .complete(PriceBookReconciler(ctx, book_timers)))
+             .complete(PriceBookReconciler(ctx, book_timers, costs)))
     book_timers.bind(books.queue)
+
+    def cost_changed(namespace: str, secret: str) -> None:  # the rater's reading differs: show it on the books
+        for obj in manager.cache.list(PRICE_BOOK, namespace):
+            if secret in cost_secret_names(obj):
+                books.queue.add(Request.for_object(obj))
+
+    costs.on_change = cost_changed
 
     cache = manager.cache
     cache.add_index(PLAN, TARGET_INDEX, _target_key)
@@ -243,7 +256,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     builder.complete(PlanReconciler(ctx))
     setup_reservations(manager, ctx)
     if ledger is not None:
-        setup_wallets(manager, ctx, ledger, reader)
+        setup_wallets(manager, ctx, ledger, reader, costs)
     return ctx
 
 

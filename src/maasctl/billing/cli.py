@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from maasctl.billing.connector.cli import register_connector, run_connector_cli
-from maasctl.billing.ledger_cli import register_ledger
+from maasctl.billing.ledger_cli import register_ledger, register_rerate
 from maasctl.billing.settings import BillingSettings
 from maasctl.settings import env_default
 
@@ -62,6 +62,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
+    register_rerate(sub)
     register_connector(sub)
     return billing
 
@@ -96,6 +97,10 @@ def dispatch(args: argparse.Namespace) -> int:
         from maasctl.billing.ledger_cli import run_ledger
 
         return int(asyncio.run(run_ledger(args)))
+    if args.billing_command == "rerate":
+        from maasctl.billing.ledger_cli import run_rerate
+
+        return int(asyncio.run(run_rerate(args)))
     if args.billing_command == "connector":
         return run_connector_cli(args)
 

@@ -1,4 +1,5 @@
 """`maasctl billing ledger show|credit|adjust|verify`: a tenant's entries and balance; audited manual entries.
+`maasctl billing rerate`: re-rate a tenant's period with a corrected PriceBook, by adjustment entries.
 
 Manual entries need a reason, an actor (default: $USER) and an id the operator chooses (the natural key: running
 the same command twice records it once). Nothing is ever edited: a wrong credit is undone by an adjustment.
@@ -11,14 +12,17 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from maasctl.billing import money
 from maasctl.billing.ledger import Ledger, adjustment, credit
 from maasctl.billing.ledger.entries import Transaction
 from maasctl.settings import env_default
 
-__all__ = ["register_ledger", "run_ledger"]
+if TYPE_CHECKING:
+    from maasctl.billing.rating import Book
+
+__all__ = ["register_ledger", "register_rerate", "run_ledger", "run_rerate"]
 
 
 def register_ledger(sub: Any) -> None:
@@ -97,4 +101,146 @@ async def run_ledger(args: argparse.Namespace) -> int:
                   f"{e.tokens:>9}  {what}")
         return 0
     finally:
+        await ledger.close()
+
+
+def register_rerate(sub: Any) -> None:
+    cmd = sub.add_parser("rerate", help="re-rate a tenant's usage of a period with a corrected PriceBook (adjustment "
+                         "entries; the charges are never rewritten)")
+    cmd.add_argument("--ledger-url", default=env_default("billing_ledger_url", "") or None,
+                     help="the ledger database (postgresql+asyncpg://... or sqlite+aiosqlite:///path)")
+    cmd.add_argument("--usage-database-url", default=env_default("billing_usage_database_url", "") or None,
+                     help="maas-api's database (read-only): the usage records to rate again")
+    cmd.add_argument("--tenant", required=True, help="namespace/name of the TenantAccount")
+    cmd.add_argument("--from", dest="since", required=True, help="start of the period (ISO 8601, inclusive)")
+    cmd.add_argument("--to", dest="until", required=True, help="end of the period (ISO 8601, exclusive)")
+    which = cmd.add_mutually_exclusive_group(required=True)
+    which.add_argument("--price-book", help="the corrected PriceBook, read from the cluster in the tenant's namespace")
+    which.add_argument("--price-book-file",
+                       help="the corrected PriceBook as YAML or JSON (e.g. kubectl get pricebook NAME -o yaml)")
+    cmd.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None,
+                     help="with --price-book: kubeconfig path (default: in-cluster config, then ~/.kube/config)")
+    cmd.add_argument("--reason", required=True, help="why (kept in every adjustment entry for audit)")
+    cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
+    cmd.add_argument("--geo", default=None,
+                     help="region of the tenant's requests (default: the region each charge was rated in)")
+    cmd.add_argument("--committed-tier", default=None, help="the tenant's committed-use tier, if it has one")
+    cmd.add_argument("--dry-run", action="store_true", help="show what would change; post nothing")
+    cmd.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+
+def _when(text: str) -> datetime:
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError(f"{text!r} has no timezone (e.g. 2026-11-01T00:00:00Z)")
+    return when.astimezone(UTC)
+
+
+def _parse_book(obj: Any, where: str) -> Book:
+    from pydantic import ValidationError
+
+    from maasctl.api import parse
+    from maasctl.billing.api import PriceBook
+    from maasctl.billing.rating import Book
+
+    try:
+        model = parse(PriceBook, obj)
+    except (ValidationError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where} is not a PriceBook: {str(exc)[:500]}") from exc
+    return Book(str(model.metadata.name), int(model.metadata.generation or 0), model.spec)
+
+
+def _book_file(path: str) -> Book:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path} is not a PriceBook: {str(exc)[:500]}") from exc
+    return _parse_book(obj, path)
+
+
+async def _book_in_cluster(kubeconfig: str | None, namespace: str, name: str) -> Book:
+    from kubernetes_asyncio import client as k8s
+    from kubernetes_asyncio import config as k8s_config
+
+    from maasctl.billing.api import GROUP, VERSION, PriceBook
+    from maasctl.runtime.connect import connect
+
+    try:
+        api = await connect(kubeconfig)
+    except (OSError, k8s_config.ConfigException) as exc:
+        raise ValueError(f"cannot connect to the cluster: {str(exc)[:300]}") from exc
+    try:
+        obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PriceBook.crd.plural, name)
+    except k8s.ApiException as exc:
+        raise ValueError(f"cannot read PriceBook {namespace}/{name}: {exc.status} {exc.reason}") from exc
+    finally:
+        await api.close()
+    return _parse_book(obj, f"PriceBook {namespace}/{name}")
+
+
+async def run_rerate(args: argparse.Namespace) -> int:
+    from maasctl.billing.rerate import rerate
+    from maasctl.billing.usage_source import UsageReader
+
+    if not args.ledger_url or not args.usage_database_url:
+        print("--ledger-url and --usage-database-url (or MAASCTL_BILLING_LEDGER_URL, "
+              "MAASCTL_BILLING_USAGE_DATABASE_URL) are required", file=sys.stderr)
+        return 2
+    try:
+        since, until = _when(args.since), _when(args.until)
+        if not args.reason.strip() or not args.actor.strip():
+            raise ValueError("a re-rating needs a reason and an actor")
+        namespace, _, name = args.tenant.partition("/")
+        if not namespace or not name:
+            raise ValueError(f"--tenant {args.tenant!r} is not namespace/name")
+        book = (await _book_in_cluster(args.kubeconfig, namespace, args.price_book) if args.price_book
+                else _book_file(args.price_book_file))
+    except ValueError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    ledger = Ledger.from_url(args.ledger_url)
+    reader = UsageReader.from_url(args.usage_database_url)
+    try:
+        await ledger.create_schema()
+        try:
+            report = await rerate(ledger, reader, args.tenant, book, since, until, reason=args.reason,
+                                  actor=args.actor, geo=args.geo, committed_tier=args.committed_tier,
+                                  dry_run=args.dry_run)
+        except ValueError as exc:
+            print(f"refused: {exc}", file=sys.stderr)
+            return 2
+        state = "dry run, nothing posted" if args.dry_run else (
+            f"{len(report.inserted)} adjustment(s) posted" if report.inserted else
+            "nothing to post" if not report.entries else "already posted")
+        balance = money.quantize(await ledger.balance(args.tenant))
+        if args.output == "json":
+            print(json.dumps({"tenant": args.tenant, "priceBook": book.name, "generation": book.generation,
+                              "from": since.isoformat(), "to": until.isoformat(), "records": report.records,
+                              "changed": report.changed, "unchanged": report.unchanged, "delta": str(report.delta),
+                              "unpriced": report.unpriced, "missing": report.missing,
+                              "entries": [e.key for e in report.entries], "inserted": report.inserted,
+                              "conflicts": report.conflicts, "dryRun": args.dry_run, "balance": str(balance)},
+                             indent=2))
+        else:
+            print(f"tenant {args.tenant}  {since.isoformat()} .. {until.isoformat()}  with {book.name}@"
+                  f"{book.generation}")
+            print(f"{report.records} charged record(s): {report.changed} re-rated, {report.unchanged} unchanged, "
+                  f"{len(report.unpriced)} not priced by the corrected book, {len(report.missing)} no longer in "
+                  f"maas-api; charges change by {report.delta}; {state}")
+            for rid, why in list(report.unpriced.items())[:10]:
+                print(f"  not re-rated {rid}: {why}")
+            for tx in report.entries:
+                print(f"  {tx.key}")
+            print(f"balance of {args.tenant}: {balance}")
+        if report.conflicts:
+            print("refused: an adjustment with the same key and different content (actor or reason) exists",
+                  file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        await reader.close()
         await ledger.close()

@@ -13,6 +13,7 @@ whatever had been written. The `Catalog` is a snapshot of the billing objects (p
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from maasctl.billing.ledger.store import Ledger, Unpriced
 from maasctl.billing.usage_source import UsageReader, UsageRow
 
 __all__ = ["COMMITTED_USE_ANNOTATION", "Catalog", "PassReport", "Rater", "RaterMetrics", "TenantRef",
-           "build_catalog"]
+           "build_catalog", "fingerprints"]
 
 log = structlog.get_logger("maasctl.billing.rater")
 COMMITTED_USE_ANNOTATION = "billing.opendatahub.io/committed-use"
@@ -88,6 +89,7 @@ class Catalog:
     tenants: dict[str, TenantRef] = field(default_factory=dict)  # organization id -> tenant
     books: dict[str, dict[str, _BookEntry]] = field(default_factory=dict)  # namespace -> name -> book
     provider_costs: dict[str, dict[str, Mapping[str, Decimal]]] = field(default_factory=dict)  # ns -> secret
+    provider_units: dict[str, dict[str, str]] = field(default_factory=dict)  # ns -> secret -> declared unit
 
     def tenant_for(self, organization: str) -> TenantRef | None:
         return self.tenants.get(organization) if organization else None
@@ -107,10 +109,12 @@ class Catalog:
 
 def build_catalog(tenants: Iterable[Mapping[str, Any]], plans: Iterable[Mapping[str, Any]],
                   books: Iterable[Mapping[str, Any]], gateway_geo: Mapping[str, str] | None = None,
-                  provider_costs: Mapping[str, dict[str, Mapping[str, Decimal]]] | None = None) -> Catalog:
+                  provider_costs: Mapping[str, dict[str, Mapping[str, Decimal]]] | None = None,
+                  provider_units: Mapping[str, dict[str, str]] | None = None) -> Catalog:
     """A catalog from the objects (unparseable ones are skipped). `gateway_geo` maps `ns/kind/name` of a Plan
-    target to its region label."""
-    catalog = Catalog(provider_costs=dict(provider_costs or {}))
+    target to its region label; `provider_costs`/`provider_units` are the cost Secrets' rates and declared units
+    by namespace and Secret name."""
+    catalog = Catalog(provider_costs=dict(provider_costs or {}), provider_units=dict(provider_units or {}))
     for obj in books:
         try:
             model = parse(PriceBook, dict(obj))
@@ -194,6 +198,7 @@ class Rater:
         self.oldest_unrated: datetime | None = None
         self.metrics.since_progress.set_function(self._idle)
         self.metrics.oldest_unrated.set_function(self._oldest_unrated_age)
+        self._prints: dict[str, str] = {}  # revisit_unpriced: namespace -> fingerprint last seen
 
     def _oldest_unrated_age(self) -> int:
         """Whole seconds (billing has no floats; a gauge needs no finer grain)."""
@@ -286,7 +291,8 @@ class Rater:
                 months[month] = await self.ledger.tokens(tenant.key, month[1], month[1] + timedelta(days=32))
             ctx = rating.Context(geo=tenant.geo, month_tokens_before=months[month],
                                  committed_tier=tenant.committed_tier,
-                                 provider_costs=catalog.provider_costs.get(tenant.namespace, {}))
+                                 provider_costs=catalog.provider_costs.get(tenant.namespace, {}),
+                                 provider_units=catalog.provider_units.get(tenant.namespace, {}))
             line = rating.rate(usage_of(row), book, ctx)
             if isinstance(line, rating.Unpriced):
                 page.unpriced.append(Unpriced(row.id, tenant.key, row.model, row.ts, line.reason))
@@ -304,6 +310,105 @@ class Rater:
                         currency=line.currency, book=book.name))
             page.charged += 1
         return page
+
+    # -- re-rating what was left unpriced (docs/billing.md, "Re-rating") ---------------------------------------
+
+    async def revisit_unpriced(self, now: datetime | None = None) -> PassReport:
+        """Charge the unpriced records a PriceBook now prices. Runs when the billing objects of a namespace
+        changed since the last look (a book added, edited, taking effect; a cost Secret read differently; a
+        tenant's pin or Plan): its tenants' unpriced records are rated again, each against the book in force
+        at its time, else the tenant's book now (the first that takes effect after it). A charge is the same
+        `usage:<record id>` entry the rater would have written (never twice), posted in one transaction with
+        the removal of the record from the unpriced report."""
+        now = now or datetime.now(UTC)
+        catalog = self.catalog()
+        prints = fingerprints(catalog, now)
+        changed = {ns for ns, p in prints.items() if self._prints.get(ns) != p}
+        self._prints = prints
+        report = PassReport()
+        tenants = {t.key: t for t in catalog.tenants.values() if t.namespace in changed}
+        after: tuple[datetime, str] | None = None
+        while tenants:
+            items = await self.ledger.unpriced_page(sorted(tenants), after, self.page_size)
+            if not items:
+                break
+            after = (items[-1].occurred_at, items[-1].record_id)
+            rows = {r.id: r for r in await self.reader.records([u.record_id for u in items])}
+            txs: list[entries.Transaction] = []
+            settled: list[str] = []
+            for item in items:
+                row = rows.get(item.record_id)
+                if row is None:
+                    continue  # maas-api no longer has it: it stays reported
+                tenant = tenants[item.tenant]
+                book, line = await self._rate_again(catalog, tenant, row, now)
+                if book is None or line is None:
+                    continue
+                txs.append(entries.usage_charge(
+                    f"usage:{row.id}", tenant.key, row.ts, line.amount, currency=line.currency, tokens=line.tokens,
+                    details={**line.details(), "keyId": row.key_id, "rerated": "unpriced",
+                             "unpricedReason": item.reason[:256]}))
+                if tenant.committed_tier is not None:
+                    fee = rating.committed_fee(book.spec, tenant.committed_tier)
+                    month = month_start(row.ts)
+                    if fee is not None:
+                        txs.append(entries.commitment_fee(tenant.key, tenant.committed_tier, month.strftime("%Y-%m"),
+                                                          month, fee, currency=line.currency, book=book.name))
+                settled.append(row.id)
+                report.tenants.add(tenant.key)
+            async with self.ledger.engine.begin() as conn:
+                result = await self.ledger.post(txs, conn=conn)
+                await self.ledger.settle_unpriced(settled, conn=conn)
+            self.progress_at = time.monotonic()  # a long revisit is progress, not a stall
+            report.read += len(items)
+            charged = sum(1 for k in result.inserted if k.startswith("usage:"))
+            report.charged += charged
+            report.unpriced += len(items) - len(settled)
+            self.metrics.rated.labels("charged").inc(charged)
+            if len(items) < self.page_size:
+                break
+        if report.charged:
+            log.info("charged usage left unpriced", charged=report.charged, still_unpriced=report.unpriced,
+                     tenants=len(report.tenants))
+        if self.on_page is not None and report.tenants:
+            self.on_page(report)
+        return report
+
+    async def _rate_again(self, catalog: Catalog, tenant: TenantRef, row: UsageRow, now: datetime
+                          ) -> tuple[rating.Book | None, rating.RatedLine | None]:
+        before = await self.ledger.tokens(tenant.key, month_start(row.ts), row.ts)
+        ctx = rating.Context(geo=tenant.geo, month_tokens_before=before, committed_tier=tenant.committed_tier,
+                             provider_costs=catalog.provider_costs.get(tenant.namespace, {}),
+                             provider_units=catalog.provider_units.get(tenant.namespace, {}))
+        then = catalog.book_for(tenant, row.ts)
+        current = catalog.book_for(tenant, now)
+        books = [then] if then is not None else []
+        if current is not None and (then is None or (current.name, current.generation) != (then.name,
+                                                                                           then.generation)):
+            books.append(current)
+        for book in books:
+            line = rating.rate(usage_of(row), book, ctx)
+            if isinstance(line, rating.RatedLine):
+                return book, line
+        return None, None
+
+
+def fingerprints(catalog: Catalog, now: datetime) -> dict[str, str]:
+    """Per namespace, a digest of what decides a price there now: its books (name, generation), the cost
+    Secrets' rates, and each tenant's book in force. A change means unpriced records may now be priced."""
+    parts: dict[str, list[str]] = {}
+    for ns, books in catalog.books.items():
+        parts.setdefault(ns, []).extend(f"book {n}@{b.book.generation}" for n, b in sorted(books.items()))
+    for ns, secrets in catalog.provider_costs.items():
+        units = catalog.provider_units.get(ns, {})
+        parts.setdefault(ns, []).extend(f"cost {n} {units.get(n)} {sorted((k, str(v)) for k, v in c.items())}"
+                                        for n, c in sorted(secrets.items()))
+    for tenant in catalog.tenants.values():
+        book = catalog.book_for(tenant, now)
+        parts.setdefault(tenant.namespace, []).append(
+            f"tenant {tenant.name} {book.name if book else ''}@{book.generation if book else ''} {tenant.geo} "
+            f"{tenant.committed_tier}")
+    return {ns: hashlib.sha256("\n".join(sorted(p)).encode()).hexdigest() for ns, p in parts.items()}
 
 
 @dataclass

@@ -13,7 +13,8 @@ The rule, in order (docs/billing.md, "Rating"):
 3. **Unit.** Token rates are per `per-<n>[K|M|B]-tokens` (`per-1M-tokens`: rate per million) or `per-token`;
    `gpu_seconds` per `per-gpu-second|minute|hour`; `requests` always per request. Another unit: `Unpriced`.
 4. **Pass-through.** A SKU with `passThrough` takes each dimension's rate from the provider's cost Secret
-   (same unit) plus `markupPct`; dimensions the Secret lacks keep the SKU's rate. A missing Secret: `Unpriced`.
+   (same unit) plus `markupPct`; dimensions the Secret lacks keep the SKU's rate. A missing Secret, or one that
+   declares another `unit`: `Unpriced`.
 5. **Fault policies.** `termination: upstream_error` (or an upstream 5xx) follows `providerFaultPolicy`,
    `client_disconnect` follows `clientDisconnectPolicy`: `zero_charge` makes the line 0, `bill_partial` rates
    what was recorded. `refused` (the gateway answered itself) is never charged.
@@ -42,14 +43,19 @@ from maasctl.billing import money
 from maasctl.billing.api.pricebook import SKU, ClientDisconnectPolicy, PriceBookSpec, ProviderFaultPolicy
 
 __all__ = [
+    "COST_KEYS",
+    "COST_UNIT_KEY",
     "DIMENSIONS",
     "Book",
     "Component",
     "Context",
+    "CostDataError",
     "RatedLine",
     "Unpriced",
     "Usage",
     "committed_fee",
+    "cost_data",
+    "cost_unit",
     "find_sku",
     "rate",
     "unit_divisors",
@@ -107,6 +113,7 @@ class Context:
     month_tokens_before: int = 0
     committed_tier: str | None = None
     provider_costs: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    provider_units: Mapping[str, str] = field(default_factory=dict)  # cost Secret name -> its declared unit
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,48 @@ class Unpriced:
     model: str
     book: str
     reason: str
+
+
+COST_KEYS: Final = DIMENSIONS
+"""The rate keys a pass-through cost Secret may hold: one per dimension, the provider's rate in the SKU's unit."""
+COST_UNIT_KEY: Final = "unit"
+"""The optional key naming the unit the Secret's rates are in; when present it must be the SKU's `unit`."""
+
+
+class CostDataError(ValueError):
+    """A cost Secret whose data is not the documented format (docs/billing.md, "Pass-through")."""
+
+
+def cost_data(data: Mapping[str, str]) -> dict[str, Decimal]:
+    """The provider's rates from a cost Secret's (decoded) data: each key a dimension of `COST_KEYS`, each value a
+    decimal string (`money.MONEY_PATTERN`; one trailing newline, as `kubectl create secret --from-file` leaves,
+    is dropped). Raises CostDataError naming the offending key (never its value: a cost can be confidential)."""
+    unit = data.get(COST_UNIT_KEY)
+    if unit is not None and unit_divisors(unit.rstrip("\r\n")) is None:
+        raise CostDataError(f"key {COST_UNIT_KEY!r} is not a unit rating knows (per-<n>[K|M|B]-tokens, "
+                            "per-token, per-gpu-second|minute|hour, per-request)")
+    data = {k: v for k, v in data.items() if k != COST_UNIT_KEY}
+    if not data:
+        raise CostDataError(f"holds no rate: give one key per dimension ({', '.join(COST_KEYS)})")
+    unknown = sorted(k for k in data if k not in COST_KEYS)
+    if unknown:
+        raise CostDataError(f"key(s) {', '.join(repr(k[:63]) for k in unknown[:5])} are not dimensions "
+                            f"({', '.join(COST_KEYS)})")
+    out: dict[str, Decimal] = {}
+    for key in sorted(data):
+        value = data[key]
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+        if not money.is_money(value):
+            raise CostDataError(f"key {key!r} is not a non-negative decimal string of at most {money.MAX_DIGITS} "
+                                f"digits and {money.PLACES} decimals (e.g. \"2.50\")")
+        out[key] = money.parse(value)
+    return out
+
+
+def cost_unit(data: Mapping[str, str]) -> str | None:
+    """The unit a cost Secret declares (key `unit`), or None."""
+    unit = data.get(COST_UNIT_KEY)
+    return unit.rstrip("\r\n") if unit is not None else None
 
 
 def unit_divisors(unit: str) -> tuple[int, int] | None:
@@ -264,6 +313,11 @@ def rate(usage: Usage, book: Book, ctx: Context | None = None) -> RatedLine | Un
             return Unpriced(usage.record_id, usage.model, book.name,
                             f"SKU {sku.sku} passes through {pt.provider}'s cost, but its cost Secret "
                             f"{pt.cost_secret_ref.name} is missing or unreadable")
+        declared = ctx.provider_units.get(pt.cost_secret_ref.name)
+        if declared is not None and declared != sku.unit:
+            return Unpriced(usage.record_id, usage.model, book.name,
+                            f"SKU {sku.sku} is priced {sku.unit}, but its cost Secret {pt.cost_secret_ref.name} "
+                            f"gives rates {declared}")
         factor = money.CONTEXT.add(Decimal(1), _div(pt.markup_pct, _HUNDRED))
         for dim, cost in costs.items():
             rates[dim] = (money.CONTEXT.multiply(cost, factor), f"passThrough:{pt.provider}")

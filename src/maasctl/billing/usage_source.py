@@ -126,13 +126,28 @@ class UsageReader:
             stmt = stmt.where(_after(after))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return [UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, key_id=str(r.key_id),
-                         subscription=str(r.subscription),
-                         organization_id=str(r.organization_id), model=str(r.model), status=int(r.status),
-                         input_tokens=int(r.input_tokens), cached_tokens=int(r.cached_tokens),
-                         output_tokens=int(r.output_tokens), reasoning_tokens=int(r.reasoning_tokens),
-                         total_tokens=int(r.total_tokens), estimated=bool(r.estimated),
-                         estimate_reason=str(r.estimate_reason), termination=str(r.termination)) for r in rows]
+        return [_row(r) for r in rows]
+
+    async def records(self, ids: Sequence[str]) -> list[UsageRow]:
+        """The records with these ids (re-rating: the ledger remembers ids, maas-api the records)."""
+        t = usage_records
+        out: list[UsageRow] = []
+        wanted = sorted(set(ids))
+        for i in range(0, len(wanted), 500):
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(select(*t.c).where(t.c.id.in_(wanted[i: i + 500])))).all()
+            out += [_row(r) for r in rows]
+        return out
+
+
+def _row(r: Any) -> UsageRow:
+    return UsageRow(id=str(r.id), ts=r.ts, received_at=r.received_at, key_id=str(r.key_id),
+                    subscription=str(r.subscription),
+                    organization_id=str(r.organization_id), model=str(r.model), status=int(r.status),
+                    input_tokens=int(r.input_tokens), cached_tokens=int(r.cached_tokens),
+                    output_tokens=int(r.output_tokens), reasoning_tokens=int(r.reasoning_tokens),
+                    total_tokens=int(r.total_tokens), estimated=bool(r.estimated),
+                    estimate_reason=str(r.estimate_reason), termination=str(r.termination))
 
 
 def _after(after: tuple[datetime, str]) -> Any:

@@ -10,7 +10,8 @@ balance. The accounts:
 - `equity:adjustments`: manual corrections (an adjustment moves money between it and the wallet).
 
 Natural keys make every entry idempotent: `usage:<usage record id>`, `credit:<id>`, `adjustment:<id>`,
-`psp:<event id>`, `reservation:<namespace>/<name>:<period>`. Posting the same key twice records it once;
+`psp:<event id>`, `reservation:<namespace>/<name>:<period>`, `adjustment:rerate:<tenant>:<digest>` (a
+re-rating: what a corrected PriceBook changes of already charged usage). Posting the same key twice records it once;
 posting it with different content is a conflict, reported and never applied.
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "COMMITMENTS",
     "FUNDING",
     "MICROS",
+    "RERATE_PREFIX",
     "RESERVATIONS",
     "REVENUE",
     "Kind",
@@ -41,6 +43,7 @@ __all__ = [
     "commitment_fee",
     "credit",
     "from_micros",
+    "rerate_adjustment",
     "reservation_fee",
     "to_micros",
     "usage_charge",
@@ -187,6 +190,34 @@ def adjustment(entry_id: str, tenant: str, occurred_at: datetime, amount: Decima
     return Transaction(key=f"adjustment:{entry_id}", kind="adjustment", tenant=tenant, occurred_at=occurred_at,
                        currency=currency, actor=actor, reason=reason,
                        postings=(Posting(wallet(tenant), amount), Posting(ADJUSTMENTS, -amount)))
+
+
+RERATE_PREFIX: Final = "adjustment:rerate:"
+
+
+def rerate_adjustment(tenant: str, occurred_at: datetime, deltas: Mapping[str, Decimal], *, book: str,
+                      generation: int, since: datetime, until: datetime, currency: str, reason: str,
+                      actor: str) -> Transaction:
+    """A re-rating: what charging `deltas` (usage record id -> corrected charge minus what the ledger charged it
+    so far; signed) changes, between the wallet and revenue:usage (it corrects usage revenue, it is not a
+    goodwill adjustment). The ledger rows of the charges are never touched. The key is a digest of what it
+    corrects, so the same correction posted twice (a retry, two operators) is recorded once; who, when and why
+    are in the entry (`actor`, `recorded_at`, `reason`, `details`)."""
+    _reasoned(reason, actor)
+    total = sum(deltas.values(), Decimal(0))
+    records = {rid: _signed(d) for rid, d in sorted(deltas.items())}
+    digest = hashlib.sha256(json.dumps([tenant, book, generation, records], separators=(",", ":")).encode()
+                            ).hexdigest()[:32]
+    return Transaction(key=f"{RERATE_PREFIX}{tenant}:{digest}", kind="adjustment", tenant=tenant,
+                       occurred_at=occurred_at, currency=currency, actor=actor, reason=reason,
+                       details={"rerate": True, "priceBook": book, "generation": generation,
+                                "from": since.isoformat(), "to": until.isoformat(), "records": records,
+                                "total": _signed(total)},
+                       postings=(Posting(wallet(tenant), -total), Posting(REVENUE, total)))
+
+
+def _signed(amount: Decimal) -> str:
+    return money.fmt(amount) if amount >= 0 else "-" + money.fmt(-amount)
 
 
 def balances(transactions: Sequence[Transaction]) -> dict[str, Decimal]:

@@ -5,7 +5,8 @@
   exact in both engines, SUM never goes through a float; the Python side is `Decimal`).
 - Both are append-only: triggers refuse UPDATE and DELETE. Balances are always derived (SUM of postings).
 - `billing_rater_cursor` (where the rater is in maas-api's usage records) and `billing_unpriced_usage` (records
-  no SKU prices, reported) are bookkeeping of the rater, not money; `billing_budget_firings` (one row per
+  no SKU prices, reported until a PriceBook prices them: the row goes when the charge is posted) are bookkeeping
+  of the rater, not money; `billing_budget_firings` (one row per
   budget threshold fired in a period: whoever inserts it notifies) is the budgets' bookkeeping, and
   `billing_budget_notices` the signed webhooks of those firings the psp-connector is to deliver (an outbox).
 """

@@ -16,12 +16,12 @@ from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from maasctl.billing.ledger.entries import Transaction, from_micros, to_micros, wallet
+from maasctl.billing.ledger.entries import RERATE_PREFIX, Transaction, from_micros, to_micros, wallet
 from maasctl.billing.ledger.schema import (
     create_schema_sync,
     cursor,
@@ -31,6 +31,7 @@ from maasctl.billing.ledger.schema import (
     transactions,
     unpriced,
 )
+from maasctl.billing.money import parse_signed
 from maasctl.dbfiles import private_sqlite_file
 
 __all__ = ["Entry", "Ledger", "Notice", "PendingNotice", "PostResult", "Unpriced", "create_tables", "make_engine"]
@@ -196,7 +197,8 @@ class Ledger:
                           tuple(k for k in others if k not in conflicts), tuple(conflicts))
 
     async def mark_unpriced(self, items: Sequence[Unpriced], *, conn: AsyncConnection | None = None) -> None:
-        """Remember records no SKU prices (reported; rated again only by an explicit re-rate)."""
+        """Remember records no SKU prices (reported; rated again by `Rater.revisit_unpriced` when a PriceBook
+        that may price them appears)."""
         if not items:
             return
         rows = [{"record_id": u.record_id, "tenant": u.tenant, "model": u.model, "occurred_at": u.occurred_at,
@@ -211,6 +213,53 @@ class Ledger:
                 await write(own)
         else:
             await write(conn)
+
+    async def unpriced_page(self, tenants: Sequence[str], after: tuple[datetime, str] | None,
+                            limit: int) -> list[Unpriced]:
+        """The unpriced records of `tenants` strictly after `(occurred_at, record id)`, in that order (the
+        rater revisits them when the tenants' PriceBooks change)."""
+        u = unpriced
+        if not tenants:
+            return []
+        stmt = select(u).where(u.c.tenant.in_(list(tenants))).order_by(u.c.occurred_at, u.c.record_id).limit(limit)
+        if after is not None:
+            stmt = stmt.where(or_(u.c.occurred_at > after[0], and_(u.c.occurred_at == after[0],
+                                                                     u.c.record_id > after[1])))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [Unpriced(str(r.record_id), str(r.tenant), str(r.model), r.occurred_at, str(r.reason)) for r in rows]
+
+    async def settle_unpriced(self, record_ids: Sequence[str], *, conn: AsyncConnection) -> None:
+        """Forget unpriced records that are now charged (their `usage:<id>` entry is posted in `conn`'s
+        transaction: the report shrinks exactly when the charge exists)."""
+        for part in _chunks(list(record_ids)):
+            await conn.execute(delete(unpriced).where(unpriced.c.record_id.in_(list(part))))
+
+    async def usage_charges(self, tenant: str, since: datetime, until: datetime
+                            ) -> dict[str, tuple[Decimal, str]]:
+        """Usage record id -> (what its `usage:<id>` entry charged the tenant, the region of the SKU it was rated
+        with), for records in [since, until)."""
+        t = transactions
+        stmt = (select(t.c.key, t.c.details, postings.c.amount_micros)
+                .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
+                .where(and_(t.c.tenant == tenant, t.c.kind == "usage", t.c.occurred_at >= since,
+                            t.c.occurred_at < until, postings.c.account == wallet(tenant))))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {str(r.key).removeprefix("usage:"): (from_micros(-int(r.amount_micros)),
+                                                     str((r.details or {}).get("geo") or "")) for r in rows}
+
+    async def rerated(self, tenant: str) -> dict[str, Decimal]:
+        """Usage record id -> the sum of what re-rating adjustments added to its charge so far."""
+        t = transactions
+        stmt = select(t.c.details).where(and_(t.c.tenant == tenant, t.c.kind == "adjustment",
+                                              t.c.key.startswith(RERATE_PREFIX, autoescape=True)))
+        out: dict[str, Decimal] = {}
+        async with self.engine.connect() as conn:
+            for (details,) in (await conn.execute(stmt)).all():
+                for rid, delta in ((details or {}).get("records") or {}).items():
+                    out[str(rid)] = out.get(str(rid), Decimal(0)) + parse_signed(str(delta))
+        return out
 
     # -- the rater's cursor --------------------------------------------------------------------------------
 

@@ -17,11 +17,19 @@ from maasctl.billing import lifecycle
 from maasctl.billing.api import Plan, PriceBook, PriceBookState, TenantAccount
 from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
 from maasctl.billing.reconcilers.context import BillingContext, log
+from maasctl.billing.reconcilers.costs import (
+    COST_RECHECK_SECONDS,
+    CostState,
+    ProviderCosts,
+    cost_secret_names,
+    unit_mismatches,
+)
 from maasctl.billing.timers import Timers
-from maasctl.runtime import Request, Result, set_condition, thaw
+from maasctl.runtime import Request, Result, remove_condition, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
 NOTICE_VALID = "NoticeValid"
+COST_DATA_VALID = "CostDataValid"  # only on books with pass-through SKUs
 _EVENTS = {
     PriceBookState.ANNOUNCED: "Announced",
     PriceBookState.ACTIVE: "Activated",
@@ -70,9 +78,10 @@ def tenant_uses(tenants: list[FrozenObject], plans: list[FrozenObject]) -> list[
 
 
 class PriceBookReconciler:
-    def __init__(self, ctx: BillingContext, timers: Timers) -> None:
+    def __init__(self, ctx: BillingContext, timers: Timers, costs: ProviderCosts | None = None) -> None:
         self.ctx = ctx
         self.timers = timers
+        self.costs = costs
 
     async def reconcile(self, req: Request) -> Result:
         ctx = self.ctx
@@ -93,14 +102,55 @@ class PriceBookReconciler:
         now = ctx.clock.now()
         life = lifecycle.evaluate(req.name, books, tenants, now)
         previous = (obj.get("status") or {}).get("state")
-        await ctx.apply_status(obj, self.status(obj, life))
+        status = self.status(obj, life)
+        cost_problem = await self._cost_condition(obj, status)
+        await ctx.apply_status(obj, status)
+        if cost_problem is not None:
+            await ctx.event(obj, "Warning", cost_problem[0], cost_problem[1][:1024])
         if previous != life.state:
             if not life.notice_valid and previous is None:
                 await ctx.event(obj, "Warning", "NoticeTooShort", life.message)
             elif life.state in _EVENTS:
                 await ctx.event(obj, "Normal", _EVENTS[life.state], life.message)
             log.info("pricebook state", request=req.key, state=str(life.state), previous=previous)
-        return self.timers.after(req, life.next_transition)
+        result = self.timers.after(req, life.next_transition)
+        if self.costs is not None and cost_secret_names(obj) and (result.after is None
+                                                                  or result.after > COST_RECHECK_SECONDS):
+            return Result.requeue_after(COST_RECHECK_SECONDS)  # no watch on Secrets: look again
+        return result
+
+    async def _cost_condition(self, obj: FrozenObject, status: dict[str, Any]) -> tuple[str, str] | None:
+        """Read the book's cost Secrets; set CostDataValid in `status`. Returns (reason, message) of an Event
+        to record when the condition turns False (or its reason changes), else None."""
+        names = sorted(cost_secret_names(obj))
+        if self.costs is None:
+            return None
+        if not names:  # (a Draft edited to drop its pass-through SKUs keeps no stale condition)
+            status["conditions"] = remove_condition(status["conditions"], COST_DATA_VALID)
+            return None
+        ns = str(obj["metadata"].get("namespace") or "")
+        states = [await self.costs.read(ns, n, notify=False) for n in names]
+        for i, (name, state) in enumerate(zip(names, states, strict=True)):
+            skus = unit_mismatches(obj, name, state.unit) if state.valid else []
+            if skus:
+                states[i] = CostState(None, "UnitMismatch", f"cost Secret {name} gives rates {state.unit}, but SKU(s) "
+                                      f"{', '.join(skus)} naming it are priced in another unit")
+        bad = [s for s in states if not s.valid]
+        before = next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                       if c.get("type") == COST_DATA_VALID), None)
+        if bad:
+            reason = bad[0].reason
+            message = ("; ".join(s.message for s in bad) +
+                       ": the pass-through SKUs naming it are not charged (usage reported unpriced)")
+        else:
+            reason, message = "Valid", "; ".join(s.message for s in states)
+        status["conditions"] = set_condition(
+            status["conditions"], type_=COST_DATA_VALID, status="False" if bad else "True", reason=reason,
+            message=message, observed_generation=status["observedGeneration"], now=self.ctx.now_rfc3339())
+        if bad and (before is None or before.get("status") != "False" or before.get("reason") != reason):
+            log.warning("pricebook cost data invalid", book=f"{ns}/{obj['metadata']['name']}", reason=reason)
+            return "InvalidCostData", message
+        return None
 
     def status(self, obj: FrozenObject, life: lifecycle.Lifecycle) -> dict[str, Any]:
         generation = int(obj["metadata"].get("generation", 0))

@@ -1,14 +1,18 @@
 """The rater as a controller: one key (`rater`), one worker, leader only. Each reconcile is one pass of
-`Rater.run_once`; the tenants it charged are enqueued on the TenantAccount controller so their status (and
-so enforcement) follows within one reconcile. It runs again every `rate_interval_seconds`."""
+`Rater.run_once` (after re-reading the pass-through cost Secrets PriceBooks name), then
+`Rater.revisit_unpriced` (records left unpriced that a PriceBook now prices); the tenants it charged are
+enqueued on the TenantAccount controller so their status (and so enforcement) follows within one reconcile. It
+runs again every `rate_interval_seconds`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Final
 
+from maasctl.billing.kinds import PRICE_BOOK
 from maasctl.billing.rater import Rater
 from maasctl.billing.reconcilers.context import BillingContext
+from maasctl.billing.reconcilers.costs import ProviderCosts
 from maasctl.runtime import Request, Result
 
 __all__ = ["RATER_KEY", "RaterReconciler"]
@@ -17,15 +21,19 @@ RATER_KEY: Final = Request(None, "rater")
 
 
 class RaterReconciler:
-    def __init__(self, ctx: BillingContext, rater: Rater) -> None:
+    def __init__(self, ctx: BillingContext, rater: Rater, costs: ProviderCosts | None = None) -> None:
         self.ctx = ctx
         self.rater = rater
+        self.costs = costs
 
     async def reconcile(self, req: Request) -> Result:
         if req != RATER_KEY:
             return Result.done()
         await self.rater.ledger.ensure_schema()
+        if self.costs is not None:  # the cost Secrets as they are now: a changed Secret prices later records
+            await self.costs.refresh(self.ctx.cache.list(PRICE_BOOK))
         await self.rater.run_once()
+        await self.rater.revisit_unpriced(self.ctx.clock.now())
         return Result.requeue_after(self.ctx.settings.rate_interval_seconds)
 
 
