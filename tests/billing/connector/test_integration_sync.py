@@ -216,6 +216,23 @@ async def test_invoiced_usage_is_pushed_and_invoiced_per_interval_with_either_ta
     await eventually(lambda: synced_status("stripe-psp", nxt + timedelta(minutes=4), 1), 60)
     assert [i["amount"] for i in recorder.calls("/v1/invoiceitems", customer)] == [["123"], ["1"], ["200"]]
 
+    # Stripe unreachable altogether (the credentials check fails too): no sync runs, and none is reported healthy.
+    recorder.failing.update({"/v1/balance", "/v1/invoiceitems", "/v1/invoices"})
+    try:
+        clock.set(nxt + timedelta(minutes=6))
+        wake(setup, namespace, "stripe-psp")
+
+        async def unsynced() -> dict[str, Any] | None:
+            st = await status_of(billing, "BillingConnector", "stripe-psp", namespace)
+            c = conds(st)
+            return st if c.get("CredentialsValid", {}).get("status") == "False" else None
+
+        st = await eventually(unsynced, 60)
+        assert (conds(st)["SyncHealthy"]["status"], conds(st)["SyncHealthy"]["reason"]) == ("False", "NotConnected")
+        assert st["lastSync"]["at"] == (nxt + timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    finally:
+        recorder.failing.clear()
+
     # observedGeneration follows an edited connector (its conditions too).
     await billing.patch("BillingConnector", "stripe-none", namespace, {"spec": {"taxMode": "psp"}})
 
