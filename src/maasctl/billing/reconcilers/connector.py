@@ -245,7 +245,10 @@ class BillingConnectorReconciler:
                 state.at = stamp
                 state.next_usage = now + timedelta(seconds=usage_every)
             requeue = max(1, min(requeue, int((state.next_usage - now).total_seconds()) + 1))
-        if state.at is None:
+        if state.at is not None and entry is None and self.sync is not None:  # no sync runs while disconnected
+            conds = _cond(conds, generation, stamp, SYNC_HEALTHY, False, "NotConnected",
+                          f"no sync since {state.at}: the credentials are not accepted ({reason})")
+        elif state.at is None:
             conds = _cond(conds, generation, stamp, SYNC_HEALTHY, None, "NotSyncedYet",
                           "usage and invoices are synced once the credentials are valid")
         elif state.error or state.failed:

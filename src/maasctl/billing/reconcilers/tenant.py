@@ -39,6 +39,8 @@ __all__ = ["RUNWAY_DAYS", "TenantReconciler", "cap_price", "highest_token_price"
 BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED = (
     "BalanceHealthy", "BalanceStale", "ReconcileDrift", "UsagePriced")
 OWN_CONDITIONS = frozenset({BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED})
+_OWN_FIELDS = ("state", "balance", "balanceObservedAt", "mtdSpend", "runwayDays", "allowanceTokens", "allowanceLimits",
+               "observedGeneration")
 RUNWAY_DAYS = 7
 _RETRY_SECONDS = 5
 
@@ -183,8 +185,12 @@ class TenantReconciler:
     def stale(self, obj: FrozenObject, error: str) -> dict[str, Any]:
         generation = int(obj["metadata"].get("generation", 0))
         old = obj.get("status") or {}
-        conditions = set_condition(old.get("conditions"), type_=BALANCE_STALE, status="True",
+        mine = [c for c in old.get("conditions") or () if c.get("type") in OWN_CONDITIONS]
+        conditions = set_condition(mine, type_=BALANCE_STALE, status="True",
                                    reason="LedgerUnavailable",
                                    message=f"the ledger cannot be read; balance as of {old.get('balanceObservedAt')}: "
                                    f"{error}"[:1024], observed_generation=generation, now=self.ctx.now_rfc3339())
-        return {"conditions": conditions}
+        # A server-side apply removes the fields it no longer names: keep the last state and balance (an
+        # unreadable ledger must not lift a Frozen tenant's enforcement), and the connector's conditions its own.
+        kept = {k: old[k] for k in _OWN_FIELDS if k in old}
+        return {**kept, "conditions": conditions}
