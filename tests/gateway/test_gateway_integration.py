@@ -6,11 +6,13 @@ API server; the AuthPolicy and TokenRateLimitPolicy are the controller's output,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from typing import Any
 
 import httpx
+from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
 from maasctl.gateway import SimulateRequest, format_report, simulate, simulate_remote
@@ -230,3 +232,62 @@ async def test_the_edge_takes_the_client_address_and_scheme_from_the_connection(
     finally:
         stack.gateway._proxy = proxy  # type: ignore[method-assign]
     assert seen == [("http", "127.0.0.1")] * len(claims)
+
+
+async def test_a_client_that_leaves_a_stream_is_settled_as_a_disconnect_and_the_upstream_stops(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str, stack: Stack,
+) -> None:
+    """The answer is cut at the client's departure: the record says `client_disconnect` (what
+    `clientDisconnectPolicy` prices), not `complete` with the tokens of an answer nobody received, and the
+    gateway stops reading the provider instead of draining it."""
+    sent: list[int] = []
+
+    async def slow_stream(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await out.prepare(request)
+        for i in range(100):
+            chunk = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-x",
+                     "choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+            await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            sent.append(i)
+            await asyncio.sleep(0.05)
+        usage = {"prompt_tokens": 10, "completion_tokens": 100, "total_tokens": 110}
+        await out.write(f'data: {json.dumps({"choices": [], "usage": usage})}\n\ndata: [DONE]\n\n'.encode())
+        return out
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", slow_stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        premium, _ = await publish(objs, kube, stack, namespace, limit=100000)
+        await serve_external_locally(kube, namespace, "gpt", f"http://127.0.0.1:{port}")
+
+        async def repointed() -> bool:
+            snap = stack.gateway.state.snapshot()
+            return any(b.base_url.endswith(f":{port}") for r in snap.table.rules if r.model == f"{namespace}/gpt"
+                       for b in r.backends)
+
+        await eventually(repointed, timeout=30)
+        stack.maas_api.keys["sk-oai-alice-1"] = {"valid": True, "username": "alice", "keyId": "key-a",
+                                                 "groups": ["premium-users"], "subscription": f"{SUB_NS}/{premium}"}
+        url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
+        async with httpx.AsyncClient(timeout=30) as http, http.stream(
+                "POST", url, json=chat(stream=True), headers={"Authorization": "Bearer sk-oai-alice-1"}) as answer:
+            assert answer.status_code == 200
+            async for _ in answer.aiter_bytes():
+                break  # the client reads the first chunk and leaves
+
+        async def settled() -> bool:
+            return bool(stack.sink.records)
+
+        await eventually(settled, timeout=10)
+        record = stack.sink.records[-1]
+        assert record.termination == "client_disconnect", record
+        await asyncio.sleep(0.5)
+        assert len(sent) < 50  # the provider was not drained to the end (100 chunks, 5 s)
+    finally:
+        await runner.cleanup()

@@ -296,11 +296,14 @@ class Gateway:
             await _refuse(send, refusal)
             return
         try:
-            await self._forward(send, ex)
+            await self._forward(send, ex, receive)
         finally:
             pipeline.release(ex)
 
-    async def _forward(self, send: Send, ex: Exchange) -> None:
+    async def _forward(self, send: Send, ex: Exchange, receive: Receive) -> None:
+        """Forward, stream the answer back and settle. A client that leaves a streamed answer is noticed by ASGI's
+        `http.disconnect` (uvicorn's `send` returns silently after it): the answer stops at the next chunk and the
+        exchange settles `client_disconnect` with what was read, never `complete` with what the client never got."""
         pipeline = self.pipeline
         up = pipeline.upstream_request(ex)
         client_timeout = aiohttp.ClientTimeout(total=up.timeout, connect=self.settings.connect_timeout)
@@ -331,9 +334,15 @@ class Gateway:
                 await send({"type": "http.response.start", "status": resp.status, "headers": [
                     (k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers]})
 
+        # a streamed answer is cut when the client leaves (it saves the provider's tokens); a JSON answer is
+        # generated whole anyway, and watching for it would cost every request a task
+        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+        gone = asyncio.get_running_loop().create_task(disconnected(receive)) if streamed else None
         try:
             await head()
             async for chunk in response.content.iter_any():
+                if gone is not None and gone.done():
+                    raise _ClientGone
                 chunk = await resp.feed(chunk)
                 await head()
                 if chunk:
@@ -352,8 +361,20 @@ class Gateway:
         except OSError:
             termination = "client_disconnect"  # charged all the same: a conservative estimate if unread
         finally:
+            if gone is not None:
+                gone.cancel()
             response.release()
             await pipeline.finish(ex, status, termination)
+
+
+class _ClientGone(OSError):
+    """The client closed the connection while its answer was streaming."""
+
+
+async def disconnected(receive: Receive) -> None:
+    """Returns once the client has gone (the request body was read before: only `http.disconnect` comes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _is_loopback(scope: Scope) -> bool:

@@ -11,6 +11,7 @@ a message timeout) before the head, a cut stream after it - never a request serv
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -128,7 +129,7 @@ class ProcessorFront:
                 if admitted.immediate is not None:
                     await _answer(send, admitted.immediate)
                     return
-                await self._forward(send, ex, post, admitted.headers, admitted.body)
+                await self._forward(send, receive, ex, post, admitted.headers, admitted.body)
             finally:
                 await post.aclose()
         except ProcessorFailure as failure:
@@ -164,9 +165,11 @@ class ProcessorFront:
         added = {k.lower(): v for k, v in ex.outcome.headers.items()}
         return [*((k, v) for k, v in headers if k not in added), *added.items()]
 
-    async def _forward(self, send: Any, ex: Exchange, post: FilterStream, headers: list[tuple[str, str]],
-                       body: bytes) -> None:
-        """The router (the route's path rewrite and hostname), then the answer through the post filter."""
+    async def _forward(self, send: Any, receive: Any, ex: Exchange, post: FilterStream,
+                       headers: list[tuple[str, str]], body: bytes) -> None:
+        """The router (the route's path rewrite and hostname), then the answer through the post filter. A client
+        that leaves a streamed answer resets the stream, as Envoy does: the processor settles it as cut."""
+        from maasctl.gateway.server import disconnected
         assert ex.match is not None and ex.backend is not None
         gw = self.gateway
         rule = ex.match.rule
@@ -189,6 +192,7 @@ class ProcessorFront:
             await _start(send, head.status, head.headers)
             await send({"type": "http.response.body", "body": await post.response_chunk(reply, True)})
             return
+        gone: asyncio.Task[None] | None = None
         try:
             head = await post.response_headers(response.status, [(k.decode("latin-1"), v.decode("latin-1"))
                                                                  for k, v in response.raw_headers])
@@ -199,8 +203,13 @@ class ProcessorFront:
                 await self._answer_buffered(send, post, head, response)
                 return
             await _start(send, head.status, head.headers)
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                gone = asyncio.get_running_loop().create_task(disconnected(receive))
             try:
                 async for chunk in response.content.iter_any():
+                    if gone is not None and gone.done():
+                        post.abort()  # Envoy resets both sides' streams when the downstream goes away
+                        return
                     passed = await post.response_chunk(chunk, False)
                     if passed:
                         await send({"type": "http.response.body", "body": passed, "more_body": True})
@@ -213,6 +222,8 @@ class ProcessorFront:
         except OSError:
             post.abort()  # the client went away
         finally:
+            if gone is not None:
+                gone.cancel()
             response.release()
 
 
