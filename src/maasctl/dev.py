@@ -64,7 +64,7 @@ def write_tokens(stack: LocalStack, path: Path) -> None:
     path.chmod(0o600)
 
 
-def banner(stack: LocalStack, directory: Path, console_url: str) -> str:
+def banner(stack: LocalStack, directory: Path, console_url: str, billing: str = "") -> str:
     kubeconfig, tokens = directory / "kubeconfig", directory / "tokens.env"
     ns = samples.MODEL_NAMESPACE
     return f"""
@@ -87,6 +87,7 @@ maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {
         -d '{{"model": "{samples.EXTERNAL_MODEL}", "messages": [{{"role": "user", "content": "hi"}}]}}'
   curl -s {stack.api_url}/v1/models -H "Authorization: Bearer $KEY"
   .venv/bin/maasctl simulate --gateway-url {stack.gateway_url} --model {ns}/{samples.EXTERNAL_MODEL} --key "$KEY"
+{billing}
 """
 
 
@@ -118,15 +119,15 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
             await apply_samples(stack)
         # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
-                                      stack.settings.gateway_name, stop, samples=options.samples,
+                                      stack.settings.gateway_name, stop, samples_on=options.samples,
                                       probe_address=options.billing_probe_address)
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
                                           model_namespace=samples.MODEL_NAMESPACE)
-        print(banner(stack, directory, console_url), flush=True)
+        print(banner(stack, directory, console_url, billing.hints), flush=True)
         try:
             return await controller
         finally:
             stop.set()
-            await billing
+            await billing.wait()
     finally:
         await stack.stop()

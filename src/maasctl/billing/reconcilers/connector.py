@@ -366,14 +366,15 @@ class ConnectorSecretsReconciler:
         try:
             secret = await ctx.secret(req.namespace or "", ref)
         except ApiError as exc:  # e.g. Forbidden: reported by the connector's own reconcile; looked at again
-            log.warning("connector secret not readable", connector=req.key, secret=ref, error=type(exc).__name__)
+            log.warning("connector credentials not readable", connector=req.key, credentials=ref,
+                        error=type(exc).__name__)
             return Result.requeue_after(ctx.settings.secret_check_seconds)
         version = str(secret["metadata"].get("resourceVersion", "")) if secret is not None else "-"
         seen, self._seen[req.key] = self._seen.get(req.key), f"{ref}:{version}"
         entry = ctx.registry.get(req.key)
         loaded = entry is not None and entry.version != f"{spec.get('type')}:{version}"
         if loaded or (seen is not None and seen != self._seen[req.key]):
-            log.info("connector secret changed", connector=req.key, secret=ref)
+            log.info("connector credentials changed", connector=req.key, credentials=ref)
             self.wake(Request(req.namespace, req.name))
         return Result.requeue_after(ctx.settings.secret_check_seconds)
 
