@@ -3,26 +3,84 @@ sample model `llm/gpt-x` becomes a charge on the sample tenant `ten-acme` (price
 `pb-launch`), the balance falling below its reload threshold makes the dev stack's psp-connector ask Stripe
 (stripe-mock) for a reload, and the reload's confirmed payment credits the wallet. Everything is read where a user
 reads it: the TenantAccount's status and Events. The journey only adds a subscription of organization `acme` for
-its own user (the cluster's groups are not the samples' in E2E_CLUSTER=external)."""
+its own user (the cluster's groups are not the samples' in E2E_CLUSTER=external).
+
+In E2E_CLUSTER=local the suite's stack has no billing of its own: the journey starts it as `maasctl dev` does
+(`maasctl.billing.dev.start_billing`: the billing controller, stripe-mock, the psp-connector, the samples and the
+welcome credit, its own ledger) for this module, with the sample model `llm/gpt-x`, and removes them afterwards."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from e2e.billing_operator import usage_url
 from e2e.conftest import World
+from e2e.target import Target
 from e2e.waits import eventually
 from maasctl import samples as maas_samples
 from maasctl.billing import samples
+from maasctl.billing.dev import start_billing
+from maasctl.runtime import GroupVersionKind, NotFound
 
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"
 
 
-async def test_a_call_becomes_a_charge_and_a_low_balance_a_credited_reload(world: World) -> None:
+@dataclass(frozen=True)
+class _Database:
+    database_url: str | None
+
+
+@dataclass(frozen=True)
+class _DevStack:
+    """What `start_billing` needs of the stack: the suite's API client, a directory of its own, maas-api's DB."""
+
+    api: k8s.ApiClient
+    directory: Path
+    options: _Database
+
+
+@pytest.fixture(scope="module")
+async def dev_billing(stack: Target) -> AsyncIterator[None]:
+    """External: the cluster's own (`maasctl dev`'s). Local: started here as `maasctl dev` starts it."""
+    if stack.local is None:
+        yield
+        return
+    gw_ns, gw_name = stack.settings.gateway_namespace, stack.settings.gateway_name
+    directory = stack.directory / "dev-billing"
+    directory.mkdir(exist_ok=True)
+    client = stack.client
+    model = [o for o in maas_samples.models(stack.settings, stack.model_url, stack.incluster_model_url or "")
+             if o["metadata"]["name"] in (maas_samples.EXTERNAL_MODEL, "provider-key")]  # llm/gpt-x, as in dev
+    for obj in model:
+        await client.apply(obj, field_manager="e2e-operator")
+    stop = asyncio.Event()
+    running = await start_billing(_DevStack(stack.api, directory, _Database(usage_url(stack.local))),
+                                  str(stack.kubeconfig), gw_ns, gw_name, stop)
+    try:
+        yield
+    finally:
+        stop.set()
+        await running.wait()
+        for obj in [*samples.billing_samples(gw_ns, gw_name, datetime.now(UTC)), *samples.payment_secrets(gw_ns),
+                    *reversed(model)]:
+            group, _, version = obj["apiVersion"].rpartition("/")
+            with contextlib.suppress(NotFound):
+                await client.delete(GroupVersionKind(group, version, obj["kind"]), obj["metadata"]["name"],
+                                    obj["metadata"]["namespace"])
+
+
+async def test_a_call_becomes_a_charge_and_a_low_balance_a_credited_reload(dev_billing: None, world: World) -> None:
     stack = world.stack
     gw_ns = stack.settings.gateway_namespace
     custom = k8s.CustomObjectsApi(stack.api)
