@@ -96,7 +96,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     stop_on_signals(stop)
     directory = options.directory.resolve()
     shutil.rmtree(directory / "controlplane", ignore_errors=True)
-    (directory / "maas-api.db").unlink(missing_ok=True)
+    # A fresh control plane and maas-api: the billing ledger (and the connector's payment book in it) starts afresh
+    # too, so every run tells the same story (welcome credit, charges, reloads) and no reload limit carries over.
+    for db in ("maas-api.db", "billing-ledger.db", "billing-ledger.db-wal", "billing-ledger.db-shm"):
+        (directory / db).unlink(missing_ok=True)
     admin = TestUser(DEV_ADMIN, secrets.token_urlsafe(24), (ADMIN_GROUP, "system:authenticated"))
     stack = LocalStack(StackOptions(
         directory=directory, settings=settings, gateway_port=options.gateway_port, api_port=options.api_port,
