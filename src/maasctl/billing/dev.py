@@ -50,7 +50,7 @@ from maasctl.testenv.stripemock import StripeMock, StripeMockUnavailable, start_
 
 log = structlog.get_logger("maasctl.billing.dev")
 FIELD_MANAGER = "maasctl-dev"
-RELAY_INTERVAL = 0.5
+RELAY_INTERVAL = 1  # seconds between looks at the payment book (no float in billing: tests/billing/test_no_float.py)
 
 
 class _Options(Protocol):
