@@ -83,8 +83,10 @@ class DevBilling:
     async def wait(self) -> None:
         try:
             for task in self.tasks:
-                with contextlib.suppress(Exception):
+                try:
                     await task
+                except Exception:  # one part's failure must not keep the others (or stripe-mock) running
+                    log.exception("billing part failed", part=task.get_name())
         finally:
             if self.stripe is not None:
                 await asyncio.to_thread(self.stripe.stop)
@@ -164,6 +166,21 @@ async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, g
     ledger_url = settings.ledger_url or ledger_url
     tasks = [asyncio.create_task(run_billing(settings, stop), name="billing controller")]
     stripe = await _stripe_mock() if payments else None
+    try:
+        hints = await _start_payments_and_samples(stack, tasks, stripe, ledger_url, kubeconfig, gateway_namespace,
+                                                  gateway_name, stop, samples_on)
+    except BaseException:
+        stop.set()
+        await DevBilling(tasks, stripe, ledger_url, "").wait()
+        raise
+    return DevBilling(tasks, stripe, ledger_url, hints)
+
+
+async def _start_payments_and_samples(stack: Stack, tasks: list[asyncio.Task[int]], stripe: StripeMock | None,
+                                      ledger_url: str, kubeconfig: str, gateway_namespace: str, gateway_name: str,
+                                      stop: asyncio.Event, samples_on: bool) -> str:
+    """The psp-connector and its Stripe relay (when stripe-mock runs), the samples, the welcome credit; the
+    banner's billing lines."""
     ns = gateway_namespace
     hints = [f"  kubectl get pricebooks,plans,tenantaccounts,budgetpolicies,billingconnectors -n {ns}"]
     if stripe is not None:
@@ -209,4 +226,4 @@ async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, g
             f"  {show}   # charges, reloads, credits",
         ]
         log.info("billing samples applied", namespace=ns, ledger=show)
-    return DevBilling(tasks, stripe, ledger_url, "\n".join(hints))
+    return "\n".join(hints)
