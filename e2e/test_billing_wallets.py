@@ -45,6 +45,8 @@ async def wallet_billing(stack: Target) -> AsyncIterator[ManagedProcess]:
 
 
 async def ledger_cli(stack: LocalStack, *args: str) -> str:
+    if args[0] in ("credit", "adjust"):  # a manual entry is checked against the TenantAccounts of the cluster
+        args = (*args, f"--kubeconfig={stack.kubeconfig}")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "maasctl.cli", "billing", "ledger", f"--ledger-url={ledger_url(stack)}", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -64,7 +64,7 @@ def write_tokens(stack: LocalStack, path: Path) -> None:
     path.chmod(0o600)
 
 
-def banner(stack: LocalStack, directory: Path, console_url: str) -> str:
+def banner(stack: LocalStack, directory: Path, console_url: str, billing: str = "") -> str:
     kubeconfig, tokens = directory / "kubeconfig", directory / "tokens.env"
     ns = samples.MODEL_NAMESPACE
     return f"""
@@ -87,6 +87,7 @@ maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {
         -d '{{"model": "{samples.EXTERNAL_MODEL}", "messages": [{{"role": "user", "content": "hi"}}]}}'
   curl -s {stack.api_url}/v1/models -H "Authorization: Bearer $KEY"
   .venv/bin/maasctl simulate --gateway-url {stack.gateway_url} --model {ns}/{samples.EXTERNAL_MODEL} --key "$KEY"
+{billing}
 """
 
 
@@ -95,7 +96,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
     stop_on_signals(stop)
     directory = options.directory.resolve()
     shutil.rmtree(directory / "controlplane", ignore_errors=True)
-    (directory / "maas-api.db").unlink(missing_ok=True)
+    # A fresh control plane and maas-api: the billing ledger (and the connector's payment book in it) starts afresh
+    # too, so every run tells the same story (welcome credit, charges, reloads) and no reload limit carries over.
+    for db in ("maas-api.db", "billing-ledger.db", "billing-ledger.db-wal", "billing-ledger.db-shm"):
+        (directory / db).unlink(missing_ok=True)
     admin = TestUser(DEV_ADMIN, secrets.token_urlsafe(24), (ADMIN_GROUP, "system:authenticated"))
     stack = LocalStack(StackOptions(
         directory=directory, settings=settings, gateway_port=options.gateway_port, api_port=options.api_port,
@@ -118,15 +122,15 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
             await apply_samples(stack)
         # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
-                                      stack.settings.gateway_name, stop, samples=options.samples,
+                                      stack.settings.gateway_name, stop, samples_on=options.samples,
                                       probe_address=options.billing_probe_address)
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
                                           model_namespace=samples.MODEL_NAMESPACE)
-        print(banner(stack, directory, console_url), flush=True)
+        print(banner(stack, directory, console_url, billing.hints), flush=True)
         try:
             return await controller
         finally:
             stop.set()
-            await billing
+            await billing.wait()
     finally:
         await stack.stop()

@@ -75,6 +75,20 @@ def test_preemptible_overbooks_and_is_reclaimed_first() -> None:
     assert rsv.admit(8, [ask("ns/p", 8, SEP, OCT, P, "1"), ask("ns/g", 8, SEP, OCT, G, "2")])["ns/g"].available
 
 
+def test_capacity_is_checked_for_every_class() -> None:
+    """A pool with 0 GPUs (or none at all) confirms nothing, Preemptible included; nor does a pool smaller than
+    the request, whatever the class. Preemptible still overbooks what Guaranteed ones hold."""
+    for klass in (G, P):
+        for capacity in (0, 3):
+            out = rsv.admit(capacity, [ask("ns/a", 4, SEP, OCT, klass)])["ns/a"]
+            assert not out.available and out.reason == "InsufficientCapacity", (klass, capacity)
+            assert "asks 4" in out.message and klass.value in out.message
+        assert "has no GPUs" in rsv.admit(0, [ask("ns/a", 1, SEP, OCT, klass)])["ns/a"].message
+        assert rsv.admit(4, [ask("ns/a", 4, SEP, OCT, klass)])["ns/a"].available
+    overbooked = rsv.admit(4, [ask("ns/g", 4, SEP, OCT, G, "1"), ask("ns/p", 4, SEP, OCT, P, "2")])["ns/p"]
+    assert overbooked.available and overbooked.reason == "Overbooked"
+
+
 def test_lifecycle_from_the_window_and_the_clock() -> None:
     end = OCT
     def at(now: datetime, **kw: Any) -> ReservationState:

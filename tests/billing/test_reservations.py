@@ -192,3 +192,49 @@ async def test_capacity_lifecycle_kueue_and_charges(reservations: Reservations, 
 
 async def _equal(check: Any, want: Any) -> bool:
     return bool(await check() == want)
+
+
+async def test_a_preemptible_reservation_on_a_pool_without_gpus_is_not_confirmed(
+        reservations: Reservations, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+    """Capacity is checked for every class: a Preemptible request on a pool of 0 GPUs (and on a pool no node is in)
+    stays Requested with `CapacityConfirmed=False` saying why, a Warning Event and no charge; once the pool has the
+    GPUs it is confirmed by itself (a Node change wakes it)."""
+    clock = reservations.running.clock
+    clock.set(datetime(2026, 8, 20, tzinfo=UTC))
+    sku = f"l4-{uuid.uuid4().hex[:6]}"
+    node = f"gpu-{sku}-empty"
+    await gpu_node(kube, node, sku, "us-east", 0)
+    try:
+        for name, pool_sku in (("spot-empty", sku), ("spot-nowhere", f"{sku}-none")):
+            await billing.create(reservation(namespace, name, pool_sku, 1, "2026-09-01T00:00:00Z",
+                                             "2026-09-30T23:59:59Z", "Preemptible", "100"))
+
+        async def requested(name: str) -> dict[str, Any] | None:
+            obj = await billing.get("Reservation", name, namespace)
+            cond = conditions(obj or {}).get("CapacityConfirmed") or {}
+            return obj if cond.get("reason") == "InsufficientCapacity" else None
+
+        empty = await eventually(lambda: requested("spot-empty"))
+        assert empty["status"]["state"] == "Requested"
+        assert empty["status"]["capacityCheck"] == {"available": False, "pool": f"us-east/{sku}"}
+        cond = conditions(empty)["CapacityConfirmed"]
+        assert cond["status"] == "False" and "has no GPUs" in cond["message"] and "Preemptible" in cond["message"]
+        assert conditions(empty)["Charged"]["reason"] == "NotDue"
+        await wait_event(kube, namespace, "spot-empty", "Requested", "Warning")
+        nowhere = await eventually(lambda: requested("spot-nowhere"))
+        assert nowhere["status"]["state"] == "Requested"
+
+        await k8s.CoreV1Api(kube).patch_node_status(node, {"status": {"capacity": {"nvidia.com/gpu": "2"},
+                                                                      "allocatable": {"nvidia.com/gpu": "2"}}})
+
+        async def confirmed() -> dict[str, Any] | None:
+            obj = await billing.get("Reservation", "spot-empty", namespace)
+            return obj if ((obj or {}).get("status") or {}).get("state") == "Confirmed" else None
+
+        now = await eventually(confirmed)
+        assert conditions(now)["CapacityConfirmed"]["reason"] == "Preemptible"
+        assert (await requested("spot-nowhere")) is not None  # still no node in that pool
+    finally:
+        await k8s.CoreV1Api(kube).delete_node(node)
+        for name in ("spot-empty", "spot-nowhere"):
+            await billing.delete("Reservation", name, namespace)

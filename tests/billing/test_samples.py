@@ -20,10 +20,30 @@ KIND_BY_NAME = {kind.__name__: kind for kind in KINDS}
 
 def test_samples_are_valid_billing_objects() -> None:
     objs = billing_samples("gw-ns", "gw", datetime(2026, 1, 1, tzinfo=UTC))
-    assert {o["kind"] for o in objs} == {"PriceBook", "Plan", "TenantAccount", "BudgetPolicy"}
+    assert {o["kind"] for o in objs} == {"PriceBook", "Plan", "TenantAccount", "BudgetPolicy", "BillingConnector"}
     for obj in objs:
         parse(KIND_BY_NAME[obj["kind"]], obj)
         assert obj["metadata"]["namespace"] == "gw-ns"
+
+
+def test_the_sample_books_price_the_sample_models() -> None:
+    """A call of the dev stack's models (10 prompt + 5 completion tokens) is priced, at the price the banner
+    prints, by both sample books: nothing the new user does is unpriced."""
+    from decimal import Decimal
+
+    from maasctl.billing import samples
+    from maasctl.billing.api import PriceBook
+    from maasctl.billing.rating import Book, RatedLine, Usage, rate
+
+    objs = billing_samples("gw-ns", "gw", datetime(2026, 1, 1, tzinfo=UTC))
+    for book in (o for o in objs if o["kind"] == "PriceBook"):
+        spec = parse(PriceBook, book).spec
+        for model, price in (("llm/gpt-x", samples.GPT_X_CALL), ("llm/granite", samples.GRANITE_CALL)):
+            usage = Usage("r1", datetime(2026, 3, 1, tzinfo=UTC), model, input_tokens=10, output_tokens=5,
+                          total_tokens=15)
+            line = rate(usage, Book(book["metadata"]["name"], 1, spec))
+            assert isinstance(line, RatedLine), (book["metadata"]["name"], model, line)
+            assert line.amount == Decimal(price)
 
 
 @pytest.mark.integration

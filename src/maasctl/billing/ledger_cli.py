@@ -3,6 +3,9 @@
 
 Manual entries need a reason, an actor (default: $USER) and an id the operator chooses (the natural key: running
 the same command twice records it once). Nothing is ever edited: a wrong credit is undone by an adjustment.
+A manual entry is refused unless its tenant is a TenantAccount that exists (read with `--kubeconfig`, else the
+in-cluster config, else `$KUBECONFIG` / ~/.kube/config): money posted to a mistyped tenant would sit in a wallet
+nobody owns, and the ledger is append-only.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+from kubernetes_asyncio.config import ConfigException
+
 from maasctl.billing import money
+from maasctl.billing.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger, adjustment, credit
 from maasctl.billing.ledger.entries import Transaction
+from maasctl.runtime import ApiError, Client, NotFound
+from maasctl.runtime.connect import connect
 from maasctl.settings import env_default
 
 if TYPE_CHECKING:
@@ -43,6 +52,9 @@ def register_ledger(sub: Any) -> None:
         cmd.add_argument("--id", required=True, help="your id for this entry (idempotency: used once)")
         cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
         cmd.add_argument("--currency", default="USD")
+        cmd.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None,
+                         help="where the TenantAccount is checked (default: in-cluster config, then $KUBECONFIG "
+                              "or ~/.kube/config)")
     cmds.add_parser("verify", help="check that every transaction, and the ledger, balances")
 
 
@@ -53,6 +65,27 @@ def _manual(args: argparse.Namespace) -> Transaction:
                       currency=args.currency)
     return adjustment(args.id, args.tenant, now, money.parse_signed(args.amount), reason=args.reason, actor=args.actor,
                       currency=args.currency)
+
+
+async def tenant_problem(tenant: str, kubeconfig: str | None) -> str | None:
+    """Why `tenant` (namespace/name) cannot take a manual entry, or None when its TenantAccount exists."""
+    namespace, _, name = tenant.partition("/")
+    if not namespace or not name or "/" in name:
+        return f"--tenant must be namespace/name of a TenantAccount, not {tenant!r}"
+    try:
+        api = await connect(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        return f"cannot check that TenantAccount {tenant} exists: no cluster access ({exc}); give --kubeconfig"
+    try:
+        await Client(api).get(TENANT_ACCOUNT, name, namespace)
+    except NotFound:
+        return (f"TenantAccount {tenant} does not exist (kubectl get tenantaccounts -n {namespace} lists the "
+                "tenants there): nothing recorded")
+    except (TimeoutError, ApiError, aiohttp.ClientError, OSError) as exc:
+        return f"cannot check that TenantAccount {tenant} exists: {type(exc).__name__}: {exc}"[:500]
+    finally:
+        await api.close()
+    return None
 
 
 async def run_ledger(args: argparse.Namespace) -> int:
@@ -73,6 +106,10 @@ async def run_ledger(args: argparse.Namespace) -> int:
                 tx = _manual(args)
             except (ValueError, money.MoneyError) as exc:
                 print(f"refused: {exc}", file=sys.stderr)
+                return 2
+            problem = await tenant_problem(args.tenant, args.kubeconfig)
+            if problem is not None:
+                print(f"refused: {problem}", file=sys.stderr)
                 return 2
             result = await ledger.post([tx])
             if result.conflicts:

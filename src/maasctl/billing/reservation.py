@@ -12,7 +12,9 @@ The rules (docs/billing.md, "Reservations"):
   never displaces a confirmed one): a Guaranteed reservation is confirmed when, at every instant of its window,
   the Guaranteed reservations confirmed before it plus itself fit in the capacity (peak, not sum, of overlapping
   windows); otherwise it stays Requested (`CapacityConfirmed=False`, `InsufficientCapacity`) and is looked at again.
-  A Preemptible reservation is always confirmed (it may overbook: `Overbooked` when the pool cannot hold it).
+  A Preemptible reservation is confirmed when the pool's capacity could hold it were nothing guaranteed (it may
+  overbook the Guaranteed ones: `Overbooked`). Either class asking more GPUs than the pool has (0 GPUs, or no node
+  in the pool) stays Requested (`InsufficientCapacity`, the message says what the pool has).
 - **Reclaim.** While active, Preemptible reservations get what the active Guaranteed ones leave, oldest first; one
   that gets less than its count is `Reclaimed` (its borrowable Kueue quota shrinks accordingly).
 - **Lifecycle.** Cancelled (annotation `billing.opendatahub.io/cancelled: <reason>`, final, `cancelledAt`) >
@@ -167,6 +169,9 @@ def admit(capacity: int, asks: Sequence[Ask]) -> dict[str, Admission]:
     out: dict[str, Admission] = {}
     held: list[Ask] = []
     for a in sorted((a for a in asks if a.live), key=lambda a: (not a.confirmed, a.order)):
+        if a.count > capacity:  # every class: a pool that cannot ever hold it (0 GPUs, no such pool) refuses it
+            out[a.key] = Admission(False, "InsufficientCapacity", _too_big(capacity, a))
+            continue
         if a.klass == ReservationClass.PREEMPTIBLE:
             free = capacity - peak(held, a.start, a.end)
             fits = a.count <= free
@@ -186,6 +191,13 @@ def admit(capacity: int, asks: Sequence[Ask]) -> dict[str, Admission]:
                                    f"pool {a.pool.name} has {capacity} GPU(s); Guaranteed reservations already hold "
                                    f"{need - a.count} at the busiest instant of the window, {a.count} more do not fit")
     return out
+
+
+def _too_big(capacity: int, a: Ask) -> str:
+    what = (f"pool {a.pool.name} has no GPUs: no schedulable node with allocatable {GPU} carries product "
+            f"{a.pool.sku} and region {a.pool.geo} (labels {PRODUCT_LABELS[0]}, {REGION_LABELS[0]})") if capacity <= 0 \
+        else f"pool {a.pool.name} has {capacity} GPU(s) in all"
+    return f"{what}; this {a.klass.value} reservation asks {a.count}: it waits until the pool can hold it"
 
 
 def reclaim(capacity: int, active: Sequence[Ask]) -> dict[str, int]:

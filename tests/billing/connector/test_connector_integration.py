@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -23,6 +24,7 @@ from .psp import (
     SECRET_KEY,
     WEBHOOK_SECRET,
     Setup,
+    b64,
     conds,
     deliver,
     fund,
@@ -210,3 +212,28 @@ async def test_three_failed_payments_freeze_and_a_success_resets(
     await asyncio.sleep(4)
     assert (await psp.ctx.payments.pending(key)) is None  # 50 + 25 > 60: the cap holds
     assert [a.state for a in await psp.ctx.payments.attempts(key)].count("succeeded") == 2
+
+
+async def test_a_changed_credentials_secret_takes_effect_within_seconds(
+        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+    """Rotating the webhook secret in the connector's Secret (on the real control plane, the connector acting as its
+    ServiceAccount, which may only GET Secrets): deliveries signed with the new secret are accepted, and with the old
+    one refused, within a few seconds, not at the next resync (60 s)."""
+    await stripe_connector(kube, billing, namespace)
+    body = pi_event("payment_intent.succeeded", "pi_rotation", "rl_rotation", f"{namespace}/nobody", 100)
+    assert (await deliver(psp, namespace, body, psp.signed(body))).status_code == 200
+    rotated = "whsec_rotated0002"
+    assert (await deliver(psp, namespace, body, psp.signed(body, rotated))).status_code == 400
+    started = time.monotonic()
+    await k8s.CoreV1Api(kube).patch_namespaced_secret("stripe-credentials", namespace, {"data": {
+        "webhookSecret": b64(rotated)}})
+
+    async def rotated_in_use() -> bool:
+        return (await deliver(psp, namespace, body, psp.signed(body, rotated))).status_code == 200
+
+    await eventually(rotated_in_use, 60, interval=0.1)
+    took = time.monotonic() - started
+    assert took < 6, f"the new webhook secret was used after {took:.1f}s"
+    assert (await deliver(psp, namespace, body, psp.signed(body))).status_code == 400  # the old one no more
+    st = await status_of(billing, "BillingConnector", "stripe", namespace)
+    assert conds(st)["CredentialsValid"]["status"] == "True" and rotated not in json.dumps(st)

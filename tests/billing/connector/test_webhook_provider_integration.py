@@ -5,6 +5,7 @@ a confirmation signed the same way credits the wallet once, a replay or a foreig
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,7 +18,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.billing.connector import signing
 
 from ..conftest import Billing, events_for, eventually
-from .psp import API, Setup, conds, connector_ready, deliver, fund, loopback, secret, status_of, tenant_obj
+from .psp import API, Setup, b64, conds, connector_ready, deliver, fund, loopback, secret, status_of, tenant_obj
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 HMAC_SECRET = "hmac-secret-value-0042"
@@ -145,3 +146,25 @@ async def test_a_signed_confirmation_with_an_amount_admission_would_refuse_credi
     good = await deliver(psp, namespace, *confirmation(len(bad), "25.00"), "hooks")
     assert good.status_code == 200 and good.json()["outcome"] == "accepted"
     assert await psp.ledger.balance(key) == Decimal("26.000000")
+
+
+async def test_a_webhook_connector_takes_its_url_from_the_secret(
+        psp: Setup, billing: Billing, kube: k8s.ApiClient, namespace: str, receiver: PSPReceiver) -> None:
+    """The receiver's URL is the Secret's key `url` (next to `hmacSecret`: such URLs often carry a token). Without it
+    the connector says which key is missing; adding it to the Secret connects the connector within seconds."""
+    await secret(kube, namespace, "hooks-no-url", {"hmacSecret": HMAC_SECRET})
+    await billing.create({"apiVersion": API, "kind": "BillingConnector", "metadata": {"name": "hooks-no-url",
+                                                                                      "namespace": namespace},
+                          "spec": {"type": "webhook", "credentialsSecretRef": {"name": "hooks-no-url"}}})
+
+    async def missing() -> dict[str, Any] | None:
+        c = conds(await status_of(billing, "BillingConnector", "hooks-no-url", namespace)).get("CredentialsValid", {})
+        return c if c.get("reason") == "MissingKeys" else None
+
+    cond = await eventually(missing, 60)
+    assert cond["status"] == "False" and cond["message"] == "Secret hooks-no-url lacks url"
+    await k8s.CoreV1Api(kube).patch_namespaced_secret("hooks-no-url", namespace, {"data": {"url": b64(receiver.url)}})
+    started = time.monotonic()
+    await connector_ready(billing, namespace, "hooks-no-url", webhook=False)
+    assert time.monotonic() - started < 10  # the Secret watch, not the 60 s resync
+    assert receiver.of_type("connector.ping") and receiver.all_signed()

@@ -24,6 +24,7 @@ from maasctl.billing.reconcilers.connector import (
     BILLING_CONNECTOR,
     BillingConnectorReconciler,
     ConnectorContext,
+    ConnectorSecretsReconciler,
     TenantPaymentsReconciler,
 )
 from maasctl.runtime import (
@@ -117,6 +118,9 @@ def build_connector(api: k8s.ApiClient, settings: ConnectorSettings, clock: Cloc
                   .for_(BILLING_CONNECTOR, predicates=[SPEC_OR_META])
                   .watches(TENANT_ACCOUNT, map_to=connector_of_tenant, predicates=[SPEC_OR_META])
                   .complete(BillingConnectorReconciler(ctx, sync)))
+    (manager.controller("connectorsecrets")
+     .for_(BILLING_CONNECTOR, predicates=[SPEC_OR_META])
+     .complete(ConnectorSecretsReconciler(ctx, connectors.queue.add)))
     tenants = (manager.controller("tenantpayments")
                .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, balance_changed)])
                .watches(BILLING_CONNECTOR, map_to=tenants_of_connector, predicates=[SPEC_OR_META])

@@ -34,7 +34,8 @@ def register_connector(sub: Any) -> None:
     for flag, attr in (("--reload-check-seconds", "reload_check_seconds"),
                        ("--payment-method-cooldown-seconds", "payment_method_cooldown_seconds"),
                        ("--reload-retry-seconds", "reload_retry_seconds"),
-                       ("--resume-after-seconds", "resume_after_seconds")):
+                       ("--resume-after-seconds", "resume_after_seconds"),
+                       ("--secret-check-seconds", "secret_check_seconds")):
         p.add_argument(flag, type=int, default=int(env_default(f"psp_{attr}", str(getattr(d, attr)))))
     p.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     p.add_argument("--log-level", default=env_default("log_level", "info"))
@@ -49,6 +50,7 @@ def settings_from_args(args: argparse.Namespace) -> ConnectorSettings:
         reload_check_seconds=args.reload_check_seconds,
         payment_method_cooldown_seconds=args.payment_method_cooldown_seconds,
         reload_retry_seconds=args.reload_retry_seconds, resume_after_seconds=args.resume_after_seconds,
+        secret_check_seconds=args.secret_check_seconds,
         log_format=args.log_format, log_level=args.log_level)
 
 

@@ -38,6 +38,9 @@ class ConnectorSettings:
     """A recorded attempt the PSP never answered (a crash, a timeout) is asked again, same idempotency key."""
     payment_method_check_seconds: int = 900
     """How long the PSP's answer about a payment method is trusted before asking again."""
+    secret_check_seconds: int = 2
+    """How often each BillingConnector's credentials Secret is read (GET) for changes: a rotated key takes effect
+    within about this long (no list/watch on Secrets: see `ConnectorSecretsReconciler`)."""
     service_name: str = "psp-connector"
     """The Service the generated webhook Ingress routes to (in the connector's namespace)."""
     service_port: int = 8443

@@ -6,6 +6,9 @@ the webhook Ingress for `webhookIngress.host` (TLS from `tlsSecretRef`) and chec
 (`WebhookReachable`), reports `webhookStats` (last 24 h) and runs the usage/invoice sync when due
 (`lastSync`, `SyncHealthy`).
 
+`ConnectorSecretsReconciler` (per BillingConnector, every `secret_check_seconds`): notices a changed or new
+credentials Secret and wakes the connector's reconcile, so a rotated key or webhook secret is used within seconds.
+
 `TenantPaymentsReconciler` (per TenantAccount with a `billingConnectorRef`): notices a changed
 `pspCustomerSecretRef` (`paymentMethodChangedAt`, `lastPSPCustomerSecretRef`, cooldown), asks the PSP whether the
 payment method is valid (`PaymentMethodValid`), starts an auto-reload when `reload.decide` says so (through
@@ -67,7 +70,7 @@ from maasctl.runtime import (
 from maasctl.runtime.objects import FrozenObject
 
 __all__ = ["BILLING_CONNECTOR", "INGRESS", "SECRET", "BillingConnectorReconciler", "ConnectorContext",
-           "TenantPaymentsReconciler", "parse_interval"]
+           "ConnectorSecretsReconciler", "TenantPaymentsReconciler", "parse_interval"]
 
 log = structlog.get_logger("maasctl.billing.connector")
 BILLING_CONNECTOR: Final = GroupVersionKind(GROUP, VERSION, "BillingConnector")
@@ -336,6 +339,47 @@ class BillingConnectorReconciler:
             return False, "ReceiverNotServing", "the webhook receiver does not answer"
         scheme = "https" if ingress.tls_secret_ref is not None else "http"
         return True, "Serving", f"accepting deliveries at {scheme}://{ingress.host}{path}"
+
+
+class ConnectorSecretsReconciler:
+    """Watches the credentials Secret each BillingConnector names, with GET only.
+
+    Why not a Kubernetes watch: RBAC cannot grant list/watch on chosen Secrets whose names it does not know in
+    advance, so a watch needs list/watch on every Secret of the cluster (enumerating them all); the connector keeps
+    `get` by name. Each connector's Secret is read every `secret_check_seconds` (2 by default: a few GETs a second
+    for a handful of connectors); when its resourceVersion differs from the one the provider was built from, or
+    from the last one seen (a Secret created or fixed while the credentials were refused), the connector is
+    reconciled at once: new provider, new webhook secret, `CredentialsValid` re-checked."""
+
+    def __init__(self, ctx: ConnectorContext, wake: Callable[[Request], None]) -> None:
+        self.ctx = ctx
+        self.wake = wake
+        self._seen: dict[str, str] = {}
+
+    async def reconcile(self, req: Request) -> Result:
+        ctx = self.ctx
+        obj = ctx.cache.get(BILLING_CONNECTOR, req.name, req.namespace)
+        if obj is None:
+            self._seen.pop(req.key, None)
+            return Result.done()
+        spec = obj.get("spec") or {}
+        ref = str((spec.get("credentialsSecretRef") or {}).get("name") or "")
+        if not ref:
+            return Result.done()
+        try:
+            secret = await ctx.secret(req.namespace or "", ref)
+        except ApiError as exc:  # e.g. Forbidden: reported by the connector's own reconcile; looked at again
+            log.warning("connector credentials not readable", connector=req.key, credentials=ref,
+                        error=type(exc).__name__)
+            return Result.requeue_after(ctx.settings.secret_check_seconds)
+        version = str(secret["metadata"].get("resourceVersion", "")) if secret is not None else "-"
+        seen, self._seen[req.key] = self._seen.get(req.key), f"{ref}:{version}"
+        entry = ctx.registry.get(req.key)
+        loaded = entry is not None and entry.version != f"{spec.get('type')}:{version}"
+        if loaded or (seen is not None and seen != self._seen[req.key]):
+            log.info("connector credentials changed", connector=req.key, credentials=ref)
+            self.wake(Request(req.namespace, req.name))
+        return Result.requeue_after(ctx.settings.secret_check_seconds)
 
 
 @dataclass
