@@ -248,3 +248,10 @@ def test_sse_parser_refuses_an_unbounded_event() -> None:
     parser = SseParser()
     with pytest.raises(ValueError, match="too large"):
         parser.feed(b"data: " + b"x" * (4 * 1024 * 1024 + 1))
+
+
+def test_a_stream_without_message_delta_still_gives_a_finish_reason() -> None:
+    events = [e for e in anthropic_events(tool=False) if e[0] != "message_delta"]
+    chunks = [ChatCompletionChunk.model_validate_json(d) for _, d in parse_sse(
+        translate(MessagesStreamToChat(created=NOW, include_usage=False), [sse_stream(events)]))[:-1]]
+    assert chunks[-1].choices[0].finish_reason == "stop"

@@ -67,6 +67,7 @@ class MessagesStreamToChat:
         self._usage: dict[str, Any] = {}
         self._blocks: dict[int, int | None] = {}  # Messages block index -> Chat tool index (None: text/other)
         self._tools = 0
+        self._finished = False  # the finish chunk went out
         self.done = False
 
     @property
@@ -150,13 +151,16 @@ class MessagesStreamToChat:
             self._usage.update({k: v for k, v in usage.items() if v is not None})
         delta = data.get("delta")
         stop = delta.get("stop_reason") if isinstance(delta, Mapping) else None
-        if not isinstance(stop, str):
+        if not isinstance(stop, str) or self._finished:
             return b""
+        self._finished = True
         return self._chunk({}, STOP_TO_CHAT_FINISH.get(stop, "stop"))
 
     def _stop(self) -> bytes:
-        self.done = True
-        out = b""
+        """`message_stop`: the finish chunk if no `message_delta` gave one (Chat clients wait for it), the usage
+        chunk, `[DONE]`."""
+        out = b"" if self._finished else self._chunk({}, "stop")
+        self._finished = self.done = True
         if self._include_usage:
             out += encode_event(dumps({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
                                        "model": self._model, "choices": [], "usage": self.usage}))
