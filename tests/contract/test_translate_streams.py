@@ -255,3 +255,22 @@ def test_a_stream_without_message_delta_still_gives_a_finish_reason() -> None:
     chunks = [ChatCompletionChunk.model_validate_json(d) for _, d in parse_sse(
         translate(MessagesStreamToChat(created=NOW, include_usage=False), [sse_stream(events)]))[:-1]]
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+_garbage_event = st.tuples(
+    st.sampled_from([None, "message_start", "content_block_start", "content_block_delta", "message_delta",
+                     "message_stop", "error"]),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                     st.sampled_from(["type", "index", "delta", "message", "content_block", "usage", "choices",
+                                      "error", "text", "tool_calls", "finish_reason", "stop_reason"]), inner,
+                     max_size=4), max_leaves=15))
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(_garbage_event, max_size=8))
+def test_odd_provider_events_never_crash_a_translator(events: list[tuple[str | None, Any]]) -> None:
+    raw = sse_stream(events)
+    for translator in (MessagesStreamToChat(created=NOW), ChatStreamToMessages()):
+        out = parse_sse(translate(translator, [raw]))
+        assert out, "a stream always ends with something: its end or the truncation error"
