@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maasctl.contract.usage import replace_spans, set_top_level_model
+from maasctl.contract.usage import rename_top_level_model, replace_spans, set_top_level_model
 
 
 def _string_end(data: bytes, start: int) -> int:
@@ -90,3 +91,27 @@ def test_any_byte_soup_matches_the_byte_scanner(parts: list[bytes], name: str) -
 def test_a_typical_answer_is_renamed() -> None:
     answer = json.dumps({"id": "c", "model": "gpt-x", "choices": [{"message": {"content": "model: \"y\""}}]})
     assert set_top_level_model(answer.encode(), "gpt") == answer.replace('"gpt-x"', '"gpt"').encode()
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(st.sampled_from(["model", "id", "choices", "model\\", "usage", "m"]), JSON_VALUES, max_size=5),
+       st.text(max_size=8), st.booleans(), st.sampled_from(["", "data: "]), st.text(max_size=6))
+def test_the_fast_rename_answers_as_the_full_scan(doc: dict[str, object], model: str, ascii_only: bool, prefix: str,
+                                                  name: str) -> None:
+    """`rename_top_level_model` (in place when the top-level key is the only `"model"`) gives the same bytes as
+    the scan, for answers with nested `model` keys, quotes and escapes in strings, non-ASCII either way."""
+    doc = {**doc, "model": model}
+    data = (prefix + json.dumps(doc, ensure_ascii=ascii_only, indent=None if ascii_only else 1)).encode()
+    assert rename_top_level_model(data, doc, name) == set_top_level_model(data, name)
+
+
+@pytest.mark.parametrize("data", [
+    b'{"model": "a", "x": {"model": "a"}}',  # nested: the scan decides
+    b'{"model": "a", "model": "a"}',  # duplicated top-level key
+    b'{"mod\\u0065l": "a", "c": "\\"model"}',  # escaped key, and a string ending in \\"model
+    b'{"c": "\\"model", "model": "a"}',
+    b'{"model": "\\u0061"}',  # the value spelled with an escape
+])
+def test_what_the_fast_path_cannot_vouch_for_takes_the_scan(data: bytes) -> None:
+    parsed = json.loads(data)
+    assert rename_top_level_model(data, parsed, "b") == set_top_level_model(data, "b")

@@ -49,6 +49,7 @@ import json
 import math
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
@@ -82,6 +83,7 @@ __all__ = [
     "declares_json",
     "prepare_body",
     "read_json_object",
+    "rename_top_level_model",
     "replace_spans",
     "request_bound",
     "set_top_level_model",
@@ -489,7 +491,7 @@ class SseUsageFilter:
             lines = event.splitlines(keepends=True)
             data_lines = [i for i, line in enumerate(lines) if line.startswith(b"data:")]
             if len(data_lines) == 1:
-                edited = set_top_level_model(lines[data_lines[0]], new)
+                edited = rename_top_level_model(lines[data_lines[0]], chunk, new)
                 if edited is not None:
                     lines[data_lines[0]] = edited
                     return b"".join(lines)
@@ -539,6 +541,37 @@ def set_top_level_model(data: bytes, name: str) -> bytes | None:
         if key == "model" and data[colon.end():colon.end() + 1] == b'"':
             value_at = colon.end()
     return replace_spans(data, spans, json.dumps(name, ensure_ascii=False).encode()) if spans else None
+
+
+def rename_top_level_model(data: bytes, parsed: Mapping[str, Any], name: str) -> bytes | None:
+    """`set_top_level_model(data, name)` for a `data` already parsed as `parsed`, cheaply in the usual case: an
+    answer whose only `"model"` is the top-level key gets its value replaced in place, and the edit is accepted
+    only if the result parses to `parsed` with `model` = `name`; anything else (a nested or duplicated
+    `"model"`, an escaped key, a value spelled differently) takes the full scan."""
+    fast = _rename_unique_model(data, parsed, name)
+    return fast if fast is not None else set_top_level_model(data, name)
+
+
+def _rename_unique_model(data: bytes, parsed: Mapping[str, Any], name: str) -> bytes | None:
+    at = data.find(b'"model"')
+    if at < 1 or data.find(b'"model"', at + 1) >= 0 or data[at - 1:at] == b"\\":
+        return None
+    colon = _COLON.match(data, at + 7)
+    old = parsed.get("model")
+    if colon is None or not isinstance(old, str):
+        return None
+    spelled = json.dumps(old, ensure_ascii=False).encode()
+    if not data.startswith(spelled, colon.end()):
+        spelled = json.dumps(old).encode()  # a provider that escapes non-ASCII
+        if not data.startswith(spelled, colon.end()):
+            return None
+    edited = data[:colon.end()] + json.dumps(name, ensure_ascii=False).encode() + data[colon.end() + len(spelled):]
+    try:
+        if json.loads(edited[data.find(b"{"):]) != {**parsed, "model": name}:
+            return None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return edited
 
 
 def replace_spans(data: bytes, spans: list[tuple[int, int]], replacement: bytes) -> bytes:
@@ -597,7 +630,7 @@ class JsonModelRewriter:
         if not isinstance(answer, dict) or not isinstance(answer.get("model"), str):
             return held
         self.answer = answer
-        edited = set_top_level_model(held, self._rename)
+        edited = rename_top_level_model(held, answer, self._rename)
         if edited is not None:
             return edited
         return json.dumps({**answer, "model": self._rename}, ensure_ascii=False).encode()
