@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from maasctl.api import crdgen
+from maasctl import manifests
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 
@@ -19,11 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report files that are out of date")
     args = parser.parse_args(argv)
     if args.check:
-        stale = crdgen.stale_files(MANIFESTS)
+        stale = manifests.stale_files(MANIFESTS)
         for rel in stale:
             print(f"out of date: manifests/{rel}", file=sys.stderr)
         return 1 if stale else 0
-    for path in crdgen.write_all(MANIFESTS):
+    for path in manifests.write_all(MANIFESTS):
         print(f"wrote {path.relative_to(MANIFESTS.parent)}")
     return 0
 

@@ -445,14 +445,14 @@ def _testmodel(args: argparse.Namespace) -> int:
 
 
 def _gen_crds(args: argparse.Namespace) -> int:
-    from maasctl.api import crdgen
+    from maasctl import manifests
 
     if args.check:
-        stale = crdgen.stale_files(args.manifests)
+        stale = manifests.stale_files(args.manifests)
         for rel in stale:
             print(f"out of date: {args.manifests / rel}", file=sys.stderr)
         return 1 if stale else 0
-    for path in crdgen.write_all(args.manifests):
+    for path in manifests.write_all(args.manifests):
         print(f"wrote {path}")
     return 0
 

@@ -14,6 +14,7 @@ import yaml
 from celpy.adapter import json_to_cel
 from pydantic_core import PydanticCustomError
 
+from maasctl import manifests
 from maasctl.api import admission, crdgen
 from maasctl.api._fields import ENDPOINT_PATTERN, WINDOW_PATTERN, Matches, safe
 
@@ -39,16 +40,16 @@ def schema_of(kind: str) -> dict[str, Any]:
 
 
 def test_checked_in_manifests_match_the_generator() -> None:
-    assert crdgen.stale_files(MANIFESTS) == [], "run: python hack/gen_crds.py"
+    assert manifests.stale_files(MANIFESTS) == [], "run: python hack/gen_crds.py"
 
 
 def test_stale_files_detects_a_hand_edit(tmp_path: Path) -> None:
-    crdgen.write_all(tmp_path)
-    assert crdgen.stale_files(tmp_path) == []
+    manifests.write_all(tmp_path)
+    assert manifests.stale_files(tmp_path) == []
     target = tmp_path / "crds" / "maas.opendatahub.io_maassubscriptions.yaml"
     target.write_text(target.read_text().replace("maxItems: 128", "maxItems: 129", 1))
-    assert crdgen.stale_files(tmp_path) == ["crds/maas.opendatahub.io_maassubscriptions.yaml"]
-    assert crdgen.write_all(tmp_path) == [target]
+    assert manifests.stale_files(tmp_path) == ["crds/maas.opendatahub.io_maassubscriptions.yaml"]
+    assert manifests.write_all(tmp_path) == [target]
 
 
 def test_hack_script_check_mode_passes_on_the_checked_in_tree() -> None:
@@ -57,7 +58,7 @@ def test_hack_script_check_mode_passes_on_the_checked_in_tree() -> None:
 
 
 def test_render_all_yaml_parses_back_to_the_objects() -> None:
-    files = crdgen.render_all()
+    files = manifests.render_all()
     for doc in CRDS.values():
         assert yaml.safe_load(files[f"crds/maas.opendatahub.io_{doc['spec']['names']['plural']}.yaml"]) == doc
     assert list(yaml.safe_load_all(files["admission/maas-subscription-namespace.yaml"])) == admission.manifests()
@@ -154,7 +155,7 @@ def test_admission_policy_namespace_is_set_at_render_time() -> None:
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     other, _ = admission.manifests("tenant-a")
     assert "'tenant-a'" in other["spec"]["variables"][0]["expression"]
-    assert "tenant-a" in crdgen.render_all("tenant-a")["admission/maas-subscription-namespace.yaml"]
+    assert "tenant-a" in manifests.render_all("tenant-a")["admission/maas-subscription-namespace.yaml"]
 
 
 @pytest.mark.parametrize("bad", ["Bad", "a'b", "x" * 64, "-a", "a.b"])

@@ -2,19 +2,18 @@
 
 pydantic's JSON schema is turned into a *structural* OpenAPI v3 schema: references are inlined, ``Optional``
 unions collapse to the inner type, titles and ``null`` defaults are dropped, and the Kubernetes markers the
-models carry (formats, CEL rules, list semantics) are kept. ``render_all()`` is the single entry point for
-``hack/gen_crds.py`` and ``maasctl gen-crds``; a unit test compares it with the checked-in files.
+models carry (formats, CEL rules, list semantics) are kept. The generator only: which kinds are rendered into
+which files is decided at the top (`maasctl.manifests`, which also knows the billing operator's kinds), so
+this bottom layer imports nothing above it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
-from maasctl.api import admission
 from maasctl.api._base import VERSION, KubeObject, apply_extra
 from maasctl.api.authpolicy import MaaSAuthPolicy
 from maasctl.api.externalmodel import ExternalModel
@@ -214,13 +213,6 @@ def crd_file_name(kind: type[KubeObject]) -> str:
     return f"{CRD_DIR}/{kind.crd.group}_{kind.crd.plural}.yaml"
 
 
-def billing_kinds() -> tuple[type[KubeObject], ...]:
-    """The billing operator's kinds (`maasctl.billing.api`), rendered by this same generator."""
-    from maasctl.billing.api import KINDS as BILLING_KINDS
-
-    return BILLING_KINDS
-
-
 class _Dumper(yaml.SafeDumper):
     """Plain YAML: shared sub-schemas are written out in full, never as anchors and aliases."""
 
@@ -228,42 +220,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _to_yaml(*docs: dict[str, Any]) -> str:
+def to_yaml(*docs: dict[str, Any]) -> str:
+    """Generated manifests as one YAML text, with the "do not edit" header."""
     body = "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True) for d in docs)
     return HEADER + body
-
-
-def render_all(subscription_namespace: str | None = None) -> dict[str, str]:
-    """Every generated manifest, as ``{path relative to manifests/: YAML text}``.
-
-    ``subscription_namespace`` overrides the namespace the admission policy accepts subscriptions and auth
-    policies in (the checked-in files use the default).
-    """
-    files = {crd_file_name(kind): _to_yaml(crd(kind)) for kind in (*KINDS, *billing_kinds())}
-    docs = admission.manifests(subscription_namespace)
-    files[f"{ADMISSION_DIR}/{admission.FILE_NAME}"] = _to_yaml(*docs)
-    files[f"{FINALIZER_DIR}/{admission.FINALIZER_FILE_NAME}"] = _to_yaml(*admission.finalizer_manifests())
-    return files
-
-
-def write_all(manifests_dir: Path) -> list[Path]:
-    """Write ``render_all()`` under ``manifests_dir``; return the files that changed."""
-    changed = []
-    for rel, text in render_all().items():
-        path = manifests_dir / rel
-        if path.exists() and path.read_text() == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        changed.append(path)
-    return changed
-
-
-def stale_files(manifests_dir: Path) -> list[str]:
-    """Generated files that are missing or differ from ``render_all()`` (empty when up to date)."""
-    stale = []
-    for rel, text in render_all().items():
-        path = manifests_dir / rel
-        if not path.exists() or path.read_text() != text:
-            stale.append(rel)
-    return stale

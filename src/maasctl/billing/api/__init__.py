@@ -1,5 +1,6 @@
 """Pydantic models of the seven billing kinds (billing.opendatahub.io/v1alpha1), the source of their CRDs."""
 
+from maasctl.api._base import KubeObject
 from maasctl.billing.api._base import API_VERSION, GROUP, VERSION, BillingObject
 from maasctl.billing.api.budget import BudgetPolicy
 from maasctl.billing.api.connector import BillingConnector
@@ -9,7 +10,8 @@ from maasctl.billing.api.pricebook import PriceBook, PriceBookSpec, PriceBookSta
 from maasctl.billing.api.reservation import Reservation
 from maasctl.billing.api.tenant import TenantAccount
 
-KINDS = (PriceBook, Plan, TenantAccount, BillingConnector, BudgetPolicy, BillingConsole, Reservation)
+KINDS: tuple[type[KubeObject], ...] = (PriceBook, Plan, TenantAccount, BillingConnector, BudgetPolicy, BillingConsole,
+                                       Reservation)
 
 __all__ = [
     "API_VERSION",

@@ -9,6 +9,7 @@ from kubernetes_asyncio import client
 
 from maasctl.api import crdgen
 from maasctl.api.install import _wait_established
+from maasctl.billing.api import KINDS
 
 FIELD_MANAGER = "maasctl"
 _SSA: dict[str, Any] = {"_content_type": "application/apply-patch+yaml", "force": True}
@@ -21,7 +22,7 @@ async def install_billing_crds(api_client: client.ApiClient, *, field_manager: s
     Raises ``TimeoutError`` after ``timeout`` seconds.
     """
     ext = client.ApiextensionsV1Api(api_client)
-    bodies = [crdgen.crd(kind) for kind in crdgen.billing_kinds()]
+    bodies = [crdgen.crd(kind) for kind in KINDS]
     async with asyncio.timeout(timeout):
         for body in bodies:
             await ext.patch_custom_resource_definition(
