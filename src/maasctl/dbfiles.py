@@ -7,6 +7,7 @@ file is brought to 0600; SQLite gives its journal, WAL and shared-memory files t
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from sqlalchemy.engine import make_url
@@ -21,6 +22,8 @@ def private_sqlite_file(url: str) -> None:
     if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:" \
             or database.startswith("file:"):
         return
-    fd = os.open(database, os.O_CREAT | os.O_WRONLY, 0o600)
-    os.close(fd)
+    # An existing file is never opened here: closing any descriptor of a file drops every POSIX lock this process
+    # holds on it (SQLite's fcntl locks, those of the process's other connections included).
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(database, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     os.chmod(database, 0o600)
