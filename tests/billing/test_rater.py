@@ -191,3 +191,37 @@ async def _grows(ledger: Ledger, proc: asyncio.subprocess.Process, by: int) -> b
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+async def test_a_committed_tenant_owes_its_monthly_fee_without_any_usage(ledger_url: str) -> None:
+    """The fee is what the tenant signed up for: a month without a rated record still charges it, once, and a
+    record rated later in the month does not charge it again."""
+    store = await usage_store(ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    await ledger.create_schema()
+    reader = UsageReader.from_url(ledger_url)
+    try:
+        objs = objects()
+        objs["books"][0]["spec"]["committedUse"] = [{"name": "starter", "tokensPerSecond": 1,
+                                                     "monthlyPrice": "99.50"}]
+        objs["tenants"][0]["metadata"]["annotations"] = {"billing.opendatahub.io/committed-use": "starter"}
+        plain = {**objs["tenants"][0], "metadata": {"name": "ten-plain", "namespace": NS,
+                                                     "labels": {"billing.opendatahub.io/organization-id": "plain"}}}
+        objs["tenants"].append(plain)
+        catalog = build_catalog(**objs)
+        rater = Rater(reader, ledger, lambda: catalog)
+        now = datetime.now(UTC)
+        tenant = f"{NS}/ten-helix"
+        assert await rater.charge_commitments(now) == 1  # no usage at all this month
+        assert await rater.charge_commitments(now) == 0
+        assert await ledger.balance(tenant) == Decimal("-99.50")
+        assert await ledger.balance(f"{NS}/ten-plain") == 0  # not committed: no fee
+        await store.ingest([record(1, at=now)], datetime.now(UTC))
+        assert (await rater.run_once()).charged == 1
+        fees = await ledger.entries(tenant, kind="commitment", limit=10)
+        assert [f.key for f in fees] == [f"commitment:{tenant}:starter:{now:%Y-%m}"]
+        assert await ledger.verify() == []
+    finally:
+        await reader.close()
+        await ledger.close()
+        await store.engine.dispose()

@@ -311,6 +311,31 @@ class Rater:
             page.charged += 1
         return page
 
+    async def charge_commitments(self, now: datetime) -> int:
+        """Post this month's committed-use fee of every committed tenant, used or not: the fee is what the
+        tenant agreed to pay for the month, so a month without a rated record still owes it. The same natural
+        key as the fee posted beside a month's first record (`commitment:<tenant>:<tier>:<YYYY-MM>`), so it
+        is charged once whichever comes first. The book in force now prices it. Returns the fees posted."""
+        catalog = self.catalog()
+        month = month_start(now)
+        txs = []
+        for tenant in catalog.tenants.values():
+            if tenant.committed_tier is None:
+                continue
+            book = catalog.book_for(tenant, now)
+            fee = rating.committed_fee(book.spec, tenant.committed_tier) if book is not None else None
+            if book is None or fee is None:
+                continue
+            txs.append(entries.commitment_fee(tenant.key, tenant.committed_tier, month.strftime("%Y-%m"), month, fee,
+                                              currency=book.spec.currency.value, book=book.name))
+        if not txs:
+            return 0
+        known = await self.ledger.known([tx.key for tx in txs])
+        fresh = [tx for tx in txs if tx.key not in known]
+        if fresh:
+            await self.ledger.post(fresh)
+        return len(fresh)
+
     # -- re-rating what was left unpriced (docs/billing.md, "Re-rating") ---------------------------------------
 
     async def revisit_unpriced(self, now: datetime | None = None) -> PassReport:

@@ -34,6 +34,7 @@ class RaterReconciler:
             await self.costs.refresh(self.ctx.cache.list(PRICE_BOOK))
         await self.rater.run_once()
         await self.rater.revisit_unpriced(self.ctx.clock.now())
+        await self.rater.charge_commitments(self.ctx.clock.now())
         return Result.requeue_after(self.ctx.settings.rate_interval_seconds)
 
 
