@@ -256,6 +256,7 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
     nosku = [e for e in lines if e.details["gpu"]["workload"]["name"] == "nosku"]
     assert [segment(e) for e in nosku] == [(iso(t0 + 170 * MIN), iso(t0 + 180 * MIN), "600", "0.750000")]
     assert nosku[0].key == found["latest"][0].record_id
+    assert (await meter.ledger.unpriced(tenant))[0] == 0  # the report went with the charge
 
     # A Workload admitted in the tenant's Reservation queue is covered by the Reservation's monthly price; one
     # evicted from the Plan's queue and re-admitted in the Reservation's is charged up to its eviction only.

@@ -161,6 +161,8 @@ class GpuMeter:
             async with self.ledger.engine.begin() as conn:
                 result = await self.ledger.post(txs, conn=conn)
                 await self.ledger.mark_unpriced(unpriced, conn=conn)
+                # a segment reported unpriced earlier and charged now: its report goes with the charge
+                await self.ledger.settle_unpriced([tx.key for tx in txs], conn=conn)
             inserted = set(result.inserted)
             report.charged = len(inserted)
             report.unpriced = len(unpriced)
