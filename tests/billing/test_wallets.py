@@ -223,7 +223,8 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
 
 @pytest.mark.parametrize("how", ["cli", "adjustment"])
 async def test_a_wallet_change_by_any_process_reaches_the_status_without_the_resync(
-        how: str, wallets: Wallets, billing: Billing, kube: k8s.ApiClient, namespace: str) -> None:
+        how: str, wallets: Wallets, billing: Billing, kube: k8s.ApiClient, namespace: str,
+        billing_cluster: ControlPlane) -> None:
     """`maasctl billing ledger credit` (its own process) or an entry another writer posts: no usage, the resync
     an hour away, and the tenant's status (so its Plan's policies and the gateway) follows within a second or
     so, through the ledger watch."""
@@ -244,7 +245,8 @@ async def test_a_wallet_change_by_any_process_reaches_the_status_without_the_res
     if how == "cli":
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "maasctl.cli", "billing", "ledger", f"--ledger-url={wallets.url}", "credit",
-            "--tenant", tenant_key, "--amount", "2.50", "--reason", "trial", "--id", f"cli-{org}", "--actor", "ops",
+            f"--kubeconfig={billing_cluster.kubeconfig}", "--tenant", tenant_key, "--amount", "2.50",
+            "--reason", "trial", "--id", f"cli-{org}", "--actor", "ops",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
         assert proc.returncode == 0, err.decode()

@@ -191,8 +191,12 @@ async def test_invoiced_usage_is_pushed_and_invoiced_per_interval_with_either_ta
     wake(setup, namespace, "stripe-psp")
     await eventually(lambda: synced_status("stripe-psp", nxt, 0), 60)
     assert len(recorder.calls("/v1/invoices", customer)) == 2
-    st = await status_of(billing, "TenantAccount", "ten-psp", namespace)
-    assert st["state"] == "Active" and st["balance"] == "-1.240000"  # Invoiced: accrues, never enforced
+    async def accrued() -> dict[str, Any] | None:  # the wallet status follows the ledger (its watch, ~1 s)
+        st = await status_of(billing, "TenantAccount", "ten-psp", namespace)
+        return st if st.get("balance") == "-1.240000" else None
+
+    st = await eventually(accrued, 30)
+    assert st["state"] == "Active"  # Invoiced: accrues, never enforced
     assert "runwayDays" not in st
 
     # A PSP outage: the run fails (SyncFailed, records not pushed); the next run after it recovers pushes them.
