@@ -16,14 +16,17 @@ webhook secrets stay in Kubernetes Secrets; these tables keep our own attempt id
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, text
 from sqlalchemy.engine import Connection
 
+from maasctl.billing.ledger.migrate import History, upgrade_sync
 from maasctl.dbtypes import UTCDateTime
 
-__all__ = ["create_schema_sync", "events", "invoices", "locks", "metadata", "reloads", "usage_pushes", "webhooks"]
+__all__ = ["HISTORY", "create_schema_sync", "events", "invoices", "locks", "metadata", "reloads",
+           "usage_pushes", "webhooks"]
 
 _ID = BigInteger().with_variant(Integer(), "sqlite")
 metadata = MetaData()
@@ -105,10 +108,11 @@ invoices = Table(
     Column("at", UTCDateTime, nullable=False),
 )
 
-_LOCK_ID: Final = 0x70737063  # "pspc": one replica creates the schema at a time
+HISTORY: Final = History(Path(__file__).with_name("migrations"), metadata, "billing_psp_alembic_version",
+                         0x70737063)  # "pspc": one replica migrates at a time
 
 
 def create_schema_sync(conn: Connection) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
-    metadata.create_all(conn, checkfirst=True)
+    """Migrate the connector's tables to head (Alembic, `migrations/`; a database built by `create_all` is
+    adopted as the baseline, its rows kept): safe on every start and from concurrent replicas."""
+    upgrade_sync(conn, HISTORY)

@@ -1,4 +1,5 @@
-"""The ledger's tables (PostgreSQL, or SQLite for the embedded default), created idempotently at startup.
+"""The ledger's tables (PostgreSQL, or SQLite for the embedded default), migrated to head at startup (Alembic,
+`migrations/`: a change to a table here needs a revision there; the migration tests compare the two).
 
 - `billing_ledger_transactions`: one row per entry, unique by its natural `key`; who, why, when, what it rated.
 - `billing_ledger_postings`: the balanced legs of each entry, amounts as integer micro-units (`amount_micros`:
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from sqlalchemy import (
@@ -26,13 +28,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    text,
 )
 from sqlalchemy.engine import Connection
 
+from maasctl.billing.ledger.migrate import History, upgrade_sync
 from maasctl.dbtypes import UTCDateTime
 
-__all__ = ["create_schema_sync", "cursor", "firings", "metadata", "notices", "postings", "transactions", "unpriced"]
+__all__ = ["HISTORY", "create_schema_sync", "cursor", "firings", "metadata", "notices", "postings",
+           "transactions", "unpriced"]
 
 
 _ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
@@ -119,29 +122,11 @@ notices = Table(
 )
 Index("ix_billing_notices_tenant", notices.c.tenant, notices.c.state)
 
-_APPEND_ONLY: Final = ("billing_ledger_transactions", "billing_ledger_postings")
-_LOCK_ID: Final = 0x62696C6C  # "bill": one replica creates the schema at a time
+HISTORY: Final = History(Path(__file__).with_name("migrations"), metadata, "billing_ledger_alembic_version",
+                         0x62696C6C)  # "bill": one replica migrates at a time
 
 
 def create_schema_sync(conn: Connection) -> None:
-    """Create the tables and the append-only triggers if missing (safe to run on every start)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
-    metadata.create_all(conn, checkfirst=True)
-    if conn.dialect.name == "postgresql":
-        conn.execute(text(
-            "CREATE OR REPLACE FUNCTION billing_ledger_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            "BEGIN RAISE EXCEPTION 'the billing ledger is append-only: % on % refused', TG_OP, TG_TABLE_NAME; "
-            "END $$"))
-        for table in _APPEND_ONLY:
-            conn.execute(text(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}"))
-            conn.execute(text(f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-                              "FOR EACH ROW EXECUTE FUNCTION billing_ledger_append_only()"))
-    elif conn.dialect.name == "sqlite":
-        for table in _APPEND_ONLY:
-            for op in ("UPDATE", "DELETE"):
-                conn.execute(text(
-                    f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
-                    f"BEGIN SELECT RAISE(ABORT, 'the billing ledger is append-only: {op} refused'); END"))
-    else:
-        raise NotImplementedError(f"the ledger does not support {conn.dialect.name}")
+    """Migrate the ledger's tables to head (an existing database built by `create_all` is adopted as the
+    baseline, its rows kept): safe to run on every start and from concurrent replicas."""
+    upgrade_sync(conn, HISTORY)

@@ -22,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from maasctl.billing.ledger.entries import RERATE_PREFIX, Transaction, from_micros, to_micros, wallet
+from maasctl.billing.ledger.migrate import alembic_lock
 from maasctl.billing.ledger.schema import (
     create_schema_sync,
     cursor,
@@ -41,11 +42,13 @@ _CHUNK = 500  # rows per INSERT statement (bind-parameter limits)
 
 
 async def create_tables(engine: AsyncEngine, create: Callable[[Connection], None]) -> None:
-    """Run `create` (a checkfirst `create_all`) in one transaction. Two processes racing on SQLite (PostgreSQL
-    takes an advisory lock): the loser finds the tables on its second look."""
+    """Run `create` (a schema's migration to head, `ledger.migrate`) in one transaction. Concurrent processes
+    wait for each other's lock (PostgreSQL advisory lock, SQLite write lock); should one still trip over a table
+    another just created, its second look finds the schema current. In one process, one migration at a time
+    (`alembic_lock`)."""
     for attempt in (1, 2):
         try:
-            async with engine.begin() as conn:
+            async with alembic_lock(), engine.begin() as conn:
                 await conn.run_sync(create)
             return
         except OperationalError as exc:
@@ -140,7 +143,7 @@ class Ledger:
         return cls(make_engine(url))
 
     async def create_schema(self) -> None:
-        """Create what is missing (see `create_tables`)."""
+        """Migrate the ledger's tables to head (see `create_tables`)."""
         await create_tables(self.engine, create_schema_sync)
 
     async def ensure_schema(self) -> None:

@@ -1,0 +1,1 @@
+"""The connector's Alembic history (run by `maasctl.billing.ledger.migrate`)."""

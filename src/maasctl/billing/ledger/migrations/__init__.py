@@ -1,0 +1,1 @@
+"""The ledger's Alembic history (run by `maasctl.billing.ledger.migrate`)."""
