@@ -12,8 +12,6 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl.runtime import (
-    EXIT_LEADER_ELECTION_LOST,
-    EXIT_OK,
     Client,
     LeaderElectionOptions,
     Lifetime,
@@ -23,7 +21,7 @@ from maasctl.runtime import (
     run_manager,
 )
 from maasctl.runtime.leaderelection import LEASE
-from maasctl.runtime.run import _signal_stops
+from maasctl.runtime.run import EXIT_LEADER_ELECTION_LOST, EXIT_OK, _signal_stops
 from maasctl.testenv import ControlPlane
 
 from .helpers import CONFIG_MAP, config_map, eventually, http_get, options

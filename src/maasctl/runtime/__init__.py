@@ -41,12 +41,10 @@ from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
 from maasctl.runtime.manager import Manager, ManagerOptions
 from maasctl.runtime.metrics import Metrics
 from maasctl.runtime.objects import canonical, freeze, is_deleting, key_of, thaw
-from maasctl.runtime.run import EXIT_LEADER_ELECTION_LOST, EXIT_OK, Lifetime, run_manager, stop_on_signals
+from maasctl.runtime.run import Lifetime, run_manager, stop_on_signals
 from maasctl.runtime.workqueue import FakeClock, Priority, RateLimiter, WorkQueue
 
 __all__ = [
-    "EXIT_LEADER_ELECTION_LOST",
-    "EXIT_OK",
     "ApiError",
     "Applier",
     "Cache",
