@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 
 import structlog
 from kubernetes_asyncio import client as k8s
@@ -13,18 +11,16 @@ from maasctl.builders.names import FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, 
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.kinds import SERVICE
 from maasctl.reconcilers.setup import setup_controllers
-from maasctl.runtime import LeaderElectionLost, LeaderElectionOptions, Manager, ManagerOptions
-from maasctl.runtime.connect import connect
+from maasctl.runtime import LeaderElectionOptions, Lifetime, Manager, ManagerOptions, run_manager
+from maasctl.runtime import stop_on_signals as runtime_stop_on_signals
 from maasctl.settings import ControllerSettings
 
 log = structlog.get_logger("maasctl")
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    """SIGINT/SIGTERM set `stop` for the rest of the process (`maasctl dev`; the run loops register theirs)."""
+    runtime_stop_on_signals(stop)
 
 
 def manager_options(settings: ControllerSettings) -> ManagerOptions:
@@ -52,27 +48,12 @@ def build_manager(api: k8s.ApiClient, settings: ControllerSettings) -> Manager:
 
 
 async def run_controller(settings: ControllerSettings, stop: asyncio.Event | None = None) -> int:
-    """Run the controller until SIGINT/SIGTERM (or `stop` is set)."""
-    stop = stop or asyncio.Event()
-    stop_on_signals(stop)
-    api = await connect(settings.kubeconfig)
-    try:
+    """Run the controller until SIGINT/SIGTERM (or `stop` is set); 1 when the leader lease is lost."""
+
+    def build(api: k8s.ApiClient, _: Lifetime) -> Manager:
         manager = build_manager(api, settings)
         log.info("starting controller", server=api.configuration.host,
                  subscription_namespace=settings.subscription_namespace)
-        runner = asyncio.create_task(manager.run(), name="manager")
-        stopper = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if stopper in done:
-            log.info("shutting down")
-            manager.stop()
-        else:
-            stopper.cancel()
-        try:
-            await runner
-        except LeaderElectionLost:
-            log.error("leader election lost; exiting so a fresh process can compete again")
-            return 1
-    finally:
-        await api.close()
-    return 0
+        return manager
+
+    return await run_manager(build=build, kubeconfig=settings.kubeconfig, stop=stop, name="manager")

@@ -4,8 +4,6 @@ controllers registered on the shared runtime, exactly as `maasctl run` does for 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -61,14 +59,14 @@ from maasctl.runtime import (
     Cache,
     Event,
     EventType,
-    LeaderElectionLost,
     LeaderElectionOptions,
+    Lifetime,
     Manager,
     ManagerOptions,
     Request,
+    run_manager,
     thaw,
 )
-from maasctl.runtime.connect import connect
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
@@ -329,32 +327,12 @@ def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: 
 
 async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = None) -> int:
     """Run the billing controller until SIGINT/SIGTERM (or `stop`); 1 when the leader lease is lost."""
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    api = await connect(settings.kubeconfig)
-    ctx: BillingContext | None = None
-    try:
+
+    def build(api: k8s.ApiClient, lifetime: Lifetime) -> Manager:
         manager, ctx = build_billing(api, settings)
+        lifetime.on_exit(ctx.close)  # the ledger's and the usage reader's connections, before the API client
         log.info("starting billing controller", server=api.configuration.host, wallets=ctx.ledger is not None,
                  rating=ctx.usage is not None)
-        runner = asyncio.create_task(manager.run(), name="billing manager")
-        stopper = asyncio.create_task(stop.wait(), name="stop")
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if stopper in done:
-            log.info("shutting down")
-            manager.stop()
-        else:
-            stopper.cancel()
-        try:
-            await runner
-        except LeaderElectionLost:
-            log.error("leader election lost; exiting so a fresh process can compete again")
-            return 1
-    finally:
-        if ctx is not None:
-            await ctx.close()
-        await api.close()
-    return 0
+        return manager
+
+    return await run_manager(build=build, kubeconfig=settings.kubeconfig, stop=stop, name="billing manager")

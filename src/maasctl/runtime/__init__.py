@@ -3,7 +3,8 @@
 Tour: ``client`` (typed-error API calls, SSA), ``gvk`` (kinds and discovery), ``informer``/``store``/``cache``
 (list+watch into a shared read-only cache), ``workqueue`` (dedup, backoff, priorities), ``controller``
 (builder, Request/Result, workers), ``predicates``, ``leaderelection``, ``manager`` (runs it all, probes,
-metrics), and helpers ``apply`` (no-op-guarded SSA), ``finalizers``, ``conditions``, ``events``.
+metrics), ``run`` (the one run loop of every operator process: signals, tasks beside it, exit codes),
+and helpers ``apply`` (no-op-guarded SSA), ``finalizers``, ``conditions``, ``events``.
 """
 
 from maasctl.runtime.apply import Applier, is_unchanged
@@ -37,9 +38,10 @@ from maasctl.runtime.finalizers import add_finalizer, finalize, has_finalizer, r
 from maasctl.runtime.gvk import GroupVersionKind, ResourceInfo, RestMapper
 from maasctl.runtime.informer import Event, EventType, Informer
 from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
-from maasctl.runtime.manager import Manager, ManagerOptions, run_manager
+from maasctl.runtime.manager import Manager, ManagerOptions
 from maasctl.runtime.metrics import Metrics
 from maasctl.runtime.objects import canonical, freeze, is_deleting, key_of, thaw
+from maasctl.runtime.run import Lifetime, run_manager, stop_on_signals
 from maasctl.runtime.workqueue import FakeClock, Priority, RateLimiter, WorkQueue
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "LeaderElectionLost",
     "LeaderElectionOptions",
     "LeaderElector",
+    "Lifetime",
     "Manager",
     "ManagerOptions",
     "Metrics",
@@ -95,5 +98,6 @@ __all__ = [
     "remove_finalizer",
     "run_manager",
     "set_condition",
+    "stop_on_signals",
     "thaw",
 ]

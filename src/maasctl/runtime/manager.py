@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
 from maasctl.runtime.metrics import Metrics
 from maasctl.runtime.probes import Check, HttpServer, named, parse_bind_address
 
-__all__ = ["Manager", "ManagerOptions", "run_manager"]
+__all__ = ["Manager", "ManagerOptions"]
 
 log = logging.getLogger(__name__)
 
@@ -266,34 +266,3 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     while isinstance(first, BaseExceptionGroup):
         first = first.exceptions[0]
     return first
-
-
-async def run_manager(
-    options: ManagerOptions,
-    setup: Callable[[Manager], None],
-    *,
-    kubeconfig: str | None = None,
-    context: str | None = None,
-) -> None:
-    """Entry point for ``maasctl run``: load config, build the manager, let ``setup`` register controllers,
-    and run until SIGTERM/SIGINT.
-
-    ``kubeconfig`` None means in-cluster configuration (service account), else ~/.kube/config (see
-    ``runtime.connect``). Raises ``LeaderElectionLost``
-    when the lease is lost (the CLI should exit non-zero so the pod restarts).
-    """
-    import signal
-
-    from maasctl.runtime.connect import connect
-
-    async with await connect(kubeconfig, context) as api:
-        manager = Manager(api, options)
-        setup(manager)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, manager.stop)
-        try:
-            await manager.run()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)

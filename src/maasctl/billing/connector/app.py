@@ -5,8 +5,6 @@ receiver, which serves on every replica (applying an event is idempotent in the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 
 import structlog
 from kubernetes_asyncio import client as k8s
@@ -30,17 +28,17 @@ from maasctl.billing.reconcilers.connector import (
 from maasctl.runtime import (
     Event,
     EventType,
-    LeaderElectionLost,
     LeaderElectionOptions,
+    Lifetime,
     Manager,
     ManagerOptions,
     Request,
+    run_manager,
 )
-from maasctl.runtime.connect import connect
 from maasctl.runtime.objects import FrozenObject
 from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
 
-__all__ = ["build_connector", "run_connector"]
+__all__ = ["build_connector", "run_connector", "serve_webhooks"]
 
 log = structlog.get_logger("maasctl.billing.connector")
 SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
@@ -129,40 +127,30 @@ def build_connector(api: k8s.ApiClient, settings: ConnectorSettings, clock: Cloc
     return manager, ctx
 
 
-async def serve(manager: Manager, ctx: ConnectorContext, stop: asyncio.Event) -> None:
-    """Run the receiver and the manager until `stop`."""
-    port = await ctx.receiver.start(ctx.settings.webhook_bind_address)
-    log.info("webhook receiver listening", port=port, path="/webhooks/<namespace>/<connector>")
-    runner = asyncio.create_task(manager.run(), name="psp-connector manager")
-    stopper = asyncio.create_task(stop.wait(), name="stop")
-    try:
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if stopper in done:
-            manager.stop()
-        else:
-            stopper.cancel()
-        await runner
-    finally:
-        await ctx.receiver.stop()
-        await ctx.registry.close()
-        await ctx.payments.ledger.close()
+def serve_webhooks(ctx: ConnectorContext, lifetime: Lifetime) -> None:
+    """The webhook receiver beside the manager (on every replica), and the connector's resources to close:
+    the receiver stops, then the providers' sessions, then the ledger, then the API client."""
+    lifetime.on_exit(ctx.payments.ledger.close)
+    lifetime.on_exit(ctx.registry.close)
+
+    async def receive() -> None:
+        port = await ctx.receiver.start(ctx.settings.webhook_bind_address)
+        log.info("webhook receiver listening", port=port, path="/webhooks/<namespace>/<connector>")
+        try:
+            await asyncio.Event().wait()  # serves until the manager has stopped and this is cancelled
+        finally:
+            await ctx.receiver.stop()
+
+    lifetime.run_alongside("webhook receiver", receive)
 
 
 async def run_connector(settings: ConnectorSettings, stop: asyncio.Event | None = None) -> int:
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    api = await connect(settings.kubeconfig)
-    try:
+    """Run the psp-connector until SIGINT/SIGTERM (or `stop`); 1 when the leader lease is lost."""
+
+    def build(api: k8s.ApiClient, lifetime: Lifetime) -> Manager:
         manager, ctx = build_connector(api, settings)
+        serve_webhooks(ctx, lifetime)
         log.info("starting psp-connector", server=api.configuration.host, stripe=settings.stripe_api_base)
-        try:
-            await serve(manager, ctx, stop)
-        except LeaderElectionLost:
-            log.error("leader election lost; exiting so a fresh process can compete again")
-            return 1
-    finally:
-        await api.close()
-    return 0
+        return manager
+
+    return await run_manager(build=build, kubeconfig=settings.kubeconfig, stop=stop, name="psp-connector manager")
