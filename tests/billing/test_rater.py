@@ -225,3 +225,27 @@ async def test_a_committed_tenant_owes_its_monthly_fee_without_any_usage(ledger_
         await reader.close()
         await ledger.close()
         await store.engine.dispose()
+
+
+async def test_usage_from_before_the_tenant_existed_is_showback_whenever_it_is_read(ledger_url: str) -> None:
+    """A record made before its organization's TenantAccount was created is never charged, even when a pass
+    reads it (the lag window re-reads the last 30 s) after the account appeared; one made after is charged."""
+    store = await usage_store(ledger_url)
+    ledger = Ledger.from_url(ledger_url)
+    await ledger.create_schema()
+    reader = UsageReader.from_url(ledger_url)
+    try:
+        created = T0 + timedelta(seconds=50)
+        objs = objects()
+        objs["tenants"][0]["metadata"]["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        catalog = build_catalog(**objs)
+        before, same_second, after = record(1, at=created - timedelta(seconds=3)), \
+            record(2, at=created + timedelta(milliseconds=400)), record(3, at=created + timedelta(seconds=2))
+        await store.ingest([before, same_second, after], datetime.now(UTC))
+        report = await Rater(reader, ledger, lambda: catalog).run_once()
+        assert (report.charged, report.skipped, report.unpriced) == (1, 2, 0)
+        assert await ledger.balance(f"{NS}/ten-helix") == -expected_charge([after])
+    finally:
+        await reader.close()
+        await ledger.close()
+        await store.engine.dispose()

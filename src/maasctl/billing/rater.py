@@ -3,7 +3,8 @@ writes the charges to the ledger, idempotently.
 
 One pass (`Rater.run_once`): from the saved cursor minus a lag window, page through the records in
 `(received_at, id)` order; skip those the ledger already knows (`usage:<record id>`); find each record's
-tenant (the TenantAccount whose organization id the record carries; none: not charged, showback only), its
+tenant (the TenantAccount whose organization id the record carries; none, or one created after the record: not
+charged, showback only - decided by the record's time, not by when a pass reads it), its
 PriceBook at the record's time (`priceBookPin`, else the Plan's book followed through in-force successors),
 its region (the Plan target's `billing.opendatahub.io/geo` label) and its month-to-date tokens; rate
 (`rating.rate`, pure); then write the page's charges, the unpriced records and the new cursor in ONE database
@@ -70,6 +71,13 @@ class TenantRef:
     plan_book: str | None = None
     geo: str = ""
     committed_tier: str | None = None
+    created: datetime | None = None  # the TenantAccount's creationTimestamp (whole seconds)
+
+    def predates(self, when: datetime) -> bool:
+        """A record at `when` was made before this TenantAccount existed (its creation second included, which
+        a timestamp in whole seconds cannot order): the organization had no account then, so it is showback,
+        whenever the rater reads it - never charged because a pass happened to re-read it after the creation."""
+        return self.created is not None and when < self.created + timedelta(seconds=1)
 
     @property
     def key(self) -> str:
@@ -148,7 +156,7 @@ def build_catalog(tenants: Iterable[Mapping[str, Any]], plans: Iterable[Mapping[
         book, geo = plan_info.get((ns, tenant.spec.plan_ref.name), (None, ""))
         annotations = tenant.metadata.annotations or {}
         tref = TenantRef(ns, str(tenant.metadata.name), org, tenant.spec.price_book_pin, book, geo,
-                         annotations.get(COMMITTED_USE_ANNOTATION) or None)
+                         annotations.get(COMMITTED_USE_ANNOTATION) or None, tenant.metadata.creation_timestamp)
         if org in catalog.tenants:
             log.warning("two TenantAccounts answer to one organization; the first is charged", organization=org,
                         charged=catalog.tenants[org].key, ignored=tref.key)
@@ -275,7 +283,7 @@ class Rater:
                 page.known += 1
                 continue
             tenant = catalog.tenant_for(row.organization_id)
-            if tenant is None:
+            if tenant is None or tenant.predates(row.ts):
                 page.skipped += 1
                 continue
             page.tenants.add(tenant.key)
