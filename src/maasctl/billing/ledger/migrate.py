@@ -21,8 +21,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, inspect, text
 
-__all__ = ["History", "alembic_lock", "create_index_if_missing", "create_table_if_missing",
-           "current_revision_sync", "upgrade_sync"]
+__all__ = [
+    "History",
+    "alembic_lock",
+    "create_index_if_missing",
+    "create_table_if_missing",
+    "current_revision_sync",
+    "run_env",
+    "upgrade_sync",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,22 @@ class History:
 
 
 _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def run_env() -> None:
+    """The body of both histories' `env.py` (ledger, psp-connector): run on the connection `upgrade_sync`
+    handed over, with that history's metadata and version table."""
+    from alembic import context
+
+    attrs = context.config.attributes
+    connection = attrs.get("connection")
+    if connection is None:
+        raise RuntimeError("the billing migrations run programmatically: use maasctl.billing.ledger.migrate")
+    context.configure(connection=connection, target_metadata=attrs["metadata"],
+                      version_table=attrs["version_table"],
+                      render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 def alembic_lock() -> asyncio.Lock:
