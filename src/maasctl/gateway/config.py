@@ -102,6 +102,9 @@ class GatewaySettings:
     token_review_audiences_from_host: bool = False
     upstream_verify: bool | str = True
     upstream_max_connections: int = 200
+    # An idle pooled connection is dropped before the model server drops it (uvicorn's and Node's default is 5 s,
+    # ours is httpguard's): reusing one the server is closing that instant fails the request with a 503.
+    upstream_keepalive_seconds: float = 4.0
     admin_from_loopback_only: bool = True
     subscription_namespace: str = "models-as-a-service"
     serve_routes_without_auth_policy: bool = False

@@ -175,7 +175,8 @@ class Gateway:
                 ssl.create_default_context() if verify else False
             )
             self._upstream = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.settings.upstream_max_connections, ssl=tls),
+                connector=aiohttp.TCPConnector(limit=self.settings.upstream_max_connections, ssl=tls,
+                                         keepalive_timeout=self.settings.upstream_keepalive_seconds),
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
             )
