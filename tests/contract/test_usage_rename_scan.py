@@ -111,6 +111,9 @@ def test_the_fast_rename_answers_as_the_full_scan(doc: dict[str, object], model:
     b'{"mod\\u0065l": "a", "c": "\\"model"}',  # escaped key, and a string ending in \\"model
     b'{"c": "\\"model", "model": "a"}',
     b'{"model": "\\u0061"}',  # the value spelled with an escape
+    b'{"model": "a", "mod\\u0065l": "a"}',  # a duplicate whose key is escaped: the last one wins
+    b'{"x": {"model": "a"}, "mod\\u0065l": "a"}',  # the only literal "model" is nested
+    b'{"x": {"model": "a"}, "mod\\u0065l": "a", "e": "\\u00e9"}',
 ])
 def test_what_the_fast_path_cannot_vouch_for_takes_the_scan(data: bytes) -> None:
     parsed = json.loads(data)

@@ -545,9 +545,13 @@ def set_top_level_model(data: bytes, name: str) -> bytes | None:
 
 def rename_top_level_model(data: bytes, parsed: Mapping[str, Any], name: str) -> bytes | None:
     """`set_top_level_model(data, name)` for a `data` already parsed as `parsed`, cheaply in the usual case: an
-    answer whose only `"model"` is the top-level key gets its value replaced in place, and the edit is accepted
-    only if the result parses to `parsed` with `model` = `name`; anything else (a nested or duplicated
-    `"model"`, an escaped key, a value spelled differently) takes the full scan."""
+    answer whose only `"model"` is the top-level key gets its value replaced in place; anything else (a nested
+    or duplicated `"model"`, an escaped key, a value spelled differently) takes the full scan.
+
+    Why the in-place edit is right without parsing again: `data` is valid JSON (it parsed), so an unescaped
+    `"model"` followed by a colon is a key; without a `\\u` escape anywhere a key that decodes to `model` can
+    only be spelled `"model"`, so when that spelling occurs once it is the top-level key `parsed` has. With a
+    `\\u` in `data` (a key may be spelled `"mod\\u0065l"`) the edit is kept only if it parses as expected."""
     fast = _rename_unique_model(data, parsed, name)
     return fast if fast is not None else set_top_level_model(data, name)
 
@@ -566,6 +570,8 @@ def _rename_unique_model(data: bytes, parsed: Mapping[str, Any], name: str) -> b
         if not data.startswith(spelled, colon.end()):
             return None
     edited = data[:colon.end()] + json.dumps(name, ensure_ascii=False).encode() + data[colon.end() + len(spelled):]
+    if b"\\u" not in data:
+        return edited
     try:
         if json.loads(edited[data.find(b"{"):]) != {**parsed, "model": name}:
             return None
