@@ -32,6 +32,7 @@ Headers (names compared lowercase, with `_` read as `-` so look-alikes cannot sl
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Final
@@ -97,6 +98,8 @@ SERVER_DECIDED_PREFIXES: Final = (*_IDENTITY_PREFIXES, *SCHEDULER_PREFIXES)
 _DROP_ALWAYS: Final = HOP_BY_HOP | {"host", "content-length", "expect"}
 _ENCODED_DELIMITERS: Final = re.compile(rb"%(2f|5c|25)", re.IGNORECASE)
 _PERCENT: Final = re.compile(rb"%([0-9A-Fa-f]{2})")
+_CONTROL_OR_BACKSLASH: Final = re.compile(r"[\x00-\x1f\x7f\\]")
+_SLASHES: Final = re.compile("/{2,}")
 _UNRESERVED: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -123,6 +126,7 @@ class AmbiguousPath(ValueError):
     """A request path the gateway refuses to interpret (answered 400)."""
 
 
+@functools.lru_cache(maxsize=4096)  # a request's header names are mostly the same few: a dict lookup each
 def normalized_name(name: str) -> str:
     """Lowercase, `_` as `-`: how header names are compared here (and how many proxies read them)."""
     return name.strip().lower().replace("_", "-")
@@ -130,10 +134,12 @@ def normalized_name(name: str) -> str:
 
 def server_decided(name: str) -> bool:
     """True for headers only the gateway may set (see the module docstring)."""
-    n = normalized_name(name)
-    if n == SUBSCRIPTION_HEADER:
-        return False
-    return n in SERVER_DECIDED_EXACT or n.startswith(SERVER_DECIDED_PREFIXES)
+    return _decided(normalized_name(name))
+
+
+def _decided(normalized: str) -> bool:
+    return normalized != SUBSCRIPTION_HEADER and (
+        normalized in SERVER_DECIDED_EXACT or normalized.startswith(SERVER_DECIDED_PREFIXES))
 
 
 def forbidden_client_header(names: Iterable[str]) -> str | None:
@@ -178,18 +184,19 @@ def canonical_path(raw: bytes | str) -> str:
         raise AmbiguousPath("the path must start with /")
     if b"?" in data or b"#" in data:
         raise AmbiguousPath("the path carries a query or fragment delimiter")
-    if _ENCODED_DELIMITERS.search(data):
+    escaped = b"%" in data  # most paths have no escape: nothing to decode twice
+    if escaped and _ENCODED_DELIMITERS.search(data):
         raise AmbiguousPath("encoded '/', '\\\\' or '%' in the path")
-    fully = _PERCENT.sub(lambda m: bytes([int(m.group(1), 16)]), data)
+    fully = _PERCENT.sub(lambda m: bytes([int(m.group(1), 16)]), data) if escaped else data
     try:
         plain = fully.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AmbiguousPath("the path is not valid UTF-8 (decoded)") from exc
-    if "\\" in plain or any(ord(c) < 0x20 or ord(c) == 0x7F for c in plain):
+    if _CONTROL_OR_BACKSLASH.search(plain):
         raise AmbiguousPath("backslash or control character in the path (decoded)")
-    text = _decode_unreserved(data).decode("utf-8")
-    merged = re.sub(r"/{2,}", "/", text)
-    return _remove_dot_segments(merged)
+    text = _decode_unreserved(data).decode("utf-8") if escaped else plain
+    merged = _SLASHES.sub("/", text) if "//" in text else text
+    return _remove_dot_segments(merged) if "/." in merged else merged  # no "." or ".." segment otherwise
 
 
 def upstream_headers(
@@ -208,25 +215,25 @@ def upstream_headers(
     it never goes upstream); `set/add/remove_headers` the route's RequestHeaderModifier.
     """
     server = {n: v for n, v in server.items() if n.lower() != IDENTITY_HEADER}
-    connection_listed = {
-        normalized_name(token) for name, value in client if normalized_name(name) == "connection"
-        for token in value.split(",")
-    }
+    # (normalized name, lowercased name, value): each name normalized once
+    sent = [(normalized_name(name), name.lower(), value) for name, value in client]
+    connection_listed = {normalized_name(token) for n, _, value in sent if n == "connection"
+                         for token in value.split(",")}
     dropped = _DROP_ALWAYS | connection_listed
     if not forward_credentials:
         dropped = dropped | CREDENTIAL_HEADERS
-    out = [
-        (name.lower(), value) for name, value in client
-        if normalized_name(name) not in dropped and not server_decided(name)
-        and (forward_credentials or normalized_name(name) != SUBSCRIPTION_HEADER)
-    ]
-    replaced = {n.lower() for n, _ in server.items()} | {normalized_name(n) for n in remove_headers}
+    replaced = {n.lower() for n in server} | {normalized_name(n) for n in remove_headers}
     replaced |= {n.lower() for n, _ in set_headers}
-    out = [(n, v) for n, v in out if normalized_name(n) not in replaced]
-    out.extend((n.lower(), v) for n, v in server.items())
-    out.extend((n.lower(), v) for n, v in set_headers)
-    out.extend((n.lower(), v) for n, v in add_headers if normalized_name(n) not in dropped)
+    out = [
+        entry for entry in sent
+        if entry[0] not in dropped and not _decided(entry[0])
+        and (forward_credentials or entry[0] != SUBSCRIPTION_HEADER) and entry[0] not in replaced
+    ]
+    out.extend((normalized_name(n), n.lower(), v) for n, v in server.items())
+    out.extend((normalized_name(n), n.lower(), v) for n, v in set_headers)
+    out.extend(entry for entry in ((normalized_name(n), n.lower(), v) for n, v in add_headers)
+               if entry[0] not in dropped)
     if upstream_key:
-        out = [(n, v) for n, v in out if normalized_name(n) != "authorization"]
-        out.append(("authorization", f"Bearer {upstream_key}"))
-    return out
+        out = [entry for entry in out if entry[0] != "authorization"]
+        out.append(("authorization", "authorization", f"Bearer {upstream_key}"))
+    return [(lowered, value) for _, lowered, value in out]
