@@ -53,10 +53,11 @@ the front sets `ex.raw_body` first.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
@@ -144,7 +145,18 @@ class Plane(Protocol):
     telemetry: SubscriptionTelemetry
 
 
-@dataclass
+def _request_id() -> str:
+    """A request's id, the usage record's idempotency key: unique without a random draw per request (this
+    process's random 64-bit prefix, then a counter), in the 32 hex digits ids have always had."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
+
+
+_ID_PREFIX: Final = secrets.token_hex(8)
+_ID_COUNTER: Final = itertools.count()
+NOT_CHECKED: Final = AuthOutcome(True, reason="not checked")  # shared: an outcome is replaced, never edited
+
+
+@dataclass(slots=True)
 class Exchange:
     """One request as it goes through the stages: what it asked, and what each stage decided."""
 
@@ -158,7 +170,7 @@ class Exchange:
     role: Role = "all"  # set by request_head / request_body
     authorized: bool = False  # an AuthPolicy admitted it (here, or Authorino: `adopt_identity`)
     identity_override: Mapping[str, Any] | None = None  # simulate's user and groups: authentication skipped
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    request_id: str = field(default_factory=_request_id)
     started: float = field(default_factory=time.monotonic)
     path: str | None = None  # canonical; None when ambiguous
     path_error: str = ""
@@ -166,13 +178,13 @@ class Exchange:
     match: RouteMatch | None = None
     request: RequestInfo | None = None
     policy: CompiledAuthPolicy | None = None
-    outcome: AuthOutcome = field(default_factory=lambda: AuthOutcome(True, reason="not checked"))
+    outcome: AuthOutcome = field(default_factory=lambda: NOT_CHECKED)
     raw_body: bytes = b""
     body: PreparedBody = NO_BODY
     trlp: CompiledTokenRateLimitPolicy | None = None
     backend: Backend | None = None
     upstream_key: str | None = None
-    applied: list[AppliedLimit] = field(default_factory=list)
+    applied: Sequence[AppliedLimit] = ()
     reservation: Reservation = NO_RESERVATION
     admitted: bool = False  # past token reservation: finish records it
     guard: GuardCheck | None = None

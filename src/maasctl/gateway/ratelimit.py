@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,12 +225,12 @@ class TokenRateLimiter:
         return out
 
     @staticmethod
-    def _slots(applied: list[AppliedLimit]) -> tuple[Slot, ...]:
+    def _slots(applied: Sequence[AppliedLimit]) -> tuple[Slot, ...]:
         return tuple(Slot(item.key(rate), rate.limit) for item in applied for rate in item.limit.rates
                      if rate.seconds > 0)
 
     @staticmethod
-    def estimate(applied: list[AppliedLimit], bound: int) -> int:
+    def estimate(applied: Sequence[AppliedLimit], bound: int) -> int:
         """Tokens to reserve for a request: its own bound (`contract.usage.request_bound`: the prompt estimate
         plus its completion limit for each completion, the completion ceiling when it states none), at most one
         more than the smallest limit that applies: admission compares what is already used and reserved with the
@@ -248,7 +248,7 @@ class TokenRateLimiter:
         name, window = self._slot_names.get(slot.key, (slot.key[1], f"{slot.key[2]}s"))
         return RateDenial(name, slot.limit, window, usage.used + usage.reserved, retry)
 
-    async def check(self, applied: list[AppliedLimit]) -> RateDenial | None:
+    async def check(self, applied: Sequence[AppliedLimit]) -> RateDenial | None:
         """The first rate that is over (`used + reserved > limit`), read only (simulate)."""
         slots = self._slots(applied)
         self._remember(applied)
@@ -257,7 +257,7 @@ class TokenRateLimiter:
                 return self._denial(Denied(slot, usage))
         return None
 
-    async def reserve(self, applied: list[AppliedLimit], amount: int) -> Reservation | RateDenial:
+    async def reserve(self, applied: Sequence[AppliedLimit], amount: int) -> Reservation | RateDenial:
         """Admit a request and hold `amount` tokens on every rate that applies, or say which rate is full."""
         slots = self._slots(applied)
         self._remember(applied)
@@ -266,22 +266,22 @@ class TokenRateLimiter:
             return self._denial(denied)
         return Reservation(slots, amount)
 
-    async def settle(self, reservation: Reservation, applied: list[AppliedLimit], tokens: int) -> None:
+    async def settle(self, reservation: Reservation, applied: Sequence[AppliedLimit], tokens: int) -> None:
         """Count the request's `tokens` and release its reservation."""
         await self.store.settle([s.key for s in reservation.slots], reservation.amount, max(0, tokens))
 
-    async def report(self, applied: list[AppliedLimit], tokens: int) -> None:
+    async def report(self, applied: Sequence[AppliedLimit], tokens: int) -> None:
         """Count `tokens` without a reservation (a request admitted elsewhere)."""
         await self.settle(Reservation(self._slots(applied), 0), applied, tokens)
 
-    def _remember(self, applied: list[AppliedLimit]) -> None:
+    def _remember(self, applied: Sequence[AppliedLimit]) -> None:
         for item in applied:
             for rate in item.limit.rates:
                 self._slot_names[item.key(rate)] = (item.limit.name, rate.window)
         if len(self._slot_names) > 100_000:
             self._slot_names.clear()
 
-    async def states(self, applied: list[AppliedLimit]) -> list[RateState]:
+    async def states(self, applied: Sequence[AppliedLimit]) -> list[RateState]:
         """Used, reserved and remaining quota of every rate (read only)."""
         pairs = [(item, rate) for item in applied for rate in item.limit.rates]
         usages = await self.store.read([item.key(rate) for item, rate in pairs])

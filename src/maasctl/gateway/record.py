@@ -82,9 +82,9 @@ BOUNDS = _record_bounds()
 def fit_text(value: str, limit: int) -> str:
     """`value` if it fits `limit` characters and is storable; else its storable prefix, `~` and a hash of the
     whole value: still recognisable, within the bound, and distinct for every distinct value."""
-    clean = _UNSTORABLE.sub("\ufffd", value)
-    if clean == value and len(value) <= limit:
+    if len(value) <= limit and _UNSTORABLE.search(value) is None:  # the usual case: nothing to change
         return value
+    clean = _UNSTORABLE.sub("\ufffd", value)
     digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
     return f"{clean[:max(0, limit - _DIGEST_CHARS - 1)]}~{digest}"[-limit:]
 
@@ -100,19 +100,25 @@ def _fit_number(value: Any, bounds: tuple[float, float]) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     low, high = bounds
+    if low <= value <= high:  # the usual case (min/max would give `value` back)
+        return value
     return min(max(value, int(low) if isinstance(value, int) else low), int(high) if isinstance(value, int) else high)
 
 
 def fit_record_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """`values` of a UsageRecord fitted to its bounds: strings (hashed when cut), labels, numbers."""
+    strings, numbers = BOUNDS.strings, BOUNDS.numbers
     out = dict(values)
     for name, value in values.items():
-        if name in BOUNDS.strings and isinstance(value, str):
-            out[name] = fit_text(value, BOUNDS.strings[name])
-        elif name in BOUNDS.numbers:
-            out[name] = _fit_number(value, BOUNDS.numbers[name])
-    if isinstance(values.get("labels"), Mapping):
-        out["labels"] = _fit_labels(values["labels"])
+        limit = strings.get(name)
+        if limit is not None:
+            if isinstance(value, str):
+                out[name] = fit_text(value, limit)
+        elif name in numbers:
+            out[name] = _fit_number(value, numbers[name])
+    labels = values.get("labels")
+    if isinstance(labels, Mapping):
+        out["labels"] = _fit_labels(labels) if labels else {}
     return out
 
 
