@@ -131,6 +131,18 @@ async def test_saving_unchanged_keeps_every_field_and_one_edit_changes_one_field
     assert _kept(await _get(world, "maasauthpolicies", name) or {"metadata": {}, "spec": None}) == _kept(
         policy_before)
 
+    # Removing a subscriber that another field manager (the operator's apply) also owns removes it.
+    browser.go(f"/admin/subscriptions/{name}/edit")
+    browser.fill("users", "alice")
+    await _save(browser)
+    fewer = await _get(world, "maassubscriptions", name)
+    policy_fewer = await _get(world, "maasauthpolicies", name)
+    assert fewer is not None and policy_fewer is not None
+    expected["spec"]["owner"]["users"] = ["alice"]
+    assert _kept(fewer) == _kept(expected)
+    assert policy_fewer["spec"]["subjects"]["users"] == ["alice"]
+    assert policy_fewer["spec"]["meteringMetadata"] == policy["spec"]["meteringMetadata"]
+
 
 async def test_tenant_and_metering_fields_from_the_form(world: ConsoleWorld, browser: Browser) -> None:
     ns, name = await _setup(world, browser, "tenant")
