@@ -20,7 +20,16 @@ from maasctl.console.forms import kube_errors
 from maasctl.console.kube import KubeError
 from maasctl.console.pages.user import curl_for
 from maasctl.console.sessions import Identity, SessionStore
-from maasctl.console.subscriptions import ModelRow, SubscriptionForm, auth_policy, subscription, subscription_patch
+from maasctl.console.subscriptions import (
+    FormError,
+    ModelRow,
+    SubscriptionForm,
+    auth_policy,
+    desired,
+    fingerprint,
+    labels_from_text,
+    validate,
+)
 from maasctl.console.web import safe_next
 
 
@@ -84,12 +93,65 @@ def test_service_objects_share_endpoint_and_key() -> None:
 def test_subscription_and_its_auth_policy_for_everyone() -> None:
     form = SubscriptionForm(name="everyone", users="*", priority="3",
                             models=[ModelRow("llm", "gpt-x", include=True), ModelRow("llm", "skip")])
-    sub = subscription(form, "models-as-a-service", {"llm/gpt-x": tiers.from_text("100M per Hour")})
-    policy = auth_policy(sub)
-    assert policy.spec.subjects.users == ["*"] and [r.name for r in policy.spec.model_refs] == ["gpt-x"]
-    patch = subscription_patch(sub, "42")
-    assert patch["spec"]["owner"] == {"users": ["*"], "groups": None}  # a removed list is cleared
-    assert patch["metadata"]["resourceVersion"] == "42" and patch["spec"]["priority"] == 3
+    sub, included = desired(form, "models-as-a-service", None, {"llm/gpt-x": tiers.from_text("100M per Hour")})
+    validate(sub)
+    assert sub["spec"] == {"owner": {"users": ["*"]}, "priority": 3, "modelRefs": [
+        {"name": "gpt-x", "namespace": "llm", "tokenRateLimits": [{"limit": 100_000_000, "window": "1h"}]}]}
+    assert included == [0]
+    policy = auth_policy(sub, None)
+    assert policy["spec"] == {"modelRefs": [{"name": "gpt-x", "namespace": "llm"}], "subjects": {"users": ["*"]}}
+
+
+def test_a_save_replaces_only_what_the_form_owns() -> None:
+    base = {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSSubscription",
+            "metadata": {"name": "s", "namespace": "ns", "resourceVersion": "7", "labels": {"team": "a"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"owner": {"users": ["a", "b"]}, "priority": 1, "organization": {"id": "org-1"},
+                     "tokenMetadata": {"organizationId": "legacy", "costCenter": "cc"},
+                     "modelRefs": [{"name": "m2", "namespace": "llm", "unlimited": True,
+                                    "guardrails": {"enabled": True, "config": "strict"}},
+                                   {"name": "m1", "namespace": "llm", "tokenRateLimits": [{"limit": 5, "window": "1m"}],
+                                    "billingRate": {"perToken": "0.1"}}]},
+            "status": {"phase": "Active"}}
+    form = SubscriptionForm(name="s", users="a", organization_id="org-1", models=[
+        ModelRow("llm", "m1", include=True, price=""), ModelRow("llm", "m2", include=True),
+        ModelRow("llm", "m3", include=True, price="0.000002")])
+    sub, included = desired(form, "ns", base, {"llm/m1": None, "llm/m2": [{"limit": 9, "window": "1h"}],
+                                              "llm/m3": None})
+    validate(sub)
+    assert "status" not in sub and "managedFields" not in sub["metadata"]
+    assert sub["metadata"]["labels"] == {"team": "a"} and sub["metadata"]["resourceVersion"] == "7"
+    assert sub["spec"]["owner"] == {"users": ["a"]}  # a removed user is gone, not kept
+    assert sub["spec"]["tokenMetadata"] == {"organizationId": "legacy"}  # the form's cost center was cleared
+    assert sub["spec"]["priority"] == 0
+    assert sub["spec"]["modelRefs"] == [  # kept entries keep their place and their guardrails
+        {"name": "m2", "namespace": "llm", "guardrails": {"enabled": True, "config": "strict"},
+         "tokenRateLimits": [{"limit": 9, "window": "1h"}]},
+        {"name": "m1", "namespace": "llm", "unlimited": True},
+        {"name": "m3", "namespace": "llm", "unlimited": True, "billingRate": {"perToken": "0.000002"}}]
+    assert included == [1, 0, 2]
+    with pytest.raises(FormError) as err:
+        desired(SubscriptionForm(name="s", users="a", models=form.models), "ns", base, {})
+    assert err.value.field == "organization_id"
+    with pytest.raises(FormError) as err:
+        desired(SubscriptionForm(name="s", users="a", gateway_name="gw", models=form.models), "ns", None, {})
+    assert err.value.field == "gateway"
+
+
+def test_a_status_write_is_no_conflict_but_a_spec_change_is() -> None:
+    obj = {"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}, "spec": {"priority": 1}}
+    seen = fingerprint(obj)
+    assert fingerprint({**obj, "status": {"phase": "Active"}, "metadata": {**obj["metadata"], "resourceVersion": "2"}}
+                       ) == seen
+    assert fingerprint({**obj, "spec": {"priority": 2}}) != seen
+    assert fingerprint({**obj, "metadata": {"labels": {"a": "c"}}}) != seen
+
+
+def test_metering_labels_are_key_value_lines() -> None:
+    assert labels_from_text("team = ml\n\nenv=prod=1\n") == {"team": "ml", "env": "prod=1"}
+    for bad in ("novalue", "=x", "a=1\na=2"):
+        with pytest.raises(FormError):
+            labels_from_text(bad)
 
 
 def test_api_server_causes_land_on_their_fields() -> None:

@@ -11,19 +11,23 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION, dump
+from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION
 from maasctl.console import forms, tiers, usage
 from maasctl.console.kube import AUTH_POLICY, MODEL_REF, SUBSCRIPTION, KubeError, UserKube
 from maasctl.console.maasapi_client import MaasApiError
 from maasctl.console.subscriptions import (
     MANAGED_LABEL,
+    FormError,
     ModelRow,
     SubscriptionForm,
     api_fields,
     auth_policy,
+    desired,
     error_field,
-    subscription,
-    subscription_patch,
+    fill_row,
+    fingerprint,
+    form_fields,
+    validate,
 )
 from maasctl.console.web import Admin, console, flash, kube_as, maasapi_as, q, redirect, render
 
@@ -42,10 +46,14 @@ def list_row(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": meta.get("name"), "display_name": notes.get(DISPLAY_NAME_ANNOTATION, ""),
         "description": notes.get(DESCRIPTION_ANNOTATION, ""),
-        "models": [{"ref": f"{m['namespace']}/{m['name']}", "tiers": m.get("tokenRateLimits")}
-                   for m in spec.get("modelRefs") or []],
+        "models": [{"ref": f"{m['namespace']}/{m['name']}", "tiers": m.get("tokenRateLimits"),
+                    "price": (m.get("billingRate") or {}).get("perToken")} for m in spec.get("modelRefs") or []],
         "users": owner.get("users") or [], "groups": [g["name"] for g in owner.get("groups") or []],
-        "priority": spec.get("priority", 0),
+        "priority": spec.get("priority", 0), "inference_priority": spec.get("inferencePriority"),
+        "organization": (spec.get("organization") or {}).get("id"),
+        "cost_center": (spec.get("tokenMetadata") or {}).get("costCenter"),
+        "labels": (spec.get("tokenMetadata") or {}).get("labels") or {},
+        "gateway": "{namespace}/{name}".format(**spec["gatewayRef"]) if spec.get("gatewayRef") else None,
         "phase": "Deleting" if meta.get("deletionTimestamp") else status.get("phase") or "Pending",
     }
 
@@ -68,19 +76,13 @@ async def _model_rows(kube: UserKube, existing: dict[str, Any] | None) -> list[M
         o["metadata"]["namespace"], o["metadata"]["name"], kind=(o.get("spec") or {}).get("modelRef", {}).get(
             "kind", "")) for o in await kube.list(MODEL_REF)}
     for m in ((existing or {}).get("spec") or {}).get("modelRefs") or []:
-        row = rows.setdefault(f"{m['namespace']}/{m['name']}", ModelRow(m["namespace"], m["name"], kind="missing"))
-        row.include = True
-        row.tiers = tiers.to_text(m.get("tokenRateLimits") if not m.get("unlimited") else None)
-        row.billing_rate = m.get("billingRate")
+        fill_row(rows.setdefault(f"{m['namespace']}/{m['name']}",
+                                 ModelRow(m["namespace"], m["name"], kind="missing")), m)
     return [rows[k] for k in sorted(rows)]
 
 
 def _form_from(obj: dict[str, Any], models: list[ModelRow]) -> SubscriptionForm:
-    row = list_row(obj)
-    return SubscriptionForm(name=row["name"], display_name=row["display_name"], description=row["description"],
-                            users=", ".join(row["users"]), groups=", ".join(row["groups"]),
-                            priority=str(row["priority"]), resource_version=obj["metadata"].get("resourceVersion", ""),
-                            models=models)
+    return SubscriptionForm(**form_fields(obj), models=models)
 
 
 def _render_form(request: Request, form: SubscriptionForm, errors: dict[str, str], editing: bool,
@@ -112,13 +114,35 @@ async def _read_form(request: Request, kube: UserKube, existing: dict[str, Any] 
         row = by_ref.get(text(f"model-{i}-ref", 317))
         if row is not None:
             row.include = data.get(f"model-{i}-include") == "on"
+            row.unlimited = data.get(f"model-{i}-unlimited") == "on"
             row.tiers = text(f"model-{i}-tiers", 1024)
+            row.price = text(f"model-{i}-price", 64)
         i += 1
+    org = str(((existing or {}).get("spec") or {}).get("organization", {}).get("id") or "")
     return SubscriptionForm(
         name=(existing or {}).get("metadata", {}).get("name") or text("name", 253).strip(),
         display_name=text("display_name", 256), description=text("description", 2048),
         users=text("users"), groups=text("groups"), priority=text("priority", 16),
-        resource_version=text("resource_version", 64), models=models)
+        organization_id=text("organization_id", 300), organization_locked=bool(org),
+        cost_center=text("cost_center", 300), labels=text("labels", 20000),
+        inference_priority=text("inference_priority", 16), gateway_namespace=text("gateway_namespace", 70),
+        gateway_name=text("gateway_name", 260), seen=text("seen", 64), models=models)
+
+
+def _limits(form: SubscriptionForm, errors: dict[str, str]) -> dict[str, list[dict[str, Any]] | None]:
+    """Each included row's tiers (None: unlimited, by the checkbox or by typing "unlimited")."""
+    limits: dict[str, list[dict[str, Any]] | None] = {}
+    for i, row in enumerate(form.models):
+        if not row.include:
+            continue
+        if row.unlimited:
+            limits[row.ref] = None
+            continue
+        try:
+            limits[row.ref] = tiers.from_text(row.tiers)
+        except tiers.TierError as exc:
+            errors[f"model-{i}-tiers"] = str(exc)
+    return limits
 
 
 async def _save(request: Request, identity: Admin, existing: dict[str, Any] | None) -> Response:
@@ -126,42 +150,39 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
     form = await _read_form(request, kube, existing)
     editing = existing is not None
     errors: dict[str, str] = {}
-    included = [i for i, m in enumerate(form.models) if m.include]
-    limits: dict[str, list[dict[str, Any]] | None] = {}
-    for i in included:
-        row = form.models[i]
-        try:
-            limits[row.ref] = tiers.from_text(row.tiers)
-        except tiers.TierError as exc:
-            errors[f"model-{i}-tiers"] = str(exc)
+    limits = _limits(form, errors)
     if not form.name:
         errors["name"] = "Enter a subscription name."
     if not form.users.strip() and not form.groups.strip():
         errors["subscribers"] = "Add at least one subscriber: a username, a group, or * for all authenticated users."
-    if not included:
+    if not limits:
         errors["models"] = "Add at least one published model."
+    if existing is not None and form.seen != fingerprint(existing):
+        errors = {"_form": CONFLICT}
     if errors:
         return _render_form(request, form, errors, editing, 422)
+    included: list[int] = []
     try:
-        sub = subscription(form, _sub_ns(request), limits)
-        policy = auth_policy(sub)
+        sub, included = desired(form, _sub_ns(request), existing, limits)
+        validate(sub)
+    except FormError as exc:
+        return _render_form(request, form, {exc.field: str(exc)}, editing, 422)
     except ValidationError as exc:
         return _render_form(request, form, forms.pydantic_errors(exc, lambda loc: error_field(loc, included)),
                             editing, 422)
     try:
         if existing is None:
-            await kube.create(SUBSCRIPTION, dump(sub))
+            await kube.create(SUBSCRIPTION, sub)
         else:
-            await kube.merge_patch(SUBSCRIPTION, form.name, _sub_ns(request),
-                                   subscription_patch(sub, form.resource_version))
+            await kube.replace(SUBSCRIPTION, sub)
     except KubeError as exc:
         errors = forms.kube_errors(exc, api_fields(included))
         if exc.status == 409 and exc.reason == "Conflict":
-            errors = {"_form": "Someone else changed this subscription meanwhile: reload the page and edit again."}
+            errors = {"_form": CONFLICT}
         return _render_form(request, form, errors, editing, 422)
     try:
-        await _save_policy(kube, dump(policy))
-    except (KubeError, _NotOurs) as exc:
+        await _save_policy(kube, sub)
+    except (KubeError, ValidationError, _NotOurs) as exc:
         flash(request, "error", f"The subscription was saved, but its auth policy was not: {exc}. Subscribers "
                                 "cannot call its models until a MaaSAuthPolicy admits them.")
         return redirect("/admin/subscriptions")
@@ -169,22 +190,23 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
     return redirect("/admin/subscriptions")
 
 
+CONFLICT = "Someone else changed this subscription meanwhile: reload the page and edit again."
+
+
 class _NotOurs(Exception):
     pass
 
 
-async def _save_policy(kube: UserKube, policy: dict[str, Any]) -> None:
-    meta = policy["metadata"]
+async def _save_policy(kube: UserKube, sub: dict[str, Any]) -> None:
+    """Create the console's auth policy, or update its models and subjects (all else in it is kept)."""
+    meta = sub["metadata"]
     current = await kube.find(AUTH_POLICY, meta["name"], meta["namespace"])
     if current is None:
-        await kube.create(AUTH_POLICY, policy)
+        await kube.create(AUTH_POLICY, auth_policy(sub, None))
         return
     if ((current.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != meta["name"]:
         raise _NotOurs(f"a MaaSAuthPolicy named {meta['name']} exists and was not created by the console")
-    subjects = policy["spec"]["subjects"]
-    await kube.merge_patch(AUTH_POLICY, meta["name"], meta["namespace"], {"spec": {
-        "modelRefs": policy["spec"]["modelRefs"],
-        "subjects": {"users": subjects.get("users"), "groups": subjects.get("groups")}}})
+    await kube.replace(AUTH_POLICY, auth_policy(sub, current))
 
 
 @router.post("/admin/subscriptions/new")
