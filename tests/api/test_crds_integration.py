@@ -237,6 +237,16 @@ INVALID: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
     ),
     ("empty-limits", sub(set_ref(tokenRateLimits=[])), "should have at least 1 items"),
     ("no-model-refs", sub(lambda s: s.update(modelRefs=[])), "should have at least 1 items"),
+    # a model listed twice is refused, not deduplicated as the reference does: which entry's limits would win is
+    # the administrator's decision (docs/compatibility.md)
+    ("model-listed-twice", sub(lambda s: s["modelRefs"].append(copy.deepcopy(s["modelRefs"][0]))), "Duplicate value"),
+    (
+        "model-listed-twice-other-limits",
+        sub(lambda s: s["modelRefs"].append({**copy.deepcopy(s["modelRefs"][0]),
+                                             "tokenRateLimits": [{"limit": 5, "window": "1m"}]})),
+        "Duplicate value",
+    ),
+    ("auth-model-listed-twice", auth(lambda s: s["modelRefs"].append(dict(s["modelRefs"][0]))), "Duplicate value"),
     ("org-id-empty", sub(lambda s: s.update(organization={"id": ""})), "id in body should be at least 1 chars long"),
     ("org-id-quote", sub(lambda s: s.update(organization={"id": 'a"b'})), f"organization.id {UNSAFE}"),
     ("owner-user-quote", sub(lambda s: s["owner"].update(users=['al"ice'])), f"owner.users {UNSAFE}"),
@@ -319,6 +329,8 @@ async def test_namespace_rule_message_names_the_namespace(maas: k8s.CustomObject
     with pytest.raises(k8s.ApiException) as caught:
         await create(maas, obj, dry_run="All")
     assert f"subscription namespace {SUB_NS}, not in {namespace}" in error_message(caught.value)
+    assert f"create it in {SUB_NS}, or reinstall maasctl for another subscription namespace" in error_message(
+        caught.value)  # what to do about it
 
 
 # --- organization.id: set once, then immutable and not removable --------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from maasctl.builders.authpolicy import (
     AuthSettings,
     ObjectiveBinding,
     build_auth_policy,
+    selection_epoch,
 )
 from maasctl.builders.celcheck import cel_texts, check_cel
 from maasctl.builders.refs import GatewayRef, ObjectRef
@@ -81,6 +83,7 @@ def test_shape() -> None:
             "maas.opendatahub.io/model": "granite",
             "maas.opendatahub.io/model-namespace": "llm",
         },
+        "annotations": {"maas.opendatahub.io/auth-policies": "maas/alice-access,maas/premium-access"},
     }
     spec = pol["spec"]
     assert spec["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
@@ -280,8 +283,9 @@ def test_identity_export_for_token() -> None:
 
 
 def test_api_key_cannot_switch_subscription_with_the_header() -> None:
-    other = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "premium"})
-    assert other.status == 403  # one rule with maas-api: a key never switches subscription
+    for named in ("premium", "maas/premium", "no-such"):  # one rule with maas-api: the header is ignored for keys
+        other = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": named})
+        assert other.status == 200 and other.headers["x-maas-subscription"] == "free", named
     own = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer sk-oai-alice", "X-MaaS-Subscription": "free"})
     assert own.status == 200 and own.headers["x-maas-subscription"] == "free"
 
@@ -514,3 +518,37 @@ def test_the_identity_header_carries_the_guardrails_filter_only_where_it_applies
 def test_the_identity_header_is_refused_by_the_authorizer_when_a_client_sends_it() -> None:
     outcome = run(policy(PREMIUM_POLICY), {"Authorization": "Bearer t-alice", "x-maas-identity": '{"identity": {}}'})
     assert (outcome.status, outcome.denied_by) == (403, "no-client-identity-headers")
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param({"phase": "Failed"}, id="failed"),
+    pytest.param({"priority": 11}, id="priority"),
+    pytest.param({"groups": frozenset({"premium-users", "other"})}, id="owner"),
+    pytest.param({"models": ()}, id="model-dropped"),
+    pytest.param({"gateway": "tenant/gw"}, id="gateway"),
+    pytest.param({"problem": "invalid spec"}, id="invalid"),
+])
+def test_a_subscription_change_moves_the_selection_cache_key(change: dict[str, Any]) -> None:
+    """A selection cached before a subscription changed (Failed, owner or priority edited, ...) is never reused
+    after it: the epoch, a digest of what the selection rule reads, is part of the selection's cache key."""
+    before = selection_epoch([FREE_SUB, PREMIUM_SUB])
+    assert before == selection_epoch([PREMIUM_SUB, FREE_SUB])  # order does not matter
+    after = selection_epoch([FREE_SUB, dataclasses.replace(PREMIUM_SUB, **change)])
+    assert after != before
+    assert selection_epoch([FREE_SUB]) != before  # deleted
+
+    def key(epoch: str) -> Any:
+        built = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,), selection_epoch=epoch), SETTINGS)
+        assert built is not None
+        rule = built["spec"]["rules"]["metadata"]["subscriptionInfo"]
+        ctx = {"request": {"path": "/llm/granite/v1/models", "method": "GET", "headers": {"authorization": "t"}},
+               "auth": {"identity": {"user": {"username": "u", "groups": []}}, "metadata": {}}}
+        return compile_expression(rule["cache"]["key"]["expression"]).evaluate(ctx)
+
+    assert key(before) != key(after) and key(before) == key(before)
+
+
+def test_a_status_write_that_changes_nothing_selection_reads_keeps_the_epoch() -> None:
+    """The controller's own status writes (conditions, observed generation) must not re-render every policy."""
+    same = dataclasses.replace(PREMIUM_SUB, phase="Active")
+    assert selection_epoch([same]) == selection_epoch([dataclasses.replace(same, display_name="Premium")])

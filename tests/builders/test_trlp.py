@@ -56,6 +56,7 @@ def test_exact_object() -> None:
                 "maas.opendatahub.io/gateway-namespace": "tenant-a",
                 "maas.opendatahub.io/gateway-name": "tenant-gw",
             },
+            "annotations": {"maas.opendatahub.io/subscriptions": "maas/free,maas/premium"},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "granite-kserve-route"},

@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 
 from e2e.conftest import MAAS, World, eventually
 
-from maasctl.reconcilers.kinds import MAAS_MODEL_REF
+from maasctl.reconcilers.kinds import AUTH_POLICY, MAAS_MODEL_REF, MAAS_SUBSCRIPTION, TOKEN_RATE_LIMIT_POLICY
+from maasctl.runtime.errors import ApiError
+from maasctl.runtime.gvk import GroupVersionKind
 from tests.compat.helpers import api, chat_body, gateway
 
 
@@ -74,3 +76,31 @@ async def test_reference_manifests_serve_traffic(world: World) -> None:
     published = await world.client.get(MAAS_MODEL_REF, "gpt4-model", ns)
     assert published["status"]["resolvedModelAlias"] == "gpt4"
     assert published["status"]["httpRouteName"] == "maas-gpt4-model"
+
+
+async def test_generated_policies_name_their_sources_as_the_reference_does(world: World) -> None:
+    """`maas-trlp-<model>` carries `maas.opendatahub.io/subscriptions` and `maas-auth-<model>` carries
+    `maas.opendatahub.io/auth-policies`: the sorted, comma-joined `ns/name` of what contributed, kept current."""
+    ns, sub_ns = world.namespace, world.sub_ns()
+    await world.apply(*world.external_model("gpt"))
+    first, second, policy = world.name("s-a"), world.name("s-b"), world.name("ap")
+    await world.apply(world.auth_policy(policy, ["gpt"], users=("alice",)),
+                      world.subscription(first, {"gpt": [(100, "1m")]}, users=("alice",)),
+                      world.subscription(second, {"gpt": [(200, "1m")]}, users=("alice",)))
+    await world.wait_active(first, second)
+
+    async def annotated(gvk: GroupVersionKind, name: str, key: str, want: str) -> bool:
+        try:
+            obj = await world.client.get(gvk, name, ns)
+        except ApiError:
+            return False
+        return bool(((obj.get("metadata") or {}).get("annotations") or {}).get(key) == want)
+
+    both = ",".join(sorted((f"{sub_ns}/{first}", f"{sub_ns}/{second}")))
+    await eventually(lambda: annotated(TOKEN_RATE_LIMIT_POLICY, "maas-trlp-gpt",
+                                       "maas.opendatahub.io/subscriptions", both))
+    await eventually(lambda: annotated(AUTH_POLICY, "maas-auth-gpt", "maas.opendatahub.io/auth-policies",
+                                       f"{sub_ns}/{policy}"))
+    await world.client.delete(MAAS_SUBSCRIPTION, second, sub_ns)
+    await eventually(lambda: annotated(TOKEN_RATE_LIMIT_POLICY, "maas-trlp-gpt",
+                                       "maas.opendatahub.io/subscriptions", f"{sub_ns}/{first}"))

@@ -144,19 +144,25 @@ async def test_api_key_in_x_api_key(world: World) -> None:
 
 
 async def test_one_subscription_rule_in_maas_api_and_the_gateway(world: World) -> None:
-    """A key with a different X-MaaS-Subscription is refused in both places (403, never switched); a token
-    caller naming a subscription it cannot use gets 403 from /v1/models, as in the reference."""
+    """A key's binding wins over an X-MaaS-Subscription header in both places, as in the reference (the header is
+    ignored: served and listed under the bound subscription, never switched); a token caller naming a
+    subscription it cannot use gets 403 from /v1/models, as in the reference."""
     ns = world.namespace
     sub, key, _ = await renamed_model(world)
     other = world.name("other")
     await world.apply(world.subscription(other, {"chat": [(100, "1m")]}, users=("alice",), priority=5))
     await world.wait_active(other)
-    header = {"X-MaaS-Subscription": other}
-    r = await gateway(world, "POST", f"/{ns}/chat/v1/chat/completions", json=chat_body("company-chat"),
-                      headers={"Authorization": f"Bearer {key}", **header})
-    assert r.status_code == 403
-    r = await api(world, "GET", "/v1/models", token=key, headers=header)
-    assert r.status_code == 403 and r.json()["error"]["code"] == "access_denied"
+    for named in (other, "no-such-subscription", f"{world.sub_ns()}/{other}"):
+        header = {"X-MaaS-Subscription": named}
+        r = await gateway(world, "POST", f"/{ns}/chat/v1/chat/completions", json=chat_body("company-chat"),
+                          headers={"Authorization": f"Bearer {key}", **header})
+        assert r.status_code == 200, (named, r.text)
+        served = [e for e in await backend_log(world) if e["path"].endswith("/chat/completions")][-1]
+        assert served["headers"]["x-maas-subscription"] == sub, named  # charged to the binding
+        r = await api(world, "GET", "/v1/models", token=key, headers=header)
+        assert r.status_code == 200, (named, r.text)
+        listed = [m for m in r.json()["data"] if m["owned_by"] == f"{ns}/chat"]
+        assert [s["name"] for s in listed[0]["subscriptions"]] == [sub], named
     for name in ("no-such-subscription", other + "x"):
         r = await api(world, "GET", "/v1/models", token=world.token("bob"), headers={"X-MaaS-Subscription": name})
         assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error", name

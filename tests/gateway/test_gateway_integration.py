@@ -90,7 +90,7 @@ async def test_key_journey_limits_headers_and_simulate(
 
         # A client-sent identity header is refused before anything reaches the model.
         spoof = await http.post(url, json=chat(), headers={**alice, "X-MaaS-Username": "admin"})
-        assert spoof.status_code == 400 and spoof.json()["error"]["code"] == "forbidden_header"
+        assert spoof.status_code == 403 and spoof.json()["error"]["code"] == "forbidden_header"
         unknown = await http.post(url, json=chat(), headers={"Authorization": "Bearer sk-oai-unknown"})
         assert unknown.status_code == 403
         assert (await http.post(url, json=chat())).status_code == 401

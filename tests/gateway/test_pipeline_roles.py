@@ -100,7 +100,7 @@ class TestIdentityHandOver:
     async def test_a_client_cannot_send_it(self, gateway: Gateway) -> None:
         ex = gateway.pipeline.exchange("POST", b"/x", "", [(ids.HEADER, "e30")])
         refusal = await gateway.pipeline.request_head(ex, "all")
-        assert refusal is not None and (refusal.status, refusal.code) == (400, "forbidden_header")
+        assert refusal is not None and (refusal.status, refusal.code) == (403, "forbidden_header")
 
 
 class TestOneRecordKeeper:

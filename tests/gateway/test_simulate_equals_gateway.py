@@ -307,7 +307,7 @@ CASES = {
     "guardrails cannot read the input": Case((400, "guardrails_unreadable"), sub="guard",
                                              body=chat(messages=[{"role": "user", "content": {"x": 1}}])),
     "body too large": Case((413, "body_too_large"), body={"model": "gpt-x", "pad": "x" * BIG}),
-    "forbidden header": Case((400, "forbidden_header"), headers={"x-maas-identity": "e30"}),
+    "forbidden header": Case((403, "forbidden_header"), headers={"x-maas-identity": "e30"}),
 }
 
 

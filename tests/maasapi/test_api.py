@@ -294,8 +294,9 @@ async def test_select_callback(client: httpx.AsyncClient) -> None:
     assert (r["name"], r["namespace"]) == ("free", NS) and "error" not in r
     r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/free")
     assert r["subscription"]["id"] == f"{NS}/free"  # a key is served by its bound subscription
-    r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/free", requestedSubscription="premium")
-    assert r["error"] == "access_denied"  # ... and a header cannot switch it
+    for header in ("premium", f"{NS}/premium", "no-such"):  # ... and a header cannot switch it: it is ignored
+        r = await select_(**alice, model="llm/granite", keySubscription=f"{NS}/free", requestedSubscription=header)
+        assert r["selected"] and r["subscription"]["id"] == f"{NS}/free", header
     r = await select_(**alice, model="llm/llama")
     assert r["subscription"]["id"] == f"{NS}/premium"
     r = await select_(username="carol", groups=[], model="llm/granite")

@@ -122,7 +122,7 @@ class TestThroughTheProcessor:
             assert {k for k in seen if k.startswith("x-maas-")} == {"x-maas-subscription"}  # identity removed
             assert seen["x-maas-subscription"] == premium and "sk-oai-alice-1" not in json.dumps(seen)
             spoof = await http.post(url, json=chat(), headers={**alice, "X-MaaS-Identity": "e30"})
-            assert spoof.status_code == 400 and spoof.json()["error"]["code"] == "forbidden_header"  # pre stage
+            assert spoof.status_code == 403 and spoof.json()["error"]["code"] == "forbidden_header"  # pre stage
             # 2 x 15 = 30 tokens: the crossing request is served, then 45 > 30: the processor's reservation
             # refuses before the model
             assert (await http.post(url, json=chat(), headers=alice)).status_code == 200
@@ -156,7 +156,7 @@ class TestThroughTheProcessor:
                 (await http.post(url, content=b"[1]", headers={**alice, "content-type": "application/json"}), 400,
                  "model_required"),
                 (await http.post(url, json=chat(model=model), headers={**alice, "X-Gateway-Model-Name": model}),
-                 400, "forbidden_header"),
+                 403, "forbidden_header"),
                 (await http.post(url, json=chat(model="no-such-model"), headers=alice), 404, "route_not_found"),
                 (await http.post(url, json=chat(model=model)), 401, "unauthenticated"),
             ]

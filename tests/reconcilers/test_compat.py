@@ -170,7 +170,8 @@ async def test_renamed_external_model_labels_and_identity_conflicts(
     controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
 ) -> None:
     """The published name is the ExternalModel's (not the provider's); two MaaSModelRefs publishing one name
-    are flagged on both (informational, as in the reference) until one goes away."""
+    are flagged on both (informational, as in the reference) until one goes away, and the survivor gets a Normal
+    `ModelNameConflictResolved` Event then (the reference's), once."""
     other = f"t-{uuid.uuid4().hex[:8]}"
     await ensure_namespace(k8s.CoreV1Api(kube), other)
     for ns in (namespace, other):
@@ -204,9 +205,17 @@ async def test_renamed_external_model_labels_and_identity_conflicts(
     assert f"{namespace}/chat" in _condition(second, "ModelIdentityUnique")["message"]
     assert first["status"]["phase"] == "Ready"  # informational: the model is still served
 
+    assert not await _events(kube, namespace, "chat", "ModelNameConflictResolved")  # not while it lasts
     await objs.delete("MaaSModelRef", other, "chat-too")
     await eventually(lambda: conflict(namespace, "chat", "True"))
+    resolved = await eventually(lambda: _events(kube, namespace, "chat", "ModelNameConflictResolved"))
+    assert [e.type for e in resolved] == ["Normal"] and "company-chat" in (resolved[0].note or "")
     await k8s.CoreV1Api(kube).delete_namespace(other)
+
+
+async def _events(kube: k8s.ApiClient, namespace: str, name: str, reason: str) -> list[k8s.EventsV1Event]:
+    listed = await k8s.EventsV1Api(kube).list_namespaced_event(namespace, field_selector=f"regarding.name={name}")
+    return [e for e in listed.items if e.reason == reason and e.regarding.kind == "MaaSModelRef"]
 
 
 async def test_subscription_reports_a_missing_model_as_not_found(

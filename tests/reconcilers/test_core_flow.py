@@ -176,6 +176,9 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
 
     await eventually(lambda: ap_has({"premium-users", "free-users"}))
 
+    def selection_cache_key(ap: dict[str, Any]) -> str:
+        return str(ap["spec"]["rules"]["metadata"]["subscriptionInfo"]["cache"]["key"]["expression"])
+
     async def active(kind: str, name: str) -> bool:
         obj = await objs.get(kind, SUB_NS, name)
         return bool(obj and obj.get("status", {}).get("phase") == "Active")
@@ -184,8 +187,15 @@ async def test_auth_policies_and_subscriptions_aggregate_per_model(
     await eventually(lambda: active("MaaSAuthPolicy", ap1))
 
     # Deleting one subscription rebuilds the model's policy for the other; deleting both removes it.
+    before = selection_cache_key(await eventually(lambda: ap_has({"premium-users", "free-users"})))
     await objs.delete("MaaSSubscription", SUB_NS, s2)
     await eventually(lambda: trlp_has({f"{SUB_NS}-{s1}-m1-tokens"}))
+
+    async def selection_rekeyed() -> bool:  # no selection cached while s2 existed is reused
+        ap = await objs.get("AuthPolicy", namespace, "maas-auth-m1")
+        return ap is not None and selection_cache_key(ap) != before
+
+    await eventually(selection_rekeyed)
     await objs.delete("MaaSAuthPolicy", SUB_NS, ap2)
     await eventually(lambda: ap_has({"premium-users"}))
     await objs.delete("MaaSSubscription", SUB_NS, s1)

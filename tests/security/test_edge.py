@@ -121,7 +121,7 @@ async def test_headers_the_gateway_decides_are_refused(world: World, header: str
     key = await served_model(world)
     before = len(await backend_log(world))
     r = await world.chat("gpt", key, headers={header: "admin"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "forbidden_header"
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_header"
     assert len(await backend_log(world)) == before
 
 
@@ -138,14 +138,14 @@ SCHEDULER_HEADERS = [
 async def test_no_header_an_inference_scheduler_reads_is_taken_from_a_client(world: World) -> None:
     """Behind an endpoint picker the objective, fairness bucket, destination pod, prefill peer, SLOs and path
     are what the scheduler places a request by: a caller sending any spelling of any of them is refused with
-    400 before anything reaches a backend, on a key and on a token, streamed or not."""
+    403 before anything reaches a backend, on a key and on a token, streamed or not."""
     key = await served_model(world)
     before = len(await backend_log(world))
     for header in SCHEDULER_HEADERS:
         for credential in (key, world.token("alice")):
             for extra in ({}, {"stream": True}):
                 r = await world.chat("gpt", credential, headers={header: "premium-objective"}, **extra)
-                assert r.status_code == 400, (header, r.status_code, r.text)
+                assert r.status_code == 403, (header, r.status_code, r.text)
                 assert r.json()["error"]["code"] == "forbidden_header", header
     assert len(await backend_log(world)) == before
     served = await world.chat("gpt", key, headers={"x-session-token": "abc", "x-request-id": "r-1"})

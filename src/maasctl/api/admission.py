@@ -60,7 +60,10 @@ def manifests(subscription_namespace: str | None = None) -> list[dict[str, Any]]
                     "message": message(namespace),
                     "messageExpression": (
                         "request.kind.kind + ' objects are only accepted in the subscription namespace ' "
-                        "+ variables.subscriptionNamespace + ', not in ' + request.namespace"
+                        "+ variables.subscriptionNamespace + ', not in ' + request.namespace + '; create it in ' "
+                        "+ variables.subscriptionNamespace + ', or reinstall maasctl for another subscription "
+                        "namespace (hack/deploy.sh binds this policy to the subscriptions Namespace of its overlay, "
+                        "docs/install.md)'"
                     ),
                     "reason": "Forbidden",
                 }

@@ -45,6 +45,8 @@ Every value interpolated into CEL goes through `cel_string`, so no user, group o
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -56,7 +58,7 @@ from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.edge import SERVER_DECIDED_EXACT, SERVER_DECIDED_PREFIXES
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
-from maasctl.contract.views import ANY_AUTHENTICATED
+from maasctl.contract.views import ANY_AUTHENTICATED, SubscriptionView
 
 __all__ = [
     "API_KEY_EXPRESSION",
@@ -80,6 +82,7 @@ __all__ = [
     "AuthSettings",
     "ObjectiveBinding",
     "build_auth_policy",
+    "selection_epoch",
 ]
 
 API_VERSION: Final = "kuadrant.io/v1"
@@ -227,6 +230,11 @@ class AuthPolicyInput:
     tenant_gateway: GatewayRef | None = None
     """The tenant Gateway every request on the route arrives through, sent with the selection so only
     subscriptions bound to it can be chosen; None for the default Gateway (maas-api's default)."""
+    selection_epoch: str = ""
+    """A digest of what a selection for this model depends on (`selection_epoch`): part of the selection's cache
+    key, so a subscription that changes (Failed, deleted, an owner or a priority edited) re-renders the policy
+    and no selection cached before the change is reused after it (locally and in Authorino, whose cache goes
+    with the AuthConfig), instead of serving on for the cache TTL."""
 
 
 def _subjects_predicate(sources: tuple[AuthPolicySource, ...]) -> str:
@@ -291,6 +299,8 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         + "}"
     )
     select_cache_key = f'{_escaped(_CREDENTIAL)} + "|" + {_escaped(_HEADER_SUBSCRIPTION)}'
+    if inp.selection_epoch:
+        select_cache_key = f"{cel_string(inp.selection_epoch + '|')} + {select_cache_key}"
     selected_key = f'{_SELECTED_REF} + {cel_string("@" + model_ref)}'
     headers: dict[str, Any] = {
         SUBSCRIPTION_HEADER: {"plain": {"expression": f"{_SUB}.name"}, "when": [{"predicate": _SELECTED}]},
@@ -420,6 +430,17 @@ def _identity_header(identity: dict[str, Any], guardrails: dict[str, Any] | None
     }}}
 
 
+def selection_epoch(subscriptions: Iterable[SubscriptionView]) -> str:
+    """`AuthPolicyInput.selection_epoch` of a model from the subscriptions naming it: whatever the selection rule
+    (`contract.selection`) reads of them - which exist, usable or not, owners, priority, models, Gateway."""
+    parts = sorted(
+        json.dumps([s.key, s.usable, s.priority, sorted(s.users), sorted(s.groups), sorted(m.key for m in s.models),
+                    s.gateway])
+        for s in subscriptions
+    )
+    return names.stable_hash(*parts) if parts else ""
+
+
 def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any] | None:
     """The desired AuthPolicy of `inp.model`, or None when no MaaSAuthPolicy names it (delete the policy).
 
@@ -439,6 +460,7 @@ def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str,
             "name": names.authpolicy_name(inp.model.name),
             "namespace": inp.route.namespace,
             "labels": labels,
+            "annotations": {names.AUTH_POLICIES_ANNOTATION: ",".join(sorted({s.policy.key for s in inp.sources}))},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},

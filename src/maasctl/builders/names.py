@@ -34,6 +34,7 @@ from maasctl.contract.labels import (
 )
 
 __all__ = [
+    "AUTH_POLICIES_ANNOTATION",
     "COMPONENT_LABEL",
     "EXTERNAL_MODEL_LABEL",
     "FIELD_MANAGER",
@@ -80,6 +81,9 @@ SUBSCRIPTION_NAMESPACE_LABEL: Final = "maas.opendatahub.io/subscription-namespac
 EXTERNAL_MODEL_LABEL: Final = "maas.opendatahub.io/external-model"
 
 SUBSCRIPTIONS_ANNOTATION: Final = "maas.opendatahub.io/subscriptions"
+"""On a TRLP: the comma-joined `ns/name` of its subscriptions, sorted (the reference's output; never read back)."""
+AUTH_POLICIES_ANNOTATION: Final = "maas.opendatahub.io/auth-policies"
+"""On an AuthPolicy: the comma-joined `ns/name` of the MaaSAuthPolicies it grants, sorted (output only)."""
 
 OPT_OUT_ANNOTATION: Final = "opendatahub.io/managed"
 OPT_OUT_VALUE: Final = "false"

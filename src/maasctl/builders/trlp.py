@@ -14,7 +14,9 @@ Kuadrant enforces one TRLP per target, so every subscription of a model lands in
 - an `unlimited` subscription gets a limit with the same predicate and counter but no rates: nothing is
   enforced, yet the subscription stays visible to metering (the local gateway counts its tokens) and a model
   whose subscriptions are all unlimited still has a valid policy (the CRD requires at least one limit);
-- labels `maas.opendatahub.io/gateway-namespace` / `gateway-name` when the route sits on a (tenant) gateway.
+- labels `maas.opendatahub.io/gateway-namespace` / `gateway-name` when the route sits on a (tenant) gateway;
+- annotation `maas.opendatahub.io/subscriptions`: the sorted, comma-joined `ns/name` of the subscriptions, as
+  the reference writes it (output for people and tools; the controller never reads it back).
 
 Invalid subscriptions are never inputs: the gatherer checks each with `subscription_problems` and drops the
 ones that have problems (reporting them in that subscription's status), so one broken subscription can't break
@@ -169,6 +171,8 @@ def build_token_rate_limit_policy(inp: TokenRateLimitInput) -> dict[str, Any] | 
             "name": names.trlp_name(inp.model.name),
             "namespace": inp.route.namespace,
             "labels": labels,
+            "annotations": {names.SUBSCRIPTIONS_ANNOTATION: ",".join(
+                sorted(sub.subscription.key for sub in inp.subscriptions))},
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},

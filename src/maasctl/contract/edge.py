@@ -21,7 +21,8 @@ Headers (names compared lowercase, with `_` read as `-` so look-alikes cannot sl
   prefill/encode/data-parallel peers a routing sidecar connects to, latency SLOs the flow control orders by, and
   the request path the parser classifies by. A caller choosing any of them would pick its own priority,
   fairness bucket, pod or peer, so the whole family is the gateway's, by prefix. A client sending one is
-  refused (400), never silently trusted. (`x-session-token`, the scheduler's session-affinity cookie echoed by
+  refused (403 `forbidden_header`, as the reference's gateway and Authorino's
+  pattern rule answer), never silently trusted. (`x-session-token`, the scheduler's session-affinity cookie echoed by
   clients, is a caller's choice among pods it may reach anyway, and passes.)
 - `upstream_headers(...)`: what the backend receives. Hop-by-hop headers, `host`, `content-length`, every
   server-decided header the client sent, and — on model routes — the caller's credentials (`authorization`,

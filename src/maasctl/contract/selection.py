@@ -6,8 +6,9 @@ callbacks, `maasctl simulate` and every test; nothing else implements it.
 Rules (seed 000 `priority`: higher wins among the user's subscriptions):
 - Candidates are usable subscriptions (valid, not being deleted, not Failed/Invalid) that entitle the caller
   (`views.entitled`).
-- An API key is bound to one subscription at mint (`bound`). If the caller also names a subscription
-  (`X-MaaS-Subscription`) and it is not the bound one -> `access_denied`: a key never switches subscription.
+- An API key is bound to one subscription at mint (`bound`), and the binding wins: an `X-MaaS-Subscription` the
+  caller also sends is ignored (as the reference does), so a key never switches subscription and a client
+  written for the reference that always sends the header keeps working; nothing is widened.
 - An explicit choice (the bound subscription, else the header of a token caller) is `namespace/name` or a bare
   name in the default namespace. It must exist and entitle the caller, else `not_found` (the two are not told
   apart, so callers learn nothing about subscriptions they cannot use); it must be usable, else
@@ -139,9 +140,10 @@ def select_subscription(
 ) -> Selection:
     """Choose the subscription for `user`/`groups` calling `model` (`ns/name`; None = any model).
 
-    `requested` is the caller's `X-MaaS-Subscription` (or the subscription asked for at mint); `bound` is the
-    API key's subscription; `gateway` the Gateway the request arrived through (`namespace/name`, None when the
-    selection is not for a request) and `default_gateway` the one of subscriptions without `gatewayRef`.
+    `requested` is the caller's `X-MaaS-Subscription` (or the subscription asked for at mint), ignored when
+    `bound`, the API key's subscription, is given; `gateway` the Gateway the request arrived through
+    (`namespace/name`, None when the selection is not for a request) and `default_gateway` the one of
+    subscriptions without `gatewayRef`.
     Deterministic: the order of `subs` does not matter.
     """
     via = _Gateway(gateway, default_gateway)
@@ -150,11 +152,7 @@ def select_subscription(
     requested = (requested or "").strip() or None
     bound = (bound or "").strip() or None
     if bound is not None:
-        key = find(pool, bound, default_namespace)
-        if requested is not None and parse_ref(requested, default_namespace) != parse_ref(bound, default_namespace):
-            return Selection(SelectionCode.ACCESS_DENIED,
-                             message="the API key is bound to another subscription than X-MaaS-Subscription names")
-        return _explicit(key, bound, user, group_list, model, via)
+        return _explicit(find(pool, bound, default_namespace), bound, user, group_list, model, via)
     if requested is not None:
         return _explicit(find(pool, requested, default_namespace), requested, user, group_list, model, via)
     usable = [s for s in pool if s.usable and s.entitles(user, group_list) and (model is None or s.includes(model))

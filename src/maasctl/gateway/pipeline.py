@@ -244,7 +244,7 @@ def _refuse(status: int, code: str, message: str, headers: Mapping[str, str] | N
 async def _edge(p: Pipeline, ex: Exchange) -> Refusal | None:
     forbidden = forbidden_client_header(name for name, _ in ex.raw_headers)
     if forbidden is not None:
-        return _refuse(400, "forbidden_header", f"header {forbidden!r} is decided by the gateway and may not be sent")
+        return _refuse(403, "forbidden_header", f"header {forbidden!r} is decided by the gateway and may not be sent")
     if ex.path is None:
         return _refuse(400, "ambiguous_path", f"ambiguous request path: {ex.path_error}")
     return None

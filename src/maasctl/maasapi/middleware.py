@@ -97,7 +97,7 @@ async def _send_json(send: Send, status: int, payload: bytes) -> None:
 
 
 class IdentityHeaderMiddleware:
-    """Refuses (400 `forbidden_header`) any request carrying a header only the gateway may decide
+    """Refuses (403 `forbidden_header`, as the reference does) any request carrying a header only the gateway may decide
     (`contract.edge.server_decided`: `X-MaaS-Username`, `X-MaaS-Group`, `Impersonate-*`, ...), the same rule the
     gateway applies at the edge. maas-api never takes identity from headers; a client sending them is refused,
     not silently ignored, so a forged identity can never look like it worked (and nothing is minted)."""
@@ -111,7 +111,7 @@ class IdentityHeaderMiddleware:
             forbidden = forbidden_client_header(names)
             if forbidden is not None:
                 message = f"header {forbidden!r} is decided by the gateway and may not be sent"
-                await _send_json(send, 400, json.dumps(error_body("forbidden_header", message)).encode())
+                await _send_json(send, 403, json.dumps(error_body("forbidden_header", message, status=403)).encode())
                 return
         await self.app(scope, receive, send)
 

@@ -22,6 +22,7 @@ from maasctl.builders.authpolicy import (
     AuthSettings,
     ObjectiveBinding,
     build_auth_policy,
+    selection_epoch,
 )
 from maasctl.builders.celcheck import check_cel
 from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
@@ -134,7 +135,8 @@ class ModelPolicies:
         auth_policy = build_auth_policy(
             AuthPolicyInput(model, res.route, auth, self.objectives(model),
                             guardrails_filter(self.guardrails(model)),
-                            tenant_gateway=_tenant_gateway(res, self.ctx.gateway)),
+                            tenant_gateway=_tenant_gateway(res, self.ctx.gateway),
+                            selection_epoch=selection_epoch(self.subscriptions(model))),
             self.auth_settings)
         limits = tuple(
             limits

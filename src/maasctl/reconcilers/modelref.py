@@ -7,7 +7,8 @@ it are re-enqueued by their watches and report it NotFound.
 
 Status also carries `resolvedModelAlias` (the name clients send as `model`, `routes.model_alias`) and the
 informational condition `ModelIdentityUnique` (the reference's): False with reason `ModelNameConflict`, and a
-Warning Event, while another MaaSModelRef publishes the same name; the model keeps being served.
+Warning Event, while another MaaSModelRef publishes the same name; the model keeps being served. When the
+conflict clears, a Normal `ModelNameConflictResolved` Event says so (as the reference does).
 """
 
 from __future__ import annotations
@@ -106,16 +107,19 @@ class ModelRefReconciler:
             if (o["metadata"]["namespace"], o["metadata"]["name"]) != me and not is_deleting(o)
         )
         generation = int(obj["metadata"].get("generation", 0))
+        was = next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                    if c.get("type") == "ModelIdentityUnique"), None)
         if others:
             listed = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
             message = f"model name {alias!r} is also published by {listed}; clients cannot tell them apart"
-            was = next((c for c in (obj.get("status") or {}).get("conditions") or ()
-                        if c.get("type") == "ModelIdentityUnique"), None)
             if was is None or was.get("status") != "False" or was.get("message") != message:
                 await self.ctx.event(obj, "Warning", "ModelNameConflict", message)
             state, reason = "False", "ModelNameConflict"
         else:
             state, reason, message = "True", "UniqueIdentity", f"no other MaaSModelRef publishes {alias!r}"
+            if was is not None and was.get("status") == "False":
+                await self.ctx.event(obj, "Normal", "ModelNameConflictResolved",
+                                     f"model name {alias!r} is no longer published by another MaaSModelRef")
         status["resolvedModelAlias"] = alias
         status["conditions"] = set_condition(status.get("conditions"), type_="ModelIdentityUnique", status=state,
                                              reason=reason, message=message, observed_generation=generation)

@@ -3,8 +3,8 @@
 The reference's shape: `id` is the name clients send as `model` (the MaaSModelRef's `status.resolvedModelAlias`,
 e.g. the ExternalModel's name), `owned_by` the MaaSModelRef as `namespace/name`, `subscriptions[]` objects
 `{name, displayName, description}`, `modelDetails` from the MaaSModelRef's display annotations. A token caller
-naming a subscription it cannot use (unknown or not its own) gets 403, as in the reference; an API key with a
-different `X-MaaS-Subscription` than its own is 403 `access_denied` (`contract.selection`, the gateway's rule).
+naming a subscription it cannot use (unknown or not its own) gets 403, as in the reference; an API key is listed
+under its bound subscription whatever `X-MaaS-Subscription` it sends (`contract.selection`, the gateway's rule).
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ async def list_models(
     default_ns = st.settings.subscription_namespace
     if caller.via == "api_key":
         bound = find(subs, caller.key_subscription or "", default_ns)
-        if x_maas_subscription and find(subs, x_maas_subscription, default_ns) != bound:
-            raise ApiError(403, "access_denied", "the API key is bound to a different subscription")
+        x_maas_subscription = None  # the key's binding wins, as at the gateway
         chosen = [bound] if bound is not None and bound.usable else []
     elif x_maas_subscription:
         wanted = find(subs, x_maas_subscription, default_ns)
