@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 PYTHONPATH=src .venv/bin/lint-imports --no-cache >/dev/null || PYTHONPATH=src .venv/bin/lint-imports --no-cache
 export E2E_NO_SKIPS=1
 status=0
-env -u E2E_CLUSTER .venv/bin/pytest tests e2e "$@" || status=$?
+# --durations=20: the 20 slowest tests at the end of the run (issue 39: the suite stays fast as it grows)
+env -u E2E_CLUSTER .venv/bin/pytest --durations=20 tests e2e "$@" || status=$?
 echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev, through the payload processor"
 E2E_PAYLOAD_PROCESSOR=1 ./hack/e2e-dev.sh -q || status=$?
 exit "$status"
