@@ -191,12 +191,28 @@ async def test_subscriptions_listing_and_per_model_subscriptions(world: World) -
     assert item["priority"] == 3 and item["organization_id"] == "acme" and item["cost_center"] == "cc-1"
     assert item["labels"] == {"tier": "gold"}
     assert item["model_refs"] == [{"name": "chat", "namespace": world.namespace, "token_rate_limits": [],
-                                   "unlimited": True}]
+                                   "unlimited": True, "model_name": "company-chat", "source": "external"}]
     assert by_header[sub]["subscription_description"] == sub  # falls back to the name
     assert by_header[sub]["model_refs"][0]["token_rate_limits"] == [{"limit": 100_000, "window": "1m"}]
 
-    r = await api(world, "GET", "/v1/subscriptions", token=key)  # a key sees its own subscription only
-    assert [s["subscription_id_header"] for s in r.json()] == [sub]
+    # as in the reference, a key lists its user's subscriptions; it is still only ever served by its own
+    r = await api(world, "GET", "/v1/subscriptions", token=key)
+    assert {s["subscription_id_header"] for s in r.json()} >= {sub, other}
+    r = await api(world, "GET", "/v1/model/chat/subscriptions", token=key)
+    assert {s["subscription_id_header"] for s in r.json()} >= {sub, other}
+
+    # the entries carry the MaaSModelRef's display annotations, as the reference's do
+    await world.apply({"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {
+        "name": "chat", "namespace": world.namespace, "annotations": {
+            "openshift.io/display-name": "Company chat", "openshift.io/description": "Our chat model"}},
+        "spec": {"modelRef": {"kind": "ExternalModel", "name": "company-chat"}}})
+
+    async def described() -> bool:
+        items = (await api(world, "GET", "/v1/subscriptions", token=world.token("alice"))).json()
+        entry = next(s for s in items if s["subscription_id_header"] == other)["model_refs"][0]
+        return bool(entry.get("display_name") == "Company chat" and entry.get("description") == "Our chat model")
+
+    await eventually(described)
 
     r = await api(world, "GET", "/v1/model/chat/subscriptions", token=world.token("alice"))
     assert r.status_code == 200 and {s["subscription_id_header"] for s in r.json()} >= {sub, other}

@@ -268,7 +268,8 @@ async def test_subscriptions_for_token_and_key(client: httpx.AsyncClient) -> Non
                                         "token_rate_limits": [{"limit": 50000, "window": "1m"}]}
     key = await mint(client, subscription="free")
     r = (await client.get("/v1/subscriptions", headers={"Authorization": f"Bearer {key['key']}"})).json()
-    assert [s["subscription_id_header"] for s in r] == ["free"]
+    # as in the reference, a key lists its user's subscriptions (it still only ever uses its own: test_select)
+    assert [s["subscription_id_header"] for s in r] == ["premium", "free", "everyone"]
     r = (await client.get("/v1/subscriptions", headers=auth("carol"))).json()
     assert [s["subscription_id_header"] for s in r] == ["everyone"]
     r = (await client.get("/v1/subscriptions", headers=auth("bob"))).json()

@@ -222,7 +222,14 @@ class BillingRateItem(Snake):
 
 class ModelRefItem(Snake):
     name: str = Field(description="Name of the MaaSModelRef")
-    namespace: str = Field(description="Namespace of the MaaSModelRef")
+    namespace: str = Field(description="maasctl: namespace of the MaaSModelRef (models of one name may live in "
+                           "several namespaces)")
+    model_name: str | None = Field(default=None, description="The name clients send as `model` (the "
+                                   "MaaSModelRef's resolvedModelAlias)")
+    display_name: str | None = Field(default=None, description="The MaaSModelRef's openshift.io/display-name")
+    description: str | None = Field(default=None, description="The MaaSModelRef's openshift.io/description")
+    source: str | None = Field(default=None, description="`external` (ExternalModel) or `internal` "
+                               "(LLMInferenceService)")
     token_rate_limits: list[RateLimitItem]
     unlimited: bool = Field(default=False, description="maasctl: no token budget (usage is still metered)")
     billing_rate: BillingRateItem | None = None

@@ -1,5 +1,8 @@
-"""`/v1/subscriptions` and `/v1/model/{model-id}/subscriptions`: the subscriptions a caller may use (an API
-key sees only the one it is bound to), as a bare JSON array of the reference's `SubscriptionListItem`."""
+"""`/v1/subscriptions` and `/v1/model/{model-id}/subscriptions`: the subscriptions a caller may use, as a bare
+JSON array of the reference's `SubscriptionListItem`. As in the reference, an API key lists every subscription of
+its user (the key's owner and the groups it was validated with), not only the one it is bound to: the key still
+only ever uses its binding (`contract.selection`); each model entry carries its published name, display name,
+description and source from the MaaSModelRef."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from maasctl.contract.selection import find, rank
-from maasctl.contract.views import SubscriptionView
+from maasctl.contract.selection import rank
+from maasctl.contract.views import ModelRefView, SubscriptionView
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.deps import ERROR_RESPONSES, AppState, Caller, StateDep, subscriptions_of
 from maasctl.maasapi.routes.views import subscription_item
@@ -19,18 +22,28 @@ router = APIRouter(tags=["subscriptions"], responses=ERROR_RESPONSES)
 
 
 async def visible_subscriptions(st: AppState, caller: Identity) -> Sequence[SubscriptionView]:
-    """What the caller may see: an API key its bound subscription, a user every one that entitles them."""
+    """What the caller may see: every subscription that entitles the user (a key's owner and groups too)."""
     subs = await subscriptions_of(st)
-    if caller.via == "api_key":
-        bound = find(subs, caller.key_subscription or "", st.settings.subscription_namespace)
-        return [bound] if bound is not None else []
     return rank(s for s in subs if s.entitles(caller.username, caller.groups) and not s.deleting)
+
+
+async def _models_by_key(st: AppState) -> dict[str, ModelRefView]:
+    """The MaaSModelRefs by `namespace/name`, for the entries' names and descriptions; none while they cannot be
+    read (the listing itself does not depend on them)."""
+    if st.models is None:
+        return {}
+    try:
+        return {m.key: m for m in await st.models.list_models()}
+    except TimeoutError:  # the model cache not synced yet: only the optional fields are left out
+        return {}
 
 
 @router.get("/v1/subscriptions", response_model=list[SubscriptionListItem], response_model_exclude_none=True)
 async def list_subscriptions(st: StateDep, caller: Caller) -> list[SubscriptionListItem]:
     default_ns = st.settings.subscription_namespace
-    return [subscription_item(s, default_ns) for s in await visible_subscriptions(st, caller)]
+    visible = await visible_subscriptions(st, caller)
+    models = await _models_by_key(st) if visible else {}
+    return [subscription_item(s, default_ns, models) for s in visible]
 
 
 @router.get("/v1/model/{model_id}/subscriptions", response_model=list[SubscriptionListItem],
@@ -43,7 +56,6 @@ async def list_model_subscriptions(
     """The caller's subscriptions that include a model: `model_id` is the MaaSModelRef name (in any
     namespace), not the served model name. Useful to choose X-MaaS-Subscription. Unknown models: `[]`."""
     default_ns = st.settings.subscription_namespace
-    return [
-        subscription_item(s, default_ns) for s in await visible_subscriptions(st, caller)
-        if any(m.name == model_id for m in s.models)
-    ]
+    visible = [s for s in await visible_subscriptions(st, caller) if any(m.name == model_id for m in s.models)]
+    models = await _models_by_key(st) if visible else {}
+    return [subscription_item(s, default_ns, models) for s in visible]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Final
+
 from maasctl.contract.selection import format_ref
+from maasctl.contract.views import ModelRefView as PublishedModel
 from maasctl.contract.views import SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.deps import AppState
@@ -71,8 +75,14 @@ def subscription_out(sub: SubscriptionView) -> SubscriptionOut:
     )
 
 
-def subscription_item(sub: SubscriptionView, default_namespace: str) -> SubscriptionListItem:
-    """The reference's `SubscriptionListItem` (plus maasctl's `namespace`, `phase` and `unlimited`)."""
+_SOURCES: Final = {"ExternalModel": "external", "LLMInferenceService": "internal"}
+
+
+def subscription_item(sub: SubscriptionView, default_namespace: str,
+                      models: Mapping[str, PublishedModel] | None = None) -> SubscriptionListItem:
+    """The reference's `SubscriptionListItem` (plus maasctl's `namespace`, `phase` and `unlimited`); each model
+    entry carries what the reference reads of its MaaSModelRef (`models`, by `namespace/name`) when known."""
+    known = models or {}
     return SubscriptionListItem(
         subscription_id_header=format_ref(sub.namespace, sub.name, default_namespace),
         subscription_description=sub.description or sub.display_name or sub.name,
@@ -82,6 +92,10 @@ def subscription_item(sub: SubscriptionView, default_namespace: str) -> Subscrip
             ModelRefItem(
                 name=m.name,
                 namespace=m.namespace,
+                model_name=(ref.model_id or None) if (ref := known.get(m.key)) is not None else None,
+                display_name=ref.display_name if ref is not None else None,
+                description=ref.description if ref is not None else None,
+                source=_SOURCES.get(ref.kind) if ref is not None else None,
                 token_rate_limits=[RateLimitItem(limit=t.limit, window=t.window) for t in m.tiers],
                 unlimited=m.unlimited,
                 billing_rate=BillingRateItem(per_token=m.billing_per_token) if m.billing_per_token else None,
