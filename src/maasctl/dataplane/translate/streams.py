@@ -19,15 +19,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from maasctl.contract.errors import error_body
-from maasctl.contract.translate.common import (
+from maasctl.dataplane.translate.common import (
     CHAT_FINISH_TO_STOP,
     STOP_TO_CHAT_FINISH,
     chat_usage_to_messages,
     dumps,
     messages_usage_to_chat,
 )
-from maasctl.contract.translate.errors import messages_error_type
-from maasctl.contract.translate.sse import SseEvent, SseParser, encode_event
+from maasctl.dataplane.translate.errors import messages_error_type
+from maasctl.dataplane.translate.sse import SseEvent, SseParser, encode_event
 
 __all__ = ["ChatStreamToMessages", "MessagesStreamToChat"]
 

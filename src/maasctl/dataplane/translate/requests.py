@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from maasctl.contract.translate.common import TranslationError, Untranslatable, dumps
+from maasctl.dataplane.translate.common import TranslationError, Untranslatable, dumps
 
 __all__ = ["DROPPED_CHAT", "DROPPED_MESSAGES", "chat_request_to_messages", "messages_request_to_chat"]
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from maasctl.contract.errors import Refusal
-from maasctl.contract.translate.errors import messages_error_body
 from maasctl.contract.usage import InvalidBody
+from maasctl.dataplane.translate.errors import messages_error_body
 
 __all__ = [
     "CHAT_FINISH_TO_STOP",
