@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 
-from maasctl.contract.usage import usage_numbers
+from maasctl.dataplane.charge import usage_numbers
 from maasctl.dataplane.translate import (
     MalformedAnswer,
     TranslationError,

@@ -70,7 +70,7 @@ def _check_parameters(body: Mapping[str, Any], mapped: frozenset[str], dropped: 
 
 
 def _truthy(value: Any) -> bool:
-    """`stream` read as the data plane reads it (`contract.usage`: true, 1, "true", "yes", ...)."""
+    """`stream` read as the data plane reads it (`dataplane.body`: true, 1, "true", "yes", ...)."""
     if isinstance(value, bool | int | float):
         return bool(value)
     return isinstance(value, str) and value.strip().lower() in _TRUE_TEXT

@@ -9,7 +9,7 @@ to send the client; `close()` at the provider's end of stream.
   unnamed events); the final `message_delta` carries the whole usage, read from the usage chunk.
 A provider's error event becomes the client format's in-stream error (which each SDK raises as `APIError`), and
 a stream cut before its end becomes one too (`upstream_stream_truncated`): a truncated answer never looks whole.
-Both keep `usage` (Chat dimensions: `contract.usage.usage_numbers` reads it) for metering.
+Both keep `usage` (Chat dimensions: `dataplane.charge.usage_numbers` reads it) for metering.
 """
 
 from __future__ import annotations
