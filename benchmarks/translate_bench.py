@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from maasctl.contract.translate import (
+from maasctl.dataplane.translate import (
     ChatStreamToMessages,
     MessagesStreamToChat,
     chat_request_to_messages,

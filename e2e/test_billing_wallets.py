@@ -27,7 +27,8 @@ from maasctl.billing.ledger import Ledger, credit
 from maasctl.billing.rater import usage_of
 from maasctl.billing.rating import Book, RatedLine, rate
 from maasctl.billing.usage_source import UsageReader
-from maasctl.contract.usage import prepare_body, request_bound
+from maasctl.dataplane.body import prepare_body
+from maasctl.dataplane.charge import request_bound
 from maasctl.localstack import LocalStack
 from maasctl.testenv.controlplane import ManagedProcess
 from maasctl.testenv.redis import RedisServer, start_redis

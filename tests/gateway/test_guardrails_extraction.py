@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 
 from maasctl.contract.guardrails import GuardrailsBinding
-from maasctl.contract.usage import prepare_body
+from maasctl.dataplane.body import prepare_body
 from maasctl.gateway.guardrails import GuardCheck, OutputGuard, Verdict, guarded_endpoint, input_text
 
 SECRET = "FORBIDDEN"

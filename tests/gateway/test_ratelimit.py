@@ -13,7 +13,9 @@ import pytest
 
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
-from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING, prepare_body, request_bound
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
+from maasctl.dataplane.body import prepare_body
+from maasctl.dataplane.charge import request_bound
 from maasctl.gateway.counters import MemoryCounterStore, RedisCounterStore, _redis_key
 from maasctl.gateway.ratelimit import RateDenial, Reservation, TokenRateLimiter, compile_token_rate_limit_policy
 from maasctl.testenv.redis import RedisServer

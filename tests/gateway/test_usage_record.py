@@ -17,7 +17,8 @@ import pytest
 
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
-from maasctl.contract.usage import PreparedBody, UsageRecord
+from maasctl.contract.usage import UsageRecord
+from maasctl.dataplane.body import PreparedBody
 from maasctl.gateway import Gateway
 from maasctl.gateway import record as fitting
 from maasctl.gateway.auth import AuthOutcome

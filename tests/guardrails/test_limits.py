@@ -12,7 +12,7 @@ import pytest
 
 from maasctl.builders.guardrails import SERVER_CONFIG_KEY, EngineInput, build_engine, config_problems
 from maasctl.contract.guardrails import MAX_CHECK_CHARS, ConfigView, GuardModel, GuardrailsBinding
-from maasctl.contract.usage import prepare_body
+from maasctl.dataplane.body import prepare_body
 from maasctl.gateway.guardrails import (
     CallerSlots,
     GuardCheck,

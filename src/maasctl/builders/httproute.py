@@ -26,7 +26,7 @@ link-local or numeric-trick addresses, no API server, no other namespace's Servi
 The model name: clients send the published name (the ExternalModel's name, `status.resolvedModelAlias`); the
 provider expects `targetModel`. The route carries both (`maas.opendatahub.io/published-model`,
 `maas.opendatahub.io/target-model`, plus the MaaSModelRef's name as an alias) and the gateway rewrites the
-request body's `model` to the provider's name and the answer's back (`contract.usage.ModelRename`); the label
+request body's `model` to the provider's name and the answer's back (`dataplane.body.ModelRename`); the label
 `maas.opendatahub.io/external-model` names the ExternalModel.
 
 The completion ceiling (`MaaSModelRef.spec.maxCompletionTokens`) rides on the route as the annotation

@@ -50,7 +50,7 @@ MaaSModelRef's name)."""
 COMPLETION_CEILING_ANNOTATION: Final = "maas.opendatahub.io/max-completion-tokens"
 """On a generated model HTTPRoute: the MaaSModelRef's `spec.maxCompletionTokens` (absent: the default). The data
 plane reserves at most that many completion tokens per request and sends it as `max_tokens` when the client
-stated no bound (`contract.usage.bound_completion`)."""
+stated no bound (`dataplane.body.bound_completion`)."""
 
 
 def completion_ceiling_of(annotations: Mapping[str, Any] | None) -> int | None:

@@ -43,9 +43,9 @@ class GatewaySettings:
         `maasctl.gateway.counter_journal`): a restarted gateway keeps its counts, 24-hour limits included.
     max_request_bytes: larger request bodies get 413 before anything else happens.
     max_response_scan_bytes: JSON answers up to this size are parsed whole for `usage`; larger ones by their
-        last 64 KiB (`contract.usage.JsonUsageScanner`): memory stays bounded whatever the answer's size.
+        last 64 KiB (`dataplane.jsonscan.JsonUsageScanner`): memory stays bounded whatever the answer's size.
     completion_ceiling: the completion tokens charged when usage cannot be read and the request set no
-        `max_tokens` (`contract.usage.charge_for`).
+        `max_tokens` (`dataplane.charge.charge_for`).
     redis_url: where the token counters live when several gateway replicas share them (`redis://host:6379/0`);
         None keeps them in this process (one replica; across restarts only with `usage_spool_dir`).
     guardrails_url: when set, the guardrails engine URL used instead of the one the AuthPolicy exports (the

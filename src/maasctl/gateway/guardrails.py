@@ -66,7 +66,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from maasctl.contract import identity as ids
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import MAX_CHECK_CHARS, GuardrailsBinding
-from maasctl.contract.usage import PreparedBody
+from maasctl.dataplane.body import PreparedBody
 
 __all__ = ["CallerSlots", "GuardCheck", "GuardrailsClient", "OutputGuard", "Refusal", "Unreadable", "Verdict",
            "answer_text", "caller_of", "engine_failure", "guarded_endpoint", "input_text", "output_text",

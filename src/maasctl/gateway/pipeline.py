@@ -46,7 +46,7 @@ hold the answer (send the head only once it is False: the rails may replace stat
 `resp.abort()` ends a stream that broke; `pipeline.too_large(ex)` is the 413 a front that reads the body
 itself answers. `finish` records only an exchange that got past token reservation (what the gateway has always
 recorded: a refusal before that reaches neither upstream nor counters) and releases the guardrails slot in any
-case. Base-URL routing (the body's `model` into `x-gateway-model-name`, `contract.routing`) is in the route
+case. Base-URL routing (the body's `model` into `x-gateway-model-name`, `dataplane.routing`) is in the route
 stage, so on those paths the body is needed before `request_head`: `pipeline.routes_by_body(ex)` says so, and
 the front sets `ex.raw_body` first.
 """
@@ -66,22 +66,14 @@ from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
-from maasctl.contract.routing import MODEL_HEADER, NoModel, is_base_inference_path, match_headers
-from maasctl.contract.usage import (
-    Decompressor,
-    InvalidBody,
-    JsonModelRewriter,
-    JsonUsageScanner,
-    ModelMismatch,
-    PreparedBody,
-    SseUsageFilter,
-    Termination,
-    bound_completion,
-    charge_for,
-    completion_ceiling,
-    prepare_body,
-    request_bound,
-)
+from maasctl.contract.routing import MODEL_HEADER
+from maasctl.contract.usage import Termination
+from maasctl.dataplane.body import InvalidBody, ModelMismatch, PreparedBody, bound_completion, prepare_body
+from maasctl.dataplane.charge import charge_for, completion_ceiling, request_bound
+from maasctl.dataplane.decompress import Decompressor
+from maasctl.dataplane.jsonscan import JsonModelRewriter, JsonUsageScanner
+from maasctl.dataplane.routing import NoModel, is_base_inference_path, match_headers
+from maasctl.dataplane.sse import SseUsageFilter
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
@@ -229,7 +221,7 @@ class UpstreamRequest:
 
 def _ceiling(p: Pipeline, ex: Exchange) -> int:
     """The completion bound of a request that states none: its model's `maxCompletionTokens`, else the
-    gateway's default (`contract.usage.completion_ceiling`)."""
+    gateway's default (`dataplane.charge.completion_ceiling`)."""
     model = ex.match.rule.completion_ceiling if ex.match is not None else None
     return completion_ceiling(model, p.plane.settings.completion_ceiling)
 
@@ -251,7 +243,7 @@ async def _edge(p: Pipeline, ex: Exchange) -> Refusal | None:
 
 
 def route_by_model(ex: Exchange) -> Refusal | None:
-    """One base URL (contract.routing): on /v1/chat/completions & co. the body's `model` goes into
+    """One base URL (dataplane.routing): on /v1/chat/completions & co. the body's `model` goes into
     `x-gateway-model-name` of `ex.headers` before matching (a front reads the body first there: `routes_by_body`;
     the processor's pre filter does it for Envoy); elsewhere the headers stay as they are (no copy)."""
     try:

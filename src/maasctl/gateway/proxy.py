@@ -1,5 +1,5 @@
 """The upstream leg's response headers. Request headers follow `contract.edge.upstream_headers` (the header
-contract); request bodies and usage reading follow `contract.usage`."""
+contract); request bodies and usage reading follow `maasctl.dataplane`."""
 
 from __future__ import annotations
 

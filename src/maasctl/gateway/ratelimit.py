@@ -10,7 +10,7 @@
   Where Limitador checks with delta 0 (`used > limit`) and reports afterwards, so that a burst of concurrent
   requests all pass the check before any is counted, reservations make concurrent requests see each other:
   the overshoot is about one request's worth whatever the concurrency (BENCHMARKS.md).
-- Response phase (`settle`): the tokens charged for the response (`contract.usage.charge_for`: its usage, or a
+- Response phase (`settle`): the tokens charged for the response (`dataplane.charge.charge_for`: its usage, or a
   conservative estimate) are added to every rate and the reservation is released; all rates are enforced,
   the most restrictive wins.
 - A limit with no rates (an `unlimited` subscription) applies but never refuses: it is metered only.
@@ -231,7 +231,7 @@ class TokenRateLimiter:
 
     @staticmethod
     def estimate(applied: Sequence[AppliedLimit], bound: int) -> int:
-        """Tokens to reserve for a request: its own bound (`contract.usage.request_bound`: the prompt estimate
+        """Tokens to reserve for a request: its own bound (`dataplane.charge.request_bound`: the prompt estimate
         plus its completion limit for each completion, the completion ceiling when it states none), at most one
         more than the smallest limit that applies: admission compares what is already used and reserved with the
         limit, so such a request still fits an empty window, and what it holds then overfills the limit, so

@@ -14,11 +14,11 @@ following Gateway API semantics for the features maasctl emits:
   Several refs are picked by weight. A rule whose refs all fail to resolve answers 500, as the spec asks.
 - `timeouts.request` bounds the upstream call.
 - an ExternalModel route's published and target model names (`contract.labels`) become the rule's
-  `rename`: the body's `model` is checked and rewritten (`contract.usage.prepare_body`).
+  `rename`: the body's `model` is checked and rewritten (`dataplane.body.prepare_body`).
 - the route's `maas.opendatahub.io/max-completion-tokens` (the model's `maxCompletionTokens`) becomes the
-  rule's `completion_ceiling` (None: the default; `contract.usage.bound_completion`).
+  rule's `completion_ceiling` (None: the default; `dataplane.body.bound_completion`).
 - the one base URL is plain matching: the generated rules match `x-gateway-model-name` (Exact), which the data
-  plane sets from the body's `model` (`contract.routing`) before it matches.
+  plane sets from the body's `model` (`dataplane.routing`) before it matches.
 
 The table is immutable; the gateway rebuilds it when a watched object changes.
 """
@@ -44,8 +44,8 @@ from maasctl.contract.labels import (
     UPSTREAM_KEY_SECRET_ANNOTATION,
     completion_ceiling_of,
 )
-from maasctl.contract.usage import ModelRename
 from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
+from maasctl.dataplane.body import ModelRename
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 
 __all__ = [

@@ -42,8 +42,8 @@ from maasctl.contract.edge import API_KEY_PREFIX, presented_credential
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import binding_from_filters
 from maasctl.contract.labels import MODEL_LABEL, MODEL_NAMESPACE_LABEL
-from maasctl.contract.routing import is_base_inference_path
-from maasctl.contract.usage import read_json_object
+from maasctl.dataplane.body import read_json_object
+from maasctl.dataplane.routing import is_base_inference_path
 from maasctl.gateway.auth import AuthServiceUnavailable
 from maasctl.gateway.pipeline import Exchange, Pipeline
 from maasctl.gateway.ratelimit import TokenRateLimiter

@@ -26,7 +26,7 @@ from yarl import URL
 
 from maasctl.contract.edge import AmbiguousPath, canonical_path
 from maasctl.contract.errors import error_body
-from maasctl.contract.routing import is_base_inference_path
+from maasctl.dataplane.routing import is_base_inference_path
 from maasctl.gateway.pipeline import Exchange
 from maasctl.payload.envoy import (
     BUFFER_LIMIT,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maasctl.contract.translate import (
+from maasctl.dataplane.translate import (
     DROPPED_CHAT,
     TranslationError,
     Untranslatable,

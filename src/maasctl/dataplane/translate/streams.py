@@ -9,7 +9,7 @@ to send the client; `close()` at the provider's end of stream.
   unnamed events); the final `message_delta` carries the whole usage, read from the usage chunk.
 A provider's error event becomes the client format's in-stream error (which each SDK raises as `APIError`), and
 a stream cut before its end becomes one too (`upstream_stream_truncated`): a truncated answer never looks whole.
-Both keep `usage` (Chat dimensions: `contract.usage.usage_numbers` reads it) for metering.
+Both keep `usage` (Chat dimensions: `dataplane.charge.usage_numbers` reads it) for metering.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from maasctl.contract.errors import error_body
-from maasctl.contract.translate.common import (
+from maasctl.dataplane.translate.common import (
     CHAT_FINISH_TO_STOP,
     STOP_TO_CHAT_FINISH,
     chat_usage_to_messages,
     dumps,
     messages_usage_to_chat,
 )
-from maasctl.contract.translate.errors import messages_error_type
-from maasctl.contract.translate.sse import SseEvent, SseParser, encode_event
+from maasctl.dataplane.translate.errors import messages_error_type
+from maasctl.dataplane.translate.sse import SseEvent, SseParser, encode_event
 
 __all__ = ["ChatStreamToMessages", "MessagesStreamToChat"]
 

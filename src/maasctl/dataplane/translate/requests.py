@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from maasctl.contract.translate.common import TranslationError, Untranslatable, dumps
+from maasctl.dataplane.translate.common import TranslationError, Untranslatable, dumps
 
 __all__ = ["DROPPED_CHAT", "DROPPED_MESSAGES", "chat_request_to_messages", "messages_request_to_chat"]
 
@@ -70,7 +70,7 @@ def _check_parameters(body: Mapping[str, Any], mapped: frozenset[str], dropped: 
 
 
 def _truthy(value: Any) -> bool:
-    """`stream` read as the data plane reads it (`contract.usage`: true, 1, "true", "yes", ...)."""
+    """`stream` read as the data plane reads it (`dataplane.body`: true, 1, "true", "yes", ...)."""
     if isinstance(value, bool | int | float):
         return bool(value)
     return isinstance(value, str) and value.strip().lower() in _TRUE_TEXT

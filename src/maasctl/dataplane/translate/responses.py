@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from maasctl.contract.translate.common import (
+from maasctl.dataplane.translate.common import (
     CHAT_FINISH_TO_STOP,
     STOP_TO_CHAT_FINISH,
     MalformedAnswer,

@@ -9,23 +9,23 @@ naming the parameter) or is dropped where the provider's format documents no cou
 `DROPPED_MESSAGES`.
 """
 
-from maasctl.contract.translate.common import (
+from maasctl.dataplane.translate.common import (
     MalformedAnswer,
     TranslationError,
     Untranslatable,
     chat_usage_to_messages,
     messages_usage_to_chat,
 )
-from maasctl.contract.translate.errors import chat_error_to_messages, messages_error_body, messages_error_to_chat
-from maasctl.contract.translate.requests import (
+from maasctl.dataplane.translate.errors import chat_error_to_messages, messages_error_body, messages_error_to_chat
+from maasctl.dataplane.translate.requests import (
     DROPPED_CHAT,
     DROPPED_MESSAGES,
     chat_request_to_messages,
     messages_request_to_chat,
 )
-from maasctl.contract.translate.responses import chat_response_to_messages, messages_response_to_chat
-from maasctl.contract.translate.sse import SseEvent, SseParser
-from maasctl.contract.translate.streams import ChatStreamToMessages, MessagesStreamToChat
+from maasctl.dataplane.translate.responses import chat_response_to_messages, messages_response_to_chat
+from maasctl.dataplane.translate.sse import SseEvent, SseParser
+from maasctl.dataplane.translate.streams import ChatStreamToMessages, MessagesStreamToChat
 
 __all__ = [
     "DROPPED_CHAT",

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 from pydantic import TypeAdapter
 
-from maasctl.contract.translate import ChatStreamToMessages, MessagesStreamToChat, SseEvent, SseParser
-from maasctl.contract.usage import usage_numbers
+from maasctl.dataplane.charge import usage_numbers
+from maasctl.dataplane.translate import ChatStreamToMessages, MessagesStreamToChat, SseEvent, SseParser
 
 from .translate_sdk import anthropic_client, openai_client, parse_sse, split, sse_stream
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maasctl.contract.usage import rename_top_level_model, replace_spans, set_top_level_model
+from maasctl.dataplane.jsonscan import rename_top_level_model, replace_spans, set_top_level_model
 
 
 def _string_end(data: bytes, start: int) -> int:

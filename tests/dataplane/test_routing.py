@@ -1,4 +1,4 @@
-"""Body-based routing (`contract.routing`) and the completion ceiling rule (`contract.usage.bound_completion`):
+"""Body-based routing (`dataplane.routing`) and the completion ceiling rule (`dataplane.body.bound_completion`):
 each hole as a class of odd inputs."""
 
 from __future__ import annotations
@@ -8,22 +8,11 @@ import json
 import pytest
 
 from maasctl.contract.labels import COMPLETION_CEILING_ANNOTATION, completion_ceiling_of
-from maasctl.contract.routing import (
-    BASE_INFERENCE_PATHS,
-    MAX_MODEL_NAME,
-    NoModel,
-    body_model,
-    is_base_inference_path,
-    match_headers,
-)
-from maasctl.contract.usage import (
-    DEFAULT_COMPLETION_CEILING,
-    InvalidBody,
-    bound_completion,
-    completion_ceiling,
-    prepare_body,
-    request_bound,
-)
+from maasctl.contract.routing import BASE_INFERENCE_PATHS
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
+from maasctl.dataplane.body import InvalidBody, bound_completion, prepare_body
+from maasctl.dataplane.charge import completion_ceiling, request_bound
+from maasctl.dataplane.routing import MAX_MODEL_NAME, NoModel, body_model, is_base_inference_path, match_headers
 
 
 class TestBasePaths:

@@ -1,4 +1,4 @@
-"""Hole classes of the request/answer counting path (security review of `contract/usage.py`).
+"""Hole classes of the request/answer counting path (security review of the data plane's counting code, `dataplane/`).
 
 Every answer must be refused or counted — with a conservative estimate when usage cannot be read — never served
 while undercounted. Each class below tries one hole with several variants."""
@@ -16,20 +16,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from maasctl.contract.usage import (
-    DEFAULT_COMPLETION_CEILING,
-    MAX_TOKENS,
-    Decompressor,
-    InvalidBody,
-    JsonUsageScanner,
-    ModelRename,
-    PreparedBody,
-    SseUsageFilter,
-    UsageRecord,
-    charge_for,
-    prepare_body,
-    usage_numbers,
-)
+from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING, MAX_TOKENS, UsageRecord
+from maasctl.dataplane.body import InvalidBody, ModelRename, PreparedBody, prepare_body
+from maasctl.dataplane.charge import charge_for, usage_numbers
+from maasctl.dataplane.decompress import Decompressor
+from maasctl.dataplane.jsonscan import JsonUsageScanner
+from maasctl.dataplane.sse import SseUsageFilter
 
 REQUEST: dict[str, Any] = {"model": "m", "stream": True, "max_tokens": 100_000,
                            "messages": [{"role": "user", "content": "héllo"}]}

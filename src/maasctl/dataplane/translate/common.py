@@ -1,7 +1,7 @@
 """What both directions share: the refusal a request gets when it cannot be translated, the mapping of stop
 reasons, and usage read into one set of dimensions.
 
-Usage convention (the one `contract.usage.usage_numbers` reads): input tokens *include* cached ones, as in
+Usage convention (the one `dataplane.charge.usage_numbers` reads): input tokens *include* cached ones, as in
 OpenAI's `prompt_tokens`; Anthropic reports `input_tokens` *without* cache reads and writes, so a Messages usage
 is summed before it is charged, and rating cannot tell which format served.
 """
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from maasctl.contract.errors import Refusal
-from maasctl.contract.translate.errors import messages_error_body
-from maasctl.contract.usage import InvalidBody
+from maasctl.dataplane.body import InvalidBody
+from maasctl.dataplane.translate.errors import messages_error_body
 
 __all__ = [
     "CHAT_FINISH_TO_STOP",

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 
-from maasctl.contract.translate import (
+from maasctl.dataplane.charge import usage_numbers
+from maasctl.dataplane.translate import (
     MalformedAnswer,
     TranslationError,
     chat_error_to_messages,
@@ -27,7 +28,6 @@ from maasctl.contract.translate import (
     messages_response_to_chat,
     messages_usage_to_chat,
 )
-from maasctl.contract.usage import usage_numbers
 
 from .translate_sdk import anthropic_client, openai_client, valid_chat_request, valid_messages_request
 
