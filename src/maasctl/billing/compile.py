@@ -31,6 +31,7 @@ from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.billing.budget import throttled_tokens_per_minute
 from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
+from maasctl.contract.limits import plan_limit_name
 
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
@@ -149,7 +150,7 @@ def desired_hash(obj: Mapping[str, Any]) -> str:
 
 
 def _limit_name(inp: PlanInput, what: str) -> str:
-    return f"billing/{inp.namespace}/{inp.name}/{what}"
+    return plan_limit_name(inp.namespace, inp.name, what)
 
 
 def _metadata(inp: PlanInput, name: str, namespace: str | None, owned: bool) -> dict[str, Any]:

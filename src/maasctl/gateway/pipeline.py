@@ -66,6 +66,7 @@ from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
 from maasctl.contract.errors import Refusal
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
+from maasctl.contract.limits import describe_limit
 from maasctl.contract.routing import MODEL_HEADER
 from maasctl.contract.usage import Termination
 from maasctl.dataplane.body import InvalidBody, ModelMismatch, PreparedBody, bound_completion, prepare_body
@@ -375,8 +376,8 @@ async def _token_reservation(p: Pipeline, ex: Exchange) -> Refusal | None:
             admitted = await limiter.reserve(ex.applied, limiter.estimate(ex.applied, bound))
         if isinstance(admitted, RateDenial):
             ex.denial = admitted
-            return _refuse(429, "rate_limited", f"token limit {admitted.limit} per {admitted.window} exceeded",
-                           {"retry-after": str(admitted.retry_after)})
+            return _refuse(429, "rate_limited", f"token limit {admitted.limit} per {admitted.window} exceeded: "
+                           f"{describe_limit(admitted.limit_name)}", {"retry-after": str(admitted.retry_after)})
         ex.reservation = admitted
     ex.admitted = True
     return None

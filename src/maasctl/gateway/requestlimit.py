@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from maasctl.contract.errors import Refusal
+from maasctl.contract.limits import describe_limit
 from maasctl.gateway.counters import CounterStore, MemoryCounterStore, Slot
 from maasctl.gateway.ratelimit import (
     AppliedLimit,
@@ -79,5 +80,5 @@ class RequestLimiter:
 
 def denial_response(denial: RateDenial) -> Refusal:
     """The 429 of a request limit, in the data plane's error format (`contract.errors`)."""
-    return Refusal(429, "rate_limited", f"request limit {denial.limit} per {denial.window} exceeded",
-                   {"retry-after": str(denial.retry_after)})
+    return Refusal(429, "rate_limited", f"request limit {denial.limit} per {denial.window} exceeded: "
+                   f"{describe_limit(denial.limit_name)}", {"retry-after": str(denial.retry_after)})
