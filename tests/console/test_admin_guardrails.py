@@ -6,6 +6,7 @@ chosen in the subscription form, and a non-administrator refused by the server."
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from pathlib import Path
@@ -108,6 +109,31 @@ async def test_settings_enable_fail_open_and_disable(world: ConsoleWorld, browse
     assert "guardrails are disabled" in browser.text()
     assert "removes the data-plane integration" in browser.text("#guardrails-disabled")
     browser.screenshot("admin-guardrails-disabled")
+    await _engine_removed(world)
+
+
+async def _engine_removed(world: ConsoleWorld, timeout: float = 150.0) -> None:
+    """Disabled: the controller deletes the engine's Deployment and the local runner stops the engine (it may
+    still be starting from the moment it was enabled, so wait until it has been down for a few of its polls)."""
+    apps = k8s.AppsV1Api(world.stack.api)
+    loop = asyncio.get_running_loop()
+    deadline, down_since = loop.time() + timeout, None
+    while True:
+        try:
+            await apps.read_namespaced_deployment("maas-guardrails", world.stack.settings.subscription_namespace)
+            present = True
+        except k8s.ApiException as exc:
+            assert exc.status == 404
+            present = False
+        running = world.stack.engine is not None and world.stack.engine.process is not None
+        if present or running:
+            down_since = None
+        elif down_since is None:
+            down_since = loop.time()
+        elif loop.time() - down_since > 3:
+            return
+        assert loop.time() < deadline, "the guardrails engine was not removed after disabling"
+        await asyncio.sleep(0.3)
 
 
 async def test_create_a_config_with_an_api_key(world: ConsoleWorld, browser: Browser) -> None:
@@ -176,6 +202,19 @@ async def test_create_a_config_with_an_api_key(world: ConsoleWorld, browser: Bro
     secret = await k8s.CoreV1Api(world.stack.api).read_namespaced_secret(secret_name, sub_ns)
     assert base64.b64decode(secret.data["api-key"]).decode() == GUARD_KEY + "-2"
     assert GUARD_KEY not in browser.source()
+    # A third model through "Add model" (a row added by the page's script).
+    browser.go(f"/admin/guardrails/configs/{name}")
+    browser.button("Add model")
+    await browser.until(lambda: browser.all("#models-4-type"), what="added row")
+    browser.fill("models-4-type", "judge")
+    browser.fill("models-4-model", "gpt-z")
+    browser.fill("models-4-base_url", url)
+    browser.button("Save")
+    await browser.until(lambda: "Saved guardrail configuration" in browser.text(), what="third model saved")
+    models = (await _config(world, name) or {})["spec"]["models"]
+    assert [m["type"] for m in models] == ["main", "content_safety", "judge"]
+    assert models[0]["apiKeySecretRef"] == {"name": secret_name, "key": "api-key"}
+
     console_log = (Path(world.stack.directory) / "console.log").read_text()
     assert "console_guardrail_config_saved" in console_log and name in console_log
     logs = _logs(world)  # every process of the stack: controller, API server, engine, console

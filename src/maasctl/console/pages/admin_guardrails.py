@@ -114,7 +114,7 @@ async def _read_form(request: Request, config_id: str | None) -> tuple[gr.Config
                          rails_co=editor("rails_co"), seen=text("seen", 64))
     keys: dict[int, str] = {}
     i = 0
-    while f"models-{i}-type" in data and i < gr.MAX_ROWS:
+    while f"models-{i}-type" in data and i < 4 * gr.MAX_ROWS:  # more than the API allows: its error, not a loss
         key = text(f"models-{i}-api_key", 8192).strip()
         if key:
             keys[i] = key
@@ -187,7 +187,8 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
             if exc.status == 409 and exc.reason == "Conflict":
                 errors = {"_form": CONFLICT}
     if errors:
-        return _config_form(request, form, errors, editing, status=422)
+        status_row = await _status_row(request, identity, existing) if existing is not None else None
+        return _config_form(request, form, errors, editing, status_row, status=422)
     name = form.config_id
     try:
         for i, key in keys.items():
