@@ -114,7 +114,7 @@ def test_a_save_replaces_only_what_the_form_owns() -> None:
                                     "billingRate": {"perToken": "0.1"}}]},
             "status": {"phase": "Active"}}
     form = SubscriptionForm(name="s", users="a", organization_id="org-1", models=[
-        ModelRow("llm", "m1", include=True, price=""), ModelRow("llm", "m2", include=True),
+        ModelRow("llm", "m1", include=True, price=""), ModelRow("llm", "m2", include=True, guardrails="strict"),
         ModelRow("llm", "m3", include=True, price="0.000002")])
     sub, included = desired(form, "ns", base, {"llm/m1": None, "llm/m2": [{"limit": 9, "window": "1h"}],
                                               "llm/m3": None})
@@ -124,7 +124,7 @@ def test_a_save_replaces_only_what_the_form_owns() -> None:
     assert sub["spec"]["owner"] == {"users": ["a"]}  # a removed user is gone, not kept
     assert sub["spec"]["tokenMetadata"] == {"organizationId": "legacy"}  # the form's cost center was cleared
     assert sub["spec"]["priority"] == 0
-    assert sub["spec"]["modelRefs"] == [  # kept entries keep their place and their guardrails
+    assert sub["spec"]["modelRefs"] == [  # kept entries keep their place (guardrails as the form chose)
         {"name": "m2", "namespace": "llm", "guardrails": {"enabled": True, "config": "strict"},
          "tokenRateLimits": [{"limit": 9, "window": "1h"}]},
         {"name": "m1", "namespace": "llm", "unlimited": True},

@@ -1,5 +1,4 @@
-"""The navigation: one list of sections, so a page (e.g. Guardrails, once its API exists) is added by
-writing its router and one entry here."""
+"""The navigation: one list of sections, so a page is added by writing its router and one entry here."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ USER_ITEMS = (
 ADMIN_ITEMS = (
     NavItem("Models", "/admin/models", admin=True),
     NavItem("Subscriptions", "/admin/subscriptions", admin=True),
-    # NavItem("Guardrails", "/admin/guardrails", admin=True): waits for the guardrails API (another issue).
+    NavItem("Guardrails", "/admin/guardrails", admin=True),
     NavItem("Report", "/admin/report", admin=True),
 )
 

@@ -11,11 +11,12 @@ from typing import Any
 
 CONSOLE_SA = "maas-console"
 ADMIN_ROLE = "maas-console-admin"
-MAAS_RESOURCES = ["maasmodelrefs", "externalmodels", "maassubscriptions", "maasauthpolicies"]
+MAAS_RESOURCES = ["maasmodelrefs", "externalmodels", "maassubscriptions", "maasauthpolicies", "guardrailssettings",
+                  "guardrailconfigs"]
 ADMIN_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["maas.opendatahub.io"], "resources": MAAS_RESOURCES,
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-    # Upstream provider keys: written once, never read back by the console (it lists metadata only).
+    # Upstream provider and guardrail model keys: written, never read back (the console lists metadata only).
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "list", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
     {"apiGroups": ["serving.kserve.io"], "resources": ["llminferenceservices"], "verbs": ["get", "list"]},

@@ -5,10 +5,11 @@ every subscription saved in the console has a MaaSAuthPolicy of the same name, l
 with the same models and subjects. Policies the console did not create are never changed.
 
 A save never loses what the form does not show: the object written is the one read, with exactly the fields
-the form owns (see `desired`) replaced. Every other field (per-model guardrails, `tokenMetadata.organizationId`,
-labels, annotations, fields of a newer CRD) is carried over verbatim. The write is a full update guarded by
-what the administrator saw (`fingerprint`: a status write by the controller meanwhile is no conflict, a spec
-or metadata change is) and by the resourceVersion of the object as read. Not a server-side apply: apply
+the form owns (see `desired`) replaced. Every other field (`tokenMetadata.organizationId`, a model's disabled
+guardrails entry, labels, annotations, fields of a newer CRD) is carried over verbatim. Per model the form
+chooses a guardrail configuration or none. The write is a full update guarded by what the administrator saw
+(`fingerprint`: a status write by the controller meanwhile is no conflict, a spec or metadata change is) and
+by the resourceVersion of the object as read. Not a server-side apply: apply
 cannot remove a value another field manager also owns (a user or model added with `kubectl apply`), so an
 edit that removes one would silently not happen.
 """
@@ -46,7 +47,8 @@ class FormError(ValueError):
 
 @dataclass
 class ModelRow:
-    """One published model in the form: included or not, its tiers as typed, unlimited, its price."""
+    """One published model in the form: included or not, its tiers as typed, unlimited, its price, and the
+    guardrail configuration its requests are checked with ("" = none)."""
 
     namespace: str
     name: str
@@ -55,6 +57,7 @@ class ModelRow:
     tiers: str = ""
     unlimited: bool = False
     price: str = ""  # billingRate.perToken, a decimal string (never a float)
+    guardrails: str = ""
 
     @property
     def ref(self) -> str:
@@ -78,6 +81,8 @@ class SubscriptionForm:
     gateway_name: str = ""
     seen: str = ""  # fingerprint of the object the form was filled from
     models: list[ModelRow] = field(default_factory=list)
+    guardrail_configs: list[str] = field(default_factory=list)  # the configurations a model can choose
+    guardrails_enabled: bool = False  # the global switch: while off, chosen configurations have no effect
 
 
 def split_list(text: str) -> list[str]:
@@ -147,6 +152,8 @@ def fill_row(row: ModelRow, entry: Mapping[str, Any]) -> None:
     row.unlimited = bool(entry.get("unlimited"))
     row.tiers = "" if row.unlimited else tiers.to_text(entry.get("tokenRateLimits") or [])
     row.price = str((entry.get("billingRate") or {}).get("perToken") or "")
+    chosen = entry.get("guardrails") or {}
+    row.guardrails = str(chosen.get("config") or "") if chosen.get("enabled") else ""
 
 
 def _set(target: dict[str, Any], key: str, value: Any) -> None:
@@ -181,7 +188,12 @@ def _model_entry(row: ModelRow, base: Mapping[str, Any] | None, limits: list[dic
     else:
         (entry.get("billingRate") or {}).pop("perToken", None)
         _prune(entry, "billingRate")
-    return entry
+    chosen = entry.get("guardrails") or {}
+    if row.guardrails:
+        entry["guardrails"] = {**chosen, "enabled": True, "config": row.guardrails}
+    elif chosen.get("enabled"):  # "none" chosen: the model is no longer checked
+        del entry["guardrails"]
+    return entry  # a disabled guardrails entry is kept as it was
 
 
 def desired(form: SubscriptionForm, namespace: str, base: Mapping[str, Any] | None,
@@ -281,7 +293,8 @@ def auth_policy(sub: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[
 
 
 def _model_field(rest: tuple[str | int, ...], row: int) -> str:
-    return f"model-{row}-price" if rest[:1] == ("billingRate",) else f"model-{row}-tiers"
+    part = {"billingRate": "price", "guardrails": "guardrails"}.get(str(rest[0]) if rest else "", "tiers")
+    return f"model-{row}-{part}"
 
 
 def error_field(loc: tuple[str | int, ...], included: list[int]) -> str:
@@ -311,4 +324,5 @@ def api_fields(included: list[int]) -> dict[str, str]:
     for i, row in enumerate(included):
         out[f"spec.modelRefs[{i}]"] = f"model-{row}-tiers"
         out[f"spec.modelRefs[{i}].billingRate"] = f"model-{row}-price"
+        out[f"spec.modelRefs[{i}].guardrails"] = f"model-{row}-guardrails"
     return out

@@ -12,8 +12,17 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION
+from maasctl.api.guardrails import SETTINGS_NAME
 from maasctl.console import forms, tiers, usage
-from maasctl.console.kube import AUTH_POLICY, MODEL_REF, SUBSCRIPTION, KubeError, UserKube
+from maasctl.console.kube import (
+    AUTH_POLICY,
+    GUARDRAIL_CONFIG,
+    GUARDRAILS_SETTINGS,
+    MODEL_REF,
+    SUBSCRIPTION,
+    KubeError,
+    UserKube,
+)
 from maasctl.console.maasapi_client import MaasApiError
 from maasctl.console.subscriptions import (
     MANAGED_LABEL,
@@ -47,7 +56,9 @@ def list_row(obj: dict[str, Any]) -> dict[str, Any]:
         "name": meta.get("name"), "display_name": notes.get(DISPLAY_NAME_ANNOTATION, ""),
         "description": notes.get(DESCRIPTION_ANNOTATION, ""),
         "models": [{"ref": f"{m['namespace']}/{m['name']}", "tiers": m.get("tokenRateLimits"),
-                    "price": (m.get("billingRate") or {}).get("perToken")} for m in spec.get("modelRefs") or []],
+                    "price": (m.get("billingRate") or {}).get("perToken"),
+                    "guardrails": (m.get("guardrails") or {}).get("config") if (m.get("guardrails") or {}).get(
+                        "enabled") else None} for m in spec.get("modelRefs") or []],
         "users": owner.get("users") or [], "groups": [g["name"] for g in owner.get("groups") or []],
         "priority": spec.get("priority", 0), "inference_priority": spec.get("inferencePriority"),
         "organization": (spec.get("organization") or {}).get("id"),
@@ -85,6 +96,29 @@ def _form_from(obj: dict[str, Any], models: list[ModelRow]) -> SubscriptionForm:
     return SubscriptionForm(**form_fields(obj), models=models)
 
 
+async def _guardrails(kube: UserKube, ns: str, form: SubscriptionForm) -> SubscriptionForm:
+    """The configurations a model can choose and the global switch (none offered when they cannot be read:
+    a model's current choice is still shown and kept)."""
+    try:
+        form.guardrail_configs = sorted(o["metadata"]["name"] for o in await kube.list(GUARDRAIL_CONFIG, ns))
+        settings = await kube.find(GUARDRAILS_SETTINGS, SETTINGS_NAME, ns)
+        form.guardrails_enabled = bool(((settings or {}).get("spec") or {}).get("enabled"))
+    except KubeError:
+        form.guardrail_configs = []
+    return form
+
+
+def _guardrail_errors(form: SubscriptionForm, existing: dict[str, Any] | None, errors: dict[str, str]) -> None:
+    """A model may choose an existing configuration, or keep the one it has (even when that one is gone)."""
+    current = {f"{m.get('namespace')}/{m.get('name')}": str((m.get("guardrails") or {}).get("config") or "")
+               for m in ((existing or {}).get("spec") or {}).get("modelRefs") or []}
+    for i, row in enumerate(form.models):
+        if row.include and row.guardrails and row.guardrails not in form.guardrail_configs \
+                and row.guardrails != current.get(row.ref):
+            errors[f"model-{i}-guardrails"] = f"There is no guardrail configuration {row.guardrails!r}: choose " \
+                                              "one of the list, or none."
+
+
 def _render_form(request: Request, form: SubscriptionForm, errors: dict[str, str], editing: bool,
                  status: int = 200) -> Response:
     return render(request, "admin/subscription_form.html", status,
@@ -98,7 +132,8 @@ async def new_form(request: Request, identity: Admin) -> Response:
         models = await _model_rows(kube_as(request, identity), None)
     except KubeError as exc:
         return render(request, "error.html", 502, title="Create Subscription", message=str(exc))
-    return _render_form(request, SubscriptionForm(models=models), {}, editing=False)
+    form = await _guardrails(kube_as(request, identity), _sub_ns(request), SubscriptionForm(models=models))
+    return _render_form(request, form, {}, editing=False)
 
 
 async def _read_form(request: Request, kube: UserKube, existing: dict[str, Any] | None) -> SubscriptionForm:
@@ -117,16 +152,17 @@ async def _read_form(request: Request, kube: UserKube, existing: dict[str, Any] 
             row.unlimited = data.get(f"model-{i}-unlimited") == "on"
             row.tiers = text(f"model-{i}-tiers", 1024)
             row.price = text(f"model-{i}-price", 64)
+            row.guardrails = text(f"model-{i}-guardrails", 63).strip()
         i += 1
     org = str(((existing or {}).get("spec") or {}).get("organization", {}).get("id") or "")
-    return SubscriptionForm(
+    return await _guardrails(kube, _sub_ns(request), SubscriptionForm(
         name=(existing or {}).get("metadata", {}).get("name") or text("name", 253).strip(),
         display_name=text("display_name", 256), description=text("description", 2048),
         users=text("users"), groups=text("groups"), priority=text("priority", 16),
         organization_id=text("organization_id", 300), organization_locked=bool(org),
         cost_center=text("cost_center", 300), labels=text("labels", 20000),
         inference_priority=text("inference_priority", 16), gateway_namespace=text("gateway_namespace", 70),
-        gateway_name=text("gateway_name", 260), seen=text("seen", 64), models=models)
+        gateway_name=text("gateway_name", 260), seen=text("seen", 64), models=models))
 
 
 def _limits(form: SubscriptionForm, errors: dict[str, str]) -> dict[str, list[dict[str, Any]] | None]:
@@ -151,6 +187,7 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
     editing = existing is not None
     errors: dict[str, str] = {}
     limits = _limits(form, errors)
+    _guardrail_errors(form, existing, errors)
     if not form.name:
         errors["name"] = "Enter a subscription name."
     if not form.users.strip() and not form.groups.strip():
@@ -224,7 +261,8 @@ async def edit_form(request: Request, identity: Admin, name: Annotated[str, Path
     existing = await _existing(request, identity, name)
     if existing is None:
         return render(request, "error.html", 404, title="Subscription", message="There is no such subscription.")
-    return _render_form(request, _form_from(existing, await _model_rows(kube, existing)), {}, editing=True)
+    form = await _guardrails(kube, _sub_ns(request), _form_from(existing, await _model_rows(kube, existing)))
+    return _render_form(request, form, {}, editing=True)
 
 
 @router.post("/admin/subscriptions/{name}/edit")
