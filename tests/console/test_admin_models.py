@@ -155,3 +155,31 @@ async def test_publish_and_unpublish_an_inference_service(world: ConsoleWorld, b
     browser.button("Unpublish anyway")
     await browser.until(lambda: browser.path == "/admin/models", what="unpublished")
     await _until_gone(world, "maasmodelrefs", ns, "granite")  # the controller's finalizer runs first
+
+
+async def test_every_external_model_is_listed_not_only_the_imported_ones(world: ConsoleWorld,
+                                                                         browser: Browser) -> None:
+    """An ExternalModel applied with kubectl (the sample's, GitOps) is shown beside the console's imports, with
+    its endpoint, provider model, credential Secret (its name only) and phase."""
+    ns = await objects.namespace(world, "kubectl")
+    await objects.apply(world, objects.external_model(world, ns, "applied", target="granite"))
+    await objects.apply(world, [{"apiVersion": objects.MAAS, "kind": "ExternalModel",
+                                 "metadata": {"name": "keyless", "namespace": ns},
+                                 "spec": {"provider": "openai", "endpoint": "https://api.example.com/v1",
+                                          "targetModel": "gpt-x", "credentialRef": {"name": "missing-key"}}}])
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+
+    def row(name: str) -> str:
+        browser.go("/admin/models/services")
+        rows = browser.all(f"#other-external-models tr[data-external-model='{ns}/{name}']")
+        return rows[0].text if rows else ""
+
+    await browser.until(lambda: "Ready" in row("applied"), what="the applied model listed as Ready")
+    applied = row("applied")
+    assert "granite" in applied and "Secret applied-key" in applied and world.stack.model_url in applied
+    await browser.until(lambda: "Failed" in row("keyless"), what="a broken model listed with its phase")
+    assert "missing-key" in row("keyless")  # the reason, e.g. "Secret missing-key not found"
+    assert world.stack.options.upstream_key not in browser.source()  # a Secret's name, never its data
+    assert not browser.all(f"#model-services tr[data-service^='{ns}/']")  # not mistaken for an import
+

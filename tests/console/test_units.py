@@ -319,3 +319,18 @@ def test_signed_in_sessions_stay_within_the_global_bound() -> None:
         store.new()
     assert len(store) == 5  # 3 signed in, 2 anonymous
     assert [store.find(c) is not None for c in cookies] == [False, False, True, True, True]
+
+
+@pytest.mark.parametrize("services", [[], [{"namespace": "llm", "name": "granite"}]], ids=["none-left", "one-left"])
+def test_the_publish_page_offers_a_form_only_with_something_to_publish(services: list[dict[str, str]]) -> None:
+    """With nothing left to publish the page said so above an empty select and an enabled Publish button."""
+    from maasctl.console.app import templates
+
+    page = templates().env.get_template("admin/publish.html").render(
+        services=services, form={}, errors={}, csrf_token="t", identity=None, nav=[], flashes=[],
+        path="/admin/models/publish", oidc_enabled=False, is_admin=True, title="Publish")
+    if services:
+        assert '<option value="llm/granite"' in page and "<button type=\"submit\">Publish</button>" in page
+        assert 'id="nothing-to-publish"' not in page
+    else:
+        assert 'id="nothing-to-publish"' in page and "<select" not in page and "Publish</button>" not in page

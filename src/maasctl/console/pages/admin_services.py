@@ -41,17 +41,37 @@ async def _service(kube: UserKube, namespace: str, name: str) -> catalog.Service
     return None
 
 
+def _other_external_model(obj: dict[str, Any]) -> dict[str, str]:
+    """An ExternalModel applied outside the console (kubectl, a sample, GitOps): what the table shows of it."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ready: dict[str, Any] = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+    return {"name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"],
+            "endpoint": str(spec.get("endpoint") or ""), "target": str(spec.get("targetModel") or ""),
+            "credential": str((spec.get("credentialRef") or {}).get("name") or ""),
+            "phase": str(status.get("phase") or "Pending"), "message": str(ready.get("message") or "")}
+
+
+async def _other_external_models(kube: UserKube) -> list[dict[str, str]]:
+    """Every ExternalModel the console did not import (no service label), so none is invisible here."""
+    items = await kube.list(EXTERNAL_MODEL)
+    others = (o for o in items if catalog.SERVICE_LABEL not in ((o.get("metadata") or {}).get("labels") or {}))
+    return sorted((_other_external_model(o) for o in others), key=lambda r: (r["namespace"], r["name"]))
+
+
 @router.get("/admin/models/services")
 async def services_page(request: Request, identity: Admin) -> Response:
     kube = kube_as(request, identity)
     rows: list[dict[str, Any]] = []
+    others: list[dict[str, str]] = []
     error = None
     try:
         for service in await _services(kube):
             rows.append({"service": service, "models": await _published(kube, service)})
+        others = await _other_external_models(kube)
     except KubeError as exc:
         error = str(exc)
-    return render(request, "admin/services.html", title="Model Services", tab="services", rows=rows, error=error)
+    return render(request, "admin/services.html", title="Model Services", tab="services", rows=rows, others=others,
+                  error=error)
 
 
 def _import_form(request: Request, form: dict[str, str], errors: dict[str, str], status: int = 200) -> Response:
