@@ -22,6 +22,7 @@ from maasctl.console.oidc import OidcClient
 from maasctl.console.pages import (
     admin_guardrails,
     admin_models,
+    admin_overview,
     admin_report,
     admin_services,
     admin_subscriptions,
@@ -55,7 +56,8 @@ def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: Oi
                             max_anonymous=settings.max_anonymous_sessions, max_per_user=settings.max_sessions_per_user)
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
-    for module in (auth, user, admin_models, admin_services, admin_subscriptions, admin_guardrails, admin_report):
+    for module in (auth, user, admin_overview, admin_models, admin_services, admin_subscriptions, admin_guardrails,
+                   admin_report):
         app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)

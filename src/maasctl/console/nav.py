@@ -18,6 +18,7 @@ USER_ITEMS = (
     NavItem("Models", "/models"),
 )
 ADMIN_ITEMS = (
+    NavItem("Overview", "/admin/overview", admin=True),
     NavItem("Models", "/admin/models", admin=True),
     NavItem("Subscriptions", "/admin/subscriptions", admin=True),
     NavItem("Guardrails", "/admin/guardrails", admin=True),

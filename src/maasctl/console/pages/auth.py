@@ -24,7 +24,8 @@ async def home(request: Request) -> Response:
     session = session_of(request)
     if session is None or session.identity is None:
         return redirect("/signin")
-    return redirect("/my/subscriptions")
+    # an administrator lands on the overview (an empty "My Subscriptions" leads nowhere), a developer on theirs
+    return redirect("/admin/overview" if console(request).is_admin(session.identity) else "/my/subscriptions")
 
 
 @router.get("/signin")
