@@ -125,3 +125,9 @@ class Browser:
         self.go("/signin")
         self.fill("token", token)
         self.button("Sign in with token")
+
+    def models_for_key(self, name: str) -> None:
+        """The Models page with the commands of the key named `name` (chosen in the select, as a user does)."""
+        self.go("/models")
+        option = next(o for o in self.all("#key option") if o.text.startswith(f"{name} ("))
+        self.go(f"/models?key={option.get_attribute('value')}")

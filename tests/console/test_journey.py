@@ -57,7 +57,7 @@ async def test_publish_subscribe_call_report_export(world: ConsoleWorld, browser
         key = user.text("#new-key")
 
         def listed() -> bool:
-            user.go("/models")
+            user.models_for_key("journey")
             return len(user.all(".model pre.curl")) >= 2
 
         await user.until(listed, timeout=90, what="both models callable")

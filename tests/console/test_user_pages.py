@@ -27,6 +27,49 @@ async def run_curl(command: str, key: str) -> dict[str, object]:
     return body
 
 
+def mint_in_page(browser: Browser, name: str, subscription: str) -> None:
+    browser.go("/keys")
+    browser.fill("name", name)
+    browser.select("subscription", subscription)
+    browser.button("Create key")
+
+
+async def test_the_models_page_offers_the_commands_the_selected_key_can_run(world: ConsoleWorld,
+                                                                            browser: Browser) -> None:
+    """A key is bound to one subscription: with several keys, the page asks which one, and for the chosen key lists
+    only the models its subscription includes, each with a command; never a command the key cannot run."""
+    ns = await objects.namespace(world, "keys")
+    first, second = f"first-{objects.suffix()}", f"second-{objects.suffix()}"
+    sub_ns = world.stack.settings.subscription_namespace
+    await objects.apply(world, [*objects.external_model(world, ns, "model-a"),
+                                *objects.external_model(world, ns, "model-b"),
+                                *objects.access(world, first, ns, ["model-a"], ["alice"], [(100_000, "1m")]),
+                                *objects.access(world, second, ns, ["model-b"], ["alice"], [(100_000, "1m")])])
+    browser.sign_in_with_token(world.token("alice"))
+    await browser.until(lambda: browser.path == "/my/subscriptions")
+    await browser.until(lambda: (browser.go("/keys"), second in browser.text())[1], what="subscriptions listed")
+    for key, sub in (("key-a", first), ("key-b", second)):
+        mint_in_page(browser, key, f"{sub_ns}/{sub}")
+        await browser.until(lambda: browser.path == "/keys/new", what="minted")
+
+    browser.go("/models")  # several keys, none chosen: no command, the page says why
+    assert "choose the key" in browser.text("#key-help")
+    assert not browser.all("pre.curl")
+
+    def listed(key: str, model: str) -> bool:
+        browser.models_for_key(key)
+        return bool(browser.all(f".model[data-model='{model}'] pre.curl"))
+
+    await browser.until(lambda: listed("key-a", "model-a"), what="key-a's model with a command")
+    assert not browser.all(".model[data-model='model-b']")  # key-a's subscription does not include it
+    assert first in browser.text("#key-help")
+    await browser.until(lambda: listed("key-b", "model-b"), what="key-b's model with a command")
+    assert not browser.all(".model[data-model='model-a']")
+    browser.screenshot("user-models-key")
+    browser.go("/models?key=not-a-key-of-mine")  # an unknown id chooses nothing
+    assert not browser.all("pre.curl")
+
+
 async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: ConsoleWorld, browser: Browser) -> None:
     ns = await objects.namespace(world, "dev")
     sub = f"team-{objects.suffix()}"
@@ -58,15 +101,17 @@ async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: Console
     assert "laptop" in browser.text("#keys-table")
     browser.screenshot("user-keys")
 
-    # The model is listed with a ready-to-paste curl; run it as the user would.
-    await browser.until(lambda: (browser.go("/models"), "gpt-x" in browser.text())[1], what="model listed")
+    # The model is listed with a ready-to-paste curl for the chosen key; run it as the user would.
+    await browser.until(lambda: (browser.models_for_key("laptop"), "gpt-x" in browser.text())[1], what="model listed")
+    assert "laptop" in browser.text("#key-help") and sub in browser.text("#key-help")
     command = browser.one(".model[data-model='gpt-x'] pre.curl").text
     browser.screenshot("user-models")
     answer = await run_curl(command, key)
     assert answer.get("object") == "chat.completion", (command, answer)
 
     # A model advertised off the gateway: its URL and a note, no command that would send the key there.
-    await browser.until(lambda: (browser.go("/models"), "gpt-far" in browser.text())[1], what="gpt-far listed")
+    await browser.until(lambda: (browser.models_for_key("laptop"), "gpt-far" in browser.text())[1],
+                        what="gpt-far listed")
     assert not browser.all(".model[data-model='gpt-far'] pre.curl")
     assert browser.one(".model[data-model='gpt-far'] code").text == FOREIGN_ENDPOINT
     assert "not on a MaaS gateway origin" in browser.text(".model[data-model='gpt-far'] .not-gateway")

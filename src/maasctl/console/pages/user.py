@@ -202,12 +202,27 @@ def curl_for(model: dict[str, Any], gateway_urls: Sequence[str]) -> str | None:
             f"  -d {shlex.quote(body)}")
 
 
+def chosen_key(keys: Sequence[dict[str, Any]], wanted: str | None) -> dict[str, Any] | None:
+    """The active key the commands are for: the one asked for (only among the user's own), else the only one."""
+    active = [k for k in keys if k.get("status") == "active"]
+    if wanted:
+        return next((k for k in active if str(k.get("id")) == wanted), None)
+    return active[0] if len(active) == 1 else None
+
+
+def key_subscription_name(key: dict[str, Any]) -> str:
+    """The bound subscription's name as `/v1/models` lists it under a model (`ns/name` outside the namespace)."""
+    return str(key.get("subscription") or "")
+
+
 @router.get("/models")
-async def models_page(request: Request, identity: User) -> Response:
+async def models_page(request: Request, identity: User, key: str | None = None) -> Response:
     api = maasapi_as(request, identity)
     error = None
     models: dict[str, dict[str, Any]] = {}
+    keys: list[dict[str, Any]] = []
     try:
+        keys = [k for k in await api.keys() if k.get("status") == "active"]
         # One listing per subscription (X-MaaS-Subscription): each model with every subscription it is in.
         for sub in await api.subscriptions():
             for m in await api.models(sub["id"]):
@@ -216,6 +231,15 @@ async def models_page(request: Request, identity: User) -> Response:
                 entry["subscriptions"] = sorted({*entry["subscriptions"], *names})
     except MaasApiError as exc:
         error = str(exc)
+    selected = chosen_key(keys, key)
     gateways = console(request).settings.gateway_urls
-    rows = [{**m, "url": str(m.get("url") or ""), "curl": curl_for(m, gateways)} for _, m in sorted(models.items())]
-    return render(request, "user/models.html", title="Models", models=rows, error=error)
+    rows = []
+    for _, m in sorted(models.items()):
+        # a command is offered only for what the selected key can run: a key is bound to one subscription
+        runs = selected is not None and key_subscription_name(selected) in m["subscriptions"]
+        if selected is not None and not runs:
+            continue
+        rows.append({**m, "url": str(m.get("url") or ""), "curl": curl_for(m, gateways) if runs else None,
+                     "needs_key": selected is None})
+    return render(request, "user/models.html", title="Models", models=rows, keys=keys, selected=selected,
+                  error=error)
