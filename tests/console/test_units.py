@@ -179,7 +179,11 @@ def test_usage_buckets_cover_the_range_oldest_first() -> None:
     assert len(year) == 12 and year[0].start == datetime(2025, 4, 1, tzinfo=UTC) and year[-1].end == datetime(
         2026, 4, 1, tzinfo=UTC)
     assert all(a.end == b.start for a, b in itertools.pairwise(year))
-    assert usage.window_start("24h", now)[1] == "last 24 hours" and usage.window_start("1m", now)[1] == "this hour"
+    assert usage.usage_query("24h", now) == ({"from": "2026-03-14T11:00:00Z"}, "last 24 hours")
+    assert usage.usage_query("1m", now) == ({"window": "1m"}, "last minute")  # the window itself, not "this hour"
+    assert usage.usage_query("30s", now) == ({"window": "30s"}, "last 30 seconds")
+    assert usage.usage_query("1h", now) == ({"window": "1h"}, "last hour")
+    assert usage.usage_query("90m", now) == ({"from": "2026-03-15T09:00:00Z"}, "last 2 hours")
 
 
 def test_sessions_are_signed_rotated_and_expire() -> None:

@@ -85,6 +85,7 @@ async def test_developer_mints_a_key_calls_a_model_and_sees_usage(world: Console
     await browser.until(lambda: (browser.go("/my/subscriptions"), sub in browser.text())[1], what="subscription")
     text = browser.text()
     assert "100M tokens per Hour" in text and "1B tokens per Day" in text
+    assert "last hour" in text and "last 24 hours" in text  # use against each window, not "this hour"
 
     # Mint a key: shown once, with a copy button.
     browser.go("/keys")

@@ -518,3 +518,34 @@ async def test_user_rollups_are_backfilled_from_the_full_rollups_by_their_migrat
         for full, narrow in ((usage_daily, usage_user_daily), (usage_monthly, usage_user_monthly)):
             sums = [(await conn.execute(select(*(func.sum(t.c[c]) for c in COUNTS)))).one() for t in (full, narrow)]
             assert sums[0] == sums[1] and sums[0][0] == len(records)
+
+
+async def test_a_limit_window_shorter_than_an_hour_is_read_from_the_records(env: Env) -> None:
+    """My Subscriptions showed "used 15 this hour" beside a per-minute limit: `window` gives the use of the last
+    window itself, for the caller (or everyone, for admins), and refuses what it cannot answer."""
+    premium = "models-as-a-service/premium"
+    base = make_records(1, seed=42)[0] | {"subscription": premium, "model": "llm/granite", "status": 200}
+
+    def at(seconds_ago: int, user: str, tokens: int, n: int) -> dict[str, Any]:
+        return base | {"request_id": f"win-{user}-{seconds_ago}-{n}", "user": user,
+                       "timestamp": (NOW - timedelta(seconds=seconds_ago)).timestamp(), "input_tokens": tokens,
+                       "cached_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "total_tokens": tokens,
+                       "charged_tokens": tokens}
+
+    await ingest_all(env, [at(10, "alice", 100, 0), at(50, "alice", 7, 1), at(90, "alice", 50, 2),
+                           at(30, "bob", 20, 3), at(4000, "alice", 1000, 4)])
+
+    async def granite(params: dict[str, str], who: str = "alice") -> int:
+        r = await env.client.get(f"/v1/usage/subscriptions/{premium}", params=params, headers=auth(who))
+        assert r.status_code == 200, r.text
+        return int(next(m for m in r.json()["models"] if m["model"] == "llm/granite")["totalTokens"])
+
+    assert await granite({"window": "1m"}) == 107  # the last minute, not the hour (which has the 50 too)
+    assert await granite({"window": "2m"}) == 157
+    assert await granite({"window": "30s"}) == 100
+    assert await granite({"window": "1h"}) == 157  # the record 4000 s ago is outside
+    assert await granite({"window": "1m"}, who="admin") == 127  # everyone's, for an administrator
+    for bad in ({"window": "2h"}, {"window": "1d"}, {"window": "0m"}, {"window": "1m", "range": "7d"},
+                {"window": "1m", "from": "2026-01-01T00:00:00Z"}):
+        r = await env.client.get(f"/v1/usage/subscriptions/{premium}", params=bad, headers=auth("alice"))
+        assert r.status_code == 400, (bad, r.text)

@@ -66,13 +66,18 @@ def iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def window_start(window: str, now: datetime) -> tuple[datetime, str]:
-    """Where 'current usage' of a limit window starts at maas-api's hour resolution, and how to say it:
-    windows up to an hour -> this hour; longer windows -> that many whole hours up to now."""
-    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+_UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour"}
+
+
+def usage_query(window: str, now: datetime) -> tuple[dict[str, str], str]:
+    """How to ask maas-api for the current use of a limit window, and how to say it: a window up to an hour is
+    asked as itself (`window`, read from the records: "last minute"), a longer one at the reports' hour resolution
+    (that many whole hours up to now: "last 24 hours")."""
     unit, amount = window[-1], int(window[:-1])
     seconds = amount * {"s": 1, "m": 60, "h": 3600}[unit]
     if seconds <= 3600:
-        return hour, "this hour"
+        word = _UNIT_WORDS[unit]
+        return {"window": window}, f"last {word}" if amount == 1 else f"last {amount} {word}s"
+    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     hours = -(-seconds // 3600)
-    return hour - timedelta(hours=hours - 1), f"last {hours} hours"
+    return {"from": iso(hour - timedelta(hours=hours - 1))}, f"last {hours} hours"

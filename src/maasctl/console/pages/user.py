@@ -26,14 +26,15 @@ ONCE_KEY = "minted-key"
 
 
 async def _current_usage(api: UserMaasApi, sub: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """Per model and tier window: tokens used in the current window (hour resolution)."""
+    """Per model and tier window: tokens used in that window (`usage.usage_query`: the window itself up to an hour,
+    whole hours beyond)."""
     windows = {t["window"] for m in sub.get("modelRefs") or [] for t in m.get("tokenRateLimits") or []}
     used: dict[tuple[str, str], int] = {}
     labels: dict[str, str] = {}
     for window in sorted(windows):
-        start, label = usage.window_start(window, now)
+        query, label = usage.usage_query(window, now)
         labels[window] = label
-        report = await api.subscription_usage(sub["namespace"], sub["name"], {"from": usage.iso(start)})
+        report = await api.subscription_usage(sub["namespace"], sub["name"], query)
         for m in report.get("models") or []:
             used[(m["model"], window)] = int(m.get("totalTokens") or 0)
     return {"used": used, "labels": labels}

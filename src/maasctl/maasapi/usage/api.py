@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from maasctl.contract.selection import find
 from maasctl.contract.views import SubscriptionView
+from maasctl.contract.windows import InvalidWindowError, parse_window
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.errors import ApiError
 from maasctl.maasapi.gatewayauth import gateway_token_valid
@@ -151,6 +152,20 @@ def _range(ctx: UsageContext, name: str | None, start: datetime | None, end: dat
         return ranges.resolve(ctx.clock(), name, start, end, whole_days=whole_days)
     except ranges.RangeError as exc:
         raise ApiError(400, exc.code, str(exc)) from exc
+
+
+MAX_RECENT_WINDOW = 3600
+
+
+def _window_seconds(window: str) -> int:
+    """Seconds of a subscription window up to an hour (longer ones are reports at hour resolution)."""
+    try:
+        seconds = parse_window(window)
+    except InvalidWindowError as exc:
+        raise ApiError(400, "invalid_window", str(exc)) from exc
+    if seconds > MAX_RECENT_WINDOW:
+        raise ApiError(400, "invalid_window", f"window {window!r} is longer than 1h: ask for a range instead")
+    return seconds
 
 
 def _counts(t: Totals) -> dict[str, int]:
@@ -380,10 +395,13 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
         start: FromQ = None,
         end: ToQ = None,
         user: Annotated[str | None, Query(max_length=253, description="exact username (admins only)")] = None,
+        window: Annotated[str | None, Query(description="a limit window up to 1h (`1m`, `30s`): usage of the "
+                                            "last window, read from the records (instead of from/to/range)")] = None,
     ) -> SubscriptionUsage:
         """Usage of one subscription by model, with its configured limits beside it. Subscription owners see
         their own usage; admins (and the admins of the subscription's organization) see everyone's (or one
-        user's)."""
+        user's). `window` answers "how much of a per-minute limit did I use": the last window, at the records'
+        resolution (reports otherwise have hour resolution)."""
         ref = f"{namespace}/{name}"
         subs = await deps.subscriptions(ctx.app_state)
         sub = find(subs, ref, ctx.settings.subscription_namespace)
@@ -403,9 +421,17 @@ def install(app: FastAPI, deps: UsageDeps) -> None:
             if user is not None and user != caller.username:
                 raise ApiError(403, "forbidden", "only admins can read other users' usage")
             username = caller.username
-        rng = _range(ctx, range_, start, end)
-        grouped = await ctx.store().report(rng, ("model",), UsageFilter(subscription=ref, username=username,
-                                                                        organizations=orgs))
+        usage_filter = UsageFilter(subscription=ref, username=username, organizations=orgs)
+        if window is not None:
+            if range_ is not None or start is not None or end is not None:
+                raise ApiError(400, "invalid_range", "window cannot be combined with range, from or to")
+            seconds = _window_seconds(window)
+            now = ctx.clock()
+            rng = ranges.TimeRange(now - timedelta(seconds=seconds), now)
+            grouped = await ctx.store().recent_by_model(rng.start, usage_filter)
+        else:
+            rng = _range(ctx, range_, start, end)
+            grouped = await ctx.store().report(rng, ("model",), usage_filter)
         models: list[ModelUsage] = []
         seen: set[str] = set()
         totals = Totals()

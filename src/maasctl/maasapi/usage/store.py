@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from typing import Any, Literal
 
-from sqlalchemy import Select, delete, false, func, select
+from sqlalchemy import Select, case, delete, false, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
@@ -260,6 +260,22 @@ class UsageStore:
             for stmt in stmts:
                 for row in await conn.execute(stmt):
                     out.setdefault(tuple(row[: len(group)]), Totals()).add(row[len(group):])
+        return out
+
+    async def recent_by_model(self, since: datetime, f: UsageFilter) -> dict[tuple[str, ...], Totals]:
+        """Totals per model of the raw records since `since`: a limit window shorter than the rollups' hour (a
+        per-minute limit) is read from the records themselves (the `ts` index bounds the scan to the window)."""
+        t = usage_records
+        stmt = (
+            select(t.c.model, func.count(), func.sum(case((t.c.status >= 400, 1), else_=0)),
+                   *[func.sum(t.c[c]) for c in COUNTERS[2:]])
+            .where(t.c.ts >= since, *_conditions(t, f))
+            .group_by(t.c.model)
+        )
+        out: dict[tuple[str, ...], Totals] = {}
+        async with self.engine.connect() as conn:
+            for row in await conn.execute(stmt):
+                out.setdefault((row[0],), Totals()).add(row[1:])
         return out
 
     @staticmethod
