@@ -51,6 +51,9 @@ async def test_import_a_service_and_publish_rename_remove_its_models(world: Cons
     await browser.until(lambda: "ops" in browser.text("header"))
     import_service(browser, "acme", ns, f"{world.stack.model_url}/v1", UPSTREAM)
     await browser.until(lambda: browser.path == f"/admin/models/services/{ns}/acme/publish", what="publish form")
+    # the provider refuses this key for its model list: no suggestion, the reason, and typing still works
+    assert "No model list from the provider (the provider answered" in browser.text("main")
+    assert not browser.all("datalist#provider-models")
     browser.fill("models-0-name", "gpt-x")
     browser.fill("models-1-name", "fast")
     browser.fill("models-1-target", "granite")
@@ -183,3 +186,40 @@ async def test_every_external_model_is_listed_not_only_the_imported_ones(world: 
     assert world.stack.options.upstream_key not in browser.source()  # a Secret's name, never its data
     assert not browser.all(f"#model-services tr[data-service^='{ns}/']")  # not mistaken for an import
 
+
+
+async def test_a_provider_the_console_may_not_call_is_imported_without_a_model_list(world: ConsoleWorld,
+                                                                                   browser: Browser) -> None:
+    """The listing is asked from the console's network position: the data plane's destination rule applies (no
+    cloud metadata, no API server, no other namespace's Service), and a refusal only costs the suggestion."""
+    ns = await objects.namespace(world, "nolist")
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    for name, endpoint, says in (("meta", "http://169.254.169.254/v1", "link-local"),
+                                 ("api", "https://kubernetes.default.svc/v1", "Kubernetes API server"),
+                                 ("other", "http://secret-svc.kube-system.svc:8080/v1", "Service of namespace")):
+        import_service(browser, name, ns, endpoint, UPSTREAM)
+        await browser.until(lambda n=name: browser.path == f"/admin/models/services/{ns}/{n}/publish",
+                            what=f"{name} imported")
+        assert not browser.all("datalist#provider-models"), name
+        assert "No model list from the provider" in browser.text("main") and says in browser.text("main"), name
+    assert UPSTREAM not in browser.source()
+
+
+async def test_importing_asks_the_provider_for_its_model_names_and_offers_them(world: ConsoleWorld,
+                                                                             browser: Browser) -> None:
+    """The key is in hand only while the import form is submitted (it is never read back from its Secret), so the
+    provider is asked then; its names are kept on the Secret's metadata and offered where a name is typed."""
+    ns = await objects.namespace(world, "list")
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    import_service(browser, "listed", ns, f"{world.stack.model_url}/v1", world.stack.options.upstream_key)
+    await browser.until(lambda: browser.path == f"/admin/models/services/{ns}/listed/publish", what="publish form")
+    offered = {o.get_attribute("value") for o in browser.all("datalist#provider-models option")}
+    assert offered == {"gpt-x", "granite"}, (offered, browser.text("main")[:300])
+    assert "lists 2 models" in browser.text("main")
+    assert browser.one("#models-0-target").get_attribute("list") == "provider-models"
+    browser.screenshot("admin-publish-provider-models")
+    assert world.stack.options.upstream_key not in browser.source()
+    browser.go(f"/admin/models/services/{ns}/listed/publish")  # kept: offered again later, from the metadata
+    assert {o.get_attribute("value") for o in browser.all("datalist#provider-models option")} == offered

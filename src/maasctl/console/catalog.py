@@ -10,8 +10,10 @@ name may differ from the provider's model name ("rename").
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION, ExternalModel, MaaSModelRef, dump
 
@@ -19,6 +21,29 @@ SERVICE_LABEL = "maas.opendatahub.io/model-service"
 ENDPOINT_ANNOTATION = "maas.opendatahub.io/endpoint"
 PROVIDER_ANNOTATION = "maas.opendatahub.io/provider"
 HAS_KEY_ANNOTATION = "maas.opendatahub.io/upstream-key"
+PROVIDER_MODELS_ANNOTATION = "maas.opendatahub.io/provider-models"  # JSON list of the provider's model ids
+MAX_PROVIDER_MODELS: Final = 200
+_PROVIDER_MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,252}")
+
+
+def is_provider_model_name(name: str) -> bool:
+    """A model id a provider listed that the console will offer (no quotes, spaces or control characters)."""
+    return _PROVIDER_MODEL_NAME.fullmatch(name) is not None
+
+
+def names_to_annotation(names: tuple[str, ...]) -> str:
+    return json.dumps(list(names[:MAX_PROVIDER_MODELS]), separators=(",", ":"))
+
+
+def names_from_annotation(value: str | None) -> tuple[str, ...]:
+    """The provider's model ids kept on the service's Secret (anything unreadable is no names)."""
+    try:
+        data = json.loads(value or "[]")
+    except ValueError:
+        return ()
+    if not isinstance(data, list):
+        return ()
+    return tuple(n for n in data if isinstance(n, str) and is_provider_model_name(n))[:MAX_PROVIDER_MODELS]
 KEY_FIELD = "api-key"
 SECRET_PREFIX = "maas-service-"
 
@@ -30,6 +55,7 @@ class Service:
     endpoint: str
     provider: str
     has_key: bool
+    provider_models: tuple[str, ...] = ()  # what the provider listed at import (`console.providers`)
 
     @property
     def secret_name(self) -> str:
@@ -50,6 +76,8 @@ def service_secret(service: Service, upstream_key: str) -> dict[str, Any]:
         "annotations": {ENDPOINT_ANNOTATION: service.endpoint, PROVIDER_ANNOTATION: service.provider,
                         HAS_KEY_ANNOTATION: "true" if upstream_key else "false"},
     }
+    if service.provider_models:
+        meta["annotations"][PROVIDER_MODELS_ANNOTATION] = names_to_annotation(service.provider_models)
     secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta}
     if upstream_key:
         secret["stringData"] = {KEY_FIELD: upstream_key}
@@ -64,7 +92,8 @@ def service_from_metadata(obj: dict[str, Any]) -> Service | None:
     if not name or meta.get("name") != SECRET_PREFIX + name:
         return None
     return Service(name=name, namespace=str(meta.get("namespace", "")), endpoint=notes.get(ENDPOINT_ANNOTATION, ""),
-                   provider=notes.get(PROVIDER_ANNOTATION, "openai"), has_key=notes.get(HAS_KEY_ANNOTATION) == "true")
+                   provider=notes.get(PROVIDER_ANNOTATION, "openai"), has_key=notes.get(HAS_KEY_ANNOTATION) == "true",
+                   provider_models=names_from_annotation(notes.get(PROVIDER_MODELS_ANNOTATION)))
 
 
 def external_model(service: Service, model: Published) -> ExternalModel:

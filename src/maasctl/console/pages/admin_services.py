@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from maasctl.api import ExternalModelSpec
 from maasctl.api._fields import DNS_LABEL_PATTERN
-from maasctl.console import catalog, forms
+from maasctl.console import catalog, forms, providers
 from maasctl.console.kube import EXTERNAL_MODEL, MODEL_REF, SECRET, KubeError, UserKube
 from maasctl.console.web import Admin, console, flash, kube_as, q, redirect, render
 
@@ -101,9 +101,12 @@ async def import_service(request: Request, identity: Admin,
         ExternalModelSpec.model_validate({"provider": provider, "endpoint": endpoint, "targetModel": "x"})
     except ValidationError as exc:
         errors.update(forms.pydantic_errors(exc, lambda loc: str(loc[0]) if loc else forms.FORM))
+    listing = providers.ProviderListing()
     if not errors:
+        # asked now, while the key is in hand: the console never reads it back from the Secret
+        listing = await providers.list_provider_models(endpoint, upstream_key.strip(), namespace)
         service = catalog.Service(name=name, namespace=namespace, endpoint=endpoint, provider=provider,
-                                  has_key=bool(upstream_key.strip()))
+                                  has_key=bool(upstream_key.strip()), provider_models=listing.names)
         try:
             await kube_as(request, identity).create(SECRET, catalog.service_secret(service, upstream_key.strip()))
         except KubeError as exc:
@@ -113,7 +116,9 @@ async def import_service(request: Request, identity: Admin,
                 errors = {"namespace": exc.message}
     if errors:
         return _import_form(request, form, errors, 422)
-    flash(request, "ok", f"Imported {namespace}/{name}. Now publish the models it serves.")
+    found = (f"The provider lists {len(listing.names)} models, offered below." if listing.names
+             else f"No model list from the provider ({listing.note}): type the names.")
+    flash(request, "ok", f"Imported {namespace}/{name}. Now publish the models it serves. {found}")
     return redirect(f"/admin/models/services/{q(namespace)}/{q(name)}/publish")
 
 
