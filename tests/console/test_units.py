@@ -338,3 +338,15 @@ def test_the_publish_page_offers_a_form_only_with_something_to_publish(services:
         assert 'id="nothing-to-publish"' not in page
     else:
         assert 'id="nothing-to-publish"' in page and "<select" not in page and "Publish</button>" not in page
+
+
+def test_the_overview_renders_when_usage_and_lists_cannot_be_read() -> None:
+    """A console administrator without RBAC or maas-api rights lands here: the page shows the errors, never a 500
+    (the template runs with StrictUndefined, so a missing total must not be read as an attribute)."""
+    from maasctl.console.app import templates
+
+    page = templates().env.get_template("admin/overview.html").render(
+        model_phases=[], model_count=0, sub_phases=[], sub_count=0, today={}, healthy=set(), problems=[],
+        errors=["MaaSModelRef: forbidden", "usage: not allowed"], identity=None, nav=[], flashes=[],
+        path="/admin/overview", oidc_enabled=False, is_admin=True, title="Overview", csrf_token="t")
+    assert "MaaSModelRef: forbidden" in page and 'id="overview-tokens-today">0<' in page
