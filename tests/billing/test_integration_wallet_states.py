@@ -142,18 +142,27 @@ async def test_grace_runway_suspended_closed_and_a_stale_ledger(
     await states.ledger.post([charge(tenant, "0.60", T0 + timedelta(minutes=5))])
     await eventually(lambda: reached("Frozen", "-1.100000"))
     await eventually(denied)
-    # The ledger cannot be read: BalanceStale, the last state, balance and time kept; a Frozen tenant stays denied.
+    # The ledger cannot be read: within balance_stale_seconds (300) of the last read it is retried and named, not
+    # stale; then BalanceStale. The last state, balance and time are kept throughout; a Frozen tenant stays denied.
     await _connections(states, allowed=False)
     try:
-        clock.set(T0 + timedelta(minutes=9))
-        _wake(states, namespace)
+        clock.set(T0 + timedelta(minutes=7))
 
-        async def stale() -> dict[str, Any] | None:
+        async def stale_is(status: str, reason: str) -> dict[str, Any] | None:
+            _wake(states, namespace)
             obj = await billing.get("TenantAccount", "ten-helix", namespace)
             c = conditions(obj or {}).get("BalanceStale", {})
-            return obj if c.get("status") == "True" else None
+            return obj if (c.get("status"), c.get("reason")) == (status, reason) else None
 
-        obj = await eventually(stale, 60)
+        obj = await eventually(lambda: stale_is("False", "LedgerRetrying"), 60)
+        c = conditions(obj)["BalanceStale"]
+        assert rfc3339(T0 + timedelta(minutes=7)) in c["message"], c["message"]  # when the read failed
+        assert rfc3339(T0 + timedelta(minutes=10)) in c["message"], c["message"]  # when it becomes stale
+        assert obj["status"]["state"] == "Frozen" and obj["status"]["balance"] == "-1.100000"
+        assert await denied()
+
+        clock.set(T0 + timedelta(minutes=11))
+        obj = await eventually(lambda: stale_is("True", "LedgerUnavailable"), 60)
         c = conditions(obj)["BalanceStale"]
         assert c["reason"] == "LedgerUnavailable" and rfc3339(T0 + timedelta(minutes=5)) in c["message"]
         assert obj["status"]["state"] == "Frozen" and obj["status"]["balance"] == "-1.100000"
@@ -169,7 +178,7 @@ async def test_grace_runway_suspended_closed_and_a_stale_ledger(
         return obj if conditions(obj or {}).get("BalanceStale", {}).get("status") == "False" else None
 
     obj = await eventually(fresh, 60)
-    assert obj["status"]["balanceObservedAt"] == rfc3339(T0 + timedelta(minutes=9))
+    assert obj["status"]["balanceObservedAt"] == rfc3339(T0 + timedelta(minutes=11))
     await states.ledger.post([credit(f"c2-{org}", tenant, T0, Decimal("10"), reason="top-up", actor="ops")])
     await eventually(lambda: reached("Active", "8.900000"))
     await eventually(allowed)

@@ -13,6 +13,7 @@ broken source can never break the policy of the others.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,11 +99,11 @@ class ModelPolicies:
                  self.ctx.cache.list(MAAS_SUBSCRIPTION, index=(MODEL_INDEX, model.key)) if self.ctx.in_scope(o))
         return sorted((v for v in views if not v.deleting), key=lambda v: v.key)
 
-    def objectives(self, model: ObjectRef) -> tuple[ObjectiveBinding, ...]:
-        """The InferenceObjective name of every subscription of `model` whose pool is known (seed 000: the
-        name is published, and carried by requests, even while `inferencePriority` is unset)."""
+    def objectives(self, model: ObjectRef, subs: Sequence[SubscriptionView]) -> tuple[ObjectiveBinding, ...]:
+        """The InferenceObjective name of every subscription of `model` (`subs`) whose pool is known (seed
+        000: the name is published, and carried by requests, even while `inferencePriority` is unset)."""
         out = []
-        for sub in self.subscriptions(model):
+        for sub in subs:
             if sub.problem is not None:
                 continue
             name = self.flow.facts(sub, model).objective_name
@@ -110,10 +111,11 @@ class ModelPolicies:
                 out.append(ObjectiveBinding(ObjectRef(sub.namespace, sub.name), name))
         return tuple(out)
 
-    def guardrails(self, model: ObjectRef) -> GuardrailsAttachment:
-        """Which subscriptions of `model` check it with which GuardrailConfig (exported only while enabled)."""
+    def guardrails(self, model: ObjectRef, subs: Sequence[SubscriptionView]) -> GuardrailsAttachment:
+        """Which subscriptions of `model` (`subs`) check it with which GuardrailConfig (exported only while
+        enabled)."""
         bindings = []
-        for sub in self.subscriptions(model):
+        for sub in subs:
             entry = sub.model(model.key) if sub.problem is None else None
             if entry is not None and entry.guardrails:
                 bindings.append((ObjectRef(sub.namespace, sub.name), entry.guardrails))
@@ -128,19 +130,20 @@ class ModelPolicies:
             InvalidInputError, CelError: the builders refused an input (reported by the caller).
         """
         assert res.route is not None
+        subs = self.subscriptions(model)  # one snapshot for every part below
         auth = tuple(
             AuthPolicySource(ObjectRef(v.namespace, v.name), tuple(sorted(v.users)), tuple(sorted(v.groups)))
             for v in self.auth_sources(model)
         )
         auth_policy = build_auth_policy(
-            AuthPolicyInput(model, res.route, auth, self.objectives(model),
-                            guardrails_filter(self.guardrails(model)),
+            AuthPolicyInput(model, res.route, auth, self.objectives(model, subs),
+                            guardrails_filter(self.guardrails(model, subs)),
                             tenant_gateway=_tenant_gateway(res, self.ctx.gateway),
-                            selection_epoch=selection_epoch(self.subscriptions(model))),
+                            selection_epoch=selection_epoch(subs)),
             self.auth_settings)
         limits = tuple(
             limits
-            for sub in self.subscriptions(model)
+            for sub in subs
             if not subscription_model_problems(sub, model) and (limits := limits_for(sub, model)) is not None
         )
         trlp = build_token_rate_limit_policy(TokenRateLimitInput(

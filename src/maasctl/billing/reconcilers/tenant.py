@@ -16,7 +16,7 @@ AuthPolicy (and a Kueue stopPolicy), which the gateway enforces.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -106,7 +106,7 @@ class TenantReconciler:
             unpriced, latest = await self.ledger.unpriced(key, limit=1)
         except (SQLAlchemyError, OSError) as exc:
             log.warning("ledger unavailable", tenant=key, error=str(exc)[:300])
-            await ctx.apply_status(obj, self.stale(obj, str(exc)))
+            await ctx.apply_status(obj, self.stale(obj, str(exc), now))
             return Result.requeue_after(_RETRY_SECONDS)
         spec = tenant.spec
         grace = spec.grace_policy
@@ -182,15 +182,38 @@ class TenantReconciler:
                  if unpriced else "every usage record was priced")
         return c
 
-    def stale(self, obj: FrozenObject, error: str) -> dict[str, Any]:
+    def stale(self, obj: FrozenObject, error: str, now: datetime) -> dict[str, Any]:
+        """The status while the ledger cannot be read: the last observation kept, and `BalanceStale` True once it
+        is older than `balance_stale_seconds` (a blip of the database is retried, not reported as stale; it is
+        named in the condition's message meanwhile)."""
         generation = int(obj["metadata"].get("generation", 0))
         old = obj.get("status") or {}
         mine = [c for c in old.get("conditions") or () if c.get("type") in OWN_CONDITIONS]
-        conditions = set_condition(mine, type_=BALANCE_STALE, status="True",
-                                   reason="LedgerUnavailable",
-                                   message=f"the ledger cannot be read; balance as of {old.get('balanceObservedAt')}: "
-                                   f"{error}"[:1024], observed_generation=generation, now=self.ctx.now_rfc3339())
+        observed = _observed_at(old)
+        window = timedelta(seconds=self.ctx.settings.balance_stale_seconds)
+        if observed is not None and now - observed < window:
+            status, reason = "False", "LedgerRetrying"
+            message = (f"the ledger could not be read at {_stamp(now)}; the balance as of {_stamp(observed)} is "
+                       f"reported stale from {_stamp(observed + window)} if it still cannot be: {error}")
+        else:
+            status, reason = "True", "LedgerUnavailable"
+            message = f"the ledger cannot be read; balance as of {old.get('balanceObservedAt')}: {error}"
+        conditions = set_condition(mine, type_=BALANCE_STALE, status=status, reason=reason, message=message[:1024],
+                                   observed_generation=generation, now=self.ctx.now_rfc3339())
         # A server-side apply removes the fields it no longer names: keep the last state and balance (an
         # unreadable ledger must not lift a Frozen tenant's enforcement), and the connector's conditions its own.
         kept = {k: old[k] for k in _OWN_FIELDS if k in old}
         return {**kept, "conditions": conditions}
+
+
+def _observed_at(status: dict[str, Any]) -> datetime | None:
+    """When the balance in `status` was last read from the ledger (None: never, or unreadable)."""
+    try:
+        when = datetime.fromisoformat(str(status["balanceObservedAt"]))
+    except (KeyError, ValueError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _stamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

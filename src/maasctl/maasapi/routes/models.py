@@ -39,12 +39,13 @@ async def list_models(
         raise ApiError(503, "models_unavailable", "the model catalogue is not configured")
     subs = await subscriptions_of(st)
     default_ns = st.settings.subscription_namespace
+    # an API key's binding wins over the header, as at the gateway: the header is neither used nor forwarded
+    asked = None if caller.via == "api_key" else x_maas_subscription
     if caller.via == "api_key":
         bound = find(subs, caller.key_subscription or "", default_ns)
-        x_maas_subscription = None  # the key's binding wins, as at the gateway
         chosen = [bound] if bound is not None and bound.usable else []
-    elif x_maas_subscription:
-        wanted = find(subs, x_maas_subscription, default_ns)
+    elif asked:
+        wanted = find(subs, asked, default_ns)
         if wanted is None or not wanted.entitles(caller.username, caller.groups):
             raise ApiError(403, "subscription_not_found", "subscription not found or not accessible")
         chosen = [wanted] if wanted.usable else []
@@ -61,8 +62,8 @@ async def list_models(
     candidates = [m for m in all_models if m.key in serving and m.ready]
     headers = {name: value for name, value in (("Authorization", request.headers.get("authorization")),
                                                 ("X-Api-Key", request.headers.get("x-api-key"))) if value}
-    if x_maas_subscription:
-        headers["X-MaaS-Subscription"] = x_maas_subscription
+    if asked:
+        headers["X-MaaS-Subscription"] = asked
     allowed = await accessible(
         st.probe_http,
         candidates,
