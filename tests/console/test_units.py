@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from maasctl.console import catalog, tiers, usage
 from maasctl.console.charts import bar_chart
+from maasctl.console.edits import fingerprint
 from maasctl.console.forms import kube_errors
 from maasctl.console.kube import KubeError
 from maasctl.console.pages.user import curl_for
@@ -26,7 +27,6 @@ from maasctl.console.subscriptions import (
     SubscriptionForm,
     auth_policy,
     desired,
-    fingerprint,
     labels_from_text,
     validate,
 )

@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from maasctl.api import API_VERSION, FailurePolicy, GuardrailConfig, GuardrailsSettingsSpec
 from maasctl.api.guardrails import SETTINGS_NAME
-from maasctl.console.subscriptions import FormError, fingerprint
+from maasctl.console.edits import fingerprint
+from maasctl.console.subscriptions import FormError
 
 SECRET_PREFIX = "maas-guardrail-"
 CONFIG_LABEL = "maas.opendatahub.io/guardrail-config"

@@ -8,17 +8,14 @@ A save never loses what the form does not show: the object written is the one re
 the form owns (see `desired`) replaced. Every other field (`tokenMetadata.organizationId`, a model's disabled
 guardrails entry, labels, annotations, fields of a newer CRD) is carried over verbatim. Per model the form
 chooses a guardrail configuration or none. The write is a full update guarded by what the administrator saw
-(`fingerprint`: a status write by the controller meanwhile is no conflict, a spec or metadata change is) and
-by the resourceVersion of the object as read. Not a server-side apply: apply
-cannot remove a value another field manager also owns (a user or model added with `kubectl apply`), so an
-edit that removes one would silently not happen.
+(`console.edits`: a status write by the controller meanwhile is no conflict, a spec or metadata change is).
+Not a server-side apply: apply cannot remove a value another field manager also owns (a user or model added
+with `kubectl apply`), so an edit that removes one would silently not happen.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +30,7 @@ from maasctl.api import (
     MaaSSubscription,
 )
 from maasctl.console import tiers
+from maasctl.console.edits import fingerprint
 
 MANAGED_LABEL = "maas.opendatahub.io/console-subscription"
 
@@ -117,14 +115,6 @@ def integer(text: str, form_field: str, default: int | None) -> int | None:
         return int(raw)
     except ValueError:
         raise FormError(form_field, f"enter a whole number, not {raw!r}") from None
-
-
-def fingerprint(obj: Mapping[str, Any]) -> str:
-    """What an administrator sees and edits of an object (spec, labels, annotations), hashed: the form sends it
-    back, and a save refuses to write over an object whose fingerprint changed since."""
-    meta = obj.get("metadata") or {}
-    seen = {"spec": obj.get("spec"), "labels": meta.get("labels"), "annotations": meta.get("annotations")}
-    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def form_fields(obj: Mapping[str, Any]) -> dict[str, Any]:

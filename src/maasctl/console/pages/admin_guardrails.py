@@ -17,8 +17,9 @@ from maasctl.api._fields import DNS_LABEL_PATTERN
 from maasctl.api.guardrails import SETTINGS_NAME
 from maasctl.console import forms
 from maasctl.console import guardrails as gr
+from maasctl.console.edits import Edited, fingerprint, replace_as_seen
 from maasctl.console.kube import GUARDRAIL_CONFIG, GUARDRAILS_SETTINGS, SECRET, SUBSCRIPTION, KubeError, UserKube
-from maasctl.console.subscriptions import FormError, fingerprint
+from maasctl.console.subscriptions import FormError
 from maasctl.console.web import Admin, console, flash, kube_as, q, redirect, render
 
 log = structlog.get_logger("maasctl.console")
@@ -181,7 +182,13 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
             errors = forms.pydantic_errors(exc, lambda loc: gr.error_field(loc, included))
     if not errors:
         try:
-            saved = await (kube.replace if editing else kube.create)(GUARDRAIL_CONFIG, obj)
+            if existing is None:
+                saved = await kube.create(GUARDRAIL_CONFIG, obj)
+            else:
+                saved = await replace_as_seen(kube, GUARDRAIL_CONFIG, existing, form.seen,
+                                              lambda base: gr.desired(form, ns, base)[0])
+        except Edited:
+            errors = {"_form": CONFLICT}
         except KubeError as exc:
             errors = forms.kube_errors(exc, gr.api_fields(included))
             if exc.status == 409 and exc.reason == "Conflict":

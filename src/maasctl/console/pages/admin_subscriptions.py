@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from maasctl.api import DESCRIPTION_ANNOTATION, DISPLAY_NAME_ANNOTATION
 from maasctl.api.guardrails import SETTINGS_NAME
 from maasctl.console import forms, tiers, usage
+from maasctl.console.edits import Edited, fingerprint, replace_as_seen
 from maasctl.console.kube import (
     AUTH_POLICY,
     GUARDRAIL_CONFIG,
@@ -34,7 +35,6 @@ from maasctl.console.subscriptions import (
     desired,
     error_field,
     fill_row,
-    fingerprint,
     form_fields,
     validate,
 )
@@ -207,11 +207,15 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
     except ValidationError as exc:
         return _render_form(request, form, forms.pydantic_errors(exc, lambda loc: error_field(loc, included)),
                             editing, 422)
+    namespace = _sub_ns(request)
     try:
         if existing is None:
             await kube.create(SUBSCRIPTION, sub)
         else:
-            await kube.replace(SUBSCRIPTION, sub)
+            sub = await replace_as_seen(kube, SUBSCRIPTION, existing, form.seen,
+                                        lambda base: desired(form, namespace, base, limits)[0])
+    except Edited:
+        return _render_form(request, form, {"_form": CONFLICT}, editing, 422)
     except KubeError as exc:
         errors = forms.kube_errors(exc, api_fields(included))
         if exc.status == 409 and exc.reason == "Conflict":
@@ -219,7 +223,7 @@ async def _save(request: Request, identity: Admin, existing: dict[str, Any] | No
         return _render_form(request, form, errors, editing, 422)
     try:
         await _save_policy(kube, sub)
-    except (KubeError, ValidationError, _NotOurs) as exc:
+    except (KubeError, ValidationError, _NotOurs, Edited) as exc:
         flash(request, "error", f"The subscription was saved, but its auth policy was not: {exc}. Subscribers "
                                 "cannot call its models until a MaaSAuthPolicy admits them.")
         return redirect("/admin/subscriptions")
@@ -243,7 +247,8 @@ async def _save_policy(kube: UserKube, sub: dict[str, Any]) -> None:
         return
     if ((current.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != meta["name"]:
         raise _NotOurs(f"a MaaSAuthPolicy named {meta['name']} exists and was not created by the console")
-    await kube.replace(AUTH_POLICY, auth_policy(sub, current))
+    # a status write by the controller in between is retried, a change of the policy itself is not written over
+    await replace_as_seen(kube, AUTH_POLICY, current, fingerprint(current), lambda base: auth_policy(sub, base))
 
 
 @router.post("/admin/subscriptions/new")
