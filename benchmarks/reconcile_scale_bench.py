@@ -14,6 +14,10 @@ seconds on the converged cluster (its writes must be 0).
 
     .venv/bin/python benchmarks/reconcile_scale_bench.py [--scales 1,2,4] [--rounds 1]
     .venv/bin/python benchmarks/reconcile_scale_bench.py --scales 1 --rounds 4 --compare /tmp/base/src
+    .venv/bin/python benchmarks/reconcile_scale_bench.py --scales 1 --rounds 3 --auth-policies 5 --compare ...
+
+``--auth-policies N`` first creates N MaaSAuthPolicies naming every model (their status writes while the models
+are published are counted as ``status maasauthpolicies`` in "publish").
 
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> src | tar -x
 -C /tmp/base``), so old and new code are measured interleaved on the same machine; medians are printed per
@@ -138,7 +142,7 @@ def delta(before: tuple[float, float, float, Counter[str]], after: tuple[float, 
             "cpu_apiserver": after[2] - before[2], "writes": done, "by_kind": {k: v for k, v in writes.items() if v}}
 
 
-async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
+async def run_scale(n_subs: int, n_models: int, workers: int, n_policies: int = 0) -> dict[str, Any]:
     from kubernetes_asyncio import client as k8s
 
     from maasctl.api.install import install_crds
@@ -217,6 +221,14 @@ async def run_scale(n_subs: int, n_models: int, workers: int) -> dict[str, Any]:
             "spec": {"provider": "openai", "endpoint": "https://api.provider.test/v1", "targetModel": f"m{i}"}}
             for i in range(n_models)])
 
+        # MaaSAuthPolicies naming every model, there before the models are published (issue 39's scenario:
+        # each policy's status summarises all of them, written as they become ready)
+        await create_all(custom, SUB_NS, "maasauthpolicies", [{
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "MaaSAuthPolicy", "metadata": {"name": f"a{i}"},
+            "spec": {"subjects": {"groups": [{"name": f"team-{i}"}]},
+                     "modelRefs": [{"name": f"m{k}", "namespace": "models"} for k in range(n_models)]}}
+            for i in range(n_policies)])
+
         manager_api = await connect(str(cp.kubeconfig))
         manager = build_manager(manager_api, settings)
         task = asyncio.create_task(manager.run())
@@ -275,11 +287,12 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
 
-def one_round(scale: int, workers: int, pythonpath: str | None) -> dict[str, Any]:
+def one_round(scale: int, workers: int, pythonpath: str | None, auth_policies: int = 0) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    done = subprocess.run([sys.executable, __file__, "--one", str(scale), "--workers", str(workers)],
+    done = subprocess.run([sys.executable, __file__, "--one", str(scale), "--workers", str(workers),
+                           "--auth-policies", str(auth_policies)],
                           env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"round failed ({pythonpath or 'this checkout'}):\n{done.stderr[-4000:]}")
@@ -293,10 +306,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=WORKERS, help="max concurrent reconciles per controller")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare", default=None, help="PYTHONPATH of the code to compare with (interleaved)")
+    parser.add_argument("--auth-policies", type=int, default=0,
+                        help="MaaSAuthPolicies naming every model, created before the models are published")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(asyncio.run(run_scale(300 * args.one, 50 * args.one, args.workers))), flush=True)
+        print(json.dumps(asyncio.run(run_scale(300 * args.one, 50 * args.one, args.workers, args.auth_policies))),
+              flush=True)
         return
     versions: list[tuple[str, str | None]] = [("this checkout", None)]
     if args.compare:
@@ -306,7 +322,7 @@ def main() -> None:
         for rnd in range(args.rounds):
             for name, path in versions:
                 before = load()
-                r = one_round(scale, args.workers, path)
+                r = one_round(scale, args.workers, path, args.auth_policies)
                 r["load"] = f"{before}-{load()}"
                 results[name].append(r)
                 c = r["converge"]

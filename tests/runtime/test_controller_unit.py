@@ -62,6 +62,7 @@ async def test_error_is_retried_with_backoff_and_terminal_error_is_not(cache: Ca
         raise failures[req.name]
 
     ctl = _build(cache, reconcile, metrics)
+    ctl.queue = WorkQueue("c", clock=FakeClock())  # a real clock could let the backoff end between the two runs
     await _run_one(ctl, Request("ns", "boom"))
     assert ctl.queue.num_requeues(Request("ns", "boom")) == 1 and ctl.queue.waiting_count() == 1
     await _run_one(ctl, Request("ns", "fatal"))
@@ -123,6 +124,40 @@ async def test_events_map_to_owners_old_and_new(cache: Cache) -> None:
     assert ctl.queue.get_nowait() == Request("ns", "q")  # the initial-list event waits behind real changes
     assert ctl.queue.get_nowait() == Request("ns", "p")
     assert Priority.LOW < Priority.NORMAL
+
+
+async def test_a_settling_watch_turns_a_burst_of_events_into_one_request(cache: Cache) -> None:
+    """Events of a `settle` watch enqueue their request after the delay; those within it join the pending one,
+    and one after it was taken starts a new delay. The primary kind's events are not delayed."""
+    async def reconcile(req: Request) -> Result:
+        return Result.done()
+
+    built: list[Controller] = []
+    ControllerBuilder("c", cache=cache, metrics=Metrics(), register=built.append).for_(PARENT).watches(
+        CHILD, map_to=lambda obj: [Request("ns", "summary")], settle=2.0).complete(reconcile)
+    ctl = built[0]
+    clock = FakeClock()
+    ctl.queue = WorkQueue("c", clock=clock)
+    child = cache.informer(CHILD)
+    for i in range(10):  # ten inputs change within 1.8 s
+        child._emit(Event(EventType.ADDED, freeze({"metadata": {"name": f"m{i}", "namespace": "ns"}})))
+        assert ctl.queue.get_nowait() is None
+        clock.advance(0.2)
+    clock.advance(0.2)  # 2 s after the first
+    assert ctl.queue.get_nowait() == Request("ns", "summary")
+    ctl.queue.done(Request("ns", "summary"))
+    assert ctl.queue.get_nowait() is None and ctl.queue.waiting_count() == 0  # one reconcile for the burst
+    child._emit(Event(EventType.ADDED, freeze({"metadata": {"name": "late", "namespace": "ns"}})))
+    clock.advance(1.9)
+    assert ctl.queue.get_nowait() is None
+    clock.advance(0.1)
+    assert ctl.queue.get_nowait() == Request("ns", "summary")
+    ctl.queue.done(Request("ns", "summary"))
+    cache.informer(PARENT)._emit(Event(EventType.ADDED, freeze({"metadata": {"name": "p", "namespace": "ns"}})))
+    assert ctl.queue.get_nowait() == Request("ns", "p")  # no delay for the object itself
+    with pytest.raises(ValueError):
+        ControllerBuilder("x", cache=cache, metrics=Metrics(), register=built.append).for_(PARENT).watches(
+            CHILD, map_to=lambda obj: [], settle=-1)
 
 
 def test_builder_rejects_incomplete_wiring() -> None:

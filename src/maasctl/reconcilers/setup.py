@@ -71,6 +71,8 @@ from maasctl.runtime.predicates import annotations_changed, any_of, deletion, ge
 from maasctl.settings import ControllerSettings
 
 SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
+STATUS_SETTLE = 1.0
+"""Seconds a status that summarises many inputs waits for their burst to end (writes once per burst)."""
 
 
 def _kserve_route_to_models(cache: Cache) -> MapFunc:
@@ -167,11 +169,13 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META])
         .complete(ExternalModelReconciler(ctx)))
 
+    # A MaaSAuthPolicy's status summarises every model it names: settle on their bursts (issue 39: 5 policies
+    # over 50 models being published were written ~27 times each, once per model becoming ready).
     (manager.controller("maasauthpolicy")
         .for_(MAAS_AUTH_POLICY, predicates=[SPEC_OR_META])
-        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_AUTH_POLICY))
-        .watches(AUTH_POLICY, map_to=sources_of_model(cache, MAAS_AUTH_POLICY))
-        .watches(HTTP_ROUTE, map_to=sources_in_namespace(cache, MAAS_AUTH_POLICY))
+        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
+        .watches(AUTH_POLICY, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
+        .watches(HTTP_ROUTE, map_to=sources_in_namespace(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
         .complete(AuthPolicyReconciler(ctx)))
 
     # Request priority inputs (InferenceObjectives, ours and foreign ones holding our names; InferencePools;
@@ -181,8 +185,9 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
         .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META])
-        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
-        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION))
+        # its status lists its models and their shared TokenRateLimitPolicies: one write per burst of them
+        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE)
+        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE)
         .watches(HTTP_ROUTE, map_to=by_namespace)
         .watches(INFERENCE_OBJECTIVE, map_to=by_namespace)
         .watches(INFERENCE_POOL, map_to=by_namespace)

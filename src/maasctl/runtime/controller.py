@@ -137,6 +137,7 @@ class _Watch:
     gvk: GroupVersionKind
     map_to: MapFunc
     predicates: tuple[Predicate, ...]
+    settle: float = 0.0  # > 0: enqueue this long after the event, so a burst of them is one reconcile
 
 
 class Controller:
@@ -187,7 +188,10 @@ class Controller:
             if event.type is EventType.UPDATED and event.old is not None:
                 requests.update(watch.map_to(event.old))  # a changed mapping must reach the old target too
             for req in requests:
-                self.queue.add(req, priority)
+                if watch.settle > 0:
+                    self.queue.add_after(req, watch.settle, priority)  # the earliest pending deadline wins
+                else:
+                    self.queue.add(req, priority)
 
         return handle
 
@@ -286,10 +290,16 @@ class ControllerBuilder:
         return self
 
     def watches(
-        self, gvk: GroupVersionKind, *, map_to: MapFunc, predicates: Sequence[Predicate] = ()
+        self, gvk: GroupVersionKind, *, map_to: MapFunc, predicates: Sequence[Predicate] = (), settle: float = 0.0
     ) -> ControllerBuilder:
-        """Any other kind: ``map_to(obj)`` names the requests to enqueue (for updates: old and new)."""
-        self._others.append(_Watch(gvk, map_to, tuple(predicates)))
+        """Any other kind: ``map_to(obj)`` names the requests to enqueue (for updates: old and new).
+
+        ``settle`` (seconds) delays those requests: a status that summarises many inputs (every model a
+        policy names becoming ready in turn) is then written once per burst instead of once per input; events
+        within the delay join the pending request."""
+        if settle < 0:
+            raise ValueError("settle must be >= 0")
+        self._others.append(_Watch(gvk, map_to, tuple(predicates), settle))
         return self
 
     def max_concurrent_reconciles(self, n: int) -> ControllerBuilder:
