@@ -289,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--completion-tokens", type=int, default=5)
     model.add_argument("--require-bearer", default=env_default("testmodel_require_bearer", "") or None,
                        help="upstream key the model demands")
+    model.add_argument("--require-api-key", default=env_default("testmodel_require_api_key", "") or None,
+                       help="upstream key the Messages side (/v1/messages) demands in x-api-key")
     model.add_argument("--block-word", dest="block_words", action="append", default=[],
                        help="as a guard model: answer Yes (block) to Yes-or-No questions containing it (repeatable)")
     model.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
@@ -433,6 +435,7 @@ def _testmodel(args: argparse.Namespace) -> int:
 
     cfg = ModelServerConfig(models=tuple(args.models) or ("test-model",), prompt_tokens=args.prompt_tokens,
                             completion_tokens=args.completion_tokens, require_bearer=args.require_bearer,
+                            require_api_key=args.require_api_key,
                             block_words=tuple(args.block_words),
                             replies=tuple((m, a) for m, sep, a in (r.partition("=") for r in args.replies) if sep),
                             latency=max(0.0, args.latency))

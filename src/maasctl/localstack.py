@@ -151,7 +151,8 @@ class LocalStack:
                       *([f"--latency={opts.model_latency}"] if opts.model_latency > 0 else [])]
         # An external provider demanding the upstream key the gateway injects, and an in-cluster model.
         self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
-                    env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key})
+                    env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key,
+                         "MAASCTL_TESTMODEL_REQUIRE_API_KEY": opts.upstream_key})
         self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
         gateway_token = self._gateway_token  # the gateway's credential on maas-api's /internal

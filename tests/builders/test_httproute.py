@@ -373,3 +373,72 @@ def test_a_processor_owning_credentials_keeps_only_authorization(inp: ExternalRo
     for rule in every_rule:  # the per-model paths and the base-URL rules alike
         [mod] = [f for f in rule["filters"] if f["type"] == "RequestHeaderModifier"]
         assert "authorization" not in mod["requestHeaderModifier"]["remove"]
+
+
+# -- provider API formats and key schemes (issue 38) ---------------------------------------------------------
+
+ANTHROPIC = replace(BASE, external_model="claude", host="api.anthropic.com", provider="anthropic",
+                    api_format="messages", credential_secret="anthropic-key")
+
+
+def test_a_messages_provider_is_served_as_chat_completions_only() -> None:
+    """Only chat completions have a Messages counterpart: both rules (the model's path and the base URL) go to
+    the provider's `/v1/messages`; no other OpenAI path reaches it (the table finds no route: 404)."""
+    route = build_external_route(ANTHROPIC)
+    annotations = route["metadata"]["annotations"]
+    assert annotations["maas.opendatahub.io/api-format"] == "messages"
+    assert annotations["maas.opendatahub.io/upstream-auth"] == "x-api-key"
+    rewrites = [(m["path"]["type"], m["path"]["value"], [h["value"] for h in m.get("headers", [])],
+                 rule["filters"][0]["urlRewrite"]["path"])
+                for rule in route["spec"]["rules"] for m in rule["matches"]]
+    messages = {"type": "ReplaceFullPath", "replaceFullPath": "/v1/messages"}
+    assert rewrites == [("Exact", "/llm/gpt-4o/v1/chat/completions", [], messages),
+                        ("Exact", "/v1/chat/completions", ["claude"], messages),
+                        ("Exact", "/v1/chat/completions", ["gpt-4o"], messages)]
+    service, _ = build_external_model_objects(replace(ANTHROPIC, host="localhost", tls=False, port=8000))
+    table = build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
+    chat = table.match("gw", "/llm/gpt-4o/v1/chat/completions", "POST", {})
+    assert chat is not None and chat.upstream_path == "/v1/messages"
+    assert (chat.rule.api_format, chat.rule.key_scheme) == ("messages", "x-api-key")
+    for other in ("/llm/gpt-4o/v1/embeddings", "/llm/gpt-4o/v1/completions", "/llm/gpt-4o/v1/models",
+                  "/llm/gpt-4o/v1/messages", "/llm/gpt-4o/v1/chat/completions/x"):
+        assert table.match("gw", other, "POST", {}) is None, other
+
+
+def test_a_messages_provider_under_a_base_path() -> None:
+    route = build_external_route(replace(ANTHROPIC, base_path="/anthropic/v1"))
+    assert {rule["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] for rule in route["spec"]["rules"]} == {
+        "/anthropic/v1/messages"}
+
+
+@pytest.mark.parametrize(("inp", "scheme", "header"), [
+    pytest.param(BASE, None, "authorization", id="openai"),
+    pytest.param(replace(BASE, provider="vllm"), None, "authorization", id="vllm"),
+    pytest.param(replace(BASE, provider="azure"), "api-key", "api-key", id="azure"),
+    pytest.param(replace(BASE, provider="azure-openai"), "api-key", "api-key", id="azure-openai"),
+    pytest.param(ANTHROPIC, "x-api-key", "x-api-key", id="anthropic"),
+])
+def test_the_provider_key_goes_where_the_provider_takes_it(inp: ExternalRouteInput, scheme: str | None,
+                                                           header: str) -> None:
+    """The scheme rides on the route; with the processor in the path the route keeps exactly that header (the
+    processor sets the key there after removing the caller's) and still removes every other credential."""
+    route = build_external_route(inp)
+    assert route["metadata"]["annotations"].get("maas.opendatahub.io/upstream-auth") == scheme
+    owned = build_external_route(replace(inp, processor_sets_authorization=True))
+    for rule in owned["spec"]["rules"]:
+        [mod] = [f for f in rule["filters"] if f["type"] == "RequestHeaderModifier"]
+        assert set(mod["requestHeaderModifier"]["remove"]) == (CREDENTIAL_HEADERS - {header}) | {"x-maas-identity"}
+    service, local = build_external_model_objects(replace(inp, host="localhost", tls=False, port=8000))
+    table = build_route_table([local], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
+    match = table.match("gw", "/llm/gpt-4o/v1/chat/completions", "POST", {})
+    assert match is not None
+    client = [("authorization", "Bearer caller"), ("x-api-key", "caller"), ("api-key", "caller")]
+    sent = upstream_headers(client, {}, forward_credentials=False, upstream_key="provider-key",
+                            key_scheme=match.rule.key_scheme)
+    expected = "Bearer provider-key" if header == "authorization" else "provider-key"
+    assert sent == [(header, expected)]
+
+
+def test_an_unknown_api_format_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="apiFormat"):
+        build_external_route(replace(BASE, api_format="bedrock"))

@@ -66,6 +66,21 @@ async def _config(world: ConsoleWorld, name: str) -> dict[str, Any] | None:
     return await _get(world, "guardrailconfigs", name)
 
 
+async def _checked(world: ConsoleWorld, name: str, timeout: float = 150.0) -> str:
+    """The controller's phase for the configuration's current spec, once it has one (the engine's check of
+    the last save has ended: it runs as a child process of the controller)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        obj = await _config(world, name) or {}
+        status = obj.get("status") or {}
+        if status.get("observedGeneration") == obj.get("metadata", {}).get("generation") \
+                and status.get("phase") in ("Ready", "Invalid"):
+            return str(status["phase"])
+        assert loop.time() < deadline, f"the controller did not check {name}'s last save: {status}"
+        await asyncio.sleep(0.3)
+
+
 def _logs(world: ConsoleWorld) -> str:
     return "".join(p.read_text(errors="replace") for p in Path(world.stack.directory).rglob("*.log"))
 
@@ -214,6 +229,7 @@ async def test_create_a_config_with_an_api_key(world: ConsoleWorld, browser: Bro
     models = (await _config(world, name) or {})["spec"]["models"]
     assert [m["type"] for m in models] == ["main", "content_safety", "judge"]
     assert models[0]["apiKeySecretRef"] == {"name": secret_name, "key": "api-key"}
+    assert await _checked(world, name) == "Ready"  # checked again with its third model
 
     console_log = (Path(world.stack.directory) / "console.log").read_text()
     assert "console_guardrail_config_saved" in console_log and name in console_log
@@ -282,6 +298,7 @@ async def test_per_model_guardrails_in_the_subscription_form_and_the_list(world:
     fill_config(browser, config, [("main", "gpt-x", f"{world.stack.model_url}/v1", "")], CONFIG_YAML)
     browser.button("Save")
     await browser.until(lambda: browser.path == f"/admin/guardrails/configs/{config}", what="config saved")
+    assert await _checked(world, config) == "Ready"
 
     browser.go("/admin/subscriptions/new")
     assert browser.all("#guardrails-off")  # the switch is off: the form says a choice has no effect yet

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import Any
 
 import httpx
 import pytest
@@ -71,15 +69,7 @@ async def test_upstream_credentials_are_checked_and_headers_recorded() -> None:
     assert seen[-1]["headers"]["x-maas-subscription"] == "s"
 
 
-async def test_latency_delays_each_completion_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def recording_sleep(seconds: float, *args: Any) -> Any:
-        slept.append(seconds)
-        return await real_sleep(0, *args)
-
-    monkeypatch.setattr(asyncio, "sleep", recording_sleep)
+async def test_latency_delays_each_completion_and_nothing_else(slept: list[float]) -> None:
     async with client(ModelServerConfig(latency=0.25)) as http:
         await http.get("/v1/models")
         await http.post("/v1/completions", json={"model": "nope", "prompt": "x"})  # refused before generating

@@ -1,4 +1,5 @@
-"""ExternalModel: a model served by an OpenAI-compatible provider outside the cluster."""
+"""ExternalModel: a model served by a provider outside the cluster, speaking the OpenAI API or Anthropic's
+Messages API (`apiFormat`; the data plane translates, docs/providers.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ TLS_ANNOTATION = "maas.opendatahub.io/tls"
 GATEWAY_ANNOTATION = "maas.opendatahub.io/gateway"
 """On a MaaSModelRef of an ExternalModel: `namespace/name` of the managed Gateway its generated route attaches
 to (default: the controller's default Gateway; docs/tenant-gateways.md)."""
+
+
+ApiFormat = Literal["openai-chat", "messages"]
+"""The provider's wire API: OpenAI Chat Completions (and the rest of the OpenAI API), or Anthropic's Messages."""
 
 
 class ExternalModelPhase(StrEnum):
@@ -62,6 +67,14 @@ class ExternalModelSpec(CamelModel):
     )
     target_model: Annotated[str, Field(min_length=1, max_length=253), safe("targetModel")] = Field(
         description="Model name the provider expects in the request body's model field."
+    )
+    api_format: ApiFormat | None = Field(
+        default=None,
+        description="The provider's API (absent: openai-chat): openai-chat (OpenAI-compatible: chat completions, "
+        "completions, "
+        "embeddings, responses) or messages (Anthropic's Messages API: the gateway serves OpenAI chat "
+        "completions for it, translating requests, answers, streams and errors; its key goes in x-api-key "
+        "with anthropic-version). Azure OpenAI (provider azure or azure-openai) takes its key in api-key.",
     )
     credential_ref: SecretKeyRef | None = Field(
         default=None,

@@ -33,6 +33,14 @@ The completion ceiling (`MaaSModelRef.spec.maxCompletionTokens`) rides on the ro
 `maas.opendatahub.io/max-completion-tokens` when the model sets it (`contract.labels.completion_ceiling_of`
 reads it); absent, the data plane uses its default and forwards bodies unchanged.
 
+A `messages` (Anthropic) provider (`apiFormat`, annotation `maas.opendatahub.io/api-format`) is served as OpenAI
+chat completions and only that: its route has two rules, `<prefix>/chat/completions` (Exact) and the base URL's
+`/v1/chat/completions` with the model header, both rewritten in full to the provider's `<base>/messages`; the
+data plane translates the request and the answer (docs/providers.md). Other OpenAI paths have no Messages
+counterpart and find no route (404). How the provider takes its key rides on the route as
+`maas.opendatahub.io/upstream-auth` (`upstream_auth`: `x-api-key` for `messages`, `api-key` for Azure,
+`bearer` otherwise).
+
 The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
 `maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
 (`upstream_key_secret_patch`), so the gateway component that injects keys can find it. No key value is ever
@@ -61,7 +69,8 @@ from maasctl.builders.validation import (
     check_path,
 )
 from maasctl.contract import identity as ids
-from maasctl.contract.labels import COMPLETION_CEILING_ANNOTATION
+from maasctl.contract.edge import PROVIDER_KEY_SCHEMES
+from maasctl.contract.labels import API_FORMAT_ANNOTATION, COMPLETION_CEILING_ANNOTATION, UPSTREAM_AUTH_ANNOTATION
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
@@ -75,6 +84,7 @@ __all__ = [
     "build_external_route",
     "build_external_service",
     "public_path_prefix",
+    "upstream_auth",
     "upstream_key_secret_patch",
 ]
 
@@ -85,6 +95,8 @@ COMPONENT_ROUTE: Final = "external-model-route"
 COMPONENT_SERVICE: Final = "external-model-backend"
 # What a caller authenticates with; never for the provider (the same set as contract.edge.CREDENTIAL_HEADERS).
 CALLER_CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "cookie", "proxy-authorization")
+API_FORMATS: Final = ("openai-chat", "messages")
+AZURE_PROVIDERS: Final = frozenset({"azure", "azure-openai"})
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,16 @@ class ExternalRouteInput:
     shared_service_namespaces: tuple[str, ...] = ()  # whose Services any ExternalModel may name (operator's choice)
     max_completion_tokens: int | None = None  # MaaSModelRef.spec.maxCompletionTokens (None: the default)
     processor_sets_authorization: bool = False  # the payload processor removes the caller's and sets the key
+    provider: str = ""  # ExternalModel.spec.provider (Azure takes its key in `api-key`)
+    api_format: str = "openai-chat"  # ExternalModel.spec.apiFormat: openai-chat | messages
+
+
+def upstream_auth(inp: ExternalRouteInput) -> str:
+    """How the provider takes its key (`contract.edge.PROVIDER_KEY_SCHEMES`): Anthropic's Messages API in
+    `x-api-key`, Azure OpenAI in `api-key`, everyone else as `Authorization: Bearer`."""
+    if inp.api_format == "messages":
+        return "x-api-key"
+    return "api-key" if inp.provider in AZURE_PROVIDERS else "bearer"
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -162,6 +184,8 @@ def _validate(inp: ExternalRouteInput) -> None:
     ceiling = inp.max_completion_tokens
     if ceiling is not None and (isinstance(ceiling, bool) or not 1 <= ceiling <= MAX_COMPLETION_CEILING):
         raise InvalidInputError(f"maxCompletionTokens {ceiling!r} is not 1-{MAX_COMPLETION_CEILING}")
+    if inp.api_format not in API_FORMATS:
+        raise InvalidInputError(f"apiFormat {inp.api_format!r} is not one of {', '.join(API_FORMATS)}")
 
 
 def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
@@ -180,17 +204,17 @@ def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
     }
 
 
-def _strip_caller_credentials(keep_authorization: bool) -> dict[str, Any]:
+def _strip_caller_credentials(keep: str | None) -> dict[str, Any]:
     """The filter that keeps a caller's credentials from the provider on data planes that forward every header
     the route does not remove (Envoy); the local data plane drops them regardless. The same filter removes
     `x-maas-identity`, which Authorino adds for the payload processor: should the processor be bypassed (not
     wired, or failing open), the caller's identity still does not reach a provider.
 
-    `keep_authorization`: the Gateway's payload processor is certainly in the path and fails closed
-    (`reconcilers.processorwiring.processor_owns_credentials`). Envoy applies this filter in the router, after
-    ext_proc, so removing `authorization` would also remove the provider key the processor set in its place
-    (it removes the caller's own `authorization` itself); every other caller credential is still removed here."""
-    remove = [h for h in CALLER_CREDENTIAL_HEADERS if not (keep_authorization and h == "authorization")]
+    `keep`: the header the provider key goes in, when the Gateway's payload processor is certainly in the path
+    and fails closed (`reconcilers.processorwiring.processor_owns_credentials`). Envoy applies this filter in
+    the router, after ext_proc, so removing that header would also remove the provider key the processor set
+    in its place (it removes the caller's own value itself); every other caller credential is still removed."""
+    remove = [h for h in CALLER_CREDENTIAL_HEADERS if h != keep]
     remove.append(ids.HEADER)  # the caller's identity, for the processor only (it removes it too)
     return {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": remove}}
 
@@ -211,7 +235,8 @@ def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: 
         "matches": matches,
         "filters": [
             {"type": "URLRewrite", "urlRewrite": {"hostname": inp.host, "path": path_rewrite}},
-            _strip_caller_credentials(inp.processor_sets_authorization),
+            _strip_caller_credentials(
+                PROVIDER_KEY_SCHEMES[upstream_auth(inp)] if inp.processor_sets_authorization else None),
         ],
         "backendRefs": [
             {
@@ -226,23 +251,35 @@ def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: 
     }
 
 
+CHAT_PATH: Final = "/v1/chat/completions"
+
+
+def _model_header_matches(inp: ExternalRouteInput, api_path: str) -> list[dict[str, Any]]:
+    return [{"path": {"type": "Exact", "value": api_path},
+             "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": name}]} for name in _model_names(inp)]
+
+
+def _full_path(path: str) -> dict[str, Any]:
+    return {"type": "ReplaceFullPath", "replaceFullPath": path}
+
+
 def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
     """One rule per base path, matched with the model header (see the module docstring)."""
     base = _base_path(inp)
-    return [
-        _rule(
-            inp,
-            [
-                {
-                    "path": {"type": "Exact", "value": api_path},
-                    "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": name}],
-                }
-                for name in _model_names(inp)
-            ],
-            {"type": "ReplaceFullPath", "replaceFullPath": _upstream_path(base, api_path)},
-        )
-        for api_path in BASE_INFERENCE_PATHS
-    ]
+    if inp.api_format == "messages":
+        return [_rule(inp, _model_header_matches(inp, CHAT_PATH), _full_path(base.rstrip("/") + "/messages"))]
+    return [_rule(inp, _model_header_matches(inp, api_path), _full_path(_upstream_path(base, api_path)))
+            for api_path in BASE_INFERENCE_PATHS]
+
+
+def _prefix_rule(inp: ExternalRouteInput) -> dict[str, Any]:
+    """The model's own path: everything under `<prefix>/v1` (a `messages` provider: its chat completions only)."""
+    if inp.api_format == "messages":
+        chat = public_path_prefix(inp) + CHAT_PATH.removeprefix("/v1")
+        return _rule(inp, [{"path": {"type": "Exact", "value": chat}}],
+                     _full_path(_base_path(inp).rstrip("/") + "/messages"))
+    return _rule(inp, [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
+                 {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)})
 
 
 def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
@@ -260,12 +297,11 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
         annotations[names.UPSTREAM_KEY_FIELD_ANNOTATION] = inp.credential_key
     if inp.max_completion_tokens is not None:
         annotations[COMPLETION_CEILING_ANNOTATION] = str(inp.max_completion_tokens)
+    if inp.api_format != "openai-chat":
+        annotations[API_FORMAT_ANNOTATION] = inp.api_format
+    if upstream_auth(inp) != "bearer":
+        annotations[UPSTREAM_AUTH_ANNOTATION] = upstream_auth(inp)
     meta["annotations"] = annotations
-    prefix_rule = _rule(
-        inp,
-        [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
-        {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)},
-    )
     spec: dict[str, Any] = {
         "parentRefs": [
             {
@@ -275,7 +311,7 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
                 "namespace": inp.gateway.namespace,
             }
         ],
-        "rules": [prefix_rule, *_base_url_rules(inp)],
+        "rules": [_prefix_rule(inp), *_base_url_rules(inp)],
     }
     if inp.hostnames:
         spec["hostnames"] = sorted(set(inp.hostnames))

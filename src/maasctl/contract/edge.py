@@ -27,8 +27,10 @@ Headers (names compared lowercase, with `_` read as `-` so look-alikes cannot sl
 - `upstream_headers(...)`: what the backend receives. Hop-by-hop headers, `host`, `content-length`, every
   server-decided header the client sent, and — on model routes — the caller's credentials (`authorization`,
   `proxy-authorization`, `cookie`, `x-api-key`, `api-key`) are dropped; the AuthPolicy's success headers are
-  set; the provider key is injected as `authorization`. Routes that are not model routes (maas-api published
-  through the gateway) opt in to keep the caller's credentials with `FORWARD_CREDENTIALS_ANNOTATION`.
+  set; the provider key is injected the way the route's provider takes it (`PROVIDER_KEY_SCHEMES`:
+  `authorization: Bearer`, Anthropic's `x-api-key`, Azure's `api-key`; the route's `UPSTREAM_AUTH_ANNOTATION`).
+  Routes that are not model routes (maas-api published through the gateway) opt in to keep the caller's
+  credentials with `FORWARD_CREDENTIALS_ANNOTATION`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "HOP_BY_HOP",
     "MAX_PATH",
     "OBJECTIVE_HEADER",
+    "PROVIDER_KEY_SCHEMES",
     "SCHEDULER_HEADERS",
     "SCHEDULER_PREFIXES",
     "SERVER_DECIDED_EXACT",
@@ -60,6 +63,7 @@ __all__ = [
     "forbidden_client_header",
     "normalized_name",
     "presented_credential",
+    "provider_key_header",
     "server_decided",
     "upstream_headers",
 ]
@@ -76,6 +80,16 @@ HOP_BY_HOP: Final = frozenset({
     "transfer-encoding", "upgrade",
 })
 CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"})
+PROVIDER_KEY_SCHEMES: Final = {"bearer": "authorization", "x-api-key": "x-api-key", "api-key": "api-key"}
+"""How a provider takes its key (the route's `contract.labels.UPSTREAM_AUTH_ANNOTATION`) -> the header it goes
+in; `bearer` prefixes the value with `Bearer `. Every one is a caller credential header too, so a caller's own
+value never survives next to the provider key."""
+
+
+def provider_key_header(scheme: str, key: str) -> tuple[str, str]:
+    """The header carrying the provider key under `scheme` (an unknown scheme is `bearer`)."""
+    name = PROVIDER_KEY_SCHEMES.get(scheme, "authorization")
+    return name, f"Bearer {key}" if name == "authorization" else key
 _IDENTITY_EXACT: Final = frozenset({
     "x-forwarded-user", "x-forwarded-email", "x-forwarded-groups", "x-forwarded-preferred-username",
     "x-forwarded-access-token", "remote-user", "x-remote-user", "x-user", "x-user-id", "x-userid", "x-username",
@@ -209,11 +223,13 @@ def upstream_headers(
     add_headers: Iterable[tuple[str, str]] = (),
     remove_headers: Iterable[str] = (),
     upstream_key: str | None = None,
+    key_scheme: str = "bearer",
 ) -> list[tuple[str, str]]:
     """Headers for the upstream request (names lowercase), per the contract in the module docstring.
 
     `server` are the AuthPolicy's success headers (but `x-maas-identity`, which is the payload processor's:
-    it never goes upstream); `set/add/remove_headers` the route's RequestHeaderModifier.
+    it never goes upstream); `set/add/remove_headers` the route's RequestHeaderModifier; `key_scheme` how
+    the provider takes `upstream_key` (`PROVIDER_KEY_SCHEMES`).
     """
     server = {n: v for n, v in server.items() if n.lower() != IDENTITY_HEADER}
     # (normalized name, lowercased name, value): each name normalized once
@@ -235,6 +251,7 @@ def upstream_headers(
     out.extend(entry for entry in ((normalized_name(n), n.lower(), v) for n, v in add_headers)
                if entry[0] not in dropped)
     if upstream_key:
-        out = [entry for entry in out if entry[0] != "authorization"]
-        out.append(("authorization", "authorization", f"Bearer {upstream_key}"))
+        name, value = provider_key_header(key_scheme, upstream_key)
+        out = [entry for entry in out if entry[0] != name]
+        out.append((name, name, value))
     return [(lowered, value) for _, lowered, value in out]

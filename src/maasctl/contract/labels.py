@@ -15,6 +15,7 @@ from typing import Any, Final
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 
 __all__ = [
+    "API_FORMAT_ANNOTATION",
     "COMPLETION_CEILING_ANNOTATION",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
@@ -23,6 +24,7 @@ __all__ = [
     "MODEL_NAMESPACE_LABEL",
     "PUBLISHED_MODEL_ANNOTATION",
     "TARGET_MODEL_ANNOTATION",
+    "UPSTREAM_AUTH_ANNOTATION",
     "UPSTREAM_KEY_FIELD_ANNOTATION",
     "UPSTREAM_KEY_LABEL",
     "UPSTREAM_KEY_SECRET_ANNOTATION",
@@ -47,6 +49,12 @@ upstream."""
 MODEL_ALIASES_ANNOTATION: Final = "maas.opendatahub.io/model-aliases"
 """On an ExternalModel's HTTPRoute: other names clients may send for the same model (comma-separated; the
 MaaSModelRef's name)."""
+API_FORMAT_ANNOTATION: Final = "maas.opendatahub.io/api-format"
+"""On an ExternalModel's HTTPRoute: the provider's API format (`messages`: Anthropic's; absent: `openai-chat`).
+The data plane translates an OpenAI Chat request and its answer for a `messages` provider (docs/providers.md)."""
+UPSTREAM_AUTH_ANNOTATION: Final = "maas.opendatahub.io/upstream-auth"
+"""On an ExternalModel's HTTPRoute: how the provider takes its key (`contract.edge.PROVIDER_KEY_SCHEMES`;
+absent: `bearer`)."""
 COMPLETION_CEILING_ANNOTATION: Final = "maas.opendatahub.io/max-completion-tokens"
 """On a generated model HTTPRoute: the MaaSModelRef's `spec.maxCompletionTokens` (absent: the default). The data
 plane reserves at most that many completion tokens per request and sends it as `max_tokens` when the client

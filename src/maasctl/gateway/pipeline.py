@@ -64,7 +64,7 @@ from typing import Any, Final, Literal, Protocol
 from maasctl.contract import identity as ids
 from maasctl.contract.credentials import canonical_authorization
 from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
-from maasctl.contract.errors import Refusal
+from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.limits import describe_limit
 from maasctl.contract.routing import MODEL_HEADER
@@ -75,10 +75,12 @@ from maasctl.dataplane.decompress import Decompressor
 from maasctl.dataplane.jsonscan import JsonModelRewriter, JsonUsageScanner
 from maasctl.dataplane.routing import NoModel, is_base_inference_path, match_headers
 from maasctl.dataplane.sse import SseUsageFilter
+from maasctl.dataplane.translate import TranslationError
 from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
+from maasctl.gateway.formats import ANTHROPIC_VERSION, FORMATS, AnswerTranslator, translate_request
 from maasctl.gateway.guardrails import (
     GuardCheck,
     GuardrailsClient,
@@ -176,6 +178,7 @@ class Exchange:
     body: PreparedBody = NO_BODY
     trlp: CompiledTokenRateLimitPolicy | None = None
     backend: Backend | None = None
+    translated: bool = False  # the body went to a `messages` provider as Messages: its answer comes back as Chat
     upstream_key: str | None = None
     applied: Sequence[AppliedLimit] = ()
     reservation: Reservation = NO_RESERVATION
@@ -315,8 +318,16 @@ async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
     try:
         ex.body = prepare_body(ex.raw_body, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
         ex.body = bound_completion(ex.body, ex.match.rule.completion_ceiling, ex.match.upstream_path)
+        api_format = ex.match.rule.api_format
+        if api_format not in FORMATS:
+            return _refuse(500, "backend_error", "the route names an API format this gateway does not speak")
+        if api_format == "messages":
+            ex.body = translate_request(ex.body, ex.path or "", _ceiling(p, ex))
+            ex.translated = True
     except ModelMismatch as exc:
         return _refuse(404, "model_not_found", str(exc))
+    except TranslationError as exc:
+        return exc.refusal()
     except InvalidBody as exc:
         return _refuse(400, "invalid_body", str(exc))
     return None
@@ -458,6 +469,11 @@ class ResponsePass:
     def __init__(self, pipeline: Pipeline, ex: Exchange, status: int, headers: list[tuple[str, str]]) -> None:
         settings = pipeline.plane.settings
         self.ex = ex
+        # a `messages` provider's answer becomes Chat first (gateway.formats); the stages below read the Chat
+        self.translator = AnswerTranslator(status, headers, limit=settings.max_response_scan_bytes,
+                                           created=int(time.time())) if ex.translated else None
+        if self.translator is not None:
+            status, headers = self.translator.status, self.translator.headers
         lowered = {k.lower(): v for k, v in headers}
         content_type = lowered.get("content-type", "")
         sse = "text/event-stream" in content_type
@@ -476,20 +492,25 @@ class ResponsePass:
         self.termination: Termination = "complete"
         self._guard: OutputGuard | None = None
         self._out: _Collect | None = None
-        self._start: MutableMapping[str, Any] | None = None
+        self._start_pending = False
         if ex.guard is not None:  # output rails around the answer (gateway/guardrails.py)
             self._out = _Collect()
             self._guard = OutputGuard(pipeline.plane.guardrails, ex.guard, self._out,
                                       settings.guardrails_stream_chunk_chars)
-            self._start = {
-                "type": "http.response.start", "status": status,
-                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]}
+            self._start_pending = True
+        self._closed = False
         ex.response = self
 
     @property
+    def _reading_whole(self) -> bool:
+        """A translated answer read whole: nothing goes out before the provider's body has ended."""
+        return self.translator is not None and not self.translator.streaming and not self._closed
+
+    @property
     def held(self) -> bool:
-        """True while output guardrails hold the head (they may still replace the answer)."""
-        return self._out is not None and self._out.start is None
+        """True while output guardrails or a whole-answer translation hold the head (the answer and its
+        status may still change)."""
+        return self._reading_whole or (self._out is not None and self._out.start is None)
 
     @property
     def whole(self) -> bool:
@@ -497,13 +518,16 @@ class ResponsePass:
         answer, a stream they cannot read); False without rails or for a stream they read (they refuse it
         in-band: an error event). A front that answers the head before the body (ext_proc STREAMED) holds such
         an answer whole first (the processor's `mode_override` to BUFFERED)."""
+        if self.translator is not None and not self.translator.streaming:
+            return True
         return self._guard is not None and not (self.filt is not None and self.plain)
 
     async def _through_guard(self, chunk: bytes, more: bool) -> bytes:
         assert self._guard is not None and self._out is not None
-        if self._start is not None:
-            start, self._start = self._start, None
-            await self._guard(start)
+        if self._start_pending:  # the head as it stands now (a whole translation may have changed it)
+            self._start_pending = False
+            await self._guard({"type": "http.response.start", "status": self.status,
+                               "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]})
         held = self._out.start is None
         await self._guard({"type": "http.response.body", "body": chunk, "more_body": more})
         if held and self._out.start is not None:  # the head the rails let out (maybe their refusal's)
@@ -513,6 +537,14 @@ class ResponsePass:
 
     async def feed(self, chunk: bytes) -> bytes:
         """One chunk of the upstream body in; the bytes for the client out (maybe none yet)."""
+        if self.translator is not None:
+            chunk = self.translator.feed(chunk)
+            if not self.translator.streaming:
+                return b""
+        return await self._pass(chunk)
+
+    async def _pass(self, chunk: bytes) -> bytes:
+        """The stages after translation: usage scan, usage chunk drop, rename, output guardrails."""
         filt = self.filt
         if filt is not None and self.plain:
             chunk = filt.feed(chunk)
@@ -523,21 +555,34 @@ class ResponsePass:
             if self.rewriter is not None:
                 chunk = self.rewriter.feed(chunk)
         if self._guard is not None:
-            return await self._through_guard(chunk, True) if chunk or self._start is not None else b""
+            return await self._through_guard(chunk, True) if chunk or self._start_pending else b""
         return chunk
 
     async def close(self) -> bytes:
         """The upstream body ended: the last bytes for the client."""
+        head = b""
+        if self.translator is not None:
+            translated = self.translator.close()
+            if not self.translator.streaming:  # a whole answer's status is known now (an error's may change)
+                self.status = self.translator.status
+            self._closed = True
+            head = await self._pass(translated)
         filt = self.filt
         tail = filt.close() if filt is not None and self.plain else \
             self.rewriter.close() if self.rewriter is not None else b""
         if filt is not None and not filt.done and filt.usage is None:
             self.termination = "truncated"
-        return await self._through_guard(tail, False) if self._guard is not None else tail
+        return head + (await self._through_guard(tail, False) if self._guard is not None else tail)
 
     async def abort(self) -> bytes:
         """The upstream stream broke after the head: what is left for the client (held text the rails pass)."""
         self.termination = "truncated"
+        if self._reading_whole:  # a whole-answer translation never got its whole answer: nothing to translate
+            self._closed = True
+            self.status = 502
+            broken = error_body(502, "the provider's answer broke off before its end", "upstream_malformed")
+            return await self._through_guard(broken, False) if self._guard is not None else broken
+        self._closed = True
         return await self._through_guard(b"", False) if self._guard is not None else b""
 
     @property
@@ -629,8 +674,12 @@ class Pipeline:
         rule = ex.match.rule
         out = upstream_headers(ex.raw_headers, ex.outcome.headers, forward_credentials=rule.forward_credentials,
                                set_headers=rule.set_headers, add_headers=rule.add_headers,
-                               remove_headers=(*rule.remove_headers, "accept-encoding"), upstream_key=ex.upstream_key)
+                               remove_headers=(*rule.remove_headers, "accept-encoding"), upstream_key=ex.upstream_key,
+                               key_scheme=rule.key_scheme)
         out.append(("accept-encoding", "identity"))  # usage is read from the answer: no compression
+        if ex.translated:  # the client's anthropic-* headers are for another API than the one it called
+            out = [(n, v) for n, v in out if not n.startswith("anthropic-")]
+            out.append(("anthropic-version", ANTHROPIC_VERSION))
         if ex.body.content != ex.raw_body:
             out = [(n, v) for n, v in out if n != "content-type"]
             out.append(("content-type", "application/json"))
@@ -662,6 +711,8 @@ class Pipeline:
     async def _record(self, ex: Exchange, status: int, termination: Termination) -> None:
         plane = self.plane
         usage = ex.response.usage if ex.response is not None else None
+        if ex.response is not None and ex.response.translator is not None:
+            status = ex.response.status  # what the client got (a translated error's status may differ)
         charge = charge_for(status, usage, ex.body, termination, completion_ceiling=_ceiling(self, ex))
         await plane.limiter.settle(ex.reservation, ex.applied, charge.charged)
         guard = ex.guard

@@ -15,6 +15,9 @@ following Gateway API semantics for the features maasctl emits:
 - `timeouts.request` bounds the upstream call.
 - an ExternalModel route's published and target model names (`contract.labels`) become the rule's
   `rename`: the body's `model` is checked and rewritten (`dataplane.body.prepare_body`).
+- the route's `maas.opendatahub.io/api-format` and `maas.opendatahub.io/upstream-auth` become the rule's
+  `api_format` (a `messages` provider's requests and answers are translated, `gateway.formats`) and
+  `key_scheme` (the header the provider key goes in, `contract.edge.PROVIDER_KEY_SCHEMES`).
 - the route's `maas.opendatahub.io/max-completion-tokens` (the model's `maxCompletionTokens`) becomes the
   rule's `completion_ceiling` (None: the default; `dataplane.body.bound_completion`).
 - the one base URL is plain matching: the generated rules match `x-gateway-model-name` (Exact), which the data
@@ -35,11 +38,13 @@ from typing import Any, Final
 
 from maasctl.contract.edge import FORWARD_CREDENTIALS_ANNOTATION
 from maasctl.contract.labels import (
+    API_FORMAT_ANNOTATION,
     MODEL_ALIASES_ANNOTATION,
     MODEL_LABEL,
     MODEL_NAMESPACE_LABEL,
     PUBLISHED_MODEL_ANNOTATION,
     TARGET_MODEL_ANNOTATION,
+    UPSTREAM_AUTH_ANNOTATION,
     UPSTREAM_KEY_FIELD_ANNOTATION,
     UPSTREAM_KEY_SECRET_ANNOTATION,
     completion_ceiling_of,
@@ -97,6 +102,8 @@ class RouteRule:
     upstream_key_secret: str | None = None
     forward_credentials: bool = False  # a non-model route (e.g. maas-api) that keeps the caller's credentials
     upstream_key_field: str = "api-key"
+    key_scheme: str = "bearer"  # how the provider takes its key (contract.edge.PROVIDER_KEY_SCHEMES)
+    api_format: str = "openai-chat"  # the provider's API; "messages": translated (gateway.formats)
     model: str | None = None  # namespace/name of the MaaSModelRef, from the route's labels
     rename: ModelRename | None = None  # published vs provider model name (ExternalModel routes)
     completion_ceiling: int | None = None  # the model's maxCompletionTokens (None: the gateway's default)
@@ -368,6 +375,8 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             "forward_credentials": annotations.get(FORWARD_CREDENTIALS_ANNOTATION) == "true"
             and not labels.get(MODEL_LABEL),
             "upstream_key_field": annotations.get(UPSTREAM_KEY_FIELD_ANNOTATION) or "api-key",
+            "key_scheme": str(annotations.get(UPSTREAM_AUTH_ANNOTATION) or "bearer"),
+            "api_format": str(annotations.get(API_FORMAT_ANNOTATION) or "openai-chat"),
             "model": model,
             "rename": rename,
             "completion_ceiling": completion_ceiling_of(annotations),

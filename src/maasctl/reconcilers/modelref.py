@@ -188,6 +188,8 @@ class ModelRefReconciler:
             owner=OwnerRef(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"])),
             shared_service_namespaces=self.ctx.settings.provider_service_namespaces,
             max_completion_tokens=mr.spec.max_completion_tokens,
+            provider=em.spec.provider,
+            api_format=em.spec.api_format or "openai-chat",
             processor_sets_authorization=processor_owns_credentials(
                 self.ctx.cache.get(GATEWAY, gateway.name, gateway.namespace),
                 self.ctx.settings.payload_processor_fail_open),

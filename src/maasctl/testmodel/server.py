@@ -1,5 +1,7 @@
 """OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming,
-`/v1/embeddings` (a fixed small vector per input; usage: the prompt tokens only).
+`/v1/embeddings` (a fixed small vector per input; usage: the prompt tokens only) — and Anthropic's Messages API,
+`/v1/messages` (JSON and streams, built from the `anthropic` SDK's own types: see `messages.py`), so the data
+plane's OpenAI<->Messages translation meets a provider that speaks Anthropic's format.
 
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
 costs. The server remembers the headers (and the body's `model`) of recent requests (`GET /debug/requests`) so
@@ -13,6 +15,14 @@ leaves usage out (JSON and streams); `x-testmodel-stream: cut` ends a stream abr
 in `/debug/requests` (tests that need requests in flight); `x-testmodel-completion: N` reports N completion
 tokens, capped by the request's `max_tokens` / `max_completion_tokens` / `max_output_tokens` as a provider
 caps its generation (reservation benchmarks: a model that uses the whole bound it was allowed).
+
+The Messages side answers the same text and usage (`input_tokens` = prompt minus cached tokens,
+`cache_read_input_tokens` = cached tokens, `output_tokens` = completion tokens) with the same knobs (hold, pad,
+usage omit, stream cut, encoding, completion). It requires `max_tokens` (400 otherwise, as Anthropic does),
+answers a `tool_use` of the first tool (input `{"city": "Paris"}`) when tools are offered and the user asks
+about the weather, and takes `x-testmodel-status: N` (400..599) to answer N with Anthropic's error envelope.
+`require_api_key` makes it demand `x-api-key` and `anthropic-version` (401 otherwise); `require_bearer` guards the
+OpenAI paths only.
 
 Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
@@ -32,12 +42,14 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from maasctl.testmodel import messages
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +61,8 @@ class ModelServerConfig:
     completion_tokens: int = 5
     cached_tokens: int = 0
     reasoning_tokens: int = 0
-    require_bearer: str | None = None  # when set, requests must carry exactly this bearer token
+    require_bearer: str | None = None  # when set, OpenAI-side requests must carry exactly this bearer token
+    require_api_key: str | None = None  # when set, /v1/messages requests must carry it in x-api-key
     history: int = 100
     block_words: tuple[str, ...] = ()  # guard questions mentioning one of these are answered "Yes"
     replies: tuple[tuple[str, str], ...] = ()  # (user message, fixed answer) instead of the echo
@@ -102,7 +115,11 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             entry: dict[str, Any] = {"path": request.url.path, "headers": dict(request.headers)}
             request.state.seen = entry  # the handler adds the body's model name
             state.seen.append(entry)
-            if cfg.require_bearer and request.headers.get("authorization") != f"Bearer {cfg.require_bearer}":
+            if messages.is_messages_path(request.url.path):  # Anthropic providers take x-api-key, never Bearer
+                denied = messages.credentials_error(request.headers, cfg.require_api_key)
+                if denied is not None:
+                    return denied
+            elif cfg.require_bearer and request.headers.get("authorization") != f"Bearer {cfg.require_bearer}":
                 return _error(401, "missing or wrong upstream credentials", "invalid_api_key")
         return await call_next(request)
 
@@ -126,19 +143,26 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             "data": [{"id": m, "object": "model", "created": 0, "owned_by": "maasctl-test"} for m in cfg.models],
         }
 
-    async def _body(request: Request) -> dict[str, Any] | JSONResponse:
+    async def _body(request: Request, error: Callable[[int, str, str], JSONResponse] = _error,
+                    check: Callable[[dict[str, Any]], JSONResponse | None] | None = None,
+                    ) -> dict[str, Any] | JSONResponse:
+        """The request's JSON, once its model is served here; refusals in the API's own envelope (`error`),
+        `check` the API's own validation (it runs before the model is looked up, as a provider's does)."""
         try:
             body = json.loads(await request.body())
         except json.JSONDecodeError:
-            return _error(400, "request body is not JSON", "invalid_json")
+            return error(400, "request body is not JSON", "invalid_json")
         if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "invalid_json")
+            return error(400, "request body must be a JSON object", "invalid_json")
         model = body.get("model")
         seen = getattr(request.state, "seen", None)
         if isinstance(seen, dict):
             seen["model"] = model
+        refused = check(body) if check is not None else None
+        if refused is not None:
+            return refused
         if model not in cfg.models:
-            return _error(404, f"model {model!r} is not served here", "model_not_found")
+            return error(404, f"model {model!r} is not served here", "model_not_found")
         if cfg.latency > 0:
             await asyncio.sleep(cfg.latency)
         hold = _hold(request)
@@ -172,6 +196,25 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
                                      media_type="text/event-stream")
         return _answer(request, _completion(cfg, body["model"], text, chat=False,
                                             completion=_generated(body, request.headers)))
+
+    @app.post(messages.PATH, response_model=None)
+    async def anthropic_messages(request: Request) -> Response:
+        body = await _body(request, messages.error, messages.invalid)
+        if isinstance(body, JSONResponse):
+            return body
+        status = messages.forced_status(request.headers)
+        if status is not None:
+            return messages.error(status, f"x-testmodel-status asked for {status}")
+        last = messages.last_user_text(body)
+        state.prompts.append(last)
+        blocks = messages.content(body, last, answer_for(cfg, last) + "x" * _pad(request))
+        generated = _generated(body, request.headers)
+        spent = messages.usage(cfg.prompt_tokens, cfg.cached_tokens,
+                               cfg.completion_tokens if generated is None else generated)
+        if body.get("stream"):
+            return StreamingResponse(messages.stream(body["model"], blocks, spent, knobs=request.headers),
+                                     media_type="text/event-stream")
+        return _answer(request, messages.message(body["model"], blocks, spent))
 
     @app.post("/v1/embeddings", response_model=None)
     async def embeddings(request: Request) -> Response:

@@ -24,6 +24,7 @@ __all__ = [
     "Untranslatable",
     "chat_usage_to_messages",
     "messages_usage_to_chat",
+    "reports_usage",
 ]
 
 STOP_TO_CHAT_FINISH: Final[Mapping[str, str]] = {
@@ -80,6 +81,13 @@ class MalformedAnswer(ValueError):
 def count(value: Any) -> int:
     """A token count as a non-negative int (anything else reads 0: usage must never crash translation)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def reports_usage(usage: Any) -> bool:
+    """True when a Messages usage states both counts: otherwise the translated answer carries no usage at all,
+    so the data plane charges its conservative estimate instead of reading a missing count as 0 tokens."""
+    return isinstance(usage, Mapping) and all(
+        isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool) for k in ("input_tokens", "output_tokens"))
 
 
 def messages_usage_to_chat(usage: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from maasctl.dataplane.translate.common import (
     chat_usage_to_messages,
     dumps,
     messages_usage_to_chat,
+    reports_usage,
 )
 
 __all__ = ["chat_response_to_messages", "messages_response_to_chat"]
@@ -45,12 +46,14 @@ def messages_response_to_chat(message: Mapping[str, Any], *, created: int) -> di
                              "refusal": None}
     if calls:
         reply["tool_calls"] = calls
-    return {"id": str(message.get("id", "")), "object": "chat.completion", "created": created,
-            "model": str(message.get("model", "")),
-            "choices": [{"index": 0, "message": reply, "logprobs": None,
-                         "finish_reason": STOP_TO_CHAT_FINISH.get(stop, "stop") if isinstance(stop, str)
-                         else "stop"}],
-            "usage": messages_usage_to_chat(message.get("usage"))}
+    answer: dict[str, Any] = {
+        "id": str(message.get("id", "")), "object": "chat.completion", "created": created,
+        "model": str(message.get("model", "")),
+        "choices": [{"index": 0, "message": reply, "logprobs": None,
+                     "finish_reason": STOP_TO_CHAT_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop"}]}
+    if reports_usage(message.get("usage")):  # else no usage: the data plane charges its estimate, never 0
+        answer["usage"] = messages_usage_to_chat(message.get("usage"))
+    return answer
 
 
 def chat_response_to_messages(completion: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from maasctl.dataplane.translate.common import (
     chat_usage_to_messages,
     dumps,
     messages_usage_to_chat,
+    reports_usage,
 )
 from maasctl.dataplane.translate.errors import messages_error_type
 from maasctl.dataplane.translate.sse import SseEvent, SseParser, encode_event
@@ -68,6 +69,7 @@ class MessagesStreamToChat:
         self._blocks: dict[int, int | None] = {}  # Messages block index -> Chat tool index (None: text/other)
         self._tools = 0
         self._finished = False  # the finish chunk went out
+        self._counted = False  # a message_delta gave the final counts (message_start's output is a placeholder)
         self.done = False
 
     @property
@@ -149,6 +151,7 @@ class MessagesStreamToChat:
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             self._usage.update({k: v for k, v in usage.items() if v is not None})
+            self._counted = reports_usage(self._usage)
         delta = data.get("delta")
         stop = delta.get("stop_reason") if isinstance(delta, Mapping) else None
         if not isinstance(stop, str) or self._finished:
@@ -161,7 +164,7 @@ class MessagesStreamToChat:
         chunk, `[DONE]`."""
         out = b"" if self._finished else self._chunk({}, "stop")
         self._finished = self.done = True
-        if self._include_usage:
+        if self._include_usage and self._counted:  # no final count: no usage chunk (the data plane estimates)
             out += encode_event(dumps({"id": self._id, "object": "chat.completion.chunk", "created": self._created,
                                        "model": self._model, "choices": [], "usage": self.usage}))
         return out + encode_event("[DONE]")

@@ -1,0 +1,146 @@
+"""Providers beyond OpenAI-compatible (issue 38): the official `openai` package calls a model whose provider
+speaks Anthropic's Messages API (`apiFormat: messages`), on the one base URL and on the model's own path. The
+data plane translates the request, the answer, streams and errors; the answer is metered in the same usage
+dimensions as an OpenAI provider's. The test model's Messages side answers 10 input + 5 output tokens, built on
+the `anthropic` package's own types."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from e2e.conftest import Need, World, eventually
+
+MAAS = "maas.opendatahub.io/v1alpha1"
+PROMPT, COMPLETION = 10, 5
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def _anthropic_model(world: World, name: str) -> list[dict[str, Any]]:
+    """An ExternalModel `name` on the test model's Messages side (its key in x-api-key), and its MaaSModelRef."""
+    ns = world.namespace
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "anthropic-key", "namespace": ns},
+         "stringData": {"api-key": world.stack.upstream_key}},
+        {"apiVersion": MAAS, "kind": "ExternalModel", "metadata": {"name": name, "namespace": ns},
+         "spec": {"provider": "anthropic", "apiFormat": "messages", "endpoint": f"{world.stack.model_url}/v1",
+                  "targetModel": "gpt-x", "credentialRef": {"name": "anthropic-key"}}},
+        {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": name, "namespace": ns},
+         "spec": {"modelRef": {"kind": "ExternalModel", "name": name}}},
+    ]
+
+
+async def _publish(world: World, model: str, *subscriptions: str) -> dict[str, str]:
+    """The model, alice's access, and a key of each subscription (all of alice)."""
+    await world.apply(*_anthropic_model(world, model))
+    await world.apply(world.auth_policy(world.name("claude-access"), [model], users=("alice",)),
+                      *(world.subscription(sub, {model: [(1_000_000, "1h")]}, users=("alice",))
+                        for sub in subscriptions))
+    await world.wait_active(*subscriptions)
+    keys = {sub: (await world.mint("alice", subscription=sub))["key"] for sub in subscriptions}
+    for key in keys.values():
+        await world.wait_enforced(model, key)
+    return keys
+
+
+def _user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_an_openai_client_on_an_anthropic_format_provider(world: World) -> None:
+    model, served, errors = world.name("claude"), world.name("claude-served"), world.name("claude-errors")
+    keys = await _publish(world, model, served, errors)
+    client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=keys[served], max_retries=0,
+                                timeout=30)
+
+    chat = await client.chat.completions.create(
+        model=model, messages=[{"role": "system", "content": "be brief"}, *_user("hello")])
+    assert chat.object == "chat.completion" and chat.model == model  # the provider's name goes back to ours
+    assert chat.choices[0].message.content and chat.choices[0].finish_reason == "stop"
+    assert chat.usage is not None and (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (PROMPT, COMPLETION)
+
+    stream = await client.chat.completions.create(model=model, messages=_user("tell me a story"), stream=True,
+                                                  stream_options={"include_usage": True})
+    chunks = [chunk async for chunk in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert len(usage) == 1 and usage[0].total_tokens == PROMPT + COMPLETION
+    assert {c.model for c in chunks} == {model}
+
+    quiet = await client.chat.completions.create(model=model, messages=_user("no usage asked"), stream=True)
+    assert [c for c in [chunk async for chunk in quiet] if c.usage is not None] == []  # metered all the same
+
+    tools = await client.chat.completions.create(model=model, messages=_user("what is the weather in Paris?"),
+                                                 tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    [call] = tools.choices[0].message.tool_calls or []
+    assert tools.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+
+    # What does not translate, and the provider's errors, as the SDK's typed exceptions (another subscription:
+    # the served one's usage is checked exactly below).
+    bad = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=keys[errors], max_retries=0,
+                             timeout=30)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await bad.chat.completions.create(model=model, messages=_user("hi"), n=2)
+    assert refused.value.code == "unsupported_parameter" and "n" in str(refused.value.message)
+    with pytest.raises(openai.RateLimitError) as limited:
+        await bad.chat.completions.create(model=model, messages=_user("hi"),
+                                          extra_headers={"x-testmodel-status": "429"})
+    assert limited.value.code == "rate_limit_error"
+    with pytest.raises(openai.InternalServerError) as overloaded:  # Anthropic's 529 is 503 for OpenAI clients
+        await bad.chat.completions.create(model=model, messages=_user("hi"),
+                                          extra_headers={"x-testmodel-status": "529"})
+    assert overloaded.value.status_code == 503
+    with pytest.raises(openai.NotFoundError):  # no Messages counterpart: no route
+        await bad.embeddings.create(model=model, input="x")
+    await bad.close()
+    await client.close()
+
+    # The model's own path is translated the same way.
+    own = await world.chat(model, keys[served])
+    assert own.status_code == 200 and own.json()["object"] == "chat.completion"
+
+    # Five answers on the served subscription (wait_enforced's, the chat, two streams, the tool call) and the
+    # own-path call: each 10 + 5 tokens, recorded as an OpenAI provider's are.
+    if world.stack.missing(Need.ADMIN_TOKEN):
+        return
+    admin = world.admin_headers()
+
+    async def row() -> dict[str, Any]:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+            resp = await http.get("/v1/usage/report", params={"range": "1d", "subscription": served},
+                                  headers=admin)
+        assert resp.status_code == 200, resp.text
+        rows = [r for r in resp.json()["data"] if r["subscription"] == f"{world.sub_ns()}/{served}"]
+        return rows[0] if rows else {}
+
+    async def recorded() -> bool:
+        return (await row()).get("requests") == 6
+
+    await eventually(recorded, timeout=30, describe=lambda: "six requests recorded")
+    got = await row()
+    assert (got["inputTokens"], got["outputTokens"], got["totalTokens"]) == (6 * PROMPT, 6 * COMPLETION,
+                                                                             6 * (PROMPT + COMPLETION))
+
+
+async def test_the_anthropic_provider_gets_its_key_in_x_api_key_and_never_the_callers(world: World) -> None:
+    world.require(Need.MODEL_REQUESTS)
+    model, sub = world.name("claude-keys"), world.name("claude-keys")
+    keys = await _publish(world, model, sub)
+    caller = keys[sub]
+    resp = await world.chat(model, caller, headers={"x-api-key": caller, "anthropic-beta": "x"})
+    assert resp.status_code == 200, resp.text
+    seen = [r for r in await world.model_requests() if r["path"] == "/v1/messages"]
+    assert seen
+    last = seen[-1]["headers"]
+    assert last["x-api-key"] == world.stack.upstream_key
+    assert last["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in last and "anthropic-beta" not in last
+    assert all(caller not in str(v) for r in seen for v in r["headers"].values())
