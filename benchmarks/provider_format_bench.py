@@ -1,14 +1,15 @@
-"""What translating for a Messages provider adds on the request path (issue 38): the gateway's CPU time and
-round trip per request, an OpenAI-format provider against a `messages` one, interleaved in one run.
+"""What translation adds on the request path (issue 38): the gateway's CPU time and round trip per request, an
+OpenAI client on an OpenAI provider (the baseline) against an OpenAI client on a `messages` provider and an
+Anthropic client at the Messages door of the OpenAI provider, interleaved in one run.
 
 One local stack (control plane, controller, maas-api on SQLite, test model, gateway counting in process) and
 two published models on the same test model: `gpt` (`apiFormat: openai-chat`, its OpenAI side) and `claude`
-(`apiFormat: messages`, its Anthropic side, built on the `anthropic` package's types). Each round runs, for each
-shape (a whole answer, a stream of `--words` words with usage), `--requests` sequential requests to one model
-and then to the other (the order alternates by round: A B, B A, ...). Reported per shape: the gateway's CPU
-time per request (from /proc) and the p50 round trip for both, their difference, and for streams the
-difference per streamed chunk (one chunk per word on both sides). The test model's own cost differs between
-its two sides and is not part of the gateway's CPU.
+(`apiFormat: messages`, its Anthropic side, built on the `anthropic` package's types); the door is `gpt`'s
+`/v1/messages`. Each round runs, for each shape (a whole answer, a stream of `--words` words with usage),
+`--requests` sequential requests of each variant (the order rotates by round). Reported per shape: the
+gateway's CPU time per request (from /proc) and the p50 round trip of each, the difference to the baseline,
+and for streams the difference per streamed chunk (one chunk per word). The test model's own cost differs
+between its two sides and is not part of the gateway's CPU.
 
     .venv/bin/python benchmarks/provider_format_bench.py [--rounds 3] [--requests 300] [--words 50]
 """
@@ -32,6 +33,8 @@ from overshoot_bench import MAAS, NS, SETTINGS, accept_gateway, mint, wait_activ
 from maasctl.localstack import LocalStack, StackOptions
 
 FORMATS = {"gpt": "openai-chat", "claude": "messages"}
+VARIANTS = {"openai": ("gpt", "chat/completions"), "provider": ("claude", "chat/completions"),
+            "door": ("gpt", "messages")}
 
 
 def objects(stack: LocalStack, sub_ns: str) -> list[dict[str, Any]]:
@@ -55,9 +58,11 @@ def objects(stack: LocalStack, sub_ns: str) -> list[dict[str, Any]]:
     return objs
 
 
-def payload(stream: bool, words: int) -> dict[str, Any]:
+def payload(stream: bool, words: int, door: bool = False) -> dict[str, Any]:
     text = " ".join(["word"] * words)
     body: dict[str, Any] = {"model": "gpt-x", "messages": [{"role": "user", "content": text}]}
+    if door:
+        return body | {"max_tokens": 256} | ({"stream": True} if stream else {})
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     return body
@@ -98,21 +103,21 @@ async def run(rounds: int, requests: int, words: int) -> list[dict[str, Any]]:
         await wait_active(stack, ["unlimited"])
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
             key = await mint(http, stack, "bob", "unlimited")
-            urls = {m: f"{stack.gateway_url}/{NS}/{m}/v1/chat/completions" for m in FORMATS}
-            for url in urls.values():
-                await until_served(http, url, key)
+            urls = {v: f"{stack.gateway_url}/{NS}/{m}/v1/{p}" for v, (m, p) in VARIANTS.items()}
+            for model in FORMATS:
+                await until_served(http, f"{stack.gateway_url}/{NS}/{model}/v1/chat/completions", key)
             for r in range(rounds):
-                order = list(FORMATS) if r % 2 == 0 else list(reversed(FORMATS))
+                order = list(VARIANTS)[r % 3:] + list(VARIANTS)[:r % 3]
                 for stream in (False, True):
-                    body = payload(stream, words)
                     row: dict[str, Any] = {"round": r + 1, "shape": "stream" if stream else "whole"}
-                    for model in order:
+                    for variant in order:
+                        body = payload(stream, words, door=variant == "door")
                         for _ in range(20):  # warm-up: the auth decision cached, connections open
-                            await call(http, urls[model], key, body)
+                            await call(http, urls[variant], key, body)
                         before = cpu_seconds(gateway_pid)
-                        times = [await call(http, urls[model], key, body) for _ in range(requests)]
-                        row[model] = {"cpu_us": (cpu_seconds(gateway_pid) - before) / requests * 1e6,
-                                      "p50_ms": statistics.median(times)}
+                        times = [await call(http, urls[variant], key, body) for _ in range(requests)]
+                        row[variant] = {"cpu_us": (cpu_seconds(gateway_pid) - before) / requests * 1e6,
+                                        "p50_ms": statistics.median(times)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     finally:
@@ -128,16 +133,17 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=50, help="words in the prompt: the test model echoes them")
     args = parser.parse_args()
     rows = asyncio.run(run(args.rounds, args.requests, args.words))
-    print(f"\n{'shape':<7} {'round':>5} {'openai cpu µs':>14} {'messages cpu µs':>16} {'added µs':>9} "
-          f"{'openai p50 ms':>14} {'messages p50 ms':>16}")
+    print(f"\n{'shape':<7} {'round':>5} " + " ".join(f"{v + ' cpu µs':>17} {v + ' p50 ms':>17}" for v in VARIANTS))
     for row in rows:
-        g, c = row["gpt"], row["claude"]
-        print(f"{row['shape']:<7} {row['round']:>5} {g['cpu_us']:>14.0f} {c['cpu_us']:>16.0f} "
-              f"{c['cpu_us'] - g['cpu_us']:>9.0f} {g['p50_ms']:>14.2f} {c['p50_ms']:>16.2f}")
+        cells = " ".join(f"{row[v]['cpu_us']:>17.0f} {row[v]['p50_ms']:>17.2f}" for v in VARIANTS)
+        print(f"{row['shape']:<7} {row['round']:>5} {cells}")
     for shape in ("whole", "stream"):
-        added = [r["claude"]["cpu_us"] - r["gpt"]["cpu_us"] for r in rows if r["shape"] == shape]
-        extra = f" ({statistics.median(added) / (args.words + 2):.1f} µs per chunk)" if shape == "stream" else ""
-        print(f"{shape}: median added gateway CPU per request {statistics.median(added):.0f} µs{extra}")
+        for variant in ("provider", "door"):
+            added = [r[variant]["cpu_us"] - r["openai"]["cpu_us"] for r in rows if r["shape"] == shape]
+            p50 = [r[variant]["p50_ms"] - r["openai"]["p50_ms"] for r in rows if r["shape"] == shape]
+            extra = f", {statistics.median(added) / (args.words + 2):.1f} µs per chunk" if shape == "stream" else ""
+            print(f"{shape} {variant}: median added gateway CPU {statistics.median(added):.0f} µs per request"
+                  f"{extra}; p50 {statistics.median(p50):+.2f} ms")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -144,3 +145,61 @@ async def test_the_anthropic_provider_gets_its_key_in_x_api_key_and_never_the_ca
     assert last["anthropic-version"] == "2023-06-01"
     assert "authorization" not in last and "anthropic-beta" not in last
     assert all(caller not in str(v) for r in seen for v in r["headers"].values())
+
+
+async def test_an_anthropic_client_at_the_messages_door_of_both_kinds_of_model(world: World) -> None:
+    """The official `anthropic` package on the base URL (it calls `<base>/v1/messages`, the model named in the
+    body): an OpenAI-format model (translated both ways) and a Messages-format one (Messages -> Chat -> Messages,
+    so both are metered from the same Chat answer); the data plane's refusals and the provider's errors reach
+    it as its typed exceptions."""
+    gpt, claude, sub = world.name("door-gpt"), world.name("door-claude"), world.name("door")
+    secret, external, ref = world.external_model(gpt)
+    external["metadata"]["name"], ref["spec"]["modelRef"]["name"] = gpt, gpt
+    await world.apply(secret, external, ref, *_anthropic_model(world, claude))
+    await world.apply(world.auth_policy(world.name("door-access"), [gpt, claude], users=("alice",)),
+                      world.subscription(sub, {gpt: [(1_000_000, "1h")], claude: [(1_000_000, "1h")]},
+                                         users=("alice",)))
+    await world.wait_active(sub)
+    key = (await world.mint("alice", subscription=sub))["key"]
+    await world.wait_enforced(gpt, key)
+    await world.wait_enforced(claude, key)
+    client = anthropic.AsyncAnthropic(base_url=world.stack.gateway_url, api_key=key, max_retries=0, timeout=30)
+
+    for model in (gpt, claude):
+        message = await client.messages.create(model=model, max_tokens=64, system="be brief",
+                                               messages=[{"role": "user", "content": "hello"}])
+        assert message.type == "message" and message.model == model and message.stop_reason == "end_turn"
+        assert isinstance(message.content[0], anthropic.types.TextBlock) and message.content[0].text
+        # 10 prompt tokens, uncached; 5 out (Anthropic's input excludes cache reads: none here)
+        assert (message.usage.input_tokens, message.usage.output_tokens) == (PROMPT, COMPLETION)
+
+        async with client.messages.stream(model=model, max_tokens=64,
+                                          messages=[{"role": "user", "content": "tell me a story"}]) as stream:
+            text = "".join([piece async for piece in stream.text_stream])
+            final = await stream.get_final_message()
+        assert text and final.stop_reason == "end_turn"
+        assert (final.usage.input_tokens, final.usage.output_tokens) == (PROMPT, COMPLETION)
+
+    tools = await client.messages.create(
+        model=claude, max_tokens=64, messages=[{"role": "user", "content": "the weather in Paris?"}],
+        tools=[{"name": "get_weather", "description": "The weather in a city",
+                "input_schema": WEATHER_TOOL["function"]["parameters"]}])  # type: ignore[index]
+    [use] = [b for b in tools.content if isinstance(b, anthropic.types.ToolUseBlock)]
+    assert tools.stop_reason == "tool_use" and use.name == "get_weather" and use.input == {"city": "Paris"}
+
+    with pytest.raises(anthropic.NotFoundError):  # the data plane's refusal, in Anthropic's shape
+        await client.messages.create(model=world.name("no-such-model"), max_tokens=8,
+                                     messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(anthropic.BadRequestError) as refused:  # no Chat counterpart: refused, never dropped
+        await client.messages.create(model=gpt, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+                                     extra_body={"container": "c-1"})
+    assert "container" in str(refused.value)
+    with pytest.raises(anthropic.RateLimitError):  # the Messages provider's 429 through both translations
+        await client.messages.create(model=claude, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+                                     extra_headers={"x-testmodel-status": "429"})
+    wrong = anthropic.AsyncAnthropic(base_url=world.stack.gateway_url, api_key="sk-oai-not-a-real-key",
+                                     max_retries=0, timeout=30)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        await wrong.messages.create(model=gpt, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    await wrong.close()
+    await client.close()

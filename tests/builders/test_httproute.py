@@ -275,9 +275,13 @@ class TestBaseUrlRules:
 
     def test_exact_rules(self) -> None:
         rules = build_external_route(BASE)["spec"]["rules"]
-        prefix_rule = rules[0]
-        assert len(rules) == 1 + len(BASE_INFERENCE_PATHS)
-        for api_path, rule in zip(BASE_INFERENCE_PATHS, rules[1:], strict=True):
+        prefix_rule, door_rule = rules[0], rules[1]
+        assert len(rules) == 2 + len(BASE_INFERENCE_PATHS)
+        assert door_rule["matches"] == [{"path": {"type": "Exact", "value": "/llm/gpt-4o/v1/messages"}}]
+        assert door_rule["filters"][0]["urlRewrite"]["path"] == {"type": "ReplaceFullPath",
+                                                                 "replaceFullPath": "/v1/chat/completions"}
+        for api_path, rule in zip(BASE_INFERENCE_PATHS, rules[2:], strict=True):
+            provider_path = "/v1/chat/completions" if api_path == "/v1/messages" else api_path
             assert rule["matches"] == [
                 {"path": {"type": "Exact", "value": api_path},
                  "headers": [{"type": "Exact", "name": "x-gateway-model-name", "value": "openai"}]},
@@ -285,7 +289,7 @@ class TestBaseUrlRules:
                  "headers": [{"type": "Exact", "name": "x-gateway-model-name", "value": "gpt-4o"}]},
             ]
             assert rule["filters"][0] == {"type": "URLRewrite", "urlRewrite": {
-                "hostname": "api.openai.com", "path": {"type": "ReplaceFullPath", "replaceFullPath": api_path}}}
+                "hostname": "api.openai.com", "path": {"type": "ReplaceFullPath", "replaceFullPath": provider_path}}}
             assert rule["filters"][1:] == prefix_rule["filters"][1:]
             assert rule["backendRefs"] == prefix_rule["backendRefs"]
             assert rule["timeouts"] == prefix_rule["timeouts"]
@@ -300,12 +304,16 @@ class TestBaseUrlRules:
                                                           ("api/paas/v4", "/api/paas/v4/chat/completions")])
     def test_provider_base_path(self, base_path: str, upstream: str) -> None:
         rules = build_external_route(replace(BASE, base_path=base_path))["spec"]["rules"]
-        assert rules[1]["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] == upstream
+        assert rules[2]["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] == upstream
+        assert rules[1]["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] == upstream  # the Messages door
 
     @pytest.mark.parametrize(("path", "header", "served", "upstream"), [
         ("/v1/chat/completions", "openai", True, "/v1/chat/completions"),
         ("/v1/embeddings", "gpt-4o", True, "/v1/embeddings"),
         ("/v1/responses", "openai", True, "/v1/responses"),
+        ("/v1/messages", "openai", True, "/v1/chat/completions"),
+        ("/llm/gpt-4o/v1/messages", None, True, "/v1/chat/completions"),
+        ("/v1/messages", "other", False, None),
         ("/v1/chat/completions", "other", False, None),
         ("/v1/chat/completions", None, False, None),
         ("/v1/models", "openai", False, None),
@@ -382,8 +390,8 @@ ANTHROPIC = replace(BASE, external_model="claude", host="api.anthropic.com", pro
 
 
 def test_a_messages_provider_is_served_as_chat_completions_only() -> None:
-    """Only chat completions have a Messages counterpart: both rules (the model's path and the base URL) go to
-    the provider's `/v1/messages`; no other OpenAI path reaches it (the table finds no route: 404)."""
+    """Only chat completions have a Messages counterpart: they and the Messages door, on the model's path and
+    the base URL, go to the provider's `/v1/messages`; no other OpenAI path reaches it (no route: 404)."""
     route = build_external_route(ANTHROPIC)
     annotations = route["metadata"]["annotations"]
     assert annotations["maas.opendatahub.io/api-format"] == "messages"
@@ -393,15 +401,20 @@ def test_a_messages_provider_is_served_as_chat_completions_only() -> None:
                 for rule in route["spec"]["rules"] for m in rule["matches"]]
     messages = {"type": "ReplaceFullPath", "replaceFullPath": "/v1/messages"}
     assert rewrites == [("Exact", "/llm/gpt-4o/v1/chat/completions", [], messages),
+                        ("Exact", "/llm/gpt-4o/v1/messages", [], messages),
                         ("Exact", "/v1/chat/completions", ["claude"], messages),
-                        ("Exact", "/v1/chat/completions", ["gpt-4o"], messages)]
+                        ("Exact", "/v1/chat/completions", ["gpt-4o"], messages),
+                        ("Exact", "/v1/messages", ["claude"], messages),
+                        ("Exact", "/v1/messages", ["gpt-4o"], messages)]
     service, _ = build_external_model_objects(replace(ANTHROPIC, host="localhost", tls=False, port=8000))
     table = build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
     chat = table.match("gw", "/llm/gpt-4o/v1/chat/completions", "POST", {})
     assert chat is not None and chat.upstream_path == "/v1/messages"
     assert (chat.rule.api_format, chat.rule.key_scheme) == ("messages", "x-api-key")
+    door = table.match("gw", "/llm/gpt-4o/v1/messages", "POST", {})
+    assert door is not None and door.upstream_path == "/v1/messages"
     for other in ("/llm/gpt-4o/v1/embeddings", "/llm/gpt-4o/v1/completions", "/llm/gpt-4o/v1/models",
-                  "/llm/gpt-4o/v1/messages", "/llm/gpt-4o/v1/chat/completions/x"):
+                  "/llm/gpt-4o/v1/messages/count_tokens", "/llm/gpt-4o/v1/chat/completions/x"):
         assert table.match("gw", other, "POST", {}) is None, other
 
 

@@ -1,6 +1,7 @@
-"""A `messages` provider's answers as the OpenAI client gets them (gateway.formats): whole answers, errors and
-their statuses, streams in any chunking, and what cannot be read. Usage the provider does not report is never
-read as 0 tokens (the data plane then charges its estimate)."""
+"""API formats on the request path (gateway.formats). A `messages` provider's answers as the OpenAI client gets
+them: whole answers, errors and their statuses, streams in any chunking, and what cannot be read; usage the
+provider does not report is never read as 0 tokens (the data plane then charges its estimate). The Messages
+door: its requests read as Chat, Chat answers and the data plane's refusals leaving it in Anthropic's shape."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from typing import Any
 
 import pytest
 
+from maasctl.contract.errors import Refusal
 from maasctl.dataplane.body import InvalidBody, PreparedBody
 from maasctl.dataplane.translate import TranslationError
-from maasctl.gateway.formats import AnswerTranslator, translate_request
+from maasctl.gateway.formats import (
+    AnswerTranslator,
+    DoorTranslator,
+    door_refusal,
+    door_request,
+    is_door,
+    translate_request,
+)
 
 CREATED = 1_700_000_000
 JSON = [("content-type", "application/json"), ("content-length", "999"), ("request-id", "req_1")]
@@ -180,3 +189,92 @@ def test_what_has_no_counterpart_is_refused_naming_it(extra: dict[str, Any], par
     with pytest.raises(TranslationError) as caught:
         translate_request(_prepared(chat), "/v1/chat/completions", 4096)
     assert caught.value.param == param and caught.value.refusal().status == 400
+
+
+# -- the Messages door -----------------------------------------------------------------------------------------
+
+CHAT = {"id": "c1", "object": "chat.completion", "created": CREATED, "model": "gpt-x",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi back"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+@pytest.mark.parametrize(("path", "door"), [("/v1/messages", True), ("/llm/m/v1/messages", True),
+                                            ("/v1/chat/completions", False), ("/v1/messages/count_tokens", False),
+                                            ("/v1/messagesx", False), (None, False)])
+def test_the_door_is_the_messages_path(path: str | None, door: bool) -> None:
+    assert is_door(path) is door
+
+
+def test_a_door_request_is_read_as_chat() -> None:
+    chat = json.loads(door_request(json.dumps({"model": "m", "max_tokens": 20, "system": "brief",
+                                               "messages": [{"role": "user", "content": "hi"}]}).encode()))
+    assert chat["messages"][0] == {"role": "system", "content": "brief"}
+    assert chat["max_completion_tokens"] == 20
+
+
+@pytest.mark.parametrize("raw", [b"", b"[1]", b"not json", b'"text"', b'{"model": "m", "container": "c"}'])
+def test_a_door_request_that_cannot_be_read_is_refused(raw: bytes) -> None:
+    with pytest.raises(InvalidBody):
+        door_request(raw)
+
+
+@pytest.mark.parametrize(("status", "expected", "kind"), [(401, 401, "authentication_error"),
+                                                          (403, 403, "permission_error"),
+                                                          (429, 429, "rate_limit_error"),
+                                                          (413, 413, "request_too_large"),
+                                                          (503, 503, "overloaded_error")])
+def test_the_data_planes_refusals_reach_a_door_client_in_anthropics_shape(status: int, expected: int,
+                                                                          kind: str) -> None:
+    """Its own 401/403 are the caller's (kept, never the provider's 502); headers such as retry-after stay."""
+    shaped = door_refusal(Refusal(status, "some_code", "no", {"retry-after": "5"}))
+    assert shaped.status == expected and shaped.headers == {"retry-after": "5"}
+    assert json.loads(shaped.body) == {"type": "error", "error": {"type": kind, "message": "no"}}
+
+
+def _door_whole(status: int, body: bytes, *, from_provider: bool = True, limit: int = 1 << 20) -> tuple[int, Any]:
+    t = DoorTranslator(status, JSON, limit=limit)
+    assert not t.streaming and t.feed(body) == b""
+    out_status, out = t.close(status, from_provider=from_provider)
+    return out_status, json.loads(out)
+
+
+def test_a_whole_chat_answer_leaves_the_door_as_a_message() -> None:
+    status, message = _door_whole(200, json.dumps(CHAT).encode())
+    assert status == 200 and message["type"] == "message" and message["stop_reason"] == "end_turn"
+    assert message["content"] == [{"type": "text", "text": "hi back"}]
+    assert (message["usage"]["input_tokens"], message["usage"]["output_tokens"]) == (10, 5)
+    assert dict(DoorTranslator.edit_headers(JSON, False)) == {"request-id": "req_1",
+                                                              "content-type": "application/json"}
+
+
+@pytest.mark.parametrize(("status", "from_provider", "expected"), [(401, True, 502), (403, True, 502),
+                                                                   (400, False, 400), (401, False, 401),
+                                                                   (429, True, 429), (500, True, 500)])
+def test_errors_leave_the_door_in_anthropics_shape(status: int, from_provider: bool, expected: int) -> None:
+    body = json.dumps({"error": {"message": "nope", "type": "x", "code": "y"}}).encode()
+    out_status, error = _door_whole(status, body, from_provider=from_provider)
+    assert out_status == expected and error["type"] == "error"
+
+
+@pytest.mark.parametrize(("body", "limit"), [(b"<html>", 1 << 20), (b'{"object": "list"}', 1 << 20),
+                                             (json.dumps(CHAT).encode(), 32)])
+def test_what_is_no_chat_answer_leaves_the_door_as_a_502(body: bytes, limit: int) -> None:
+    status, error = _door_whole(200, body, limit=limit)
+    assert status == 502 and error["type"] == "error"
+
+
+def test_a_chat_stream_leaves_the_door_as_messages_events() -> None:
+    chunks = [{"id": "c1", "object": "chat.completion.chunk", "created": CREATED, "model": "gpt-x",
+               "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+              for word in ("hi", " there")]
+    chunks.append({**chunks[0], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({**chunks[0], "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    raw = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+    t = DoorTranslator(200, [("content-type", "text/event-stream")], limit=1 << 20)
+    assert t.streaming
+    out = b"".join(t.feed(raw[i:i + 3]) for i in range(0, len(raw), 3)) + t.close(200)[1]
+    kinds = [line[7:] for line in out.decode().split("\n") if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    [delta] = [json.loads(line[6:]) for line in out.decode().split("\n")
+               if line.startswith("data: ") and '"message_delta"' in line]
+    assert delta["usage"]["output_tokens"] == 5 and delta["delta"]["stop_reason"] == "end_turn"

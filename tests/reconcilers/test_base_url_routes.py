@@ -38,8 +38,8 @@ async def test_generated_route_serves_the_base_url_and_carries_the_ceiling(
 
     route = await eventually(lambda: route_with("256"))
     rules = route["spec"]["rules"]
-    assert len(rules) == 1 + len(BASE_INFERENCE_PATHS)
-    headers = {h["value"] for r in rules[1:] for m in r["matches"] for h in m["headers"]}
+    assert len(rules) == 2 + len(BASE_INFERENCE_PATHS)  # the model's own path, its Messages door, the base URL's
+    headers = {h["value"] for r in rules[2:] for m in r["matches"] for h in m["headers"]}
     assert headers == {"provider", "bounded"}  # the published name and the MaaSModelRef's
 
     service = await k8s.CoreV1Api(kube).read_namespaced_service("maas-bounded", namespace)

@@ -14,7 +14,7 @@ implementation we target resolves, and the one upstream MaaS uses). The route:
   the route's filters (`contract.edge.upstream_headers`), so the key still arrives there;
 - bounds the request with `timeouts.request` (default 300s);
 - serves the one base URL too (`contract.routing`): one rule per base path (`/v1/chat/completions`,
-  `/v1/completions`, `/v1/embeddings`, `/v1/responses`, path Exact) that also matches the header
+  `/v1/completions`, `/v1/embeddings`, `/v1/responses`, `/v1/messages`, path Exact) that also matches the header
   `x-gateway-model-name: <published model name>` (or the MaaSModelRef's name, an alias) and rewrites the full
   path to the provider's (`ReplaceFullPath`: Gateway API allows `ReplacePrefixMatch` only on PathPrefix
   matches). The data plane sets that header from the body's `model`; clients never may. Every rule is part of
@@ -33,10 +33,15 @@ The completion ceiling (`MaaSModelRef.spec.maxCompletionTokens`) rides on the ro
 `maas.opendatahub.io/max-completion-tokens` when the model sets it (`contract.labels.completion_ceiling_of`
 reads it); absent, the data plane uses its default and forwards bodies unchanged.
 
+The Messages door (`/v1/messages`, Anthropic's API, for Anthropic clients): the base URL's `/v1/messages` rule
+and an Exact `<prefix>/messages` rule (it wins over the PathPrefix rule) go to the path the provider answers it
+at: `<base>/chat/completions` for an OpenAI provider, `<base>/messages` for a `messages` one; the data plane
+translates (docs/providers.md).
+
 A `messages` (Anthropic) provider (`apiFormat`, annotation `maas.opendatahub.io/api-format`) is served as OpenAI
-chat completions and only that: its route has two rules, `<prefix>/chat/completions` (Exact) and the base URL's
-`/v1/chat/completions` with the model header, both rewritten in full to the provider's `<base>/messages`; the
-data plane translates the request and the answer (docs/providers.md). Other OpenAI paths have no Messages
+chat completions and through the door, nothing else: its route's rules are `<prefix>/chat/completions`,
+`<prefix>/messages` (Exact) and the base URL's two paths, all rewritten in full to the provider's
+`<base>/messages`; the data plane translates the request and the answer. Other OpenAI paths have no Messages
 counterpart and find no route (404). How the provider takes its key rides on the route as
 `maas.opendatahub.io/upstream-auth` (`upstream_auth`: `x-api-key` for `messages`, `api-key` for Azure,
 `bearer` otherwise).
@@ -252,6 +257,7 @@ def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: 
 
 
 CHAT_PATH: Final = "/v1/chat/completions"
+MESSAGES_PATH: Final = "/v1/messages"
 
 
 def _model_header_matches(inp: ExternalRouteInput, api_path: str) -> list[dict[str, Any]]:
@@ -263,23 +269,37 @@ def _full_path(path: str) -> dict[str, Any]:
     return {"type": "ReplaceFullPath", "replaceFullPath": path}
 
 
-def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
-    """One rule per base path, matched with the model header (see the module docstring)."""
+def _provider_path(inp: ExternalRouteInput, api_path: str) -> str:
+    """The provider's path for a client's API path: a `messages` provider takes chat completions and the
+    Messages door at `<base>/messages`; an OpenAI one takes the Messages door at `<base>/chat/completions` (the
+    data plane translates), everything else at the same path under its base."""
     base = _base_path(inp)
     if inp.api_format == "messages":
-        return [_rule(inp, _model_header_matches(inp, CHAT_PATH), _full_path(base.rstrip("/") + "/messages"))]
-    return [_rule(inp, _model_header_matches(inp, api_path), _full_path(_upstream_path(base, api_path)))
-            for api_path in BASE_INFERENCE_PATHS]
+        return _upstream_path(base, MESSAGES_PATH)
+    return _upstream_path(base, CHAT_PATH if api_path == MESSAGES_PATH else api_path)
 
 
-def _prefix_rule(inp: ExternalRouteInput) -> dict[str, Any]:
-    """The model's own path: everything under `<prefix>/v1` (a `messages` provider: its chat completions only)."""
+def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
+    """One rule per base path, matched with the model header (see the module docstring)."""
+    paths = (CHAT_PATH, MESSAGES_PATH) if inp.api_format == "messages" else BASE_INFERENCE_PATHS
+    return [_rule(inp, _model_header_matches(inp, api_path), _full_path(_provider_path(inp, api_path)))
+            for api_path in paths]
+
+
+def _own_path_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
+    """The model's own path: everything under `<prefix>/v1` as the provider has it, and the Messages door
+    (Exact: it wins over the prefix) to the path the provider answers it at. A `messages` provider: chat
+    completions and the door only."""
+    prefix = public_path_prefix(inp)
+    door = _rule(inp, [{"path": {"type": "Exact", "value": prefix + MESSAGES_PATH.removeprefix("/v1")}}],
+                 _full_path(_provider_path(inp, MESSAGES_PATH)))
     if inp.api_format == "messages":
-        chat = public_path_prefix(inp) + CHAT_PATH.removeprefix("/v1")
-        return _rule(inp, [{"path": {"type": "Exact", "value": chat}}],
-                     _full_path(_base_path(inp).rstrip("/") + "/messages"))
-    return _rule(inp, [{"path": {"type": "PathPrefix", "value": public_path_prefix(inp)}}],
-                 {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)})
+        chat = _rule(inp, [{"path": {"type": "Exact", "value": prefix + CHAT_PATH.removeprefix("/v1")}}],
+                     _full_path(_provider_path(inp, CHAT_PATH)))
+        return [chat, door]
+    everything = _rule(inp, [{"path": {"type": "PathPrefix", "value": prefix}}],
+                       {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)})
+    return [everything, door]
 
 
 def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
@@ -311,7 +331,7 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
                 "namespace": inp.gateway.namespace,
             }
         ],
-        "rules": [_prefix_rule(inp), *_base_url_rules(inp)],
+        "rules": [*_own_path_rules(inp), *_base_url_rules(inp)],
     }
     if inp.hostnames:
         spec["hostnames"] = sorted(set(inp.hostnames))

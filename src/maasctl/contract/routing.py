@@ -22,5 +22,8 @@ __all__ = [
 ]
 
 MODEL_HEADER: Final = "x-gateway-model-name"
-BASE_INFERENCE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+BASE_INFERENCE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+                                "/v1/messages")
+"""`/v1/messages` is Anthropic's Messages API: the door for Anthropic clients onto every ExternalModel, whichever
+format its provider speaks (docs/providers.md)."""
 MODELS_LISTING_PATH: Final = "/v1/models"

@@ -80,7 +80,16 @@ from maasctl.gateway.auth import AuthOutcome, AuthPolicyRuntime
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
-from maasctl.gateway.formats import ANTHROPIC_VERSION, FORMATS, AnswerTranslator, translate_request
+from maasctl.gateway.formats import (
+    ANTHROPIC_VERSION,
+    FORMATS,
+    AnswerTranslator,
+    DoorTranslator,
+    door_refusal,
+    door_request,
+    is_door,
+    translate_request,
+)
 from maasctl.gateway.guardrails import (
     GuardCheck,
     GuardrailsClient,
@@ -179,6 +188,8 @@ class Exchange:
     trlp: CompiledTokenRateLimitPolicy | None = None
     backend: Backend | None = None
     translated: bool = False  # the body went to a `messages` provider as Messages: its answer comes back as Chat
+    door: bool = False  # at the Messages door (`/v1/messages`): refusals in Anthropic's shape
+    door_translated: bool = False  # the door's request was read as Chat: the answer goes back as Messages
     upstream_key: str | None = None
     applied: Sequence[AppliedLimit] = ()
     reservation: Reservation = NO_RESERVATION
@@ -316,7 +327,11 @@ async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
         return p.too_large(ex)
     assert ex.match is not None
     try:
-        ex.body = prepare_body(ex.raw_body, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
+        raw = ex.raw_body
+        if ex.door and ex.match.rule.rename is not None:  # an ExternalModel: the door's Messages read as Chat
+            raw = door_request(raw)
+            ex.door_translated = True
+        ex.body = prepare_body(raw, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
         ex.body = bound_completion(ex.body, ex.match.rule.completion_ceiling, ex.match.upstream_path)
         api_format = ex.match.rule.api_format
         if api_format not in FORMATS:
@@ -488,7 +503,10 @@ class ResponsePass:
         self.rewriter = (JsonModelRewriter(rename_to, settings.max_response_scan_bytes)
                          if rename_to is not None and not sse and "json" in content_type else None)
         self.status = status
-        self.headers = response_header_pairs(headers, body_changed=(sse and plain) or self.rewriter is not None)
+        self._headers = response_header_pairs(headers, body_changed=(sse and plain) or self.rewriter is not None)
+        # a door client's answer becomes Messages last, from what the other stages let out (gateway.formats)
+        self.door = DoorTranslator(status, self._headers, limit=settings.max_response_scan_bytes) \
+            if ex.door_translated else None
         self.termination: Termination = "complete"
         self._guard: OutputGuard | None = None
         self._out: _Collect | None = None
@@ -502,9 +520,21 @@ class ResponsePass:
         ex.response = self
 
     @property
+    def headers(self) -> list[tuple[str, str]]:
+        """The head the client gets (a door client's: Messages)."""
+        if self.door is None:
+            return self._headers
+        return DoorTranslator.edit_headers(self._headers, self.door.streaming)
+
+    @property
+    def _translates_whole(self) -> bool:
+        return (self.translator is not None and not self.translator.streaming) or \
+            (self.door is not None and not self.door.streaming)
+
+    @property
     def _reading_whole(self) -> bool:
         """A translated answer read whole: nothing goes out before the provider's body has ended."""
-        return self.translator is not None and not self.translator.streaming and not self._closed
+        return self._translates_whole and not self._closed
 
     @property
     def held(self) -> bool:
@@ -518,7 +548,7 @@ class ResponsePass:
         answer, a stream they cannot read); False without rails or for a stream they read (they refuse it
         in-band: an error event). A front that answers the head before the body (ext_proc STREAMED) holds such
         an answer whole first (the processor's `mode_override` to BUFFERED)."""
-        if self.translator is not None and not self.translator.streaming:
+        if self._translates_whole:
             return True
         return self._guard is not None and not (self.filt is not None and self.plain)
 
@@ -527,12 +557,12 @@ class ResponsePass:
         if self._start_pending:  # the head as it stands now (a whole translation may have changed it)
             self._start_pending = False
             await self._guard({"type": "http.response.start", "status": self.status,
-                               "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]})
+                               "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self._headers]})
         held = self._out.start is None
         await self._guard({"type": "http.response.body", "body": chunk, "more_body": more})
         if held and self._out.start is not None:  # the head the rails let out (maybe their refusal's)
             self.status = int(self._out.start["status"])
-            self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self._out.start["headers"]]
+            self._headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in self._out.start["headers"]]
         return self._out.take()
 
     async def feed(self, chunk: bytes) -> bytes:
@@ -541,7 +571,8 @@ class ResponsePass:
             chunk = self.translator.feed(chunk)
             if not self.translator.streaming:
                 return b""
-        return await self._pass(chunk)
+        out = await self._pass(chunk)
+        return self.door.feed(out) if self.door is not None else out
 
     async def _pass(self, chunk: bytes) -> bytes:
         """The stages after translation: usage scan, usage chunk drop, rename, output guardrails."""
@@ -572,7 +603,20 @@ class ResponsePass:
             self.rewriter.close() if self.rewriter is not None else b""
         if filt is not None and not filt.done and filt.usage is None:
             self.termination = "truncated"
-        return head + (await self._through_guard(tail, False) if self._guard is not None else tail)
+        return self._door_close(head + (await self._through_guard(tail, False) if self._guard is not None else tail))
+
+    def _door_close(self, out: bytes) -> bytes:
+        """The last Chat bytes through the door (a whole answer: translated now, its status mapped)."""
+        if self.door is None:
+            return out
+        out = self.door.feed(out)
+        guard = self.ex.guard
+        replaced = guard is not None and guard.client_status is not None  # the data plane's refusal, not the provider's
+        status, rest = self.door.close(self.status, from_provider=not replaced)
+        if not self.door.streaming:
+            self.status = status
+        self._closed = True
+        return out + rest
 
     async def abort(self) -> bytes:
         """The upstream stream broke after the head: what is left for the client (held text the rails pass)."""
@@ -581,9 +625,9 @@ class ResponsePass:
             self._closed = True
             self.status = 502
             broken = error_body(502, "the provider's answer broke off before its end", "upstream_malformed")
-            return await self._through_guard(broken, False) if self._guard is not None else broken
+            return self._door_close(await self._through_guard(broken, False) if self._guard is not None else broken)
         self._closed = True
-        return await self._through_guard(b"", False) if self._guard is not None else b""
+        return self._door_close(await self._through_guard(b"", False) if self._guard is not None else b"")
 
     @property
     def usage(self) -> Any:
@@ -619,6 +663,7 @@ class Pipeline:
             ex.path = canonical_path(raw_path.split(b"?", 1)[0])
         except AmbiguousPath as exc:
             ex.path_error = str(exc)
+        ex.door = is_door(ex.path)
         return ex
 
     async def _run(self, stages: tuple[Stage, ...], ex: Exchange, role: Role) -> Refusal | None:
@@ -627,8 +672,12 @@ class Pipeline:
         for stage in stages:
             refusal = await stage.run(self, ex)
             if refusal is not None:
-                return refusal
+                return self.shaped(ex, refusal)
         return None
+
+    def shaped(self, ex: Exchange, refusal: Refusal) -> Refusal:
+        """`refusal` in the client's format: Anthropic's error shape at the Messages door."""
+        return door_refusal(refusal) if ex.door else refusal
 
     async def request_head(self, ex: Exchange, role: Role = "all") -> Refusal | None:
         """Edge, route, auth, metering: what needs no body. Role "processor" on the post stream: call
@@ -636,7 +685,8 @@ class Pipeline:
         refusal = await self._run(HEAD_BY_ROLE[role], ex, role)
         if refusal is None and role == "processor" and not ex.authorized \
                 and not self.plane.settings.serve_routes_without_auth_policy:
-            return _refuse(403, "identity_missing", "the request carries no identity from the authorization stage")
+            return self.shaped(ex, _refuse(403, "identity_missing",
+                                           "the request carries no identity from the authorization stage"))
         return refusal
 
     async def request_body(self, ex: Exchange, raw: bytes, role: Role = "all") -> Refusal | None:
@@ -665,7 +715,7 @@ class Pipeline:
 
     def too_large(self, ex: Exchange) -> Refusal:
         """The answer to a body over `max_request_bytes` (a front that stops reading gives it)."""
-        return _refuse(413, "body_too_large", "request body too large")
+        return self.shaped(ex, _refuse(413, "body_too_large", "request body too large"))
 
     def upstream_request(self, ex: Exchange) -> UpstreamRequest:
         """The request to forward: headers by the header contract (`contract.edge.upstream_headers`), the
@@ -711,7 +761,7 @@ class Pipeline:
     async def _record(self, ex: Exchange, status: int, termination: Termination) -> None:
         plane = self.plane
         usage = ex.response.usage if ex.response is not None else None
-        if ex.response is not None and ex.response.translator is not None:
+        if ex.response is not None and (ex.response.translator is not None or ex.response.door is not None):
             status = ex.response.status  # what the client got (a translated error's status may differ)
         charge = charge_for(status, usage, ex.body, termination, completion_ceiling=_ceiling(self, ex))
         await plane.limiter.settle(ex.reservation, ex.applied, charge.charged)

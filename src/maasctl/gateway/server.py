@@ -313,13 +313,13 @@ class Gateway:
                 ex.method, URL(up.base_url + up.path_and_query, encoded=True), headers=CIMultiDict(up.headers),
                 data=up.body or None, timeout=client_timeout, allow_redirects=False)
         except TimeoutError:
-            await _respond(send, 504, error_body(504, "upstream request timeout", "upstream_timeout"))
+            await _refuse(send, pipeline.shaped(ex, Refusal(504, "upstream_timeout", "upstream request timeout")))
             await pipeline.finish(ex, 504, "upstream_error")
             return
         except aiohttp.ClientError as exc:
             log.warning("upstream %s unreachable: %s", up.base_url + up.path_and_query.split("?", 1)[0],
                         type(exc).__name__)
-            await _respond(send, 503, error_body(503, "upstream connect error", "upstream_unavailable"))
+            await _refuse(send, pipeline.shaped(ex, Refusal(503, "upstream_unavailable", "upstream connect error")))
             await pipeline.finish(ex, 503, "upstream_error")
             return
         status = response.status

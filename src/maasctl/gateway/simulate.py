@@ -45,6 +45,7 @@ from maasctl.contract.labels import MODEL_LABEL, MODEL_NAMESPACE_LABEL
 from maasctl.dataplane.body import read_json_object
 from maasctl.dataplane.routing import is_base_inference_path
 from maasctl.gateway.auth import AuthServiceUnavailable
+from maasctl.gateway.formats import is_door
 from maasctl.gateway.pipeline import Exchange, Pipeline
 from maasctl.gateway.ratelimit import TokenRateLimiter
 from maasctl.gateway.state import AUTH_POLICY, GatewayState
@@ -168,7 +169,8 @@ def _path_for(gateway: Enforcer, request: SimulateRequest) -> tuple[str, str]:
         return request.host or "", request.model
     table = gateway.state.snapshot().table
     route = _route_of_model(gateway, request.model)
-    for rule in sorted(table.rules, key=lambda r: is_base_inference_path(r.path)):  # the model's own path first
+    # the model's own path first, its Messages door last (simulate asks in OpenAI's format)
+    for rule in sorted(table.rules, key=lambda r: (is_base_inference_path(r.path), is_door(r.path))):
         if rule.model == request.model or rule.route_key in (request.model, route):
             host = request.host or (rule.hostnames[0] if rule.hostnames and "*" not in rule.hostnames[0] else "")
             path = rule.path if rule.path_type == "Exact" else rule.path.rstrip("/") + request.endpoint
