@@ -278,3 +278,19 @@ def test_a_chat_stream_leaves_the_door_as_messages_events() -> None:
     [delta] = [json.loads(line[6:]) for line in out.decode().split("\n")
                if line.startswith("data: ") and '"message_delta"' in line]
     assert delta["usage"]["output_tokens"] == 5 and delta["delta"]["stop_reason"] == "end_turn"
+
+
+def test_a_translated_stream_names_the_published_model_and_keeps_its_usage_for_metering() -> None:
+    """The stream's translator does the usage filter's work: the published name in every chunk, no usage
+    chunk when the client did not ask for one, the usage still there for metering once the final count came."""
+    t = AnswerTranslator(200, SSE, limit=1 << 20, created=CREATED, model="published", include_usage=False)
+    raw = _events()
+    assert t.stream_usage is None and not t.stream_ended
+    chunks = _chunks(t.feed(raw))
+    assert t.stream_ended and t.stream_usage is not None and t.stream_usage["completion_tokens"] == 5
+    chunks += _chunks(t.close())
+    assert chunks[-1] == "[DONE]" and {c["model"] for c in chunks[:-1]} == {"published"}
+    assert all("usage" not in c for c in chunks[:-1])
+    cut = AnswerTranslator(200, SSE, limit=1 << 20, created=CREATED, include_usage=False)
+    cut.feed(_events(with_usage=False))
+    assert cut.stream_ended and cut.stream_usage is None  # ended, but nothing to bill on: the estimate

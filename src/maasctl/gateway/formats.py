@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.dataplane.body import InvalidBody, PreparedBody
@@ -96,15 +96,29 @@ class AnswerTranslator:
     """A `messages` provider's answer as a Chat answer: `feed` the provider's bytes, `close` at their end;
     `status`/`headers` are the client's (final after `close` unless `streaming`)."""
 
-    def __init__(self, status: int, headers: list[tuple[str, str]], *, limit: int, created: int) -> None:
+    def __init__(self, status: int, headers: list[tuple[str, str]], *, limit: int, created: int,
+                 model: str | None = None, include_usage: bool = True) -> None:
         lowered = {k.lower(): v for k, v in headers}
         self._decoder = Decompressor(lowered.get("content-encoding", ""))
         self.streaming = 200 <= status < 300 and "text/event-stream" in lowered.get("content-type", "")
         self.status = status
         self.headers = _headers_for(headers, self.streaming)
-        self._stream = MessagesStreamToChat(created=created, include_usage=True) if self.streaming else None
+        # a stream's translator also does what the usage filter does for other streams (gateway.pipeline): it
+        # knows the usage, writes the published model name and leaves out the usage chunk the client did not ask
+        self._stream = MessagesStreamToChat(created=created, include_usage=include_usage, model=model) \
+            if self.streaming else None
         self._created = created
         self._whole = _WholeAnswer(limit)
+
+    @property
+    def stream_usage(self) -> dict[str, Any] | None:
+        """A stream's usage in Chat dimensions, once the provider gave its final counts (else None)."""
+        return self._stream.usage if self._stream is not None and self._stream.counted else None
+
+    @property
+    def stream_ended(self) -> bool:
+        """The provider's stream reached its end (`message_stop`, or an error event)."""
+        return self._stream is not None and self._stream.done
 
     def feed(self, chunk: bytes) -> bytes:
         """Translated bytes for the client (a whole answer: none until `close`)."""

@@ -485,8 +485,10 @@ class ResponsePass:
         settings = pipeline.plane.settings
         self.ex = ex
         # a `messages` provider's answer becomes Chat first (gateway.formats); the stages below read the Chat
-        self.translator = AnswerTranslator(status, headers, limit=settings.max_response_scan_bytes,
-                                           created=int(time.time())) if ex.translated else None
+        self.translator = AnswerTranslator(
+            status, headers, limit=settings.max_response_scan_bytes, created=int(time.time()),
+            model=ex.body.response_model, include_usage=not ex.body.injected_usage) if ex.translated else None
+        translated_stream = self.translator is not None and self.translator.streaming
         if self.translator is not None:
             status, headers = self.translator.status, self.translator.headers
         lowered = {k.lower(): v for k, v in headers}
@@ -498,7 +500,8 @@ class ResponsePass:
         # goes through as sent and a decompressed copy is scanned.
         rename_to = ex.body.response_model if plain else None  # a renamed model's answers name the published one
         self.filt = SseUsageFilter(drop_usage_chunk=ex.body.injected_usage and plain,
-                                   rename_to=rename_to) if sse else None
+                                   rename_to=rename_to) if sse and not translated_stream else None
+        self._reads_stream = (self.filt is not None and plain) or translated_stream  # edits it as it passes
         self.scanner = None if sse else JsonUsageScanner(settings.max_response_scan_bytes)
         self.rewriter = (JsonModelRewriter(rename_to, settings.max_response_scan_bytes)
                          if rename_to is not None and not sse and "json" in content_type else None)
@@ -550,7 +553,7 @@ class ResponsePass:
         an answer whole first (the processor's `mode_override` to BUFFERED)."""
         if self._translates_whole:
             return True
-        return self._guard is not None and not (self.filt is not None and self.plain)
+        return self._guard is not None and not self._reads_stream
 
     async def _through_guard(self, chunk: bytes, more: bool) -> bytes:
         assert self._guard is not None and self._out is not None
@@ -593,6 +596,8 @@ class ResponsePass:
         """The upstream body ended: the last bytes for the client."""
         head = b""
         if self.translator is not None:
+            if self.translator.streaming and not self.translator.stream_ended and self.translator.stream_usage is None:
+                self.termination = "truncated"
             translated = self.translator.close()
             if not self.translator.streaming:  # a whole answer's status is known now (an error's may change)
                 self.status = self.translator.status
@@ -632,6 +637,8 @@ class ResponsePass:
     @property
     def usage(self) -> Any:
         """The answer's `usage` as read so far (None when it could not be read)."""
+        if self.translator is not None and self.translator.streaming:
+            return self.translator.stream_usage
         if not self.decoder.readable:
             return None
         if self.filt is not None:

@@ -57,12 +57,14 @@ def _json(event: SseEvent) -> Any:
 
 
 class MessagesStreamToChat:
-    """Anthropic Messages events -> OpenAI chat chunks. `created` is the caller's clock (Unix seconds)."""
+    """Anthropic Messages events -> OpenAI chat chunks. `created` is the caller's clock (Unix seconds); `model`,
+    when given, is the name the chunks carry (the published one of a renamed model) instead of the provider's."""
 
-    def __init__(self, *, created: int, include_usage: bool = True) -> None:
+    def __init__(self, *, created: int, include_usage: bool = True, model: str | None = None) -> None:
         self._parser = SseParser()
         self._created = created
         self._include_usage = include_usage
+        self._model_name = model
         self._id = ""
         self._model = ""
         self._usage: dict[str, Any] = {}
@@ -76,6 +78,11 @@ class MessagesStreamToChat:
     def usage(self) -> dict[str, Any]:
         """The usage so far in Chat dimensions (the last `message_delta`'s counts are cumulative)."""
         return messages_usage_to_chat(self._usage)
+
+    @property
+    def counted(self) -> bool:
+        """A `message_delta` gave the final counts: `usage` is what the provider billed."""
+        return self._counted
 
     def feed(self, chunk: bytes) -> bytes:
         """The client bytes for a chunk of the provider's stream."""
@@ -115,7 +122,7 @@ class MessagesStreamToChat:
 
     def _start(self, message: Any) -> bytes:
         message = message if isinstance(message, Mapping) else {}
-        self._id, self._model = str(message.get("id", "")), str(message.get("model", ""))
+        self._id, self._model = str(message.get("id", "")), self._model_name or str(message.get("model", ""))
         if isinstance(message.get("usage"), Mapping):
             self._usage = dict(message["usage"])
         return self._chunk({"role": "assistant", "content": ""})
