@@ -16,7 +16,7 @@ from maasctl.builders.httproute import (
 )
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
-from maasctl.contract.edge import CREDENTIAL_HEADERS, upstream_headers
+from maasctl.contract.edge import CREDENTIAL_HEADERS, provider_headers, upstream_headers
 from maasctl.contract.routing import BASE_INFERENCE_PATHS
 from maasctl.gateway.routes import build_route_table
 
@@ -455,3 +455,15 @@ def test_the_provider_key_goes_where_the_provider_takes_it(inp: ExternalRouteInp
 def test_an_unknown_api_format_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="apiFormat"):
         build_external_route(replace(BASE, api_format="bedrock"))
+
+
+@pytest.mark.parametrize(("provider", "api_format", "key", "expected"), [
+    ("openai", "openai-chat", "k", {"authorization": "Bearer k"}),
+    ("azure", "openai-chat", "k", {"api-key": "k"}),
+    ("anthropic", "messages", "k", {"x-api-key": "k", "anthropic-version": "2023-06-01"}),
+    ("anthropic", "messages", "", {"anthropic-version": "2023-06-01"}),
+    ("openai", "openai-chat", "", {}),
+])
+def test_provider_headers_as_the_console_lists_models(provider: str, api_format: str, key: str,
+                                                      expected: dict[str, str]) -> None:
+    assert provider_headers(provider, api_format, key) == expected

@@ -35,13 +35,18 @@ async def _until_gone(world: ConsoleWorld, plural: str, ns: str, name: str, time
         await asyncio.sleep(0.2)
 
 
-def import_service(browser: Browser, name: str, ns: str, endpoint: str, key: str = "") -> None:
+def import_service(browser: Browser, name: str, ns: str, endpoint: str, key: str = "", *, provider: str = "",
+                   api_format: str = "") -> None:
     browser.go("/admin/models/services/new")
     browser.fill("name", name)
     browser.fill("namespace", ns)
     browser.fill("endpoint", endpoint)
     if key:
         browser.fill("upstream_key", key)
+    if provider:
+        browser.fill("provider", provider)
+    if api_format:
+        browser.select("api_format", api_format)
     browser.button("Create")
 
 
@@ -223,3 +228,39 @@ async def test_importing_asks_the_provider_for_its_model_names_and_offers_them(w
     assert world.stack.options.upstream_key not in browser.source()
     browser.go(f"/admin/models/services/{ns}/listed/publish")  # kept: offered again later, from the metadata
     assert {o.get_attribute("value") for o in browser.all("datalist#provider-models option")} == offered
+
+
+async def test_an_anthropic_format_service_is_asked_with_its_own_headers_and_publishes_messages_models(
+        world: ConsoleWorld, browser: Browser) -> None:
+    """A Messages (Anthropic) provider: the console lists its models the way the gateway will call it (the key
+    in x-api-key, with anthropic-version; the test model's Anthropic side refuses Bearer), and the published
+    ExternalModels say `apiFormat: messages`, so their routes translate. A format the API does not know is
+    refused next to the field."""
+    ns = await objects.namespace(world, "anth")
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: "ops" in browser.text("header"))
+    browser.go("/admin/models/services/new")
+    browser.fill("name", "forged")
+    browser.fill("namespace", ns)
+    browser.fill("endpoint", f"{world.stack.model_url}/v1")
+    browser.run("const o = document.createElement('option'); o.value = 'bedrock'; "
+                "document.getElementById('api_format').appendChild(o)")
+    browser.select("api_format", "bedrock")
+    browser.button("Create")
+    await browser.until(lambda: browser.all("#api_format-error"), what="unknown format refused")
+    secrets = await k8s.CoreV1Api(world.stack.api).list_namespaced_secret(ns)
+    assert [x.metadata.name for x in secrets.items if x.metadata.name == "maas-service-forged"] == []
+
+    import_service(browser, "claude", ns, f"{world.stack.model_url}/v1", world.stack.options.upstream_key,
+                   provider="anthropic", api_format="messages")
+    await browser.until(lambda: browser.path == f"/admin/models/services/{ns}/claude/publish", what="publish form")
+    offered = {o.get_attribute("value") for o in browser.all("datalist#provider-models option")}
+    assert offered == {"gpt-x", "granite"}, (offered, browser.text("main")[:300])
+    browser.fill("models-0-name", "sonnet")
+    browser.fill("models-0-target", "gpt-x")
+    browser.button("Save")
+    await browser.until(lambda: browser.path == "/admin/models/services", what="saved")
+    sonnet = await _get(world, "externalmodels", ns, "sonnet")
+    assert sonnet is not None and sonnet["spec"]["apiFormat"] == "messages"  # type: ignore[index]
+    assert sonnet["spec"]["provider"] == "anthropic"  # type: ignore[index]
+    assert world.stack.options.upstream_key not in browser.source()

@@ -90,6 +90,18 @@ def test_service_objects_share_endpoint_and_key() -> None:
     assert "stringData" not in catalog.service_secret(catalog.Service("x", "llm", "https://h/v1", "openai", False), "")
 
 
+def test_a_messages_service_publishes_messages_external_models() -> None:
+    svc = catalog.Service(name="claude", namespace="llm", endpoint="https://api.anthropic.com/v1",
+                          provider="anthropic", has_key=True, api_format="messages")
+    em, _ = catalog.service_objects(svc, catalog.Published("sonnet", "claude-sonnet-4-5"))
+    assert em["spec"]["apiFormat"] == "messages"
+    secret = catalog.service_secret(svc, "k")
+    assert secret["metadata"]["annotations"]["maas.opendatahub.io/api-format"] == "messages"
+    assert catalog.service_from_metadata({"metadata": secret["metadata"]}) == svc
+    plain = catalog.Service("x", "llm", "https://h/v1", "openai", False)
+    assert "apiFormat" not in catalog.service_objects(plain, catalog.Published("m", "m"))[0]["spec"]
+
+
 def test_subscription_and_its_auth_policy_for_everyone() -> None:
     form = SubscriptionForm(name="everyone", users="*", priority="3",
                             models=[ModelRow("llm", "gpt-x", include=True), ModelRow("llm", "skip")])

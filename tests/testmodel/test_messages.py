@@ -337,3 +337,17 @@ async def test_replies_and_guard_questions_answer_as_on_the_openai_side() -> Non
                                              messages=[{"role": "user", "content": "a bomb? Yes or No"}])
     assert fixed.content[0].type == "text" and fixed.content[0].text == "forbidden words"
     assert guard.content[0].type == "text" and guard.content[0].text == "Yes"
+
+
+async def test_the_anthropic_side_lists_its_models_with_x_api_key() -> None:
+    """Anthropic serves its model list at /v1/models too: asked with anthropic-version it needs x-api-key and
+    answers Anthropic's page, which the SDK reads."""
+    cfg = ModelServerConfig(models=("gpt-x", "granite"), require_bearer="bearer-key", require_api_key="anthropic-key")
+    async with raw(cfg) as http:
+        listed = await http.get("/v1/models", headers={"x-api-key": "anthropic-key", "anthropic-version": "2023-06-01"})
+        wrong = await http.get("/v1/models", headers={"x-api-key": "other", "anthropic-version": "2023-06-01"})
+        openai_side = await http.get("/v1/models", headers={"authorization": "Bearer bearer-key"})
+    assert listed.status_code == 200 and [m["id"] for m in listed.json()["data"]] == ["gpt-x", "granite"]
+    assert listed.json()["data"][0]["type"] == "model" and listed.json()["has_more"] is False
+    assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+    assert openai_side.status_code == 200 and openai_side.json()["object"] == "list"

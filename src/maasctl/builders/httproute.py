@@ -74,7 +74,7 @@ from maasctl.builders.validation import (
     check_path,
 )
 from maasctl.contract import identity as ids
-from maasctl.contract.edge import PROVIDER_KEY_SCHEMES
+from maasctl.contract.edge import PROVIDER_KEY_SCHEMES, key_scheme_for
 from maasctl.contract.labels import API_FORMAT_ANNOTATION, COMPLETION_CEILING_ANNOTATION, UPSTREAM_AUTH_ANNOTATION
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
@@ -101,7 +101,6 @@ COMPONENT_SERVICE: Final = "external-model-backend"
 # What a caller authenticates with; never for the provider (the same set as contract.edge.CREDENTIAL_HEADERS).
 CALLER_CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "cookie", "proxy-authorization")
 API_FORMATS: Final = ("openai-chat", "messages")
-AZURE_PROVIDERS: Final = frozenset({"azure", "azure-openai"})
 
 
 @dataclass(frozen=True)
@@ -139,9 +138,7 @@ class ExternalRouteInput:
 def upstream_auth(inp: ExternalRouteInput) -> str:
     """How the provider takes its key (`contract.edge.PROVIDER_KEY_SCHEMES`): Anthropic's Messages API in
     `x-api-key`, Azure OpenAI in `api-key`, everyone else as `Authorization: Bearer`."""
-    if inp.api_format == "messages":
-        return "x-api-key"
-    return "api-key" if inp.provider in AZURE_PROVIDERS else "bearer"
+    return key_scheme_for(inp.provider, inp.api_format)
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:

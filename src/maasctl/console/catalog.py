@@ -22,6 +22,7 @@ ENDPOINT_ANNOTATION = "maas.opendatahub.io/endpoint"
 PROVIDER_ANNOTATION = "maas.opendatahub.io/provider"
 HAS_KEY_ANNOTATION = "maas.opendatahub.io/upstream-key"
 PROVIDER_MODELS_ANNOTATION = "maas.opendatahub.io/provider-models"  # JSON list of the provider's model ids
+API_FORMAT_ANNOTATION = "maas.opendatahub.io/api-format"  # the ExternalModels' apiFormat (absent: openai-chat)
 MAX_PROVIDER_MODELS: Final = 200
 _PROVIDER_MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,252}")
 
@@ -56,6 +57,7 @@ class Service:
     provider: str
     has_key: bool
     provider_models: tuple[str, ...] = ()  # what the provider listed at import (`console.providers`)
+    api_format: str = "openai-chat"  # the provider's API (ExternalModel.spec.apiFormat)
 
     @property
     def secret_name(self) -> str:
@@ -78,6 +80,8 @@ def service_secret(service: Service, upstream_key: str) -> dict[str, Any]:
     }
     if service.provider_models:
         meta["annotations"][PROVIDER_MODELS_ANNOTATION] = names_to_annotation(service.provider_models)
+    if service.api_format != "openai-chat":
+        meta["annotations"][API_FORMAT_ANNOTATION] = service.api_format
     secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta}
     if upstream_key:
         secret["stringData"] = {KEY_FIELD: upstream_key}
@@ -93,7 +97,8 @@ def service_from_metadata(obj: dict[str, Any]) -> Service | None:
         return None
     return Service(name=name, namespace=str(meta.get("namespace", "")), endpoint=notes.get(ENDPOINT_ANNOTATION, ""),
                    provider=notes.get(PROVIDER_ANNOTATION, "openai"), has_key=notes.get(HAS_KEY_ANNOTATION) == "true",
-                   provider_models=names_from_annotation(notes.get(PROVIDER_MODELS_ANNOTATION)))
+                   provider_models=names_from_annotation(notes.get(PROVIDER_MODELS_ANNOTATION)),
+                   api_format=notes.get(API_FORMAT_ANNOTATION, "openai-chat"))
 
 
 def external_model(service: Service, model: Published) -> ExternalModel:
@@ -101,6 +106,8 @@ def external_model(service: Service, model: Published) -> ExternalModel:
     spec: dict[str, Any] = {"provider": service.provider, "endpoint": service.endpoint, "targetModel": model.target}
     if service.has_key:
         spec["credentialRef"] = {"name": service.secret_name, "key": KEY_FIELD}
+    if service.api_format != "openai-chat":
+        spec["apiFormat"] = service.api_format
     return ExternalModel.model_validate({
         "metadata": {"name": model.name, "namespace": service.namespace, "labels": {SERVICE_LABEL: service.name}},
         "spec": spec,

@@ -19,6 +19,7 @@ import httpx
 
 from maasctl.console.catalog import MAX_PROVIDER_MODELS, is_provider_model_name
 from maasctl.contract.destinations import destination_problem
+from maasctl.contract.edge import provider_headers
 
 __all__ = ["ProviderListing", "list_provider_models"]
 
@@ -44,7 +45,8 @@ def _names(body: bytes) -> tuple[str, ...]:
     return tuple(sorted({n for n in found if is_provider_model_name(n)}))[:MAX_PROVIDER_MODELS]
 
 
-async def list_provider_models(endpoint: str, key: str, namespace: str) -> ProviderListing:
+async def list_provider_models(endpoint: str, key: str, namespace: str, *, provider: str = "openai",
+                               api_format: str = "openai-chat") -> ProviderListing:
     """The provider's model ids (sorted, at most MAX_PROVIDER_MODELS), or none and why. Never raises, never logs
     the key."""
     parts = urlsplit(endpoint)
@@ -54,7 +56,7 @@ async def list_provider_models(endpoint: str, key: str, namespace: str) -> Provi
     if problem is not None:
         return ProviderListing(note=f"the console does not call {parts.hostname}: it {problem}")
     url = endpoint.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = provider_headers(provider, api_format, key)  # as the gateway will call it (Anthropic: x-api-key)
     try:
         async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as http, \
                 http.stream("GET", url, headers=headers) as resp:

@@ -44,6 +44,7 @@ from maasctl.contract.credentials import bearer_credential
 from maasctl.contract.identity import HEADER as IDENTITY_HEADER
 
 __all__ = [
+    "ANTHROPIC_VERSION",
     "API_KEY_HEADER",
     "API_KEY_PREFIX",
     "CREDENTIAL_HEADERS",
@@ -61,8 +62,10 @@ __all__ = [
     "ConflictingCredentials",
     "canonical_path",
     "forbidden_client_header",
+    "key_scheme_for",
     "normalized_name",
     "presented_credential",
+    "provider_headers",
     "provider_key_header",
     "server_decided",
     "upstream_headers",
@@ -84,6 +87,29 @@ PROVIDER_KEY_SCHEMES: Final = {"bearer": "authorization", "x-api-key": "x-api-ke
 """How a provider takes its key (the route's `contract.labels.UPSTREAM_AUTH_ANNOTATION`) -> the header it goes
 in; `bearer` prefixes the value with `Bearer `. Every one is a caller credential header too, so a caller's own
 value never survives next to the provider key."""
+
+
+ANTHROPIC_VERSION: Final = "2023-06-01"
+"""The `anthropic-version` sent to a Messages provider: the API version the translation is written against."""
+AZURE_PROVIDERS: Final = frozenset({"azure", "azure-openai"})
+
+
+def key_scheme_for(provider: str, api_format: str) -> str:
+    """How an ExternalModel's provider takes its key: Anthropic's Messages API in `x-api-key`, Azure OpenAI in
+    `api-key`, everyone else as `Authorization: Bearer` (the controller writes it on the route; the console
+    uses it to list a provider's models)."""
+    if api_format == "messages":
+        return "x-api-key"
+    return "api-key" if provider in AZURE_PROVIDERS else "bearer"
+
+
+def provider_headers(provider: str, api_format: str, key: str) -> dict[str, str]:
+    """The headers a call to the provider carries besides its body: the key in its scheme (none without a key)
+    and, for the Messages API, `anthropic-version`."""
+    headers = dict([provider_key_header(key_scheme_for(provider, api_format), key)]) if key else {}
+    if api_format == "messages":
+        headers["anthropic-version"] = ANTHROPIC_VERSION
+    return headers
 
 
 def provider_key_header(scheme: str, key: str) -> tuple[str, str]:

@@ -27,6 +27,7 @@ import json
 from dataclasses import replace
 from typing import Any, Final
 
+from maasctl.contract.edge import ANTHROPIC_VERSION
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.dataplane.body import InvalidBody, PreparedBody
 from maasctl.dataplane.decompress import Decompressor
@@ -46,8 +47,6 @@ from maasctl.dataplane.translate import (
 __all__ = ["ANTHROPIC_VERSION", "FORMATS", "AnswerTranslator", "DoorTranslator", "door_refusal", "door_request",
            "is_door", "translate_request"]
 
-ANTHROPIC_VERSION: Final = "2023-06-01"
-"""The `anthropic-version` sent to a `messages` provider: the API version the translation is written against."""
 FORMATS: Final = ("openai-chat", "messages")
 CHAT_SUFFIX: Final = "/chat/completions"
 DOOR_SUFFIX: Final = "/v1/messages"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from anthropic import BaseModel
@@ -18,6 +19,7 @@ from anthropic.types import (
     InputJSONDelta,
     Message,
     MessageDeltaUsage,
+    ModelInfo,
     RawContentBlockDeltaEvent,
     RawContentBlockStartEvent,
     RawContentBlockStopEvent,
@@ -45,6 +47,21 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 def is_messages_path(path: str) -> bool:
     """Anthropic's side of the server: its own credentials (`x-api-key`), never the OpenAI side's Bearer."""
     return path == PATH or path.startswith(PATH + "/")
+
+
+def is_anthropic_side(path: str, headers: Mapping[str, str]) -> bool:
+    """A request to the Anthropic side: `/v1/messages`, or `/v1/models` asked with `anthropic-version` (Anthropic
+    serves its model list at the same path as OpenAI)."""
+    return is_messages_path(path) or (path == "/v1/models" and "anthropic-version" in headers)
+
+
+def model_list(models: tuple[str, ...]) -> dict[str, Any]:
+    """Anthropic's `GET /v1/models` page (the SDK's `ModelInfo` items)."""
+    data = [ModelInfo(id=m, type="model", display_name=m, lifecycle="active",
+                      created_at=datetime(2025, 1, 1, tzinfo=UTC))
+            .model_dump(mode="json", exclude_none=True) for m in models]
+    return {"data": data, "has_more": False, "first_id": models[0] if models else None,
+            "last_id": models[-1] if models else None}
 
 
 def error(status: int, message: str, code: str = "") -> JSONResponse:

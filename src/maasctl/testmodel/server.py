@@ -115,7 +115,7 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             entry: dict[str, Any] = {"path": request.url.path, "headers": dict(request.headers)}
             request.state.seen = entry  # the handler adds the body's model name
             state.seen.append(entry)
-            if messages.is_messages_path(request.url.path):  # Anthropic providers take x-api-key, never Bearer
+            if messages.is_anthropic_side(request.url.path, request.headers):  # x-api-key, never Bearer
                 denied = messages.credentials_error(request.headers, cfg.require_api_key)
                 if denied is not None:
                     return denied
@@ -137,7 +137,9 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         return {"status": "ok"}
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(request: Request) -> dict[str, Any]:
+        if messages.is_anthropic_side(request.url.path, request.headers):  # Anthropic's list of models
+            return messages.model_list(cfg.models)
         return {
             "object": "list",
             "data": [{"id": m, "object": "model", "created": 0, "owned_by": "maasctl-test"} for m in cfg.models],

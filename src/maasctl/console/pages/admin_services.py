@@ -90,23 +90,30 @@ async def import_service(request: Request, identity: Admin,
                          namespace: Annotated[str, Form(max_length=63)] = "",
                          endpoint: Annotated[str, Form(max_length=2048)] = "",
                          provider: Annotated[str, Form(max_length=63)] = "openai",
+                         api_format: Annotated[str, Form(max_length=32)] = "openai-chat",
                          upstream_key: Annotated[str, Form(max_length=8192)] = "") -> Response:
     name, namespace, endpoint, provider = name.strip(), namespace.strip(), endpoint.strip(), provider.strip()
-    form = {"name": name, "namespace": namespace, "endpoint": endpoint, "provider": provider}  # never the key
+    api_format = api_format.strip()
+    form = {"name": name, "namespace": namespace, "endpoint": endpoint, "provider": provider,
+            "api_format": api_format}  # never the key
     errors: dict[str, str] = {}
     if not re.match(DNS_LABEL_PATTERN, name) or len(name) > 63 - len(catalog.SECRET_PREFIX):
         errors["name"] = ("Use lowercase letters, digits and hyphens, starting and ending with a letter or digit "
                           f"(at most {63 - len(catalog.SECRET_PREFIX)} characters).")
     try:  # the ExternalModel's own rules for the endpoint and provider
-        ExternalModelSpec.model_validate({"provider": provider, "endpoint": endpoint, "targetModel": "x"})
+        ExternalModelSpec.model_validate({"provider": provider, "endpoint": endpoint, "targetModel": "x",
+                                          "apiFormat": api_format})
     except ValidationError as exc:
-        errors.update(forms.pydantic_errors(exc, lambda loc: str(loc[0]) if loc else forms.FORM))
+        errors.update(forms.pydantic_errors(
+            exc, lambda loc: ("api_format" if loc[0] == "apiFormat" else str(loc[0])) if loc else forms.FORM))
     listing = providers.ProviderListing()
     if not errors:
         # asked now, while the key is in hand: the console never reads it back from the Secret
-        listing = await providers.list_provider_models(endpoint, upstream_key.strip(), namespace)
+        listing = await providers.list_provider_models(endpoint, upstream_key.strip(), namespace,
+                                                       provider=provider, api_format=api_format)
         service = catalog.Service(name=name, namespace=namespace, endpoint=endpoint, provider=provider,
-                                  has_key=bool(upstream_key.strip()), provider_models=listing.names)
+                                  has_key=bool(upstream_key.strip()), provider_models=listing.names,
+                                  api_format=api_format)
         try:
             await kube_as(request, identity).create(SECRET, catalog.service_secret(service, upstream_key.strip()))
         except KubeError as exc:
