@@ -43,8 +43,8 @@ chat completions and through the door, nothing else: its route's rules are `<pre
 `<prefix>/messages` (Exact) and the base URL's two paths, all rewritten in full to the provider's
 `<base>/messages`; the data plane translates the request and the answer. Other OpenAI paths have no Messages
 counterpart and find no route (404). How the provider takes its key rides on the route as
-`maas.opendatahub.io/upstream-auth` (`upstream_auth`: `x-api-key` for `messages`, `api-key` for Azure,
-`bearer` otherwise).
+`maas.opendatahub.io/upstream-auth` (`contract.edge.key_scheme_for`: `x-api-key` for `messages`, `api-key` for
+Azure, `bearer` otherwise).
 
 The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
 `maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
@@ -75,7 +75,12 @@ from maasctl.builders.validation import (
 )
 from maasctl.contract import identity as ids
 from maasctl.contract.edge import PROVIDER_KEY_SCHEMES, key_scheme_for
-from maasctl.contract.labels import API_FORMAT_ANNOTATION, COMPLETION_CEILING_ANNOTATION, UPSTREAM_AUTH_ANNOTATION
+from maasctl.contract.labels import (
+    API_FORMAT_ANNOTATION,
+    API_FORMATS,
+    COMPLETION_CEILING_ANNOTATION,
+    UPSTREAM_AUTH_ANNOTATION,
+)
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
@@ -89,7 +94,6 @@ __all__ = [
     "build_external_route",
     "build_external_service",
     "public_path_prefix",
-    "upstream_auth",
     "upstream_key_secret_patch",
 ]
 
@@ -100,7 +104,6 @@ COMPONENT_ROUTE: Final = "external-model-route"
 COMPONENT_SERVICE: Final = "external-model-backend"
 # What a caller authenticates with; never for the provider (the same set as contract.edge.CREDENTIAL_HEADERS).
 CALLER_CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "cookie", "proxy-authorization")
-API_FORMATS: Final = ("openai-chat", "messages")
 
 
 @dataclass(frozen=True)
@@ -133,12 +136,6 @@ class ExternalRouteInput:
     processor_sets_authorization: bool = False  # the payload processor removes the caller's and sets the key
     provider: str = ""  # ExternalModel.spec.provider (Azure takes its key in `api-key`)
     api_format: str = "openai-chat"  # ExternalModel.spec.apiFormat: openai-chat | messages
-
-
-def upstream_auth(inp: ExternalRouteInput) -> str:
-    """How the provider takes its key (`contract.edge.PROVIDER_KEY_SCHEMES`): Anthropic's Messages API in
-    `x-api-key`, Azure OpenAI in `api-key`, everyone else as `Authorization: Bearer`."""
-    return key_scheme_for(inp.provider, inp.api_format)
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -237,8 +234,8 @@ def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: 
         "matches": matches,
         "filters": [
             {"type": "URLRewrite", "urlRewrite": {"hostname": inp.host, "path": path_rewrite}},
-            _strip_caller_credentials(
-                PROVIDER_KEY_SCHEMES[upstream_auth(inp)] if inp.processor_sets_authorization else None),
+            _strip_caller_credentials(PROVIDER_KEY_SCHEMES[key_scheme_for(inp.provider, inp.api_format)]
+                                      if inp.processor_sets_authorization else None),
         ],
         "backendRefs": [
             {
@@ -316,8 +313,9 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
         annotations[COMPLETION_CEILING_ANNOTATION] = str(inp.max_completion_tokens)
     if inp.api_format != "openai-chat":
         annotations[API_FORMAT_ANNOTATION] = inp.api_format
-    if upstream_auth(inp) != "bearer":
-        annotations[UPSTREAM_AUTH_ANNOTATION] = upstream_auth(inp)
+    scheme = key_scheme_for(inp.provider, inp.api_format)
+    if scheme != "bearer":
+        annotations[UPSTREAM_AUTH_ANNOTATION] = scheme
     meta["annotations"] = annotations
     spec: dict[str, Any] = {
         "parentRefs": [

@@ -15,6 +15,7 @@ from typing import Any, Final
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 
 __all__ = [
+    "API_FORMATS",
     "API_FORMAT_ANNOTATION",
     "COMPLETION_CEILING_ANNOTATION",
     "MANAGED_BY",
@@ -52,6 +53,9 @@ MaaSModelRef's name)."""
 API_FORMAT_ANNOTATION: Final = "maas.opendatahub.io/api-format"
 """On an ExternalModel's HTTPRoute: the provider's API format (`messages`: Anthropic's; absent: `openai-chat`).
 The data plane translates an OpenAI Chat request and its answer for a `messages` provider (docs/providers.md)."""
+API_FORMATS: Final = ("openai-chat", "messages")
+"""The values of `API_FORMAT_ANNOTATION` (ExternalModel `spec.apiFormat`) the controller writes and the data plane
+speaks."""
 UPSTREAM_AUTH_ANNOTATION: Final = "maas.opendatahub.io/upstream-auth"
 """On an ExternalModel's HTTPRoute: how the provider takes its key (`contract.edge.PROVIDER_KEY_SCHEMES`;
 absent: `bearer`)."""

@@ -27,7 +27,6 @@ import json
 from dataclasses import replace
 from typing import Any, Final
 
-from maasctl.contract.edge import ANTHROPIC_VERSION
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.dataplane.body import InvalidBody, PreparedBody
 from maasctl.dataplane.decompress import Decompressor
@@ -43,11 +42,11 @@ from maasctl.dataplane.translate import (
     messages_request_to_chat,
     messages_response_to_chat,
 )
+from maasctl.dataplane.translate.common import dumps
 
-__all__ = ["ANTHROPIC_VERSION", "FORMATS", "AnswerTranslator", "DoorTranslator", "door_refusal", "door_request",
+__all__ = ["AnswerTranslator", "DoorTranslator", "door_refusal", "door_request",
            "is_door", "translate_request"]
 
-FORMATS: Final = ("openai-chat", "messages")
 CHAT_SUFFIX: Final = "/chat/completions"
 DOOR_SUFFIX: Final = "/v1/messages"
 _DROPPED_HEADERS: Final = frozenset({"content-length", "content-encoding", "transfer-encoding", "content-type"})
@@ -61,7 +60,7 @@ def translate_request(body: PreparedBody, client_path: str, ceiling: int) -> Pre
     if body.content[:1] != b"{":
         raise InvalidBody("a chat completion request is a JSON object")
     translated = chat_request_to_messages(json.loads(body.content), max_tokens_ceiling=ceiling)
-    content = json.dumps(translated, separators=(",", ":"), ensure_ascii=False).encode()
+    content = dumps(translated).encode()
     return replace(body, content=content, max_tokens=int(translated["max_tokens"]))
 
 
@@ -146,7 +145,7 @@ class AnswerTranslator:
             answer = messages_response_to_chat(json.loads(raw), created=self._created)
         except (ValueError, RecursionError, MalformedAnswer):  # JSONDecodeError is a ValueError
             return self._bad("is not a Messages answer")
-        return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+        return dumps(answer).encode()
 
     def _bad(self, why: str) -> bytes:
         if self.streaming:  # the head has gone: the stream's own in-band error
@@ -172,7 +171,7 @@ def door_request(raw: bytes) -> bytes:
         raise InvalidBody("a Messages request is a JSON object") from None
     if not isinstance(parsed, dict):
         raise InvalidBody("a Messages request is a JSON object")
-    return json.dumps(messages_request_to_chat(parsed), separators=(",", ":"), ensure_ascii=False).encode()
+    return dumps(messages_request_to_chat(parsed)).encode()
 
 
 def door_refusal(refusal: Refusal) -> Refusal:
@@ -216,4 +215,4 @@ class DoorTranslator:
             answer = chat_response_to_messages(json.loads(raw))
         except (ValueError, RecursionError, MalformedAnswer):
             return 502, messages_error_body(502, "the answer is not a chat completion")
-        return status, json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+        return status, dumps(answer).encode()

@@ -63,9 +63,16 @@ from typing import Any, Final, Literal, Protocol
 
 from maasctl.contract import identity as ids
 from maasctl.contract.credentials import canonical_authorization
-from maasctl.contract.edge import AmbiguousPath, canonical_path, forbidden_client_header, upstream_headers
+from maasctl.contract.edge import (
+    ANTHROPIC_VERSION,
+    AmbiguousPath,
+    canonical_path,
+    forbidden_client_header,
+    upstream_headers,
+)
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
+from maasctl.contract.labels import API_FORMATS
 from maasctl.contract.limits import describe_limit
 from maasctl.contract.routing import MODEL_HEADER
 from maasctl.contract.usage import Termination
@@ -81,8 +88,6 @@ from maasctl.gateway.authpolicy import CompiledAuthPolicy, RequestInfo
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.formats import (
-    ANTHROPIC_VERSION,
-    FORMATS,
     AnswerTranslator,
     DoorTranslator,
     door_refusal,
@@ -334,7 +339,7 @@ async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
         ex.body = prepare_body(raw, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
         ex.body = bound_completion(ex.body, ex.match.rule.completion_ceiling, ex.match.upstream_path)
         api_format = ex.match.rule.api_format
-        if api_format not in FORMATS:
+        if api_format not in API_FORMATS:
             return _refuse(500, "backend_error", "the route names an API format this gateway does not speak")
         if api_format == "messages":
             ex.body = translate_request(ex.body, ex.path or "", _ceiling(p, ex))
