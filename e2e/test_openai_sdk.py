@@ -1,6 +1,6 @@
 """The official `openai` Python package against the one base URL `<gateway>/v1` (issue 33): the model is named
-in the body only, as any OpenAI SDK user does it. The test model charges 10 prompt + 5 completion tokens per
-answer (10 per embeddings call)."""
+in the body only, as any OpenAI SDK user does it - an external model, and an in-cluster (KServe) one. The test
+model charges 10 prompt + 5 completion tokens per answer (10 per embeddings call)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ from typing import Any
 import openai
 import pytest
 
-from e2e.conftest import World
+from e2e.conftest import Need, World, eventually
+from maasctl.localstack import IN_CLUSTER_SERVED_NAME
 
 PROMPT, COMPLETION = 10, 5
+SERVED_IN_CLUSTER = IN_CLUSTER_SERVED_NAME
+"""A name the in-cluster test model serves (manifests/e2e/testmodels.yaml, localstack) and nothing else publishes
+on the base URL: the samples of `maasctl dev` publish `gpt-x` and `granite`."""
 
 
 def _published_model(world: World, name: str) -> list[dict[str, Any]]:
@@ -77,3 +81,54 @@ async def test_openai_sdk_on_the_base_url(world: World) -> None:
                                              extra_headers={"x-gateway-model-name": model})
     assert forged.value.code == "forbidden_header"
     await client.close()
+
+
+async def test_openai_sdk_on_the_base_url_reaches_an_in_cluster_model(world: World) -> None:
+    """A KServe model's route is KServe's: the base URL sends a request naming it to the model's own path, so
+    that route's AuthPolicy admits it and its TokenRateLimitPolicy counts it - one limit, whichever URL the
+    client uses."""
+    world.require(Need.INCLUSTER_MODEL)
+    model = world.name("kserve-sdk")
+    served = SERVED_IN_CLUSTER  # the name clients send: the LLMInferenceService's `spec.model.name`
+    sub = world.name("kserve-sdk-sub")
+    llm, *rest = world.in_cluster_model(model)
+    llm["spec"]["model"] = {"uri": "hf://example/test-model", "name": served}
+    await world.apply(llm, *rest)
+    await world.mark_ready(model)
+    await world.apply(world.auth_policy(world.name("kserve-sdk-access"), [model], users=("alice",)),
+                      world.subscription(sub, {model: [(40, "1m")]}, users=("alice",)))
+    await world.wait_active(sub)
+    key = (await world.mint("alice", subscription=sub))["key"]
+    client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=key, max_retries=0, timeout=30)
+    messages: Any = [{"role": "user", "content": "hello"}]
+    last = {"why": "not called yet"}
+
+    async def reached() -> bool:  # the model's AuthPolicy names it once KServe reported the model's URL
+        try:
+            chat = await client.chat.completions.create(model=served, messages=messages)
+        except openai.APIStatusError as exc:
+            last["why"] = f"the base URL answers {exc.status_code}: {exc.body}"
+            return False
+        assert chat.choices[0].message.content == "echo: hello"
+        assert chat.usage is not None and chat.usage.total_tokens == PROMPT + COMPLETION
+        return True
+
+    await eventually(reached, 60, describe=lambda: last["why"])  # 15 tokens of 40
+    stream = await client.chat.completions.create(model=served, messages=messages, stream=True,
+                                                  stream_options={"include_usage": True})
+    usage = [c.usage for c in [chunk async for chunk in stream] if c.usage is not None]
+    assert len(usage) == 1 and usage[0].total_tokens == PROMPT + COMPLETION  # 30 of 40
+    assert (await world.chat(model, key)).status_code == 200  # the model's own path: 45 of 40
+    # One counter: the model's own path and the base URL are both refused now.
+    assert (await world.chat(model, key)).status_code == 429
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model=served, messages=messages)
+    await client.close()
+
+    # Denied the same way as on the model's own path: bob is not granted the model.
+    bob = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=world.token("bob"), max_retries=0,
+                             timeout=30)
+    assert (await world.chat(model, world.token("bob"))).status_code == 403
+    with pytest.raises(openai.PermissionDeniedError):
+        await bob.chat.completions.create(model=served, messages=messages)
+    await bob.close()

@@ -34,6 +34,9 @@ log = structlog.get_logger("maasctl.localstack")
 
 CLEANUP_SA = "maas-key-cleanup"
 ADMIN_SA = "maas-admin"
+IN_CLUSTER_SERVED_NAME = "kserve-llm"
+"""A model name the in-cluster test model serves besides the usual ones (manifests/e2e/testmodels.yaml too):
+the served name of the e2e journey's LLMInferenceService on the base URL."""
 ADMIN_ROLE_RULES = [{"apiGroups": ["maas.opendatahub.io"], "resources": ["maasauthpolicies"], "verbs": ["create"]}]
 
 
@@ -153,7 +156,10 @@ class LocalStack:
         self._spawn("testmodel", "testmodel", f"--port={ports['model']}", *model_args, *usage_args,
                     env={"MAASCTL_TESTMODEL_REQUIRE_BEARER": opts.upstream_key,
                          "MAASCTL_TESTMODEL_REQUIRE_API_KEY": opts.upstream_key})
-        self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args, *usage_args)
+        # the in-cluster model also serves IN_CLUSTER_SERVED_NAME, a name only an LLMInferenceService publishes
+        # on the base URL (no sample or provider does)
+        self._spawn("incluster-model", "testmodel", f"--port={ports['incluster']}", *model_args,
+                    f"--model={IN_CLUSTER_SERVED_NAME}", *usage_args)
         database = opts.database_url or f"sqlite+aiosqlite:///{self.directory / 'maas-api.db'}"
         gateway_token = self._gateway_token  # the gateway's credential on maas-api's /internal
         gateway_token.write_text(secrets.token_urlsafe(32))

@@ -23,6 +23,7 @@ from maasctl.builders.celcheck import cel_texts, check_cel
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import compile_expression
+from maasctl.contract.routing import BASE_URL_MODEL_ANNOTATION, BASE_URL_PREFIX_ANNOTATION
 from maasctl.contract.views import SubscribedModel, SubscriptionView
 
 from . import authorino
@@ -109,6 +110,25 @@ def test_shape() -> None:
 
 def test_no_sources_means_no_policy() -> None:
     assert build_auth_policy(AuthPolicyInput(MODEL, ROUTE, ()), SETTINGS) is None
+
+
+def test_an_in_cluster_model_is_named_for_the_base_url() -> None:
+    """The data plane sends a base-URL request naming the model to its route's path (`contract.routing`); the
+    policy says which name and which path, and nothing else changes (the rules are the same)."""
+    plain = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,)), SETTINGS)
+    named = build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,),
+                                              base_url=("ibm/granite-8b", "/llm/granite")), SETTINGS)
+    assert plain is not None and named is not None
+    assert BASE_URL_MODEL_ANNOTATION not in plain["metadata"]["annotations"]
+    assert named["metadata"]["annotations"][BASE_URL_MODEL_ANNOTATION] == "ibm/granite-8b"
+    assert named["metadata"]["annotations"][BASE_URL_PREFIX_ANNOTATION] == "/llm/granite"
+    assert named["spec"] == plain["spec"]
+
+
+@pytest.mark.parametrize("prefix", ["/llm/../maas-api", "llm/granite", "/llm/granite/", "/llm/gr%61nite", "/"])
+def test_a_prefix_that_is_not_a_plain_path_is_refused(prefix: str) -> None:
+    with pytest.raises(InvalidInputError, match="path prefix"):
+        build_auth_policy(AuthPolicyInput(MODEL, ROUTE, (PREMIUM_POLICY,), base_url=("granite", prefix)), SETTINGS)
 
 
 def test_no_audiences_leaves_token_review_default() -> None:

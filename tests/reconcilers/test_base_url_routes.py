@@ -9,10 +9,25 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from maasctl.contract.edge import CREDENTIAL_HEADERS
-from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
+from maasctl.contract.routing import (
+    BASE_INFERENCE_PATHS,
+    BASE_URL_MODEL_ANNOTATION,
+    BASE_URL_PREFIX_ANNOTATION,
+    MODEL_HEADER,
+)
+from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.gateway.routes import build_route_table
+from maasctl.gateway.state import InClusterModel, Snapshot, in_cluster_models
 from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SUB_NS, Objects, RunningController, eventually
-from tests.reconcilers.test_core_flow import auth_policy, create_secret, external_model, subscription, uid
+from tests.reconcilers.test_core_flow import (
+    auth_policy,
+    create_secret,
+    external_model,
+    model_ref,
+    subscription,
+    uid,
+)
+from tests.reconcilers.test_llmisvc import kserve_route, llmisvc
 
 CEILING = "maas.opendatahub.io/max-completion-tokens"
 
@@ -97,3 +112,46 @@ async def test_a_wired_gateways_external_route_leaves_authorization_to_the_proce
         return lists[0] if lists and all(x == lists[0] for x in lists) and "authorization" not in lists[0] else None
 
     assert await eventually(removed) == (CREDENTIAL_HEADERS - {"authorization"}) | {"x-maas-identity"}
+
+
+async def test_an_in_cluster_models_policy_names_it_for_the_base_url(
+    controller: RunningController, objs: Objects, namespace: str
+) -> None:
+    """KServe's route gets no rules of ours: the model's generated AuthPolicy names the model and its path, from
+    the URL the LLMInferenceService reports, and the gateway sends a base-URL request naming it to that path."""
+    llm = await objs.create({**llmisvc(namespace, "granite"),
+                             "spec": {"model": {"uri": "hf://ibm/granite", "name": "ibm/granite-8b"}}})
+    await objs.create(kserve_route(namespace, "granite", owner=llm))
+    await objs.create(model_ref(namespace, "granite", "LLMInferenceService", "granite"))
+    ap, sub = f"ap-{uid()}", f"sub-{uid()}"
+    await objs.create(auth_policy(ap, [(namespace, "granite")], ["premium-users"]))
+    await objs.create(subscription(sub, [(namespace, "granite")], "premium-users"))
+
+    async def annotated(prefix: str | None) -> dict[str, Any] | None:
+        policy = await objs.get("AuthPolicy", namespace, "maas-auth-granite")
+        notes = (policy or {}).get("metadata", {}).get("annotations") or {}
+        return policy if policy and notes.get(BASE_URL_PREFIX_ANNOTATION) == prefix else None
+
+    await eventually(lambda: annotated(None))  # no URL reported yet: not on the base URL
+    await objs.patch_status("LLMInferenceService", namespace, "granite", {"status": {
+        "url": f"https://maas.example.test/{namespace}/granite",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    policy = await eventually(lambda: annotated(f"/{namespace}/granite"))
+    assert policy["metadata"]["annotations"][BASE_URL_MODEL_ANNOTATION] == "ibm/granite-8b"  # the served name
+
+    # The gateway's view of what the API server stored: the name goes to KServe's route, by its own path.
+    route = await objs.get("HTTPRoute", namespace, "granite-kserve-route")
+    assert route is not None
+    svc = {"metadata": {"name": "granite-svc", "namespace": namespace,
+                        "annotations": {LOCAL_URL_ANNOTATION: "http://127.0.0.1:9"}}, "spec": {}}
+    snap = Snapshot(1, build_route_table([route], lambda ns, name: svc, (GATEWAY_NAME, GATEWAY_NS)))
+    snap.in_cluster = in_cluster_models([policy], set(snap.table.routes()))
+    assert snap.in_cluster["ibm/granite-8b"] == InClusterModel(f"/{namespace}/granite",
+                                                               f"{namespace}/granite-kserve-route")
+
+    # KServe moves the model: the policy follows.
+    await objs.patch_status("LLMInferenceService", namespace, "granite", {"status": {
+        "url": f"https://maas.example.test/{namespace}/granite-v2"}})
+    await eventually(lambda: annotated(f"/{namespace}/granite-v2"))
+    await objs.delete("MaaSSubscription", SUB_NS, sub)
+    await objs.delete("MaaSAuthPolicy", SUB_NS, ap)

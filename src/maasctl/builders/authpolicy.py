@@ -57,7 +57,13 @@ from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.edge import SERVER_DECIDED_EXACT, SERVER_DECIDED_PREFIXES
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
-from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
+from maasctl.contract.routing import (
+    BASE_INFERENCE_PATHS,
+    BASE_URL_MODEL_ANNOTATION,
+    BASE_URL_PREFIX_ANNOTATION,
+    MODEL_HEADER,
+    valid_prefix,
+)
 from maasctl.contract.views import ANY_AUTHENTICATED, SubscriptionView
 
 __all__ = [
@@ -235,6 +241,10 @@ class AuthPolicyInput:
     key, so a subscription that changes (Failed, deleted, an owner or a priority edited) re-renders the policy
     and no selection cached before the change is reused after it (locally and in Authorino, whose cache goes
     with the AuthConfig), instead of serving on for the cache TTL."""
+    base_url: tuple[str, str] | None = None
+    """An in-cluster model's (name clients send, path prefix of its route): written as the policy's
+    `contract.routing` base-URL annotations, so the data plane can send a base-URL request naming it to its
+    route; None for ExternalModels (their generated route matches the base URL itself)."""
 
 
 def _subjects_predicate(sources: tuple[AuthPolicySource, ...]) -> str:
@@ -453,6 +463,12 @@ def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str,
     if not inp.sources:
         return None
     labels = names.model_labels(inp.model, PART_OF, COMPONENT)
+    annotations = {names.AUTH_POLICIES_ANNOTATION: ",".join(sorted({s.policy.key for s in inp.sources}))}
+    if inp.base_url is not None:
+        name, prefix = inp.base_url
+        if not valid_prefix(prefix):
+            raise InvalidInputError(f"the model's path prefix {prefix[:100]!r} is not a plain path")
+        annotations[BASE_URL_MODEL_ANNOTATION], annotations[BASE_URL_PREFIX_ANNOTATION] = name, prefix
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -460,7 +476,7 @@ def build_auth_policy(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str,
             "name": names.authpolicy_name(inp.model.name),
             "namespace": inp.route.namespace,
             "labels": labels,
-            "annotations": {names.AUTH_POLICIES_ANNOTATION: ",".join(sorted({s.policy.key for s in inp.sources}))},
+            "annotations": annotations,
         },
         "spec": {
             "targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": inp.route.name},

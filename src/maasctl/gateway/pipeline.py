@@ -74,7 +74,7 @@ from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.labels import API_FORMATS
 from maasctl.contract.limits import describe_limit
-from maasctl.contract.routing import MODEL_HEADER
+from maasctl.contract.routing import MODEL_HEADER, in_cluster_path
 from maasctl.contract.usage import Termination
 from maasctl.dataplane.body import InvalidBody, ModelMismatch, PreparedBody, bound_completion, prepare_body
 from maasctl.dataplane.charge import charge_for, completion_ceiling, request_bound
@@ -195,6 +195,7 @@ class Exchange:
     translated: bool = False  # the body went to a `messages` provider as Messages: its answer comes back as Chat
     door: bool = False  # at the Messages door (`/v1/messages`): refusals in Anthropic's shape
     door_translated: bool = False  # the door's request was read as Chat: the answer goes back as Messages
+    rerouted: bool = False  # a base-URL request sent to its in-cluster model's own path (`route_by_model`)
     upstream_key: str | None = None
     applied: Sequence[AppliedLimit] = ()
     reservation: Reservation = NO_RESERVATION
@@ -262,10 +263,15 @@ async def _edge(p: Pipeline, ex: Exchange) -> Refusal | None:
     return None
 
 
-def route_by_model(ex: Exchange) -> Refusal | None:
+def route_by_model(ex: Exchange, snap: Snapshot) -> Refusal | None:
     """One base URL (dataplane.routing): on /v1/chat/completions & co. the body's `model` goes into
     `x-gateway-model-name` of `ex.headers` before matching (a front reads the body first there: `routes_by_body`;
-    the processor's pre filter does it for Envoy); elsewhere the headers stay as they are (no copy)."""
+    the processor's pre filter does it for Envoy); elsewhere the headers stay as they are (no copy).
+
+    A name no generated rule matches but an in-cluster model's AuthPolicy publishes (`snap.in_cluster`) sends
+    the request to that model's own path instead (`contract.routing.in_cluster_path`; `ex.path` and
+    `ex.rerouted` say so, the header is dropped): its route's policies then admit and count it, as when the
+    client calls that path - the rewritten path must match exactly that route, or the request finds none."""
     try:
         if ex.path is not None and is_base_inference_path(ex.path):
             ex.headers = dict(match_headers(ex.path, ex.headers, ex.raw_body))
@@ -273,6 +279,17 @@ def route_by_model(ex: Exchange) -> Refusal | None:
         return _refuse(400, "model_required", str(exc))
     except InvalidBody as exc:
         return _refuse(400, "invalid_body", str(exc))
+    model = snap.in_cluster.get(ex.headers.get(MODEL_HEADER, "")) if snap.in_cluster and ex.path else None
+    if model is None:
+        return None
+    host = ex.headers.get("host", "")
+    path = in_cluster_path(model.prefix, ex.path or "")
+    if path is None or snap.table.match(host, ex.path or "", ex.method, ex.headers) is not None:
+        return None  # the door, or a generated (ExternalModel) rule publishes the name: it wins
+    headers = {k: v for k, v in ex.headers.items() if k != MODEL_HEADER}
+    found = snap.table.match(host, path, ex.method, headers)
+    if found is not None and found.rule.route_key == model.route:
+        ex.path, ex.headers, ex.rerouted = path, headers, True
     return None
 
 
@@ -285,7 +302,7 @@ async def _route(p: Pipeline, ex: Exchange) -> Refusal | None:
     # a client's; the post filter matches at request-head time, before its body (the body stage still refuses a
     # body naming another model: ModelMismatch).
     if not (ex.role in ("envoy", "processor") and MODEL_HEADER in ex.headers):
-        refusal = route_by_model(ex)
+        refusal = route_by_model(ex, snap)
         if refusal is not None:
             return refusal
     ex.match = snap.table.match(host, ex.path, ex.method, ex.headers)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 from maasctl.contract.labels import UPSTREAM_KEY_LABEL
+from maasctl.contract.routing import BASE_URL_MODEL_ANNOTATION, BASE_URL_PREFIX_ANNOTATION, valid_prefix
 from maasctl.gateway import attachment  # Kuadrant's defaults/overrides + merge (gateway/attachment.py)
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, compile_auth_policy
 from maasctl.gateway.config import GatewaySettings
@@ -39,7 +40,9 @@ __all__ = [
     "TOKEN_RATE_LIMIT_POLICY",
     "UPSTREAM_KEY_SELECTOR",
     "GatewayState",
+    "InClusterModel",
     "Snapshot",
+    "in_cluster_models",
     "upstream_key_of",
 ]
 
@@ -67,6 +70,40 @@ class Snapshot:
     auth: dict[str, CompiledAuthPolicy | PolicyError] = field(default_factory=dict)
     limits: dict[str, CompiledTokenRateLimitPolicy | PolicyError] = field(default_factory=dict)
     requests: dict[str, CompiledRateLimitPolicy | PolicyError] = field(default_factory=dict)  # billing: RLPs
+    in_cluster: dict[str, InClusterModel] = field(default_factory=dict)  # base-URL model name -> its route
+
+
+@dataclass(frozen=True)
+class InClusterModel:
+    """Where a base-URL request naming an in-cluster model goes (`contract.routing`): `prefix` + the base path,
+    which must match the rules of `route` (`ns/name`, the route its AuthPolicy targets)."""
+
+    prefix: str
+    route: str
+
+
+def in_cluster_models(policies: Iterable[Mapping[str, Any]], routes: set[str]) -> dict[str, InClusterModel]:
+    """The base-URL names of in-cluster models from their generated AuthPolicies' annotations, for routes on
+    the served Gateway (`routes`). A name two policies claim goes to the older one (then `ns/name`), as Gateway
+    API precedence picks the older route; an annotation that is not a plain path is ignored (logged)."""
+    out: dict[str, tuple[tuple[str, str], InClusterModel]] = {}
+    for obj in policies:
+        meta = obj["metadata"]
+        notes = meta.get("annotations") or {}
+        name, prefix = notes.get(BASE_URL_MODEL_ANNOTATION), notes.get(BASE_URL_PREFIX_ANNOTATION)
+        kind, target = _targets(obj)
+        route = f"{meta.get('namespace', '')}/{target}"
+        if not name or not prefix or kind != "HTTPRoute" or route not in routes or meta.get("deletionTimestamp"):
+            continue
+        if not valid_prefix(str(prefix)):
+            log.warning("AuthPolicy %s/%s: %s is not a plain path; not routed from the base URL",
+                        meta.get("namespace"), meta.get("name"), BASE_URL_PREFIX_ANNOTATION)
+            continue
+        rank = (str(meta.get("creationTimestamp", "")), f"{meta.get('namespace')}/{meta.get('name')}")
+        held = out.get(str(name))
+        if held is None or rank < held[0]:
+            out[str(name)] = (rank, InClusterModel(str(prefix), route))
+    return {name: model for name, (_, model) in out.items()}
 
 
 def upstream_key_of(secret: Mapping[str, Any] | None, field: str = UPSTREAM_KEY_FIELD) -> str | None:
@@ -159,7 +196,8 @@ class GatewayState:
         )
         snap = Snapshot(version, table)
         used: set[tuple[str, int]] = set()  # billing: merged (synthetic) policies stay compiled while in use
-        for route in table.routes():
+        routes = table.routes()
+        for route in routes:
             ns, name = route.split("/", 1)
             auth = self._attached(AUTH_POLICY, ns, name)
             if auth is not None:
@@ -175,7 +213,9 @@ class GatewayState:
                 used.add(_live_key(rlp))
                 snap.requests[route] = self._requests.get(rlp)
             # --- end billing ---
-        self._auth.retain({_live_key(o) for o in self.cache.list(AUTH_POLICY)} | used)
+        policies = self.cache.list(AUTH_POLICY)
+        snap.in_cluster = in_cluster_models(policies, set(routes))
+        self._auth.retain({_live_key(o) for o in policies} | used)
         self._limits.retain({_live_key(o) for o in self.cache.list(TOKEN_RATE_LIMIT_POLICY)} | used)
         self._requests.retain(used)
         return snap

@@ -1,9 +1,10 @@
 """The pipeline's stages as the processor runs them: which stage of `gateway.pipeline` runs in which filter.
 
 pre (before Kuadrant's wasm, on what the client sent): the edge headers guard, then base-URL routing: the body's
-`model` into `x-gateway-model-name` (the pipeline's `route_by_model`), sent as a header mutation that clears
-Envoy's route cache (`modes.PRE.clears_route_cache`), so Envoy matches the model's route and Authorino and
-Limitador run that route's policies.
+`model` into `x-gateway-model-name` (the pipeline's `route_by_model`) - or, for an in-cluster model, `:path` set
+to the model's own path - sent as a header mutation that clears Envoy's route cache
+(`modes.PRE.clears_route_cache`), so Envoy matches the model's route and Authorino and Limitador run that
+route's policies.
 On such a path the post stream's head stages wait for the body (`deferred_head`); behind Envoy the route
 is matched by the header the pre filter set (the body stage refuses a body naming another model).
 
@@ -127,9 +128,9 @@ class ProcessorStages:
         if role == "pre":
             if len(body) > self.pipeline.plane.settings.max_request_bytes:
                 return self.pipeline.too_large(ex)
-            # a base-URL path: the body's model into the routing header (sent by `upstream_request` as a header
-            # mutation, with Envoy's route cache cleared)
-            return route_by_model(ex)
+            # a base-URL path: the body's model into the routing header, or an in-cluster model's own path
+            # (sent by `upstream_request` as a header mutation, with Envoy's route cache cleared)
+            return route_by_model(ex, self.pipeline.plane.state.snapshot())
         if fx.deferred_head:
             refusal = await self._post_head(ex)
             if refusal is not None:
@@ -138,7 +139,10 @@ class ProcessorStages:
 
     def upstream_request(self, fx: FilterExchange) -> Any:
         ex = fx.ex
-        if fx.pre:  # pre: forwarded as sent, plus the routing header on a base-URL path
+        if fx.pre:  # pre: forwarded as sent, plus the routing header (or the model's own path) on a base-URL path
+            if ex.rerouted:
+                moved = (ex.path or "") + (f"?{ex.query}" if ex.query else "")
+                return _Passed([*fx.sent, (":path", moved)], ex.raw_body)
             model = ex.headers.get(MODEL_HEADER) if self.pipeline.routes_by_body(ex) else None
             sent = [(k, v) for k, v in fx.sent if k != MODEL_HEADER]
             return _Passed([*sent, (MODEL_HEADER, model)] if model else fx.sent, ex.raw_body)

@@ -1,12 +1,13 @@
 """The local gateway as Envoy + Authorino + Limitador in front of a payload processor (`--payload-processor`).
 
 Per request, in the filter chain's order: read the body (Envoy buffers it for the pre filter), the pre filter
-over gRPC (edge guard, body routing: a header change re-matches the route), the pipeline's `envoy` stages here
-(route, auth, request limits, TRLP validity, backend), Authorino's success headers and `x-maas-identity` added,
-the post filter over gRPC (metering, reservation, guardrails, provider key, rename), the router (the route's
-path rewrite and hostname), then the response through the post filter chunk by chunk. The processor settles and
-records; this process records nothing. A processor error is Envoy's with failure_mode_allow false: 500 (504 on
-a message timeout) before the head, a cut stream after it - never a request served unprocessed.
+over gRPC (edge guard, body routing: a header or `:path` change re-matches the route), the pipeline's `envoy`
+stages here (route, auth, request limits, TRLP validity, backend), Authorino's success headers and
+`x-maas-identity` added, the post filter over gRPC (metering, reservation, guardrails, provider key, rename), the
+router (the route's path rewrite and hostname), then the response through the post filter chunk by chunk. The
+processor settles and records; this process records nothing. A processor error is Envoy's with
+failure_mode_allow false: 500 (504 on a message timeout) before the head, a cut stream after it - never a
+request served unprocessed.
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ class ProcessorFront:
             if routed.immediate is not None:
                 await _answer(send, routed.immediate)
                 return
+            moved = next((v for k, v in routed.headers if k == ":path"), path)
+            if routed.clear_route_cache and moved != path:  # an in-cluster model's own path: route on it
+                routed_path, _, routed_query = moved.encode("latin-1").partition(b"?")
+                raw_path, query = routed_path, routed_query.decode("latin-1")
             ex = pipeline.exchange(method, raw_path, query, _plain(routed.headers), scheme)
             ex.raw_body = routed.body  # a base-URL path is routed by the body's `model` (`routes_by_body`)
             refusal = await pipeline.request_head(ex, "envoy") or await pipeline.request_body(ex, routed.body, "envoy")

@@ -35,13 +35,14 @@ from maasctl.builders.trlp import (
     build_token_rate_limit_policy,
     subscription_problems,
 )
+from maasctl.contract.routing import endpoint_prefix
 from maasctl.contract.views import AuthPolicyView, SubscriptionView
 from maasctl.reconcilers.context import Context
 from maasctl.reconcilers.flowcontrol import FlowControl
 from maasctl.reconcilers.guardrails import config_ready, current_settings, engine_endpoint
 from maasctl.reconcilers.indexes import MODEL_INDEX
-from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
-from maasctl.reconcilers.routes import RouteResolution
+from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, MAAS_AUTH_POLICY, MAAS_MODEL_REF, MAAS_SUBSCRIPTION
+from maasctl.reconcilers.routes import RouteResolution, model_alias
 
 __all__ = ["ModelPolicies", "limits_for", "subscription_model_problems"]
 
@@ -123,6 +124,14 @@ class ModelPolicies:
         ready = frozenset(c for _, c in bindings if config_ready(self.ctx.cache.get(GUARDRAIL_CONFIG, c, ns)))
         return GuardrailsAttachment(current_settings(self.ctx), engine_endpoint(self.ctx), tuple(bindings), ready)
 
+    def base_url(self, model: ObjectRef, res: RouteResolution) -> tuple[str, str] | None:
+        """An in-cluster model's (name clients send, its route's path prefix) for base-URL routing
+        (`contract.routing`); None for an ExternalModel (its route has base-URL rules) or while the URL the
+        LLMInferenceService reports has no usable path."""
+        prefix = None if res.external else endpoint_prefix(res.endpoint)
+        mr = self.ctx.cache.get(MAAS_MODEL_REF, model.name, model.namespace) if prefix is not None else None
+        return (model_alias(self.ctx.cache, mr), prefix) if mr is not None and prefix is not None else None
+
     def render(self, model: ObjectRef, res: RouteResolution) -> Rendered:
         """Both desired policies of a resolved model.
 
@@ -139,7 +148,7 @@ class ModelPolicies:
             AuthPolicyInput(model, res.route, auth, self.objectives(model, subs),
                             guardrails_filter(self.guardrails(model, subs)),
                             tenant_gateway=_tenant_gateway(res, self.ctx.gateway),
-                            selection_epoch=selection_epoch(subs)),
+                            selection_epoch=selection_epoch(subs), base_url=self.base_url(model, res)),
             self.auth_settings)
         limits = tuple(
             limits
