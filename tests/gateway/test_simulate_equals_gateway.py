@@ -59,6 +59,7 @@ from tests.reconcilers.test_core_flow import publish_external
 U = uuid.uuid4().hex[:6]
 GROUP = f"eq-users-{U}"
 MODEL = f"eq-{U}"  # the published name is unique on the Gateway: the base URL routes by it
+GRANITE_SERVED = f"eq-granite-{U}"  # the in-cluster model's served name (spec.model.name), unique the same way
 BIG = 10 * 1024 * 1024 + 1  # past the gateway's max_request_bytes (10 MiB)
 SUBS = ("main", "tight", "rpm", "tpm", "frozen", "throttle", "freeze", "guard")
 KUADRANT = {"AuthPolicy": ("kuadrant.io", "v1", "authpolicies"),
@@ -140,7 +141,8 @@ async def _granite(objs: Objects, kube: k8s.ApiClient, ns: str, model_url: str, 
         "spec": {"ports": [{"name": "http", "port": 8000}], "selector": {"app": "granite"}}})
     await objs.create({"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService",
                        "metadata": {"name": "granite", "namespace": ns},
-                       "spec": {"router": {"route": {"http": {"refs": [{"name": "granite-kserve-route"}]}}}}})
+                       "spec": {"model": {"uri": "hf://example/granite", "name": GRANITE_SERVED},
+                                "router": {"route": {"http": {"refs": [{"name": "granite-kserve-route"}]}}}}})
     kserve = {"app.kubernetes.io/name": "granite", "app.kubernetes.io/component": "llminferenceservice-router",
               "app.kubernetes.io/part-of": "llminferenceservice"}
     for name, labels, gateway in (("granite-kserve-route", kserve, GATEWAY_NAME), ("bare", {}, GATEWAY_NAME),
@@ -186,7 +188,8 @@ async def _enforced(stack: Stack, ns: str) -> bool:
     names = {limit.name for limit in getattr(snap.limits.get(gpt.route_key), "limits", ())}
     wanted = {f"billing/{GATEWAY_NS}/eq-tpm-{U}/tokens", f"billing/{GATEWAY_NS}/eq-wallet-{U}/budget/b-throttle-{U}"}
     granite = f"{ns}/granite-kserve-route"
-    if not (wanted <= names and len(names) >= len(SUBS) + 2 and granite in snap.auth and granite in snap.limits):
+    if not (wanted <= names and len(names) >= len(SUBS) + 2 and granite in snap.auth and granite in snap.limits
+            and GRANITE_SERVED in snap.in_cluster):  # its AuthPolicy names it for the base URL
         return False
     guard = await simulate(stack.gateway, SimulateRequest(model=f"{ns}/{MODEL}", key=key("guard")))
     return guard.guardrails is not None  # the merged policies are the ones compiled
@@ -229,7 +232,7 @@ async def world(maas_cluster: ControlPlane, redis_server: RedisServer) -> AsyncI
     try:
         async with open_stack(maas_cluster, redis_url=redis_server.url) as stack:
             try:
-                servers.append(await start_http(create_app(ModelServerConfig(models=("granite",)))))
+                servers.append(await start_http(create_app(ModelServerConfig(models=("granite", GRANITE_SERVED)))))
                 other = Gateway(replace(stack.gateway.settings, gateway_name=OTHER_GATEWAY), Client(kube),
                                 sink=MemorySink())
                 await other.start()
@@ -284,6 +287,10 @@ CASES = {
     "allowed": Case((200, "")),
     "allowed in-cluster model by name": Case((200, ""), model="granite", body=chat("granite")),
     "allowed on the one base URL": Case((200, ""), model="//v1/chat/completions", body=chat(MODEL)),
+    "in-cluster model on the one base URL": Case((200, ""), model="//v1/chat/completions",
+                                                 body=chat(GRANITE_SERVED)),
+    "in-cluster model on the one base URL, unentitled": Case((403, "forbidden"), model="//v1/chat/completions",
+                                                             body=chat(GRANITE_SERVED), sub=None, token="carol"),
     "base URL without a model": Case((400, "model_required"), model="//v1/chat/completions",
                                      body={"messages": []}),
     "base URL, a model nobody publishes": Case((404, "route_not_found"), model="//v1/chat/completions",
