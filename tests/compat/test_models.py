@@ -11,7 +11,7 @@ from typing import Any
 
 from e2e.conftest import MAAS, World, eventually
 
-from tests.compat.helpers import api, chat_body, gateway
+from tests.compat.helpers import api, chat_body, gateway, served_model
 from tests.security.helpers import backend_log
 
 
@@ -223,3 +223,38 @@ async def test_subscriptions_listing_and_per_model_subscriptions(world: World) -
     r = await api(world, "GET", "/v1/model/chat/subscriptions")
     assert r.status_code == 401
 
+
+
+async def test_listings_show_only_what_a_maas_auth_policy_grants(world: World) -> None:
+    """As in the reference: a subscription lists only the models a MaaSAuthPolicy grants the caller (the gateway
+    refuses the others), and one with no granted model is not listed; the per-model listing the same."""
+    sub, key = await served_model(world, model="granted", user="alice")  # alice is granted `granted`
+    await world.apply(*world.external_model("ungranted"))
+    both, none = world.name("both"), world.name("none")
+    await world.apply(world.subscription(both, {"granted": [(1000, "1m")], "ungranted": [(1000, "1m")]},
+                                         users=("alice",)),
+                      world.subscription(none, {"ungranted": [(1000, "1m")]}, users=("alice",)))
+    await world.wait_active(both)
+
+    for credential in (world.token("alice"), key):  # a token, and a key (its user's subscriptions)
+        listed = {s["subscription_id_header"]: s for s in
+                  (await api(world, "GET", "/v1/subscriptions", token=credential)).json()}
+        assert [m["name"] for m in listed[both]["model_refs"]] == ["granted"], listed[both]
+        assert none not in listed and sub in listed
+        per_model = await api(world, "GET", "/v1/model/ungranted/subscriptions", token=credential)
+        assert per_model.status_code == 200 and per_model.json() == []
+        per_model = await api(world, "GET", "/v1/model/granted/subscriptions", token=credential)
+        assert {s["subscription_id_header"] for s in per_model.json()} >= {sub, both}
+    # What the listing leaves out the gateway refuses: the listing never advertises a 403.
+    assert (await world.chat("ungranted", world.token("alice"), headers={"X-MaaS-Subscription": both})
+            ).status_code == 403
+
+    # Granting it (to a group alice is in) brings it back.
+    await world.apply(world.auth_policy(world.name("ap-more"), ["ungranted"], groups=("premium-users",)))
+
+    async def listed_again() -> bool:
+        items = (await api(world, "GET", "/v1/subscriptions", token=world.token("alice"))).json()
+        names = {s["subscription_id_header"]: [m["name"] for m in s["model_refs"]] for s in items}
+        return names.get(both) == ["granted", "ungranted"] and names.get(none) == ["ungranted"]
+
+    await eventually(listed_again)

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from maasctl.maasapi.auth import Identity
 from maasctl.maasapi.db import api_key_events, api_key_labels, api_keys
 from maasctl.maasapi.store import KeyStore
+from tests.error_fields import error_code, error_message
 
 from .conftest import GW, NS, USERS, Clock, auth
 
@@ -89,25 +90,25 @@ async def test_mint_bad_input_is_4xx_with_code_and_stores_nothing(
 ) -> None:
     r = await client.post("/v1/api-keys", json=body, headers=auth(user))
     assert r.status_code == status, r.text
-    assert r.json()["error"]["code"] == code
-    assert r.json()["error"]["message"]
+    assert error_code(r) == code
+    assert error_message(r)
     assert await counts(store) == (0, 0, 0)
 
 
 async def test_malformed_json_and_wrong_content(client: httpx.AsyncClient, store: KeyStore) -> None:
     r = await client.post("/v1/api-keys", content=b'{"name": ', headers={**auth("alice"),
                                                                        "content-type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert r.status_code == 400 and error_code(r) == "invalid_json"
     r = await client.post("/v1/api-keys", content=b"[1, 2]", headers={**auth("alice"),
                                                                      "content-type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    assert r.status_code == 400 and error_code(r) == "invalid_request"
     assert await counts(store) == (0, 0, 0)
 
 
 async def test_oversized_body_rejected(client: httpx.AsyncClient, store: KeyStore) -> None:
     big = {"name": "k", "description": "x" * 5000}
     r = await client.post("/v1/api-keys", json=big, headers=auth("alice"))
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert r.status_code == 413 and error_code(r) == "request_too_large"
 
     async def chunks() -> Any:  # no content-length: streamed, counted while reading
         for _ in range(10):
@@ -115,7 +116,7 @@ async def test_oversized_body_rejected(client: httpx.AsyncClient, store: KeyStor
 
     r = await client.post("/v1/api-keys", content=chunks(), headers={**auth("alice"),
                                                                      "content-type": "application/json"})
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    assert r.status_code == 413 and error_code(r) == "request_too_large"
     assert await counts(store) == (0, 0, 0)
 
 
@@ -123,14 +124,14 @@ async def test_authentication_required(client: httpx.AsyncClient) -> None:
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"},
                     {"Authorization": "Bearer sk-oai-garbage"}):
         r = await client.get("/v1/api-keys", headers=headers)
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+        assert r.status_code == 401 and error_code(r) == "unauthenticated"
 
 
 async def test_unknown_route_and_method_are_json(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/nope")
-    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert r.status_code == 404 and error_code(r) == "not_found"
     r = await client.put("/v1/api-keys", headers=auth("alice"))
-    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert r.status_code == 405 and error_code(r) == "method_not_allowed"
 
 
 async def test_validate_never_leaks_existence(client: httpx.AsyncClient, clock: Clock) -> None:
@@ -161,7 +162,7 @@ async def test_revoked_and_expired_keys_stop_working(client: httpx.AsyncClient, 
     assert expired["status"] == "expired"
     # revoking again is 404 (as in the reference); the first revocation's audit data stays
     r = await client.delete(f"/v1/api-keys/{a['id']}", params={"reason": "again"}, headers=auth("alice"))
-    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert r.status_code == 404 and error_code(r) == "not_found"
     shown = (await client.get(f"/v1/api-keys/{a['id']}", headers=auth("alice"))).json()
     assert shown["status"] == "revoked" and shown["revokeReason"] == "leaked"
 
@@ -170,7 +171,7 @@ async def test_other_users_keys_are_404_admin_sees_them(client: httpx.AsyncClien
     a = await mint(client)
     for method in ("GET", "DELETE"):
         r = await client.request(method, f"/v1/api-keys/{a['id']}", headers=auth("bob"))
-        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+        assert r.status_code == 404 and error_code(r) == "not_found"
         r = await client.request(method, f"/v1/api-keys/{'Z' * 22}", headers=auth("bob"))
         assert r.status_code == 404
     assert (await validate(client, a["key"]))["valid"]
@@ -186,7 +187,7 @@ async def test_api_keys_cannot_manage_keys(client: httpx.AsyncClient) -> None:
     for method, path in (("POST", "/v1/api-keys"), ("GET", "/v1/api-keys"), ("GET", f"/v1/api-keys/{a['id']}"),
                          ("DELETE", f"/v1/api-keys/{a['id']}"), ("POST", "/v1/api-keys/bulk-revoke")):
         r = await client.request(method, path, headers=h, json={"name": "x"} if method == "POST" else None)
-        assert r.status_code == 403 and r.json()["error"]["code"] == "api_key_not_allowed", (method, path)
+        assert r.status_code == 403 and error_code(r) == "api_key_not_allowed", (method, path)
 
 
 async def test_search_filters_and_pagination(client: httpx.AsyncClient) -> None:
@@ -216,14 +217,14 @@ async def test_search_filters_and_pagination(client: httpx.AsyncClient) -> None:
     r = (await search(filters={"subscription": "free"})).json()
     assert r["data"] == []
     bad = await search(filters={"username": "bob"})
-    assert bad.status_code == 403 and bad.json()["error"]["code"] == "forbidden"
+    assert bad.status_code == 403 and error_code(bad) == "forbidden"
     r = (await search("admin", filters={"username": "bob"})).json()
     assert [k["name"] for k in r["data"]] == ["bob-key"]
     assert len((await search("admin", pagination={"limit": 100})).json()["data"]) == 5  # the active ones
     for body in ({"pagination": {"limit": 101}}, {"filters": {"status": ["gone"]}}, {"sort": {"by": "id"}},
                  {"filters": {"unknown": 1}}, {"page": 1}):
         r = await search(**body)
-        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", body
+        assert r.status_code == 400 and error_code(r) == "invalid_request", body
 
 
 async def test_bulk_revoke_rules_and_dry_run(client: httpx.AsyncClient, store: KeyStore) -> None:
@@ -234,7 +235,7 @@ async def test_bulk_revoke_rules_and_dry_run(client: httpx.AsyncClient, store: K
         return await client.post("/v1/api-keys/bulk-revoke", json=body, headers=auth(user))
 
     r = await bulk("bob", username="alice")
-    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    assert r.status_code == 403 and error_code(r) == "forbidden"
     r = await bulk("alice", subscription="free")
     assert r.status_code == 403
     r = (await bulk("alice", username="alice", dryRun=True)).json()
@@ -246,7 +247,7 @@ async def test_bulk_revoke_rules_and_dry_run(client: httpx.AsyncClient, store: K
     assert (await validate(client, a1["key"]))["valid"]
     for empty in ({}, {"dryRun": False}, {"reason": "x"}):  # an empty filter never revokes anything
         r = await bulk("alice", **empty)
-        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", empty
+        assert r.status_code == 400 and error_code(r) == "invalid_request", empty
     assert (await validate(client, a1["key"]))["valid"]
     r = (await bulk("alice", username="alice")).json()
     assert r["revokedCount"] == 1
@@ -379,7 +380,7 @@ async def test_cleanup_purges_only_after_retention(client: httpx.AsyncClient, cl
 async def test_validate_route_errors_are_json_with_codes(client: httpx.AsyncClient) -> None:
     path = "/internal/v1/api-keys/validate"
     r = await client.post(path, content=b"{", headers={"content-type": "application/json", **GW})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert r.status_code == 400 and error_code(r) == "invalid_json"
     r = await client.post(path, json={"key": "k", "other": 1}, headers=GW)
     assert r.status_code == 400 and r.json()["error"]["details"][0]["field"] == "other"
     r = await client.post(path, content=b"key=x", headers={"content-type": "application/x-www-form-urlencoded", **GW})

@@ -22,6 +22,7 @@ from maasctl.maasapi.sources import CachedSources
 from maasctl.runtime import Client
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents
+from tests.error_fields import error_code
 from tests.install.manifests import maas_api_api
 from tests.maasapi.conftest import GATEWAY_TOKEN, GW
 
@@ -174,7 +175,7 @@ async def test_full_api_with_real_identity(
         assert key["subscription"] == f"{subscriptions}-gold"
         r = await c.post("/v1/api-keys", json={"name": "k", "subscription": f"{subscriptions}-bob"},
                          headers=tok["alice"])
-        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_subscription"
+        assert r.status_code == 400 and error_code(r) == "invalid_subscription"
         assert (await c.get(f"/v1/api-keys/{key['id']}", headers=tok["carol"])).status_code == 404
         r = await c.get("/v1/api-keys", headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401

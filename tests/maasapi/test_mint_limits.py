@@ -20,6 +20,7 @@ from maasctl.maasapi.auth import StaticAuthenticator
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore, make_engine
+from tests.error_fields import error_message
 
 from .conftest import GATEWAY_TOKEN, USERS, Clock, auth, sample_subscriptions
 from .test_api import counts
@@ -47,7 +48,7 @@ async def mint(client: httpx.AsyncClient, user: str = "alice", **body: Any) -> h
 def refused(r: httpx.Response, code: str) -> int:
     """Assert a 429 in the one error shape; return its Retry-After."""
     assert r.status_code == 429, r.text
-    assert r.json() == {"error": {"message": r.json()["error"]["message"], "type": "rate_limit_error", "code": code}}
+    assert r.json() == {"error": error_message(r), "code": code, "type": "rate_limit_error"}  # the keys envelope
     return int(r.headers["retry-after"])
 
 

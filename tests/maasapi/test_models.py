@@ -18,6 +18,7 @@ from maasctl.maasapi.models import accessible, probe_url
 from maasctl.maasapi.settings import MaasApiSettings
 from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import KeyStore
+from tests.error_fields import error_code
 
 from .conftest import NS, USERS, auth
 
@@ -131,7 +132,7 @@ async def test_models_subscription_header_and_api_key(models_client: httpx.Async
     assert sorted(m["id"] for m in r.json()["data"]) == ["alice-only-alias", "ok-alias"]
     assert {sub for _, _, sub in model_servers.seen} == {"free"}
     r = await models_client.get("/v1/models", headers={**auth("carol"), "X-MaaS-Subscription": "free"})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "subscription_not_found"
+    assert r.status_code == 403 and error_code(r) == "subscription_not_found"
     assert r.json()["error"]["type"] == "permission_error"
     r = await models_client.get("/v1/models", headers=auth("carol"))
     assert r.json()["data"] == []

@@ -30,6 +30,7 @@ from maasctl.maasapi.usage.tables import (
     usage_user_daily,
     usage_user_monthly,
 )
+from tests.error_fields import error_code
 
 from .conftest import USERS as TOKENS_BY_USER
 from .conftest import auth, sample_subscriptions
@@ -177,23 +178,23 @@ async def test_malformed_batches_are_rejected_whole(env: Env, mutate: Any, field
 async def test_oversized_unauthenticated_and_odd_batches_are_rejected(env: Env) -> None:
     records = make_records(MAX_RECORDS + 1)
     r = await post(env, records)
-    assert r.status_code == 413 and r.json()["error"]["code"] == "batch_too_large"
+    assert r.status_code == 413 and error_code(r) == "batch_too_large"
     big = make_records(1)[0] | {"user": "x" * 250, "organization": "o" * 250, "route": "r" * 300}
     r = await post(env, [big | {"request_id": f"r{i}"} for i in range(MAX_RECORDS)])
-    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"  # body > max_body_bytes
+    assert r.status_code == 413 and error_code(r) == "request_too_large"  # body > max_body_bytes
     future = make_records(2)
     future[1]["timestamp"] = (NOW + timedelta(hours=2)).isoformat()
     r = await post(env, future)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "timestamp_in_future"
+    assert r.status_code == 400 and error_code(r) == "timestamp_in_future"
     assert r.json()["error"]["details"] == [{"field": "records.1.timestamp"}]
     r = await post(env, [])
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+    assert r.status_code == 400 and error_code(r) == "invalid_request"
     r = await env.client.post("/internal/v1/usage", content=b'{"records": [',
                                 headers={**GW, "Content-Type": "application/json"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert r.status_code == 400 and error_code(r) == "invalid_json"
     assert (await post(env, make_records(1), headers={})).status_code == 401
     wrong = await post(env, make_records(1), headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthenticated"
+    assert wrong.status_code == 401 and error_code(wrong) == "unauthenticated"
     user_token = await post(env, make_records(1), headers=auth("admin"))  # users cannot forge usage
     assert user_token.status_code == 401
     assert await row_counts(env.store) == (0, 0, 0)
@@ -286,7 +287,7 @@ async def test_ingestion_is_refused_when_no_token_is_configured(store: KeyStore)
     async with (app.router.lifespan_context(app),
                 httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://m") as c):
         r = await c.post("/internal/v1/usage", json={"records": make_records(1)}, headers=GW)
-    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"  # closed by default
+    assert r.status_code == 401 and error_code(r) == "unauthenticated"  # closed by default
 
 
 # --- reports -----------------------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ async def test_report_every_range_and_filter_matches_raw_records(env: Env) -> No
 
 async def test_report_is_for_admins_and_validates_ranges(env: Env) -> None:
     r = await env.client.get("/v1/usage/report", headers=auth("alice"))
-    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    assert r.status_code == 403 and error_code(r) == "forbidden"
     assert (await env.client.get("/v1/usage/report")).status_code == 401
     bad = [{"range": "2d"}, {"range": "7d", "from": "2026-01-01T00:00:00Z"}, {"to": "2026-01-01T00:00:00Z"},
            {"from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
@@ -342,7 +343,7 @@ async def test_report_is_for_admins_and_validates_ranges(env: Env) -> None:
     for params in bad:
         r = await env.client.get("/v1/usage/report", params=params, headers=auth("admin"))
         assert r.status_code == 400, params
-        assert r.json()["error"]["code"] in {"invalid_time_range", "invalid_request"}
+        assert error_code(r) in {"invalid_time_range", "invalid_request"}
 
 
 # --- CSV export --------------------------------------------------------------------------------------------
@@ -431,7 +432,7 @@ async def test_subscription_view_for_owners_and_admins(env: Env) -> None:
     assert {(m,): counts_of(v) for m, v in models.items() if counts_of(v)["requests"]} == want
     # bob owns no premium access (premium-users group): not visible; other users' usage is admin-only
     r = await env.client.get(f"/v1/usage/subscriptions/{premium}", headers=auth("bob"))
-    assert r.status_code == 404 and r.json()["error"]["code"] == "subscription_not_found"
+    assert r.status_code == 404 and error_code(r) == "subscription_not_found"
     r = await env.client.get(f"/v1/usage/subscriptions/{premium}", params={"user": "bob"}, headers=auth("alice"))
     assert r.status_code == 403
     r = await env.client.get(f"/v1/usage/subscriptions/{premium}", params={"range": "7d"}, headers=auth("admin"))

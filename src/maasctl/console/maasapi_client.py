@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 import httpx
 
+from maasctl.contract.errors import maas_api_error_fields
+
 
 @dataclass
 class MaasApiError(Exception):
@@ -26,11 +28,10 @@ class MaasApiError(Exception):
 
 def _error(resp: httpx.Response) -> MaasApiError:
     try:
-        err = resp.json().get("error") or {}
+        code, message = maas_api_error_fields(resp.json())  # either envelope maas-api answers (`maasapi.errors`)
     except ValueError:
-        err = {}
-    return MaasApiError(resp.status_code, str(err.get("code") or "error"),
-                        str(err.get("message") or f"maas-api answered HTTP {resp.status_code}"))
+        code, message = "", ""
+    return MaasApiError(resp.status_code, code or "error", message or f"maas-api answered HTTP {resp.status_code}")
 
 
 class MaasApi:

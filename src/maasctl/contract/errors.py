@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["ERROR_TYPES", "Refusal", "error_body"]
+__all__ = ["ERROR_TYPES", "Refusal", "error_body", "maas_api_error_fields"]
 
 ERROR_TYPES: Final[Mapping[int, str]] = {
     400: "invalid_request_error",
@@ -46,3 +46,17 @@ class Refusal:
     def body(self) -> bytes:
         return self.raw_body if self.raw_body is not None else error_body(self.status, self.message, self.code,
                                                                            self.param)
+
+
+def maas_api_error_fields(body: Any) -> tuple[str, str]:
+    """(code, message) of a maas-api error body in either envelope it answers (`maasapi.errors`: the API-key
+    endpoints' `{"error": "<message>", "code"}`, the others' `{"error": {"message", "code"}}`); ("", "") when the
+    body is neither. The console reads maas-api's refusals with it."""
+    if not isinstance(body, dict):
+        return "", ""
+    err = body.get("error")
+    if isinstance(err, str):
+        return str(body.get("code") or ""), err
+    if isinstance(err, dict):
+        return str(err.get("code") or ""), str(err.get("message") or "")
+    return "", ""

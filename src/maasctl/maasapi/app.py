@@ -26,7 +26,7 @@ from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware,
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import ModelSource, OrganizationSource, SubscriptionSource
+from maasctl.maasapi.sources import GrantSource, ModelSource, OrganizationSource, SubscriptionSource
 from maasctl.maasapi.store import KeyStore, make_engine
 from maasctl.maasapi.usage import api as usage_api
 
@@ -43,14 +43,17 @@ def create_app(
     model_source: ModelSource | None = None,
     probe_client: httpx.AsyncClient | None = None,
     organization_source: OrganizationSource | None = None,
+    grant_source: GrantSource | None = None,
 ) -> FastAPI:
     """Build the app. Without `store`, the lifespan opens `settings.database_url` and runs migrations. The
     organization administrators come from `organization_source`, else from `subscription_source` when it
-    provides them, else nobody is one."""
+    provides them, else nobody is one; the MaaSAuthPolicies the same way (`grant_source`)."""
     if organization_source is None and isinstance(subscription_source, OrganizationSource):
         organization_source = subscription_source
+    if grant_source is None and isinstance(subscription_source, GrantSource):
+        grant_source = subscription_source
     state = AppState(settings, subscription_source, authenticator, metrics or ApiMetrics(), models=model_source,
-                     organizations=organization_source)
+                     organizations=organization_source, grants=grant_source)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

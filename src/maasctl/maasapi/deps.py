@@ -15,26 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import httpx
 from fastapi import Depends, Header, Request
 
 from maasctl.contract.edge import ConflictingCredentials, presented_credential
 from maasctl.contract.organizations import OrganizationAdmins
-from maasctl.contract.views import SubscriptionView
+from maasctl.contract.views import AuthPolicyView, SubscriptionView
 from maasctl.maasapi import keys
 from maasctl.maasapi.auth import Authenticator, Identity
-from maasctl.maasapi.errors import ApiError, error_body
+from maasctl.maasapi.errors import KEYS_PATH, ApiError, error_body
 from maasctl.maasapi.keycache import KeyCacheListener
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import ModelSource, OrganizationSource, SubscriptionSource
+from maasctl.maasapi.sources import GrantSource, ModelSource, OrganizationSource, SubscriptionSource
 from maasctl.maasapi.store import KeyScope, KeyStore
 
 __all__ = [
     "ERROR_RESPONSES",
+    "KEY_ERROR_RESPONSES",
     "Access",
     "AppState",
     "Caller",
@@ -46,16 +47,23 @@ __all__ = [
     "subscriptions_of",
 ]
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    s: {"description": d, "content": {"application/json": {"example": error_body("code", "message", status=s)}}}
-    for s, d in (
-        (400, "Bad request: invalid JSON or a schema violation"),
-        (401, "Unauthenticated"),
-        (403, "Forbidden"),
-        (404, "Not found"),
-        (413, "Body too large"),
-    )
-}
+def _error_responses(path: str = "") -> dict[int | str, dict[str, Any]]:
+    """The documented error answers of a router, in the envelope its paths answer (`errors.error_body`)."""
+    return {
+        s: {"description": d, "content": {"application/json": {"example": error_body("code", "message", status=s,
+                                                                                     path=path)}}}
+        for s, d in (
+            (400, "Bad request: invalid JSON or a schema violation"),
+            (401, "Unauthenticated"),
+            (403, "Forbidden"),
+            (404, "Not found"),
+            (413, "Body too large"),
+        )
+    }
+
+
+ERROR_RESPONSES: Final = _error_responses()
+KEY_ERROR_RESPONSES: Final = _error_responses(KEYS_PATH)
 
 
 @dataclass
@@ -69,6 +77,7 @@ class AppState:
     models: ModelSource | None = None
     probe_http: httpx.AsyncClient | None = None
     organizations: OrganizationSource | None = None  # None: no delegated administration
+    grants: GrantSource | None = None  # the MaaSAuthPolicies; None (embedded, tests): listings not narrowed by them
     key_cache_listener: KeyCacheListener | None = None  # PostgreSQL: keeps the validation key cache live
 
     def keys(self) -> KeyService:
@@ -141,6 +150,14 @@ async def subscriptions_of(st: AppState) -> Sequence[SubscriptionView]:
         return await st.subscriptions.list_subscriptions()
     except Exception as exc:
         raise ApiError(503, "subscriptions_unavailable", "subscriptions cannot be read right now") from exc
+
+
+async def auth_policies_of(grants: GrantSource) -> Sequence[AuthPolicyView]:
+    """The MaaSAuthPolicies; 503 while they cannot be read (a listing never guesses what is granted)."""
+    try:
+        return await grants.list_auth_policies()
+    except Exception as exc:
+        raise ApiError(503, "subscriptions_unavailable", "access policies cannot be read right now") from exc
 
 
 @dataclass(frozen=True)

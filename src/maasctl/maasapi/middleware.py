@@ -27,8 +27,9 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes")
 
 
-def _too_large_body(limit: int) -> bytes:
-    return json.dumps(error_body("request_too_large", f"request body exceeds {limit} bytes", status=413)).encode()
+def _too_large_body(limit: int, path: str) -> bytes:
+    return json.dumps(error_body("request_too_large", f"request body exceeds {limit} bytes", status=413,
+                                 path=path)).encode()
 
 
 class BodyLimitMiddleware:
@@ -38,8 +39,8 @@ class BodyLimitMiddleware:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def _reject(self, send: Send) -> None:
-        body = _too_large_body(self.max_bytes)
+    async def _reject(self, send: Send, path: str) -> None:
+        body = _too_large_body(self.max_bytes, path)
         await send(
             {
                 "type": "http.response.start",
@@ -63,7 +64,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = self.max_bytes + 1
                 if declared > self.max_bytes:
-                    await self._reject(send)
+                    await self._reject(send, str(scope.get("path", "")))
                     return
         received = 0
         started = False
@@ -87,7 +88,7 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(send)
+                await self._reject(send, str(scope.get("path", "")))
 
 
 async def _send_json(send: Send, status: int, payload: bytes) -> None:
@@ -111,7 +112,8 @@ class IdentityHeaderMiddleware:
             forbidden = forbidden_client_header(names)
             if forbidden is not None:
                 message = f"header {forbidden!r} is decided by the gateway and may not be sent"
-                await _send_json(send, 403, json.dumps(error_body("forbidden_header", message, status=403)).encode())
+                body = error_body("forbidden_header", message, status=403, path=str(scope.get("path", "")))
+                await _send_json(send, 403, json.dumps(body).encode())
                 return
         await self.app(scope, receive, send)
 

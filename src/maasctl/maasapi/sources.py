@@ -1,4 +1,4 @@
-"""Where maas-api reads MaaSSubscriptions and MaaSModelRefs: the contract's typed views.
+"""Where maas-api reads MaaSSubscriptions, MaaSModelRefs and MaaSAuthPolicies: the contract's typed views.
 
 `CachedSources` (production) keeps one informer per kind and hands out views parsed once per resourceVersion
 (`contract.views.Views`); until the first list has completed, requests wait for it (bounded), so a fresh
@@ -17,15 +17,17 @@ from typing import Protocol, runtime_checkable
 import structlog
 
 from maasctl.contract.organizations import ORG_ADMINS_LABEL, OrganizationAdmins, merge_config_maps
-from maasctl.contract.views import ModelRefView, SubscriptionView, Views
+from maasctl.contract.views import AuthPolicyView, ModelRefView, SubscriptionView, Views
 from maasctl.runtime import Cache, CacheOptions, Client, GroupVersionKind
 
-__all__ = ["CachedSources", "ModelSource", "OrganizationSource", "StaticSources", "SubscriptionSource"]
+__all__ = ["CachedSources", "GrantSource", "ModelSource", "OrganizationSource", "StaticSources",
+           "SubscriptionSource"]
 
 log = structlog.get_logger("maasctl.maasapi")
 
 MAAS_SUBSCRIPTION = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSSubscription")
 MAAS_MODEL_REF = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSModelRef")
+MAAS_AUTH_POLICY = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSAuthPolicy")
 CONFIG_MAP = GroupVersionKind("", "v1", "ConfigMap")
 SYNC_DEADLINE = 30.0
 
@@ -41,12 +43,20 @@ class ModelSource(Protocol):
 
 
 @runtime_checkable
+class GrantSource(Protocol):
+    """The MaaSAuthPolicies: which models are opened to whom (the listings show only what a caller is granted)."""
+
+    async def list_auth_policies(self) -> Sequence[AuthPolicyView]: ...
+
+
+@runtime_checkable
 class OrganizationSource(Protocol):
     async def organization_admins(self) -> OrganizationAdmins: ...
 
 
 class StaticSources:
-    """Fixed subscriptions, models and organization administrators."""
+    """Fixed subscriptions, models and organization administrators (no MaaSAuthPolicies: embed a GrantSource
+    next to it for listings filtered by grants)."""
 
     def __init__(self, subscriptions: Iterable[SubscriptionView] = (), models: Iterable[ModelRefView] = (),
                  organizations: OrganizationAdmins | None = None) -> None:
@@ -74,6 +84,7 @@ class CachedSources:
         self._subscription_namespace = subscription_namespace
         self.cache.informer(MAAS_SUBSCRIPTION)
         self.cache.informer(MAAS_MODEL_REF)
+        self.cache.informer(MAAS_AUTH_POLICY)
         # Organization admins: a second cache, restricted to the subscription namespace and the label.
         self.org_cache = Cache(client, CacheOptions(
             namespaces=(subscription_namespace,) if subscription_namespace else (),
@@ -123,3 +134,8 @@ class CachedSources:
     async def list_models(self) -> Sequence[ModelRefView]:
         await self._synced(MAAS_MODEL_REF)
         return [self.views.model_ref(o) for o in self.cache.list(MAAS_MODEL_REF)]
+
+    async def list_auth_policies(self) -> Sequence[AuthPolicyView]:
+        """The MaaSAuthPolicies of the subscription namespace (the only ones the controller honours)."""
+        await self._synced(MAAS_AUTH_POLICY)
+        return [self.views.auth_policy(o) for o in self.cache.list(MAAS_AUTH_POLICY, self._subscription_namespace)]

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query
 
 from maasctl.contract.selection import parse_ref
 from maasctl.maasapi import keys
-from maasctl.maasapi.deps import ERROR_RESPONSES, StateDep, TokenCaller, access_of, subscriptions_of
+from maasctl.maasapi.deps import KEY_ERROR_RESPONSES, StateDep, TokenCaller, access_of, subscriptions_of
 from maasctl.maasapi.errors import ApiError, error_body
 from maasctl.maasapi.routes.views import key_subscription, key_view
 from maasctl.maasapi.schemas import (
@@ -30,7 +30,7 @@ from maasctl.maasapi.schemas import (
 from maasctl.maasapi.service import MintInput
 from maasctl.maasapi.store import SearchQuery
 
-router = APIRouter(tags=["api-keys"], responses=ERROR_RESPONSES)
+router = APIRouter(tags=["api-keys"], responses=KEY_ERROR_RESPONSES)
 
 
 @router.get("/v1/api-keys/config", response_model=KeyConfig)

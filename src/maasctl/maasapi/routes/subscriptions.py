@@ -2,19 +2,22 @@
 JSON array of the reference's `SubscriptionListItem`. As in the reference, an API key lists every subscription of
 its user (the key's owner and the groups it was validated with), not only the one it is bound to: the key still
 only ever uses its binding (`contract.selection`); each model entry carries its published name, display name,
-description and source from the MaaSModelRef."""
+description and source from the MaaSModelRef. Also as in the reference, a subscription lists only the models a
+MaaSAuthPolicy grants the caller (the gateway refuses the others: listing them would advertise a 403), and a
+subscription left with none is omitted."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 
 from maasctl.contract.selection import rank
-from maasctl.contract.views import ModelRefView, SubscriptionView
+from maasctl.contract.views import AuthPolicyView, ModelRefView, SubscriptionView
 from maasctl.maasapi.auth import Identity
-from maasctl.maasapi.deps import ERROR_RESPONSES, AppState, Caller, StateDep, subscriptions_of
+from maasctl.maasapi.deps import ERROR_RESPONSES, AppState, Caller, StateDep, auth_policies_of, subscriptions_of
 from maasctl.maasapi.routes.views import subscription_item
 from maasctl.maasapi.schemas import SubscriptionListItem
 
@@ -22,9 +25,20 @@ router = APIRouter(tags=["subscriptions"], responses=ERROR_RESPONSES)
 
 
 async def visible_subscriptions(st: AppState, caller: Identity) -> Sequence[SubscriptionView]:
-    """What the caller may see: every subscription that entitles the user (a key's owner and groups too)."""
-    subs = await subscriptions_of(st)
-    return rank(s for s in subs if s.entitles(caller.username, caller.groups) and not s.deleting)
+    """What the caller may see: every subscription that entitles the user (a key's owner and groups too), with
+    only the models a MaaSAuthPolicy grants them (`granted`); one left with no model is not listed."""
+    subs = rank(s for s in await subscriptions_of(st) if s.entitles(caller.username, caller.groups) and not s.deleting)
+    if st.grants is None:
+        return subs
+    allowed = granted(await auth_policies_of(st.grants), caller)
+    narrowed = (replace(s, models=tuple(m for m in s.models if m.key in allowed)) for s in subs)
+    return [s for s in narrowed if s.models]
+
+
+def granted(policies: Iterable[AuthPolicyView], caller: Identity) -> frozenset[str]:
+    """`namespace/name` of every model a usable MaaSAuthPolicy opens to the caller (the AuthPolicy builder's
+    subject rule, `contract.views.entitled`)."""
+    return frozenset(m for p in policies if p.grants and p.entitles(caller.username, caller.groups) for m in p.models)
 
 
 async def _models_by_key(st: AppState) -> dict[str, ModelRefView]:
