@@ -16,7 +16,16 @@ from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from maasctl.billing.ledger import Ledger, Notice, adjustment, credit, usage_charge
-from maasctl.billing.ledger.entries import FUNDING, REVENUE, Posting, Transaction, balances, from_micros, to_micros
+from maasctl.billing.ledger.entries import (
+    FUNDING,
+    REVENUE,
+    Posting,
+    Transaction,
+    balances,
+    from_micros,
+    rerate_adjustment,
+    to_micros,
+)
 from maasctl.billing.ledger.schema import postings, transactions
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
@@ -74,6 +83,24 @@ async def test_derived_figures(ledger: Ledger) -> None:
     assert shown[0].reason == "correct a mistaken credit" and shown[0].actor == "ops"
     assert shown[1].details == {"record": "b", "priceBook": "pb", "generation": 1}
     assert await ledger.balances([TENANT, "gw/other"]) == {TENANT: Decimal("15.5"), "gw/other": Decimal(0)}
+
+
+async def test_spend_sees_re_rating_corrections_and_nothing_else(ledger: Ledger) -> None:
+    """Budgets and `mtdSpend` read `spend`: a re-rating (`maasctl billing rerate`) corrects it in the period it
+    is posted; a goodwill adjustment, a credit or a payment is not spend."""
+    await ledger.post([credit("c1", TENANT, T0, Decimal("20"), reason="top-up", actor="ops"),
+                       charge("a", "1.5", T0 + timedelta(days=1)), charge("b", "2.0", T0 + timedelta(days=2))])
+    month = (T0, T0 + timedelta(days=30))
+    assert await ledger.spend(TENANT, *month) == Decimal("3.5")
+    fix = rerate_adjustment(TENANT, T0 + timedelta(days=3), {"a": Decimal("-0.5"), "b": Decimal("0.25")},
+                            book="pb", generation=2, since=T0, until=T0 + timedelta(days=3), currency="USD",
+                            reason="pb generation 1 priced llama twice", actor="ops")
+    goodwill = adjustment("gw-1", TENANT, T0 + timedelta(days=4), Decimal("5"), reason="outage credit", actor="ops")
+    await ledger.post([fix, goodwill])
+    assert await ledger.spend(TENANT, *month) == Decimal("3.25")  # 3.5 - 0.5 + 0.25
+    assert await ledger.spend(TENANT, T0, T0 + timedelta(days=3)) == Decimal("3.5")  # posted on day 3
+    assert await ledger.spend(TENANT, T0 + timedelta(days=3)) == Decimal("-0.25")  # a net credit that day
+    assert await ledger.balance(TENANT) == Decimal("20") - Decimal("3.25") + Decimal("5")
 
 
 async def test_verify_finds_an_unbalanced_transaction(ledger: Ledger) -> None:

@@ -309,12 +309,20 @@ class Ledger:
         return out
 
     async def spend(self, tenant: str, since: datetime, until: datetime | None = None) -> Decimal:
-        """What rated usage cost the tenant for records in [since, until)."""
-        conds = [postings.c.account == wallet(tenant), postings.c.kind == "usage", postings.c.occurred_at >= since]
+        """What rated usage cost the tenant in [since, until): the usage charges of records in the period, plus
+        the re-rating adjustments posted in it (`maasctl billing rerate`: a correction counts in the period it is
+        posted, as a credit note does), so budgets and `mtdSpend` see the corrected rating, not the mistaken one.
+        Goodwill adjustments, credits, fees and payments are not spend."""
+        t = transactions
+        rerating = and_(t.c.kind == "adjustment", t.c.key.startswith(RERATE_PREFIX, autoescape=True))
+        conds = [postings.c.account == wallet(tenant), postings.c.occurred_at >= since,
+                 or_(postings.c.kind == "usage", rerating)]
         if until is not None:
             conds.append(postings.c.occurred_at < until)
+        stmt = (select(func.sum(postings.c.amount_micros))
+                .select_from(postings.join(t, postings.c.transaction_id == t.c.id)).where(and_(*conds)))
         async with self.engine.connect() as conn:
-            micros = (await conn.execute(select(func.sum(postings.c.amount_micros)).where(and_(*conds)))).scalar()
+            micros = (await conn.execute(stmt)).scalar()
         return from_micros(-int(micros or 0))
 
     async def spend_by_key(self, tenant: str, since: datetime, until: datetime) -> dict[str, Decimal]:
