@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from maasctl.maasapi.sources import CachedSources
 from maasctl.reconcilers.cleanup import JOB, JobState, build_cleanup_job, job_name, job_state, retry_delay
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
+from maasctl.runtime.objects import FrozenObject
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.controlplane import free_port
 from tests.reconcilers.conftest import SETTINGS, SUB_NS, Objects, eventually
@@ -105,6 +106,14 @@ def token_env(tmp_path: Path) -> dict[str, str]:
     return {"MAASCTL_MAAS_API_TOKEN_FILE": str(token)}
 
 
+def own_jobs(*names: str) -> Callable[[FrozenObject], bool]:
+    """The runner runs the cleanup Jobs of this test's subscriptions only: the shared control plane holds other
+    tests' subscriptions left Terminating, and this test's controller gives each a Job too."""
+    wanted = {f"{SUB_NS}/{n}" for n in names}
+    return lambda job: (job["metadata"].get("annotations") or {}).get(
+        "maas.opendatahub.io/subscriptions") in wanted
+
+
 async def warning_events(kube: k8s.ApiClient, name: str) -> list[dict[str, Any]]:
     events = await k8s.EventsV1Api(kube).list_namespaced_event(SUB_NS)
     return [{"reason": e.reason, "note": e.note} for e in events.items
@@ -118,7 +127,8 @@ async def test_deletion_revokes_only_the_deleted_subscriptions_keys(
     doomed, kept = f"doomed-{uid()}", f"kept-{uid()}"
     settings = runner_settings(maas_api_url=f"http://127.0.0.1:{port}")
     async with maas_api(port, tmp_path, maas_cluster) as api, \
-            controller_and_runner(maas_cluster, settings, token_env(tmp_path)) as (running, runner):
+            controller_and_runner(maas_cluster, settings, token_env(tmp_path),
+                                  accepts=own_jobs(doomed, kept)) as (running, runner):
         await publish_external(objs, kube, namespace, "m")  # keys are minted for Active subscriptions only
         await create_with_finalizer(objs, doomed, namespace, active=True)
         await create_with_finalizer(objs, kept, namespace, active=True)
@@ -154,7 +164,8 @@ async def test_failing_cleanup_keeps_subscription_terminating_until_a_retry_succ
     port = free_port()  # nothing listens here until maas-api is started below
     name = f"stuck-{uid()}"
     settings = runner_settings(maas_api_url=f"http://127.0.0.1:{port}")
-    async with controller_and_runner(maas_cluster, settings, token_env(tmp_path)) as (running, runner):
+    async with controller_and_runner(maas_cluster, settings, token_env(tmp_path),
+                                     accepts=own_jobs(name)) as (running, runner):
         await create_with_finalizer(objs, name)
         await objs.delete("MaaSSubscription", SUB_NS, name)
 

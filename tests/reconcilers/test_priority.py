@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ from maasctl.builders.refs import ObjectRef
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
+from maasctl.runtime.objects import FrozenObject
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.crds import apply_documents, load_documents, third_party_crd_files, wait_established
@@ -60,7 +61,7 @@ def runner_settings(**changes: Any) -> ControllerSettings:
 @contextlib.asynccontextmanager
 async def controller_and_runner(
     cp: ControlPlane, settings: ControllerSettings, runner_env: dict[str, str] | None = None,
-    commands: dict[str, tuple[str, ...]] | None = None,
+    commands: dict[str, tuple[str, ...]] | None = None, accepts: Callable[[FrozenObject], bool] | None = None,
 ) -> AsyncIterator[tuple[RunningController, JobRunner]]:
     admin = await connect(str(cp.kubeconfig))  # the runner stands in for the Job controller and kubelet
     await ensure_namespace(k8s.CoreV1Api(admin), settings.leader_election_namespace)
@@ -68,6 +69,8 @@ async def controller_and_runner(
     runner = JobRunner(Client(admin), namespace=settings.leader_election_namespace, env=runner_env or {})
     if commands is not None:
         runner.commands = commands
+    if accepts is not None:
+        runner.accepts = accepts
     task = asyncio.create_task(runner.run())
     try:
         yield running, runner

@@ -12,7 +12,10 @@ a fight over their status. For each such Job it watches, the runner
    `completionTime`, or `FailureTarget` + `Failed` (reason BackoffLimitExceeded) with `failed`.
 
 Production never uses this: the controller's cleanup Jobs have no `managedBy` there (setting
-`cleanup_job_managed_by` empty) and run as real pods. Every run is kept in `runs` for assertions.
+`cleanup_job_managed_by` empty) and run as real pods. Every run is kept in `runs` for assertions. `accepts`
+narrows the Jobs run to a test's own (a shared control plane holds other tests' leftovers: subscriptions left
+Terminating by a controller without a runner get cleanup Jobs from the next controller that sees them, and
+running them all would only load the machine).
 
 Usage::
 
@@ -29,7 +32,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +76,10 @@ def _finished(job: Mapping[str, Any]) -> bool:
                for c in (job.get("status") or {}).get("conditions") or ())
 
 
+def _every_job(job: FrozenObject) -> bool:
+    return True
+
+
 @dataclass
 class JobRunner:
     client: Client
@@ -82,6 +89,7 @@ class JobRunner:
     commands: Mapping[str, Sequence[str]] = field(
         default_factory=lambda: {"maasctl": (str(Path(sys.executable).with_name("maasctl")),)})
     timeout: float = 120.0
+    accepts: Callable[[FrozenObject], bool] = _every_job
     runs: list[JobRun] = field(default_factory=list)
     _seen: set[str] = field(default_factory=set)
     _queue: asyncio.Queue[FrozenObject] = field(default_factory=asyncio.Queue)
@@ -101,7 +109,7 @@ class JobRunner:
         uid = str(job["metadata"].get("uid"))
         if event.type is EventType.DELETED or uid in self._seen or _finished(job):
             return
-        if (job.get("spec") or {}).get("managedBy") != self.managed_by:
+        if (job.get("spec") or {}).get("managedBy") != self.managed_by or not self.accepts(job):
             return
         self._seen.add(uid)
         self._queue.put_nowait(job)
