@@ -20,12 +20,12 @@ status=0
 # wait on a process, so the two cores were half idle (a fresh-clone run of 3,680 tests: 29 min instead of about 55).
 # --dist loadfile keeps a file's tests (and its module-scoped servers) on one worker. MAASCTL_TEST_WORKERS=0 runs
 # them in this process, one after another.
-# -p tests.schedule --no-loadscope-reorder: the files are handed out longest first (tests/durations.json, refreshed
+# --no-loadscope-reorder: the files are handed out longest first (tests/schedule.py, tests/durations.json, refreshed
 # from the JUnit report this run writes to .local/test-results.xml by hack/test-durations.py), so the run does not
 # end with one worker busy on a long file while the other idles.
 workers="${MAASCTL_TEST_WORKERS:-2}"
 mkdir -p .local
-env -u E2E_CLUSTER .venv/bin/pytest -n "$workers" --dist loadfile --no-loadscope-reorder -p tests.schedule \
+env -u E2E_CLUSTER .venv/bin/pytest -n "$workers" --dist loadfile --no-loadscope-reorder \
   --junitxml=.local/test-results.xml --durations=20 tests e2e "$@" || status=$?
 echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev, through the payload processor"
 E2E_PAYLOAD_PROCESSOR=1 ./hack/e2e-dev.sh -q || status=$?

@@ -20,6 +20,7 @@ from maasctl.testenv.jobrunner import JOB_ENV_MARKER
 from maasctl.testenv.redis import RedisServer, start_redis
 
 from .cel_shadow import cel_fast_path_agrees_with_cel_python, cel_interpreted  # noqa: F401 - fixtures for every test
+from .schedule import pytest_collection_modifyitems  # noqa: F401 - the workers get the longest files first
 
 # Property tests check behaviour, not speed: no per-example deadline (the machine is shared with the control
 # plane and other suites, and a slow example is not a wrong one). Benchmarks measure speed.

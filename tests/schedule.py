@@ -1,4 +1,5 @@
-"""Longest files first: the order in which the two xdist workers are handed test files (`-p tests.schedule`).
+"""Longest files first: the order in which the two xdist workers are handed test files (hooked in by
+tests/conftest.py, so it orders the whole run's items, e2e/ included).
 
 `--dist loadfile` hands out whole files in collection order (with `--no-loadscope-reorder`; xdist's default
 orders them by test count, which puts the few-test, minute-long e2e and browser files last, so the run ended
