@@ -160,6 +160,34 @@ async def test_a_settling_watch_turns_a_burst_of_events_into_one_request(cache: 
             CHILD, map_to=lambda obj: [], settle=-1)
 
 
+async def test_an_unmapped_initial_list_waits_for_the_primary_and_later_events_are_mapped(cache: Cache) -> None:
+    """`map_initial_list=False`: before the controller starts, the initial-list (low-priority) events of that
+    kind map nothing (the primary's own initial list names every object); the same kind's real changes do, and
+    after the start its low-priority events (resync, a re-list) do too. A watch without the flag still maps its
+    initial list."""
+    async def reconcile(req: Request) -> Result:
+        return Result.done()
+
+    built: list[Controller] = []
+    other = GroupVersionKind("", "v1", "Secret")
+    ControllerBuilder("c", cache=cache, metrics=Metrics(), register=built.append).for_(PARENT).watches(
+        CHILD, map_to=lambda obj: [Request("ns", "from-child")], map_initial_list=False).watches(
+        other, map_to=lambda obj: [Request("ns", "from-secret")]).complete(reconcile)
+    ctl = built[0]
+    obj = freeze({"metadata": {"name": "x", "namespace": "ns"}})
+    cache.informer(CHILD)._emit(Event(EventType.ADDED, obj, low_priority=True))
+    assert ctl.queue.get_nowait() is None
+    cache.informer(other)._emit(Event(EventType.ADDED, obj, low_priority=True))
+    assert ctl.queue.get_nowait() == Request("ns", "from-secret")
+    cache.informer(CHILD)._emit(Event(EventType.UPDATED, obj, obj))
+    assert ctl.queue.get_nowait() == Request("ns", "from-child")
+    ctl.started = True
+    cache.informer(CHILD)._emit(Event(EventType.UPDATED, obj, obj, low_priority=True))
+    assert ctl.queue.get_nowait() is None  # still being processed: the queue holds it back (dirty)
+    ctl.queue.done(Request("ns", "from-child"))
+    assert ctl.queue.get_nowait() == Request("ns", "from-child")
+
+
 def test_builder_rejects_incomplete_wiring() -> None:
     b = ControllerBuilder("x", cache=None, metrics=Metrics(), register=lambda c: None)  # type: ignore[arg-type]
     with pytest.raises(ValueError):

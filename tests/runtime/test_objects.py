@@ -63,6 +63,23 @@ def test_frozen_objects_cannot_be_mutated() -> None:
         obj["items"].append(2)
 
 
+def test_dict_and_list_subclasses_freeze_too() -> None:
+    """The exact JSON types take a fast path; a subclass (an OrderedDict, a defaultdict, a list subclass a
+    caller built) must not slip through as a mutable object."""
+    from collections import OrderedDict, defaultdict
+
+    class Items(list[Any]):
+        pass
+
+    obj = freeze(OrderedDict(a=defaultdict(list, b=Items([{"c": 1}])), d=(1, 2), e=3.5, f=None, g=True))
+    with pytest.raises(TypeError):
+        obj["a"]["x"] = 1
+    assert isinstance(obj["a"]["b"], tuple) and isinstance(obj["a"]["b"][0], type(obj))
+    with pytest.raises(TypeError):
+        obj["a"]["b"][0]["c"] = 2
+    assert obj["d"] == (1, 2) and obj["e"] == 3.5 and obj["f"] is None and obj["g"] is True
+
+
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}, "data": {"a": "1"}}
 
 

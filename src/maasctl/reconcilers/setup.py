@@ -131,20 +131,21 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .for_(MAAS_MODEL_REF, predicates=[SPEC_OR_META])
         .owns(HTTP_ROUTE)
         .owns(SERVICE)
-        .watches(MAAS_MODEL_REF, map_to=siblings_by_alias(cache))
-        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel")))
+        .watches(MAAS_MODEL_REF, map_to=siblings_by_alias(cache), map_initial_list=False)
+        .watches(EXTERNAL_MODEL, map_to=models_by_target(cache, "ExternalModel"), map_initial_list=False))
     for llm_version in LLM_INFERENCE_SERVICES:  # each version the cluster serves (seed 001 registers v1alpha1)
-        models = models.watches(llm_version, map_to=models_by_target(cache, "LLMInferenceService"))
+        models = models.watches(llm_version, map_to=models_by_target(cache, "LLMInferenceService"),
+                                map_initial_list=False)
     (models
-        .watches(HTTP_ROUTE, map_to=_kserve_route_to_models(cache))
-        .watches(GATEWAY, map_to=lambda gw: requests(cache.list(MAAS_MODEL_REF)))
+        .watches(HTTP_ROUTE, map_to=_kserve_route_to_models(cache), map_initial_list=False)
+        .watches(GATEWAY, map_to=lambda gw: requests(cache.list(MAAS_MODEL_REF)), map_initial_list=False)
         .watches(MAAS_AUTH_POLICY, map_to=models_of_source, predicates=[SPEC_OR_META])
         .watches(MAAS_SUBSCRIPTION, map_to=models_of_source, predicates=[SPEC_OR_META])
-        .watches(AUTH_POLICY, map_to=models_of_generated(cache))
-        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=models_of_generated(cache))
-        .watches(INFERENCE_POOL, map_to=in_namespace)
-        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)))
-        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)))
+        .watches(AUTH_POLICY, map_to=models_of_generated(cache), map_initial_list=False)
+        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=models_of_generated(cache), map_initial_list=False)
+        .watches(INFERENCE_POOL, map_to=in_namespace, map_initial_list=False)
+        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)), map_initial_list=False)
+        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_MODEL_REF)), map_initial_list=False)
         .complete(ModelRefReconciler(ctx)))
 
     gateways = ctx.gateways
@@ -173,9 +174,12 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     # over 50 models being published were written ~27 times each, once per model becoming ready).
     (manager.controller("maasauthpolicy")
         .for_(MAAS_AUTH_POLICY, predicates=[SPEC_OR_META])
-        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
-        .watches(AUTH_POLICY, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
-        .watches(HTTP_ROUTE, map_to=sources_in_namespace(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE)
+        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE,
+                 map_initial_list=False)
+        .watches(AUTH_POLICY, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE,
+                 map_initial_list=False)
+        .watches(HTTP_ROUTE, map_to=sources_in_namespace(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE,
+                 map_initial_list=False)
         .complete(AuthPolicyReconciler(ctx)))
 
     # Request priority inputs (InferenceObjectives, ours and foreign ones holding our names; InferencePools;
@@ -184,18 +188,21 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
-        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META])
+        .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META], map_initial_list=False)
         # its status lists its models and their shared TokenRateLimitPolicies: one write per burst of them
-        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE)
-        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE)
-        .watches(HTTP_ROUTE, map_to=by_namespace)
-        .watches(INFERENCE_OBJECTIVE, map_to=by_namespace)
-        .watches(INFERENCE_POOL, map_to=by_namespace)
-        .watches(LLM_INFERENCE_SERVICES[0], map_to=by_namespace)
-        .watches(LLM_INFERENCE_SERVICES[1], map_to=by_namespace)
+        .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE,
+                 map_initial_list=False)
+        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE,
+                 map_initial_list=False)
+        .watches(HTTP_ROUTE, map_to=by_namespace, map_initial_list=False)
+        .watches(INFERENCE_OBJECTIVE, map_to=by_namespace, map_initial_list=False)
+        .watches(INFERENCE_POOL, map_to=by_namespace, map_initial_list=False)
+        .watches(LLM_INFERENCE_SERVICES[0], map_to=by_namespace, map_initial_list=False)
+        .watches(LLM_INFERENCE_SERVICES[1], map_to=by_namespace, map_initial_list=False)
         .watches(JOB, map_to=_cleanup_job_owner)
-        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))
-        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)))
+        .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)),
+                 map_initial_list=False)
+        .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)), map_initial_list=False)
         .complete(SubscriptionReconciler(ctx)))
 
     # Guardrails: one reconcile for the engine and the status of the settings and every configuration.

@@ -138,6 +138,7 @@ class _Watch:
     map_to: MapFunc
     predicates: tuple[Predicate, ...]
     settle: float = 0.0  # > 0: enqueue this long after the event, so a burst of them is one reconcile
+    map_initial_list: bool = True  # False: the initial list's events are not mapped before the controller starts
 
 
 class Controller:
@@ -181,6 +182,8 @@ class Controller:
 
     def _handler(self, watch: _Watch) -> Callable[[Event], None]:
         def handle(event: Event) -> None:
+            if event.low_priority and not watch.map_initial_list and not self.started:
+                return  # the primary's own initial list enqueues every request this mapping could name
             if not all(p(event) for p in watch.predicates):
                 return
             priority = Priority.LOW if event.low_priority else Priority.NORMAL
@@ -290,16 +293,24 @@ class ControllerBuilder:
         return self
 
     def watches(
-        self, gvk: GroupVersionKind, *, map_to: MapFunc, predicates: Sequence[Predicate] = (), settle: float = 0.0
+        self, gvk: GroupVersionKind, *, map_to: MapFunc, predicates: Sequence[Predicate] = (), settle: float = 0.0,
+        map_initial_list: bool = True,
     ) -> ControllerBuilder:
         """Any other kind: ``map_to(obj)`` names the requests to enqueue (for updates: old and new).
 
         ``settle`` (seconds) delays those requests: a status that summarises many inputs (every model a
         policy names becoming ready in turn) is then written once per burst instead of once per input; events
-        within the delay join the pending request."""
+        within the delay join the pending request.
+
+        ``map_initial_list=False`` skips the events of this kind's initial list (and the replay of cached
+        objects to a new handler) until the controller has started: only for a ``map_to`` that names primary
+        objects found in the cache. The primary kind's own initial list enqueues each of those anyway, so
+        mapping them again only lengthened the cache sync (issue 39: at 300 subscriptions over 50 models, the
+        routes' and policies' initial events mapped to 31,000 requests, 45 % of the sync's CPU). Later events,
+        a re-list after a lost watch and a kind installed after the start are mapped as usual."""
         if settle < 0:
             raise ValueError("settle must be >= 0")
-        self._others.append(_Watch(gvk, map_to, tuple(predicates), settle))
+        self._others.append(_Watch(gvk, map_to, tuple(predicates), settle, map_initial_list))
         return self
 
     def max_concurrent_reconciles(self, n: int) -> ControllerBuilder:

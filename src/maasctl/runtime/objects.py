@@ -23,12 +23,25 @@ __all__ = [
 FrozenObject = Mapping[str, Any]
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
-    """A deep read-only view: dicts become ``MappingProxyType``, lists become tuples."""
+    """A deep read-only view: dicts become ``MappingProxyType``, lists become tuples.
+
+    Every cached object passes through here once per version (most of a cache sync's CPU after decoding), so
+    the exact JSON types are tested first by identity; subclasses of dict and list still freeze."""
+    t = type(value)
+    if t is dict:
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if t is list:
+        return tuple([freeze(v) for v in value])
+    if t in _SCALARS:
+        return value
     if isinstance(value, dict):
         return MappingProxyType({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return tuple(freeze(v) for v in value)
+        return tuple([freeze(v) for v in value])
     return value
 
 

@@ -130,8 +130,9 @@ def third_party_crds(*, groups: Iterable[str] | None = None,
     """The third-party CRD documents, optionally only those of `groups` or without those of `exclude_groups`."""
     only = set(groups) if groups is not None else None
     skip = set(exclude_groups)
-    return [d for d in load_documents(third_party_crd_files()) if d["kind"] == "CustomResourceDefinition"
-            and (only is None or d["spec"]["group"] in only) and d["spec"]["group"] not in skip]
+    crds = [d for d in load_documents(third_party_crd_files())
+            if d["kind"] == "CustomResourceDefinition" and "group" in (d.get("spec") or {})]  # not kustomize patches
+    return [d for d in crds if (only is None or d["spec"]["group"] in only) and d["spec"]["group"] not in skip]
 
 
 def install_third_party_crds(http: httpx.Client, *, groups: Iterable[str] | None = None,
