@@ -131,6 +131,7 @@ async def table(stack: Target) -> AsyncIterator[Table]:
 
         await eventually(routed, 60, describe=lambda: "gpt-closed is not routed yet")
         yield table
+        await table.use_plans(False)  # gone from the gateway before the next module's journeys
     finally:
         problems = await world.cleanup.run()
         assert not problems, problems
