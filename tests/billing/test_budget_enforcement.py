@@ -14,7 +14,7 @@ from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
 from maasctl.billing.budget import throttled_tokens_per_minute
-from maasctl.billing.compile import BudgetAction, PlanInput, Tenant, compile_plan
+from maasctl.billing.compile import FAIL_CLOSED_RULE, BudgetAction, PlanInput, Tenant, compile_plan
 from maasctl.billing.wallet import denial_message
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.celcheck import check_cel
@@ -124,14 +124,14 @@ async def test_a_frozen_budget_of_another_plan_only_contributes_its_message() ->
     stranger = BudgetAction("theirs", "someone-else", (), "Freeze", "not ours")
     objs = compiled(stranger)
     rules = objs["AuthPolicy"]["spec"]["overrides"]["rules"]
-    assert "authorization" not in rules and "unauthorized" in rules["response"]
+    assert set(rules["authorization"]) == {FAIL_CLOSED_RULE} and "unauthorized" in rules["response"]
     assert (await decide(effective(objs), "sk-oai-rag")).allowed
 
 
 async def test_nothing_in_force_compiles_to_the_plan_of_billing_ii() -> None:
     plain = compiled()
     rules = plain["AuthPolicy"]["spec"]["overrides"]["rules"]
-    assert "authorization" not in rules and "unauthorized" not in rules["response"]
+    assert set(rules["authorization"]) == {FAIL_CLOSED_RULE} and "unauthorized" not in rules["response"]
     assert list(plain["TokenRateLimitPolicy"]["spec"]["overrides"]["limits"]) == [f"billing/{GW_NS}/basic/tokens"]
     assert "keyLabels" not in rules["response"]["success"]["filters"]["billing"]["json"]["properties"]
 

@@ -11,8 +11,17 @@ from hypothesis import strategies as st
 from maasctl.api import parse
 from maasctl.billing import identity
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import FAIL_CLOSED_RULE, PlanInput, Tenant, compile_plan, glob_regex, model_predicate
+from maasctl.billing.compile import (
+    FAIL_CLOSED_RULE,
+    FALLBACK_MARK,
+    PlanInput,
+    Tenant,
+    compile_plan,
+    glob_regex,
+    model_predicate,
+)
 from maasctl.builders.celcheck import cel_texts, check_cel
+from maasctl.builders.credentials import credential_authentication
 from maasctl.contract.cel import compile_expression
 
 from . import examples
@@ -66,10 +75,10 @@ def test_limits_apply_to_the_plans_tenants_only_and_count_per_tenant() -> None:
 def test_the_auth_policy_exports_the_tenant_and_admits_only_scoped_models_of_its_tenants() -> None:
     policy = by_kind(plan_input())["AuthPolicy"][0]
     rules = policy["spec"]["overrides"]["rules"]
-    assert set(rules["authentication"]) == {FAIL_CLOSED_RULE}
     export = rules["response"]["success"]["filters"][identity.FILTER]
     assert export["json"]["properties"]["tenant"] == {"expression": identity.AUTHZ_TENANT}
-    (rule,) = rules["authorization"].values()
+    assert set(rules["authorization"]) == {FAIL_CLOSED_RULE, "billing-plan-billing-priority"}
+    rule = rules["authorization"]["billing-plan-billing-priority"]
     applies = compile_expression(rule["when"][0]["predicate"])
     selected = {"subscriptionInfo": {"organizationId": "acme"}}
     assert applies.evaluate_bool({"auth": {"metadata": selected}})
@@ -81,12 +90,35 @@ def test_the_auth_policy_exports_the_tenant_and_admits_only_scoped_models_of_its
         assert allowed.evaluate_bool({"request": {"url_path": path}}) is ok, path
 
 
-def test_no_scopes_means_no_authorization_rule_but_the_tenant_export_stays() -> None:
+def test_the_plans_credential_entries_are_the_maas_ones_tried_last_and_marking_what_they_establish() -> None:
+    """A Plan's policy alone on a route (no MaaS policy, the newest gateway policy) answers as the default-deny:
+    its entries take the credentials the MaaS entries take, after every entry of a policy they are merged into,
+    and whatever identity they establish is refused (`FAIL_CLOSED_RULE`); a MaaS identity never is."""
+    rules = by_kind(plan_input())["AuthPolicy"][0]["spec"]["overrides"]["rules"]
+    maas = credential_authentication()
+    keys, tokens = rules["authentication"][f"{FAIL_CLOSED_RULE}-api-keys"], rules["authentication"][
+        f"{FAIL_CLOSED_RULE}-tokens"]
+    assert set(rules["authentication"]) == {f"{FAIL_CLOSED_RULE}-api-keys", f"{FAIL_CLOSED_RULE}-tokens"}
+    assert keys["when"] == maas["api-keys"]["when"] and keys["priority"] == tokens["priority"] == 100
+    assert {k: v for k, v in tokens.items() if k not in ("overrides", "priority")} == {
+        k: v for k, v in maas["kubernetes-tokens"].items() if k != "priority"}
+    assert tokens["overrides"] == {FALLBACK_MARK: {"value": True}}
+    marked_key = compile_expression(keys["plain"]["expression"]).evaluate({})
+    refuses = compile_expression(rules["authorization"][FAIL_CLOSED_RULE]["patternMatching"]["patterns"][0][
+        "predicate"])
+    review = {"authenticated": True, "user": {"username": "alice", "groups": ["g"]}}
+    for identity_, admitted in ((marked_key, False), ({**review, FALLBACK_MARK: True}, False),
+                                ("sk-oai-key", True), (review, True), ({"anonymous": True}, True)):
+        assert refuses.evaluate_bool({"auth": {"identity": identity_, "metadata": {}}}) is admitted, identity_
+
+
+def test_no_scopes_means_no_scope_rule_but_the_tenant_export_stays() -> None:
     def open_plan(spec: dict[str, Any]) -> None:
         del spec["modelScopes"]
 
     rules = by_kind(plan_input(open_plan))["AuthPolicy"][0]["spec"]["overrides"]["rules"]
-    assert "authorization" not in rules and identity.FILTER in rules["response"]["success"]["filters"]
+    assert set(rules["authorization"]) == {FAIL_CLOSED_RULE}
+    assert identity.FILTER in rules["response"]["success"]["filters"]
 
 
 def test_geo_scopes_are_decided_from_the_targets_region() -> None:
@@ -99,7 +131,7 @@ def test_geo_scopes_are_decided_from_the_targets_region() -> None:
     assert not inside.notes and "'us-east'" in outside.notes[0] and "no region" in unknown.notes[0]
 
     def geo_pattern(compiled: Any) -> bool:
-        rule = next(iter(compiled.objects[0]["spec"]["overrides"]["rules"]["authorization"].values()))
+        rule = compiled.objects[0]["spec"]["overrides"]["rules"]["authorization"]["billing-plan-billing-priority"]
         result: bool = compile_expression(rule["patternMatching"]["patterns"][1]["predicate"]).evaluate_bool({})
         return result
 

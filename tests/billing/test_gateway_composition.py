@@ -1,21 +1,29 @@
 """How a Plan's compiled policies compose with the MaaS policies on the local data plane, following Kuadrant's
 defaults/overrides and merge strategies (gateway/attachment.py), evaluated by the gateway's own Authorino and
-Limitador stand-ins. maas-api's callbacks are answered in-process."""
+Limitador stand-ins. maas-api's callbacks and the TokenReview are answered in-process.
+
+The rule (issue 37, docs/billing.md "Fail closed"): composing billing policies keeps the MaaS answers - 401 only
+for no credential or a token nobody accepts, 403 for a credential the route's policy does not admit (an API key
+maas-api refuses included, as in the reference), served only where the MaaS policy serves - on routes a
+MaaSAuthPolicy covers and routes only the gateway's default-deny covers, whichever gateway policy is newer."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
-from maasctl.builders.refs import ObjectRef
+from maasctl.builders.gatewayauth import build_gateway_default_auth
+from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy
 from maasctl.gateway.attachment import effective_policy, rules_of
 from maasctl.gateway.auth import AuthPolicyRuntime
@@ -24,6 +32,7 @@ from maasctl.gateway.counters import MemoryCounterStore
 from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy
 from maasctl.runtime import freeze
 
+ROOT = Path(__file__).resolve().parents[2]
 GW_NS, MODEL_NS = "maas-gateway", "llm"
 KEYS = {"sk-oai-acme": ("alice", "models-as-a-service/premium"), "sk-oai-other": ("bob", "models-as-a-service/free")}
 ORGS = {"premium": "acme", "free": "other-org"}
@@ -34,10 +43,10 @@ def stamp(obj: dict[str, Any], uid: str, created: str) -> dict[str, Any]:
     return obj
 
 
-def maas_route_policy(model: str = "granite-8b") -> dict[str, Any]:
+def maas_route_policy(model: str = "granite-8b", users: tuple[str, ...] = ("*",)) -> dict[str, Any]:
     obj = build_auth_policy(
         AuthPolicyInput(ObjectRef(MODEL_NS, model), ObjectRef(MODEL_NS, f"{model}-route"),
-                        (AuthPolicySource(ObjectRef("models-as-a-service", "all"), users=("*",)),)),
+                        (AuthPolicySource(ObjectRef("models-as-a-service", "all"), users=users),)),
         AuthSettings("http://maas-api.test:8080", cache_ttl_seconds=0))
     assert obj is not None
     return stamp(obj, "maas", "2026-01-01T00:00:00Z")
@@ -52,13 +61,9 @@ def plan_objects(**limits: Any) -> dict[str, dict[str, Any]]:
     return {o["kind"]: stamp(o, f"plan-{o['kind']}", "2026-03-01T00:00:00Z") for o in compiled.objects}
 
 
-DEFAULT_DENY = stamp({
-    "apiVersion": "kuadrant.io/v1", "kind": "AuthPolicy",
-    "metadata": {"name": "maas-gateway-auth", "namespace": GW_NS},
-    "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
-             "defaults": {"rules": {"authorization": {"deny-all": {"patternMatching": {"patterns": [
-                 {"predicate": "false"}]}}}}}},
-}, "deny", "2026-02-01T00:00:00Z")  # older than the Plan's policies: the hard case (see docs/billing.md)
+DEFAULT_DENY = stamp(build_gateway_default_auth(GatewayRef(GW_NS, "gw")), "deny", "2026-02-01T00:00:00Z")
+"""The controller's own default-deny, older than the Plan's policies: the hard case (see docs/billing.md)."""
+TOKENS = {"alice-token": "alice", "carol-token": "carol"}  # Kubernetes tokens the TokenReview accepts
 
 
 def callbacks(request: httpx.Request) -> httpx.Response:
@@ -67,17 +72,19 @@ def callbacks(request: httpx.Request) -> httpx.Response:
         user, sub = KEYS.get(body["key"], ("", ""))
         return httpx.Response(200, json={"valid": bool(user), "username": user, "groups": [], "keyId": "k",
                                          "subscription": sub})
-    name = (body["keySubscription"] or body["requestedSubscription"]).split("/")[-1]
+    name = (body["keySubscription"] or body["requestedSubscription"] or "premium").split("/")[-1]
     return httpx.Response(200, json={"selected": True, "name": name, "namespace": "models-as-a-service",
                                      "organizationId": ORGS[name]})
 
 
-async def decide(policy: Mapping[str, Any], key: str | None, model: str = "granite-8b") -> Any:
-    async def review(token: str, audiences: tuple[str, ...]) -> None:
-        return None
+async def token_review(token: str, audiences: tuple[str, ...]) -> dict[str, Any] | None:
+    user = TOKENS.get(token)
+    return {"authenticated": True, "user": {"username": user, "groups": []}} if user else None
 
+
+async def decide(policy: Mapping[str, Any], key: str | None, model: str = "granite-8b") -> Any:
     async with httpx.AsyncClient(transport=httpx.MockTransport(callbacks)) as http:
-        runtime = AuthPolicyRuntime(http, review, callback_secret="gw", decision_cache=False)
+        runtime = AuthPolicyRuntime(http, token_review, callback_secret="gw", decision_cache=False)
         headers = {"authorization": f"Bearer {key}"} if key else {}
         return await runtime.check(compile_auth_policy(policy),
                                    RequestInfo("POST", f"/{MODEL_NS}/{model}/v1/chat/completions", "gw", headers))
@@ -92,7 +99,7 @@ async def test_on_a_model_route_the_plan_adds_its_scope_rule_and_tenant_to_the_m
     assert {"authentication#api-keys", "metadata#subscriptionInfo", "authorization#subscription-selected",
             f"authorization#billing-plan-{GW_NS}-basic", "response.success.metadata#identity",
             "response.success.metadata#billing"} <= keys
-    assert "authorization#deny-all" not in keys  # the route's own policy beats the gateway defaults
+    assert "authorization#deny-uncovered-routes" not in keys  # the route's own policy beats the gateway defaults
     allowed = await decide(effective, "sk-oai-acme")
     assert allowed.allowed, allowed.reason
     assert allowed.filters["billing"] == {"tenant": "acme"}
@@ -109,17 +116,73 @@ async def test_a_tenant_outside_its_model_scopes_gets_403_and_other_tenants_are_
     assert other.allowed and other.filters["billing"] == {"tenant": "other-org"}
 
 
-@pytest.mark.parametrize("deny_first", [True, False])
-async def test_a_plan_never_opens_a_route_the_gateway_default_deny_closes(deny_first: bool) -> None:
-    """Without a route policy, Kuadrant keeps whichever gateway policy wins; either way nothing gets in."""
+CREDENTIALS: dict[str, tuple[str | None, int, int]] = {
+    # name: (bearer credential, answer on a model route that admits alice, answer on a route nothing covers)
+    "valid key": ("sk-oai-acme", 200, 403),
+    "invalid key": ("sk-oai-forged", 403, 403),  # maas-api refuses it: 403, as the reference answers
+    "no credential": (None, 401, 401),
+    "valid token": ("alice-token", 200, 403),
+    "valid token, not entitled": ("carol-token", 403, 403),
+    "invalid token": ("not-a-token", 401, 401),
+}
+
+
+def gateway_policies(plans: str) -> list[dict[str, Any]]:
+    """The Gateway's AuthPolicies: the default-deny, and the Plan's created after it or before it."""
+    if plans == "none":
+        return [DEFAULT_DENY]
     plan = plan_objects(requestsPerMinute=2)["AuthPolicy"]
-    deny = dict(DEFAULT_DENY, metadata={**DEFAULT_DENY["metadata"],
-                                        "creationTimestamp": "2026-02-01T00:00:00Z" if deny_first else "2026-04-01"})
-    effective = effective_policy([deny, plan], [])
+    plan["metadata"]["creationTimestamp"] = "2026-03-01T00:00:00Z" if plans == "plan newer" else "2026-01-01T00:00:00Z"
+    return [DEFAULT_DENY, plan]
+
+
+@pytest.mark.parametrize("plans", ["none", "plan newer", "plan older"])
+@pytest.mark.parametrize("credential", list(CREDENTIALS))
+async def test_a_plan_keeps_the_maas_answers_on_granted_and_ungranted_routes(plans: str, credential: str) -> None:
+    """Without a route policy Kuadrant keeps whichever gateway policy wins (the Plan's alone when it is newer);
+    with one, the Plan is merged into it. Either way each caller reads what it reads without Plans."""
+    bearer, granted, ungranted = CREDENTIALS[credential]
+    for route, expected in (([maas_route_policy(users=("alice", "bob"))], granted), ([], ungranted)):
+        effective = effective_policy(gateway_policies(plans), route)
+        assert effective is not None
+        outcome = await decide(effective, bearer, model="granite-8b" if route else "granite-closed")
+        assert (outcome.status, outcome.allowed) == (expected, expected == 200), (route != [], outcome)
+
+
+@pytest.mark.parametrize("plans", ["none", "plan newer", "plan older"])
+async def test_a_simulated_user_is_refused_where_that_users_token_would_be(plans: str) -> None:
+    """`maasctl simulate --user` skips authentication: the identity is taken as the route's TokenReview entry
+    would establish it, so a Plan standing alone on an uncovered route refuses the simulation too."""
+    effective = effective_policy(gateway_policies(plans), [])
     assert effective is not None
-    for key in (None, "sk-oai-acme"):
-        outcome = await decide(effective, key)
-        assert not outcome.allowed and outcome.status in (401, 403), outcome
+    async with httpx.AsyncClient(transport=httpx.MockTransport(callbacks)) as http:
+        runtime = AuthPolicyRuntime(http, lambda token, audiences: None,  # type: ignore[arg-type,return-value]
+                                    callback_secret="gw", decision_cache=False)
+        outcome = await runtime.check(compile_auth_policy(effective), RequestInfo(
+            "POST", f"/{MODEL_NS}/granite-closed/v1/chat/completions", "gw", {}),
+            identity_override={"authenticated": True, "user": {"username": "alice", "groups": []}})
+    assert (outcome.allowed, outcome.status) == (False, 403), outcome
+
+
+MAAS_API_POLICY = stamp(yaml.safe_load((ROOT / "manifests/base/maas-api/authpolicy.yaml").read_text()),
+                        "maas-api", "2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize(("path", "bearer", "expected"), [
+    ("/maas-api/health", None, 200), ("/maas-api/v1/models", None, 401), ("/maas-api/v1/models", "sk-oai-x", 200),
+    ("/maas-api/v1/models", "alice-token", 200), ("/maas-api/v1/models", "not-a-token", 401)])
+async def test_a_plan_changes_nothing_on_a_route_with_another_policy(path: str, bearer: str | None,
+                                                                     expected: int) -> None:
+    """maas-api's own route policy (authentication only; maas-api decides): the Plan's entries and rules merged
+    into it never decide, so every answer is the one without Plans."""
+    for plans in ("none", "plan newer"):
+        effective = effective_policy(gateway_policies(plans), [MAAS_API_POLICY])
+        assert effective is not None
+        async with httpx.AsyncClient(transport=httpx.MockTransport(callbacks)) as http:
+            runtime = AuthPolicyRuntime(http, token_review, callback_secret="gw", decision_cache=False)
+            headers = {"authorization": f"Bearer {bearer}"} if bearer else {}
+            outcome = await runtime.check(compile_auth_policy(effective), RequestInfo("GET", path, "gw", headers))
+        assert outcome.status == expected, (plans, outcome)
 
 
 def test_plan_limits_merge_into_the_route_token_limits() -> None:

@@ -18,7 +18,7 @@ import pytest
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import BillingMode, TenantState
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.billing.compile import FAIL_CLOSED_RULE, PlanInput, Tenant, compile_plan
 from maasctl.billing.wallet import Policy, denial_message, epoch_allowance
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
@@ -135,7 +135,7 @@ async def test_the_route_policy_order_does_not_matter() -> None:
 async def test_unfrozen_the_policy_is_the_billing_i_policy_and_the_tenant_is_served() -> None:
     policy = compiled(frozen=False)["AuthPolicy"]
     rules = policy["spec"]["overrides"]["rules"]
-    assert "authorization" not in rules and "unauthorized" not in rules["response"]
+    assert set(rules["authorization"]) == {FAIL_CLOSED_RULE} and "unauthorized" not in rules["response"]
     effective = effective_policy([DEFAULT_DENY, policy], [maas_route_policy()])
     assert effective is not None
     assert (await decide(effective, "sk-oai-acme")).allowed

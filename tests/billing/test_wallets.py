@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.billing.compile import FAIL_CLOSED_RULE
 from maasctl.billing.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger, adjustment, credit
 from maasctl.billing.wallet import epoch_name, epoch_starts
@@ -147,7 +148,7 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     obj = await eventually(lambda: _state(status, "Warning"))
     assert obj["status"]["balance"] == "0.300000"
     policy = await cluster.get(AP, "billing-plan-priority", namespace)
-    assert policy is not None and "authorization" not in policy["spec"]["overrides"]["rules"]
+    assert policy is not None and set(policy["spec"]["overrides"]["rules"]["authorization"]) == {FAIL_CLOSED_RULE}
 
     # The request that crosses zero completes; the tenant is Frozen, its Plan's AuthPolicy denies it.
     await wallets.usage.ingest([usage(3, org, 100_000, 10_000)], datetime.now(UTC))

@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = [
-    "maasctl.builders.authpolicy", "maasctl.builders.celcheck", "maasctl.builders.gatewayauth",
+    "maasctl.builders.authpolicy", "maasctl.builders.celcheck", "maasctl.builders.credentials",
+    "maasctl.builders.gatewayauth",
     "maasctl.builders.httproute",
     "maasctl.builders.inferenceobjective", "maasctl.builders.names", "maasctl.builders.refs",
     "maasctl.builders.status", "maasctl.builders.trlp", "maasctl.builders.validation",

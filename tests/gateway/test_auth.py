@@ -185,6 +185,36 @@ async def test_a_callback_the_service_refuses_is_a_denial() -> None:
         assert not out.allowed and out.status == 403
 
 
+def _extending(identity: Any) -> Any:
+    """A policy whose only entries resolve `identity` (plain) or a TokenReview, each extended with a mark, and
+    admit only a marked identity."""
+    mark = {"overrides": {"mark": {"value": True}}, "defaults": {"user": {"value": {"username": "x"}}}}
+    return compile_auth_policy({
+        "apiVersion": "kuadrant.io/v1", "kind": "AuthPolicy", "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"rules": {
+            "authentication": {
+                "plain": {"plain": {"expression": json.dumps(identity)},
+                          "when": [{"predicate": '"x-plain" in request.headers'}], **mark},
+                "tokens": {"kubernetesTokenReview": {}, "priority": 1, **mark}},
+            "authorization": {"marked": {"patternMatching": {"patterns": [{"predicate": "auth.identity.mark"}]}}},
+        }}})
+
+
+async def test_extended_properties_extend_an_identity_object_and_no_other_identity() -> None:
+    """Authorino's `defaults`/`overrides` of an authentication entry: an object gains the properties (defaults
+    only where absent); a string identity cannot be extended, so that entry establishes no identity (401)."""
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Callbacks())) as http:
+        rt = AuthPolicyRuntime(http, review, decision_cache=False)
+        token = await rt.check(_extending({}), req("Bearer tok-bob"))
+        assert token.allowed and token.auth["identity"]["user"]["username"] == "bob"  # a default never replaces
+        plain = await rt.check(_extending({"k": 1}), req(x_plain="1"))
+        assert plain.allowed and plain.auth["identity"] == {"k": 1, "mark": True, "user": {"username": "x"}}
+        string = await rt.check(_extending("sk-oai-x"), req(x_plain="1"))
+        assert (string.allowed, string.status) == (False, 401), string
+        simulated = await rt.check(_extending({}), req(), identity_override={"user": {"username": "sim"}})
+        assert simulated.allowed and simulated.auth["identity"]["mark"] is True  # as its TokenReview would be
+
+
 async def test_a_plain_decision_of_the_gateway_runs_without_cel_python(cel_interpreted: list[str]) -> None:
     """The gateway's own activations (request attributes, callback answers) stay on the compiled CEL path: a
     decision interpreted by cel-python costs 40-180 ms (BENCHMARKS.md, Performance II part 4)."""

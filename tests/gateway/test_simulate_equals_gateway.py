@@ -270,7 +270,8 @@ class Case:
     expect: tuple[int, str]
     model: str = MODEL
     sub: str | None = "main"  # whose API key (None: `token`)
-    token: str | None = None  # a test user whose Kubernetes token is sent
+    token: str | None = None  # a test user whose Kubernetes token is sent (else the text itself)
+    user: str | None = None  # simulated as this user (no groups); the gateway gets the user's token
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     spend: int = 0
@@ -298,9 +299,17 @@ CASES = {
     "no route": Case((404, "route_not_found"), model="/nowhere/v1/chat/completions"),
     "no AuthPolicy": Case((403, "no_auth_policy"), model="/bare/v1/chat/completions", body=chat("granite"),
                           other_gateway=True),
-    # the Plans' overrides reach every route of the Gateway: their fail-closed authentication answers first
-    "only the gateway's default-deny and the Plans": Case((401, "unauthenticated"), model="/bare/v1/chat/completions",
+    # the Plans' overrides reach every route of the Gateway, and the newest Plan's policy stands alone on a route
+    # only the default-deny covers: it keeps the default-deny's answers (issue 37), for a key, a token, a user
+    "only the gateway's default-deny and the Plans": Case((403, "forbidden"), model="/bare/v1/chat/completions",
                                                           body=chat("granite")),
+    "only the default-deny and the Plans, a token": Case((403, "forbidden"), model="/bare/v1/chat/completions",
+                                                         body=chat("granite"), sub=None, token="carol"),
+    "only the default-deny and the Plans, a user": Case((403, "forbidden"), model="/bare/v1/chat/completions",
+                                                        body=chat("granite"), sub=None, user="carol"),
+    "only the default-deny and the Plans, no valid token": Case(
+        (401, "unauthenticated"), model="/bare/v1/chat/completions", body=chat("granite"), sub=None,
+        token="not-a-token"),
     "unentitled": Case((403, "forbidden"), sub=None, token="carol"),
     "subscription window used up": Case((429, "rate_limited"), sub="tight", spend=1),
     "Plan RateLimitPolicy": Case((429, "rate_limited"), sub="rpm", spend=1),
@@ -329,20 +338,21 @@ async def test_simulate_gives_the_gateways_verdict(world: World, name: str) -> N
     case = CASES[name]
     ns = world.ns
     gateway, url = (world.other, world.other_url) if case.other_gateway else (world.stack.gateway, world.stack.url)
-    credential = key(case.sub) if case.sub is not None else world.token[str(case.token)]
+    credential = key(case.sub) if case.sub is not None else world.token.get(str(case.token or case.user),
+                                                                             str(case.token))
     path = case.model[1:] if case.model.startswith("//") else \
         f"/{ns}{case.model}" if case.model.startswith("/") else f"/{ns}/{case.model}/v1/chat/completions"
     sim_model = path if case.model.startswith("/") else f"{ns}/{case.model}"
     body = chat() if case.body is None else case.body
-    request = SimulateRequest(model=sim_model, **({"key": credential} if case.sub else {"token": credential}),
-                              headers=tuple(case.headers.items()), body=body)
+    caller = {"user": case.user} if case.user else {"key": credential} if case.sub else {"token": credential}
+    request = SimulateRequest(model=sim_model, **caller, headers=tuple(case.headers.items()), body=body)
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         auth = {"Authorization": f"Bearer {credential}"}
         for _ in range(case.spend):
             spent = await http.post(path, json=case.spend_body or chat(), headers={**auth, **case.spend_headers})
             assert spent.status_code == 200, spent.text
         report = await simulate(gateway, request)
-        if len(json.dumps(request.to_json())) < SIMULATE_BODY_LIMIT:
+        if len(json.dumps(request.to_json())) < SIMULATE_BODY_LIMIT and not case.user:  # a user: an admin's
             remote = await simulate_remote(url, request)
             assert (remote.status, remote.code) == (report.status, report.code), remote
         answer = await http.post(path, content=json.dumps(body).encode(),

@@ -6,7 +6,9 @@ What a Plan becomes, all attached to `spec.targetRef` in the Plan's namespace an
 - TokenRateLimitPolicy (`tokensPerMinute`, `tokensPerDay`): one limit with a 1m and a 24h rate;
 - RateLimitPolicy (`requestsPerMinute`): one limit with a 1m rate;
 - AuthPolicy: exports the request's tenant as dynamic metadata `billing.tenant` (what the limits count on), and,
-  when `modelScopes` or `geoScopes` restrict, an authorization rule admitting only matching models/regions;
+  when `modelScopes` or `geoScopes` restrict, an authorization rule admitting only matching models/regions; its
+  own credential entries and `FAIL_CLOSED_RULE` keep a route no MaaS policy covers closed with the MaaS answers
+  (`_fallback_authentication`);
 - a ClusterQueue per tenant (`gpuQuota`): nominalQuota of nvidia.com/gpu from the configured ResourceFlavor,
   admitting the tenant's namespaces (label `billing.opendatahub.io/tenant=<organization id>`).
 
@@ -29,6 +31,7 @@ from maasctl.billing import identity, names, wallet
 from maasctl.billing.api import API_VERSION as BILLING_API_VERSION
 from maasctl.billing.api.plan import ALL_GEOS, PlanSpec
 from maasctl.billing.budget import throttled_tokens_per_minute
+from maasctl.builders import credentials
 from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 from maasctl.contract.limits import plan_limit_name
@@ -36,6 +39,8 @@ from maasctl.contract.limits import plan_limit_name
 __all__ = [
     "DESIRED_HASH_ANNOTATION",
     "FAIL_CLOSED_RULE",
+    "FALLBACK_IDENTITY",
+    "FALLBACK_MARK",
     "BudgetAction",
     "PlanInput",
     "Tenant",
@@ -53,6 +58,11 @@ KUEUE_API: Final = "kueue.x-k8s.io/v1beta2"
 GPU: Final = "nvidia.com/gpu"
 DESIRED_HASH_ANNOTATION: Final = "billing.opendatahub.io/desired-hash"
 FAIL_CLOSED_RULE: Final = "billing-plan-fail-closed"
+FALLBACK_MARK: Final = "billingPlanFallback"
+"""The property marking an identity only the Plan's own credential entries established (no policy of the route
+authenticated the request): `FAIL_CLOSED_RULE` refuses it."""
+FALLBACK_IDENTITY: Final = f"type(auth.identity) == map && {cel_string(FALLBACK_MARK)} in auth.identity"
+"""CEL: the identity is the Plan's fallback. The MaaS key identity is the key itself (a string), never a map."""
 MODELS_LISTING: Final = '!request.url_path.endsWith("/v1/models")'
 _PATH: Final = 'request.url_path.split("/")'
 
@@ -263,11 +273,30 @@ def _scope_patterns(inp: PlanInput) -> tuple[list[dict[str, str]], list[str]]:
     return patterns, notes
 
 
+def _fallback_authentication() -> dict[str, Any]:
+    """The Plan's own credential entries: the MaaS ones (`builders.credentials.credential_authentication`, the same
+    credentials, the same TokenReview), tried only after every entry of the policy they are merged into
+    (priority 100), and marking the identity they establish (`FALLBACK_MARK`). Merged into a model route's MaaS
+    policy they never decide (the MaaS entries accept or refuse the same credentials first); where the Plan's
+    policy stands alone (a route no MaaS policy covers, where Kuadrant keeps the newest atomic gateway policy) they
+    give the MaaS answers: no credential or a refused token 401, any other credential an identity that
+    `FAIL_CLOSED_RULE` refuses with 403 — the default-deny's answers, whichever gateway policy wins."""
+    maas = credentials.credential_authentication()
+    marked_key = {"expression": f"{{{cel_string(FALLBACK_MARK)}: true}}"}  # not the key: nothing reads it
+    return {
+        f"{FAIL_CLOSED_RULE}-api-keys": {**maas["api-keys"], "plain": marked_key, "priority": 100},
+        f"{FAIL_CLOSED_RULE}-tokens": {**maas["kubernetes-tokens"], "overrides": {FALLBACK_MARK: {"value": True}},
+                                       "priority": 100},
+    }
+
+
 def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, Any]:
     rules: dict[str, Any] = {
-        # Inert when merged with a policy that authenticates (one identity suffices); fails closed when this
-        # policy ends up alone on a route, so a Plan can never open a route the gateway default-deny closes.
-        "authentication": {FAIL_CLOSED_RULE: {"plain": {"expression": '""'}, "priority": 100}},
+        # A Plan never opens a route the gateway default-deny closes, nor changes a MaaS answer (docs/billing.md,
+        # "Fail closed"): its own credential entries only ever establish an identity this rule refuses.
+        "authentication": _fallback_authentication(),
+        "authorization": {FAIL_CLOSED_RULE: {
+            "patternMatching": {"patterns": [{"predicate": f"!({FALLBACK_IDENTITY})"}]}, "priority": 0}},
         "response": {"success": {"filters": {identity.FILTER: {
             "json": {"properties": {ids.BILLING_TENANT: {"expression": identity.AUTHZ_TENANT}}},
             "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
@@ -278,19 +307,19 @@ def _auth_policy(inp: PlanInput, patterns: list[dict[str, str]]) -> dict[str, An
         rules["response"]["success"]["filters"][identity.FILTER]["json"]["properties"][ids.BILLING_KEY_LABELS] = {
             "expression": identity.AUTHZ_KEY_LABELS_OR_EMPTY}
     if patterns:
-        rules["authorization"] = {f"billing-plan-{inp.namespace}-{inp.name}": {
+        rules["authorization"][f"billing-plan-{inp.namespace}-{inp.name}"] = {
             "when": [{"predicate": identity.authz_tenant_in(t.organization for t in inp.tenants)}],
             "patternMatching": {"patterns": patterns},
-        }}
+        }
     denied = sorted({t.organization for t in inp.tenants if t.denied})
     if denied:
-        rules.setdefault("authorization", {})[f"billing-wallet-{inp.namespace}-{inp.name}"] = {
+        rules["authorization"][f"billing-wallet-{inp.namespace}-{inp.name}"] = {
             "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
             "patternMatching": {"patterns": [
                 {"predicate": f"!({identity.AUTHZ_TENANT} in {cel_string_list(denied)})"}]},
         }
     for b in _own_budgets(inp, "Freeze"):
-        rules.setdefault("authorization", {})[names.bounded(f"billing-budget-{inp.namespace}-{b.name}", 253)] = {
+        rules["authorization"][names.bounded(f"billing-budget-{inp.namespace}-{b.name}", 253)] = {
             "when": [{"predicate": identity.HAS_AUTHZ_TENANT}],
             "patternMatching": {"patterns": [{"predicate": f"!{_budget_matches(b)}"}]},
         }

@@ -6,7 +6,8 @@ Kuadrant allows one AuthPolicy per target, so all MaaSAuthPolicies of a model ar
 1. Authentication. `Authorization: Bearer sk-oai-...` is a MaaS API key (`api-keys`, taken as is and validated
    by maas-api in step 2), and so is `x-api-key: sk-oai-...` without an `Authorization` header (Anthropic-style
    clients; `contract.edge.presented_credential` is the same rule in maas-api); any other bearer token is a
-   Kubernetes token checked with a TokenReview (`kubernetes-tokens`). A MaaS key in `x-api-key` beside an
+   Kubernetes token checked with a TokenReview (`kubernetes-tokens`); the same entries as the Gateway's
+   default-deny and a billing Plan's (`builders.credentials`). A MaaS key in `x-api-key` beside an
    `Authorization` naming another credential is refused (`one-credential`).
 2. Metadata (HTTP callbacks to maas-api, cached, authenticated with the gateway's shared token from the Secret
    `AuthSettings.gateway_token_secret` through `sharedSecretRef`):
@@ -51,6 +52,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from maasctl.builders import names
+from maasctl.builders.credentials import (
+    API_KEY_EXPRESSION,
+    HAS_X_API_KEY,
+    IS_API_KEY,
+    X_API_KEY,
+    credential_authentication,
+    unauthenticated_response,
+)
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import InvalidInputError, check_dns_label, check_dns_subdomain
 from maasctl.contract import identity as ids
@@ -67,14 +76,11 @@ from maasctl.contract.routing import (
 from maasctl.contract.views import ANY_AUTHENTICATED, SubscriptionView
 
 __all__ = [
-    "API_KEY_EXPRESSION",
-    "API_KEY_PREFIX",
     "API_VERSION",
     "DENIAL_MESSAGE",
     "DENIAL_REASON",
     "GATEWAY_OBJECTIVE_HEADER",
     "GROUPS_EXPRESSION",
-    "IS_API_KEY",
     "KIND",
     "OBJECTIVE_HEADER",
     "OBJECTIVE_HEADERS",
@@ -103,22 +109,9 @@ GATEWAY_OBJECTIVE_HEADER: Final = "x-gateway-inference-objective"
 OBJECTIVE_HEADERS: Final = (OBJECTIVE_HEADER, GATEWAY_OBJECTIVE_HEADER)
 """The selected subscription's InferenceObjective goes out under both names: the reference's `x-llm-d-*` and the
 Gateway API Inference Extension's, the one the public endpoint picker (and llm-d's, built on it) reads."""
-API_KEY_PREFIX: Final = "Bearer sk-oai-"
-
-_X_API_KEY: Final = 'request.headers["x-api-key"]'
-_HAS_X_API_KEY: Final = '"x-api-key" in request.headers'
-_BEARER_KEY: Final = (
-    "has(request.headers.authorization)"
-    f" && request.headers.authorization.startsWith({cel_string(API_KEY_PREFIX)})"
-)
-_HEADER_KEY: Final = (
-    f"!has(request.headers.authorization) && {_HAS_X_API_KEY} && {_X_API_KEY}.startsWith({cel_string('sk-oai-')})"
-)
-IS_API_KEY: Final = f"({_BEARER_KEY}) || ({_HEADER_KEY})"
-API_KEY_EXPRESSION: Final = f"(({_BEARER_KEY}) ? request.headers.authorization.substring(7) : {_X_API_KEY})"
 _ONE_CREDENTIAL: Final = (
-    f"!({_HAS_X_API_KEY} && has(request.headers.authorization) && {_X_API_KEY}.startsWith({cel_string('sk-oai-')}))"
-    f" || request.headers.authorization == {cel_string('Bearer ')} + {_X_API_KEY}"
+    f"!({HAS_X_API_KEY} && has(request.headers.authorization) && {X_API_KEY}.startsWith({cel_string('sk-oai-')}))"
+    f" || request.headers.authorization == {cel_string('Bearer ')} + {X_API_KEY}"
 )
 _BACKSLASH: Final = "\\"
 _CREDENTIAL: Final = (
@@ -298,9 +291,6 @@ def _escaped(expression: str) -> str:
 def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
     model_ref = inp.model.key
     ttl = settings.cache_ttl_seconds
-    token_review: dict[str, Any] = {}
-    if settings.token_audiences:
-        token_review["audiences"] = list(settings.token_audiences)
     select_body = (
         f'{{"username": {USERNAME_EXPRESSION}, "groups": {GROUPS_EXPRESSION},'
         f' "requestedSubscription": {_HEADER_SUBSCRIPTION}, "keySubscription": {_KEY_SUBSCRIPTION},'
@@ -334,19 +324,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
         ids.SUBSCRIPTION_INFO_KEY: {"expression": SUBSCRIPTION_INFO_EXPRESSION},
     }
     return {
-        "authentication": {
-            "api-keys": {
-                "plain": {"expression": API_KEY_EXPRESSION},
-                "when": [{"predicate": IS_API_KEY}],
-                "priority": 0,
-            },
-            "kubernetes-tokens": {
-                "kubernetesTokenReview": token_review,
-                "credentials": {"authorizationHeader": {"prefix": "Bearer"}},
-                "when": [{"predicate": f"!({IS_API_KEY})"}],
-                "priority": 1,
-            },
-        },
+        "authentication": credential_authentication(settings.token_audiences),
         "metadata": {
             "apiKeyValidation": {
                 "http": _http(
@@ -390,7 +368,7 @@ def _rules(inp: AuthPolicyInput, settings: AuthSettings) -> dict[str, Any]:
             },
         },
         "response": {
-            "unauthenticated": {"code": 401, "message": {"value": "Authentication required"}},
+            "unauthenticated": unauthenticated_response(),
             "unauthorized": {
                 "code": 403,
                 "message": {"expression": _DENIAL_MESSAGE},

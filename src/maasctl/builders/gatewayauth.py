@@ -1,11 +1,17 @@
 """The Gateway-level default AuthPolicy: closed by default.
 
 Kuadrant applies a Gateway-targeted policy's `defaults` to every route of that Gateway that has no
-AuthPolicy of its own. `maas-gateway-auth` denies all of them (403), so a route the controller has not (or no
+AuthPolicy of its own. `maas-gateway-auth` denies all of them, so a route the controller has not (or no
 longer) covered with a model AuthPolicy — a model no MaaSAuthPolicy names, a model removed from its last one,
 an ExternalModel whose route exists before its policy — is never served, and its provider key is never
 injected. Routes that should be public or differently protected (maas-api's own route) carry their own
 route-level AuthPolicy, which wins over defaults. Same name as the reference implementation's gateway policy.
+
+It authenticates as the model routes' policies do (`credentials.credential_authentication`, the same entries by
+name) before it denies, so a caller reads the MaaS answers on every route whether a MaaSAuthPolicy names the
+model or not: no credential or a token the TokenReview refuses is 401 "Authentication required"; an API key
+or a valid token is 403 (`DENY_MESSAGE`), the answer a caller the model's policy does not admit gets. A billing
+Plan's AuthPolicy merged onto the Gateway's routes keeps these answers (`billing.compile`, docs/billing.md).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from maasctl.builders import names
+from maasctl.builders.credentials import credential_authentication, unauthenticated_response
 from maasctl.builders.refs import GatewayRef
 from maasctl.builders.validation import check_dns_label, check_dns_subdomain
 
@@ -45,10 +52,12 @@ def build_gateway_default_auth(gateway: GatewayRef) -> dict[str, Any]:
             "defaults": {
                 "strategy": "atomic",
                 "rules": {
+                    "authentication": credential_authentication(),
                     "authorization": {
                         "deny-uncovered-routes": {"patternMatching": {"patterns": [{"predicate": "false"}]}},
                     },
                     "response": {
+                        "unauthenticated": unauthenticated_response(),
                         "unauthorized": {"code": 403, "message": {"value": DENY_MESSAGE}},
                     },
                 },

@@ -5,7 +5,8 @@ Phases, each over its entries in `priority` order (then name), each entry guarde
 1. authentication: `plain` (identity = the value; empty means no credential), `kubernetesTokenReview`
    (credential from `credentials`, default `Authorization: Bearer`; identity = the TokenReview status,
    so `auth.identity.user.username`/`groups`) and `anonymous`. The first entry that resolves wins; none ->
-   401 (`unauthenticated`).
+   401 (`unauthenticated`). An entry's `defaults`/`overrides` extend the identity it resolves, which must be an
+   object (Authorino's extended properties: a string identity with them is no identity).
 2. metadata: `http` callbacks (`url` or `urlExpression`, method, JSON or form body, headers), the parsed
    JSON answer stored at `auth.metadata.<name>`, cached by `cache.key` for `cache.ttl` seconds. A failed
    callback leaves the entry unset (Authorino treats metadata as best effort; authorization decides).
@@ -179,6 +180,38 @@ class TokenReviewer:
         return result
 
 
+def _extended(entry: Authentication, identity: Any, activation: Mapping[str, Any]) -> Any:
+    """`identity` with the entry's `defaults` and `overrides` (Authorino's extended properties). As in Authorino,
+    only an object can be extended: a string identity (a `plain` one) with extended properties is no identity."""
+    if not (entry.defaults or entry.overrides):
+        return identity
+    if not isinstance(identity, Mapping):
+        raise PolicyError("extended properties need an identity object")
+    merged = dict(identity)
+    ctx = {**activation, "auth": {**activation["auth"], "identity": merged}}
+    for name, src in entry.defaults:
+        merged.setdefault(name, src.get(ctx))
+    for name, src in entry.overrides:
+        merged[name] = src.get(ctx)
+    return merged
+
+
+def _as_token_review(policy: CompiledAuthPolicy, identity: Mapping[str, Any], activation: Mapping[str, Any]) -> Any:
+    """A simulated user+groups as the policy's first TokenReview entry that applies would establish it (its extended
+    properties included, e.g. a billing Plan's fallback mark), so a simulation is refused where that user's token
+    would be; the identity as given when no TokenReview entry applies."""
+    for entry in policy.authentication:
+        if entry.kind != "kubernetesTokenReview":
+            continue
+        try:
+            if entry.when and not entry.when.holds(activation):
+                continue
+        except CelError:
+            continue  # as `_authenticate`: an entry whose condition cannot be read does not apply
+        return _extended(entry, dict(identity), activation)
+    return dict(identity)
+
+
 def _header_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
@@ -237,7 +270,8 @@ class AuthPolicyRuntime:
         *,
         identity_override: Mapping[str, Any] | None = None,
     ) -> AuthOutcome:
-        """Run the four phases. `identity_override` skips authentication (simulate for user+groups)."""
+        """Run the four phases. `identity_override` (simulate for user+groups) stands for what a TokenReview would
+        return: no credential is checked, the identity is what the policy's TokenReview entry makes of it."""
         if identity_override is not None or not self._decision_cache:
             run = _Run(self._clock(), private=identity_override is not None)
             return await self._check(policy, request, identity_override, run)
@@ -298,7 +332,10 @@ class AuthPolicyRuntime:
         except CelError as exc:
             return self._denied(policy.unauthorized, activation, f"policy condition failed: {exc}")
         if identity_override is not None:
-            activation["auth"]["identity"] = dict(identity_override)
+            try:
+                activation["auth"]["identity"] = _as_token_review(policy, identity_override, activation)
+            except (CelError, PolicyError) as exc:
+                return self._denied(policy.unauthenticated, activation, f"simulated identity: {exc}")
         else:
             denied = await self._authenticate(policy, request, activation, run)
             if denied is not None:
@@ -339,14 +376,11 @@ class AuthPolicyRuntime:
             if identity is None:
                 failures.append(f"{entry.name}: credential not valid")
                 continue
-            if isinstance(identity, Mapping) and (entry.defaults or entry.overrides):
-                merged = dict(identity)
-                ctx = {**activation, "auth": {**activation["auth"], "identity": merged}}
-                for name, src in entry.defaults:
-                    merged.setdefault(name, src.get(ctx))
-                for name, src in entry.overrides:
-                    merged[name] = src.get(ctx)
-                identity = merged
+            try:
+                identity = _extended(entry, identity, activation)
+            except (CelError, PolicyError) as exc:
+                failures.append(f"{entry.name}: {exc}")
+                continue
             activation["auth"]["identity"] = identity
             if entry.kind == "kubernetesTokenReview":
                 run.expires = min(run.expires, run.started + self._token_review_ttl)

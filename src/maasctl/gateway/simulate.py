@@ -11,9 +11,11 @@ and `body` are the request's own (a forbidden header, a body too large or unread
 gateway refuses them). A model published on a route without a model label of ours (a KServe-owned route) is
 found through the AuthPolicy generated for it.
 
-User+groups callers skip authentication (the identity is taken as a TokenReview would return it); the
-maas-api callbacks are still made (they only read). Operators reach it with `maasctl simulate`, which posts
-to a running gateway's `/_gateway/simulate` (`simulate_remote`), so the numbers are the live ones.
+User+groups callers skip authentication (the identity is taken as a TokenReview would return it, extended as the
+route's TokenReview entry extends it, so a billing Plan's fail-closed rule refuses it where it refuses that
+user's token); the maas-api callbacks are still made (they only read). Operators reach it with `maasctl
+simulate`, which posts to a running gateway's `/_gateway/simulate` (`simulate_remote`), so the numbers are the
+live ones.
 
 Who may ask (`SimulateAuthority`; besides the endpoint's loopback-only default): a verdict and its counters are
 shown only to their owner or an administrator. A request naming a `key` or `token` carries the very credential
