@@ -19,10 +19,11 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.api import crdgen
 from maasctl.api._fields import cel_string
-from maasctl.billing import budget, money
+from maasctl.billing import money
 from maasctl.billing.api import BudgetPolicy
 from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules import budget
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import KeyRecord, KeyStore, make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore

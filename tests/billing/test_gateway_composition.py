@@ -13,7 +13,7 @@ import pytest
 
 from maasctl.api import parse
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef
 from maasctl.builders.trlp import RateTier, SubscriptionLimits, TokenRateLimitInput, build_token_rate_limit_policy

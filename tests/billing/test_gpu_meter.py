@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing import names
-from maasctl.billing import reservation as rsv
-from maasctl.billing.app import catalog_from_cache
-from maasctl.billing.gpu_meter import GpuMeter
+from maasctl.billing.controller.app import catalog_from_cache
+from maasctl.billing.controller.gpu_meter import GpuMeter
 from maasctl.billing.ledger import Entry, Ledger
+from maasctl.billing.rules import names
+from maasctl.billing.rules import reservation as rsv
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 

@@ -186,7 +186,7 @@ async def test_cost_secrets_are_read_by_name_as_the_service_account_and_refusal_
     """The reader on the API server: the billing-controller's token reads a named Secret; a ServiceAccount
     without `get secrets` gets SecretForbidden (its SKUs unpriced), not a crash; a Secret that does not exist,
     SecretNotFound; a reading that changes is reported once (the PriceBooks are enqueued)."""
-    from maasctl.billing.reconcilers.costs import ProviderCosts
+    from maasctl.billing.controller.reconcilers.costs import ProviderCosts
     from maasctl.runtime import Client
     from tests.install.manifests import service_account_api
 

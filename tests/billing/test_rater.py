@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from maasctl.billing import money
+from maasctl.billing.controller.rater import Rater, build_catalog
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger, credit
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import RatedLine, rate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.rating import RatedLine, rate
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -80,7 +80,7 @@ def expected_charge(entries: list[UsageEntry]) -> Decimal:
 
 
 def _usage(e: UsageEntry) -> Any:
-    from maasctl.billing.rating import Usage
+    from maasctl.billing.rules.rating import Usage
     return Usage(record_id=e.id, time=e.ts, model=e.model, status=e.status, input_tokens=e.input_tokens,
                  output_tokens=e.output_tokens, total_tokens=e.total_tokens)
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
+from maasctl.billing.controller.rater import Rater, build_catalog
+from maasctl.billing.controller.rerate import rerate
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import RERATE_PREFIX, REVENUE
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import Book, RatedLine, rate
-from maasctl.billing.rerate import rerate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.maasapi.usage.store import UsageStore
 
 from .test_rater import NS, T0, objects, record, usage_store
@@ -116,8 +116,8 @@ async def test_a_record_before_any_pricebook_is_charged_at_the_first_that_takes_
 
 
 def _usage(e: Any) -> Any:
-    from maasctl.billing.rater import usage_of
-    from maasctl.billing.usage_source import UsageRow
+    from maasctl.billing.controller.rater import usage_of
+    from maasctl.billing.controller.usage_source import UsageRow
 
     return usage_of(UsageRow(id=e.id, ts=e.ts, received_at=e.ts, key_id=e.key_id, subscription=e.subscription,
                              organization_id=e.organization_id, model=e.model, status=e.status,

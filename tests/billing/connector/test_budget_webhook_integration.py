@@ -21,11 +21,10 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s
 from prometheus_client import REGISTRY
 
-from maasctl.billing import budget, budget_notice
 from maasctl.billing.api.budget import BudgetPeriod
-from maasctl.billing.clock import ManualClock
-from maasctl.billing.connector import signing
 from maasctl.billing.ledger import Ledger, usage_charge
+from maasctl.billing.rules import budget, budget_notice, signing
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 

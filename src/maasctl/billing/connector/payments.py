@@ -29,8 +29,6 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from maasctl.billing.connector.events import Inbound
-from maasctl.billing.connector.reload import DAY, month_start
 from maasctl.billing.connector.schema import (
     create_schema_sync,
     events,
@@ -44,6 +42,8 @@ from maasctl.billing.ledger import Ledger, Posting, Transaction, credit, wallet
 from maasctl.billing.ledger.entries import FUNDING, from_micros, to_micros
 from maasctl.billing.ledger.schema import postings, transactions
 from maasctl.billing.ledger.store import _insert, create_tables
+from maasctl.billing.rules.psp_events import Inbound
+from maasctl.billing.rules.reload import DAY, month_start
 
 __all__ = ["Applied", "Attempt", "Limits", "PaymentFacts", "Payments", "UsageBook"]
 
