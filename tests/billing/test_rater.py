@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from maasctl.billing import money
-from maasctl.billing.controller.rater import Rater, build_catalog
+from maasctl.billing.controller.rater import Rater
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger, credit
+from maasctl.billing.rules.catalog import build_catalog
 from maasctl.billing.rules.rating import RatedLine, rate
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine

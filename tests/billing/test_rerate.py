@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
-from maasctl.billing.controller.rater import Rater, build_catalog
+from maasctl.billing.controller.rater import Rater
 from maasctl.billing.controller.rerate import rerate
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import RERATE_PREFIX, REVENUE
+from maasctl.billing.rules.catalog import build_catalog
 from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.maasapi.usage.store import UsageStore
 

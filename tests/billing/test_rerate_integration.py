@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from maasctl.billing.controller.rater import Rater, build_catalog
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.rules.catalog import build_catalog
 from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.testenv import ControlPlane
 

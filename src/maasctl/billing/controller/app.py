@@ -26,7 +26,7 @@ from maasctl.billing.api.kinds import (
     WORKLOAD,
 )
 from maasctl.billing.controller.gpu_meter import GpuMeter, GpuMeterMetrics
-from maasctl.billing.controller.rater import Catalog, PassReport, Rater, RaterMetrics, build_catalog
+from maasctl.billing.controller.rater import PassReport, Rater, RaterMetrics
 from maasctl.billing.controller.reconcilers.budget import (
     BUDGET_TENANT_INDEX,
     BudgetReconciler,
@@ -54,6 +54,7 @@ from maasctl.billing.controller.timers import Timers
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.rules import names
+from maasctl.billing.rules.catalog import Catalog, build_catalog
 from maasctl.billing.rules.clock import Clock, SystemClock
 from maasctl.runtime import (
     Cache,

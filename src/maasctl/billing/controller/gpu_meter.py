@@ -23,7 +23,6 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import and_, or_, select
 
-from maasctl.billing.controller.rater import Catalog, TenantRef
 from maasctl.billing.ledger import entries
 from maasctl.billing.ledger.schema import transactions
 from maasctl.billing.ledger.schema import unpriced as unpriced_table
@@ -31,6 +30,7 @@ from maasctl.billing.ledger.store import Ledger, Unpriced
 from maasctl.billing.rules import gpu_metering as gm
 from maasctl.billing.rules import names, rating
 from maasctl.billing.rules import reservation as rsv
+from maasctl.billing.rules.catalog import Catalog, TenantRef
 
 __all__ = ["GpuMeter", "GpuMeterMetrics", "GpuReport"]
 

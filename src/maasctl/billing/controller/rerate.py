@@ -19,11 +19,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Final
 
-from maasctl.billing.controller.rater import month_start, usage_of
+from maasctl.billing.controller.rater import usage_of
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import Transaction, rerate_adjustment
 from maasctl.billing.rules import rating
+from maasctl.billing.rules.catalog import month_start
 
 __all__ = ["CHUNK", "RerateReport", "rerate"]
 

@@ -28,13 +28,13 @@ from maasctl.billing import money
 from maasctl.billing.api import Reservation
 from maasctl.billing.api.kinds import CLUSTER_QUEUE, KUEUE_KINDS, NODE, RESERVATION, RESOURCE_FLAVOR, TENANT_ACCOUNT
 from maasctl.billing.api.reservation import ReservationClass, ReservationState
-from maasctl.billing.controller.rater import Catalog
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
 from maasctl.billing.controller.timers import Timers
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import reservation_fee
 from maasctl.billing.rules import identity, names
 from maasctl.billing.rules import reservation as rsv
+from maasctl.billing.rules.catalog import Catalog
 from maasctl.runtime import NotFound, Request, Result, set_condition, thaw
 from maasctl.runtime.informer import Event, EventType
 from maasctl.runtime.objects import FrozenObject

@@ -28,10 +28,10 @@ from maasctl.billing import money
 from maasctl.billing.api import TenantAccount
 from maasctl.billing.api.kinds import TENANT_ACCOUNT
 from maasctl.billing.api.tenant import BillingMode, TenantState
-from maasctl.billing.controller.rater import Catalog, TenantRef, month_start
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.rules import identity, rating, wallet
+from maasctl.billing.rules.catalog import Catalog, TenantRef, month_start
 from maasctl.runtime import Request, Result, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
