@@ -50,6 +50,7 @@ from maasctl.billing.connector.providers import (
 )
 from maasctl.billing.connector.receiver import Receiver, Registered, Registry
 from maasctl.billing.connector.settings import ConnectorSettings
+from maasctl.billing.ledger.budget_book import BudgetBook
 from maasctl.billing.rules import budget_notice, reload
 from maasctl.billing.rules.clock import Clock
 from maasctl.billing.rules.psp_amounts import to_minor
@@ -392,6 +393,7 @@ class _MethodCheck:
 class TenantPaymentsReconciler:
     def __init__(self, ctx: ConnectorContext) -> None:
         self.ctx = ctx
+        self.notices = BudgetBook(ctx.payments.engine)  # the budget webhooks' outbox: the ledger's database
         self._checks: dict[str, _MethodCheck] = {}
 
     async def reconcile(self, req: Request) -> Result:
@@ -468,9 +470,9 @@ class TenantPaymentsReconciler:
         takes the notice (a lease in the database), so replicas do not POST it at once. At least once: a crash
         between the POST and its record sends the same event id again when the lease ends. Returns the next
         retry time."""
-        ledger = self.ctx.payments.ledger
+        book = self.notices
         try:
-            due = await ledger.due_notices(key, now)
+            due = await book.due_notices(key, now)
         except (SQLAlchemyError, OSError) as exc:
             log.warning("budget notices unavailable", tenant=key, error=type(exc).__name__)
             return None
@@ -478,17 +480,17 @@ class TenantPaymentsReconciler:
         for notice in due:
             try:
                 if not isinstance(provider, WebhookProvider):
-                    await ledger.settle_notice(notice.key, "skipped", now)
+                    await book.settle_notice(notice.key, "skipped", now)
                     BUDGET_WEBHOOKS.labels("skipped").inc()
                     continue
-                if not await ledger.take_notice(notice.key, now, now + timedelta(seconds=NOTICE_LEASE_SECONDS)):
+                if not await book.take_notice(notice.key, now, now + timedelta(seconds=NOTICE_LEASE_SECONDS)):
                     continue  # another replica is delivering it
                 try:
                     await provider.send_event(budget_notice.EVENT_TYPE, notice.event_id, json.loads(notice.data))
                 except Failure as exc:
                     reason = str(exc)
                     at = now + timedelta(seconds=budget_notice.backoff_seconds(notice.attempts + 1))
-                    attempts = await ledger.notice_failed(notice.key, reason, at)
+                    attempts = await book.notice_failed(notice.key, reason, at)
                     BUDGET_WEBHOOKS.labels("failed").inc()
                     retry = at if retry is None else min(retry, at)
                     log.warning("budget webhook failed", tenant=key, budget=notice.budget, event_id=notice.event_id,
@@ -498,7 +500,7 @@ class TenantPaymentsReconciler:
                                          f"accepted: {reason}; attempt {attempts}, retried at "
                                          f"{self.ctx.now_rfc3339(at)}")
                     continue
-                await ledger.settle_notice(notice.key, "sent", now)
+                await book.settle_notice(notice.key, "sent", now)
                 BUDGET_WEBHOOKS.labels("sent").inc()
                 log.info("budget webhook sent", tenant=key, budget=notice.budget, event_id=notice.event_id)
                 await self.ctx.event(obj, "Normal", "BudgetWebhookSent",

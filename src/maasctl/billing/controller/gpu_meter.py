@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import and_, or_, select
 
 from maasctl.billing.ledger import entries
+from maasctl.billing.ledger.rating_book import RatingBook, Unpriced
 from maasctl.billing.ledger.schema import transactions
-from maasctl.billing.ledger.schema import unpriced as unpriced_table
-from maasctl.billing.ledger.store import Ledger, Unpriced
+from maasctl.billing.ledger.store import Ledger
 from maasctl.billing.rules import gpu_metering as gm
 from maasctl.billing.rules import names, rating
 from maasctl.billing.rules import reservation as rsv
@@ -76,6 +76,7 @@ class GpuMeter:
                  interval: timedelta = timedelta(hours=1), metrics: GpuMeterMetrics | None = None,
                  on_charged: Callable[[set[str]], None] | None = None) -> None:
         self.ledger = ledger
+        self.book = RatingBook(ledger.engine)  # unpriced segments: the ledger's database
         self.catalog = catalog
         self.workloads = workloads
         self.flavor = flavor
@@ -157,12 +158,12 @@ class GpuMeter:
                 txs.append(entries.usage_charge(seg.key, tenant.key, seg.end, line.amount, currency=line.currency,
                                                 tokens=0, details={**line.details(), "gpu": seg.details()}))
         if txs or unpriced:
-            seen = await self._known_unpriced([u.record_id for u in unpriced])
+            seen = await self.book.reported([u.record_id for u in unpriced])
             async with self.ledger.engine.begin() as conn:
                 result = await self.ledger.post(txs, conn=conn)
-                await self.ledger.mark_unpriced(unpriced, conn=conn)
+                await self.book.mark_unpriced(unpriced, conn=conn)
                 # a segment reported unpriced earlier and charged now: its report goes with the charge
-                await self.ledger.settle_unpriced([tx.key for tx in txs], conn=conn)
+                await self.book.settle_unpriced([tx.key for tx in txs], conn=conn)
             inserted = set(result.inserted)
             report.charged = len(inserted)
             report.unpriced = len(unpriced)
@@ -180,15 +181,6 @@ class GpuMeter:
                 self.on_charged(woken)
         self._settled.update(settled)
         return report
-
-    async def _known_unpriced(self, ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        async with self.ledger.engine.connect() as conn:
-            for i in range(0, len(ids), _CHUNK):
-                res = await conn.execute(select(unpriced_table.c.record_id)
-                                         .where(unpriced_table.c.record_id.in_(list(ids[i: i + _CHUNK]))))
-                out.update(str(r[0]) for r in res)
-        return out
 
     def _rate(self, seg: gm.Segment, tenant: TenantRef, catalog: Catalog, sku: str | None, geo: str
               ) -> rating.RatedLine | rating.Unpriced:

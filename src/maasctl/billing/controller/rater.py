@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from maasctl.billing.controller.usage_source import UsageReader, UsageRow
 from maasctl.billing.ledger import entries
-from maasctl.billing.ledger.store import Ledger, Unpriced
+from maasctl.billing.ledger.rating_book import RatingBook, Unpriced
+from maasctl.billing.ledger.store import Ledger
 from maasctl.billing.rules import rating
 from maasctl.billing.rules.catalog import Catalog, TenantRef, fingerprints, month_start
 
@@ -82,6 +83,7 @@ class Rater:
                  metrics: RaterMetrics | None = None) -> None:
         self.reader = reader
         self.ledger = ledger
+        self.book = RatingBook(ledger.engine)  # its cursor and unpriced records: the ledger's database
         self.catalog = catalog
         self.page_size = page_size
         self.lag = lag
@@ -120,7 +122,7 @@ class Rater:
     async def run_once(self, max_pages: int | None = None) -> PassReport:
         """Rate every record not rated yet (up to `max_pages` pages); return what happened."""
         report = PassReport()
-        saved = await self.ledger.cursor(CURSOR)
+        saved = await self.book.cursor(CURSOR)
         await self._look_behind(saved)
         after = (saved[0] - self.lag, "") if saved is not None else None
         pages = 0
@@ -135,9 +137,9 @@ class Rater:
             newest = max(r.received_at for r in rows)
             async with self.ledger.engine.begin() as conn:
                 await self.ledger.post(page.txs, conn=conn)
-                await self.ledger.mark_unpriced(page.unpriced, conn=conn)
+                await self.book.mark_unpriced(page.unpriced, conn=conn)
                 if saved is None or (newest, rows[-1].id) > saved:  # the last row read: where the backlog starts
-                    await self.ledger.set_cursor(CURSOR, newest, rows[-1].id, conn)
+                    await self.book.set_cursor(CURSOR, newest, rows[-1].id, conn)
                     saved = (newest, rows[-1].id)
             self.progress_at = time.monotonic()
             report.read += len(rows)
@@ -163,6 +165,7 @@ class Rater:
     async def _rate_page(self, rows: Sequence[UsageRow], months: dict[tuple[str, datetime], int]) -> _Page:
         page = _Page()
         known = await self.ledger.known([f"usage:{r.id}" for r in rows])
+        known |= {f"usage:{i}" for i in await self.book.reported([r.id for r in rows])}
         catalog = self.catalog()
         for row in rows:
             if f"usage:{row.id}" in known:
@@ -248,7 +251,7 @@ class Rater:
         tenants = {t.key: t for t in catalog.tenants.values() if t.namespace in changed}
         after: tuple[datetime, str] | None = None
         while tenants:
-            items = await self.ledger.unpriced_page(sorted(tenants), after, self.page_size)
+            items = await self.book.unpriced_page(sorted(tenants), after, self.page_size)
             if not items:
                 break
             after = (items[-1].occurred_at, items[-1].record_id)
@@ -277,7 +280,7 @@ class Rater:
                 report.tenants.add(tenant.key)
             async with self.ledger.engine.begin() as conn:
                 result = await self.ledger.post(txs, conn=conn)
-                await self.ledger.settle_unpriced(settled, conn=conn)
+                await self.book.settle_unpriced(settled, conn=conn)
             self.progress_at = time.monotonic()  # a long revisit is progress, not a stall
             report.read += len(items)
             charged = sum(1 for k in result.inserted if k.startswith("usage:"))

@@ -35,7 +35,8 @@ from maasctl.billing.api.kinds import BUDGET_POLICY, PLAN, TENANT_ACCOUNT
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
 from maasctl.billing.controller.timers import Timers, seconds_until
 from maasctl.billing.controller.usage_source import UsageReader
-from maasctl.billing.ledger import Ledger, Notice
+from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger.budget_book import BudgetBook, Notice
 from maasctl.billing.rules import budget, budget_notice, identity
 from maasctl.runtime import Request, Result, set_condition, thaw
 from maasctl.runtime.informer import Event, EventType
@@ -79,6 +80,7 @@ class BudgetReconciler:
     def __init__(self, ctx: BillingContext, ledger: Ledger, keys: UsageReader | None, timers: Timers) -> None:
         self.ctx = ctx
         self.ledger = ledger
+        self.book = BudgetBook(ledger.engine)  # firings and their notices: the ledger's database
         self.keys = keys
         self.timers = timers
 
@@ -119,7 +121,7 @@ class BudgetReconciler:
         keys = {budget.firing_key(req.key, c.index, pct, c.period_start): (c, pct) for c, pct in ev.new}
         notify = self.notices(req, tenant, tenant_obj, keys)
         try:
-            won, times = await self.ledger.claim_firings(req.key, list(keys), now, notify)
+            won, times = await self.book.claim_firings(req.key, list(keys), now, notify)
         except (SQLAlchemyError, OSError) as exc:
             await self.not_evaluated(obj, "SpendUnavailable", f"the ledger cannot be written: {exc}"[:1024])
             return Result.requeue_after(_RETRY_SECONDS)

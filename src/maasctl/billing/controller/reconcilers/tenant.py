@@ -30,6 +30,7 @@ from maasctl.billing.api.kinds import TENANT_ACCOUNT
 from maasctl.billing.api.tenant import BillingMode, TenantState
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger.rating_book import RatingBook
 from maasctl.billing.rules import identity, rating, wallet
 from maasctl.billing.rules.catalog import Catalog, TenantRef, month_start
 from maasctl.runtime import Request, Result, set_condition, thaw
@@ -77,6 +78,7 @@ class TenantReconciler:
     def __init__(self, ctx: BillingContext, ledger: Ledger, catalog: Callable[[], Catalog]) -> None:
         self.ctx = ctx
         self.ledger = ledger
+        self.book = RatingBook(ledger.engine)  # the unpriced usage it reports
         self.catalog = catalog
         self._written: dict[str, str] = {}  # the balance we last wrote, per tenant (to notice edits of the mirror)
 
@@ -104,7 +106,7 @@ class TenantReconciler:
             has_entries = await self.ledger.count(key) > 0
             mtd = await self.ledger.spend(key, month_start(now))
             recent = await self.ledger.spend(key, now - timedelta(days=RUNWAY_DAYS))
-            unpriced, latest = await self.ledger.unpriced(key, limit=1)
+            unpriced, latest = await self.book.unpriced(key, limit=1)
         except (SQLAlchemyError, OSError) as exc:
             log.warning("ledger unavailable", tenant=key, error=str(exc)[:300])
             await ctx.apply_status(obj, self.stale(obj, str(exc), now))
