@@ -19,7 +19,7 @@ from typing import Any
 
 from maasctl.api import parse
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders.celcheck import check_cel
 from maasctl.gateway.counters import MemoryCounterStore
 from maasctl.gateway.requestlimit import RequestLimiter, compile_rate_limit_policy

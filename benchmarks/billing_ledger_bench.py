@@ -32,10 +32,11 @@ from decimal import Decimal
 from typing import Any
 
 from maasctl.billing.api import PriceBookSpec
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger, usage_charge
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import Book, Context, Usage, rate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import build_catalog
+from maasctl.billing.rules.rating import Book, Context, Usage, rate
 from maasctl.testenv.postgres import PostgresServer, start_postgres
 
 NS = "bench"

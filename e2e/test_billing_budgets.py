@@ -20,9 +20,9 @@ from kubernetes_asyncio import client as k8s
 from e2e.billing_operator import BILLING, billing_operator, ledger_url, org_subscription, tenant_objects
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
-from maasctl.billing import budget
 from maasctl.billing.api.budget import BudgetPeriod
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules import budget
 from maasctl.testenv.controlplane import ManagedProcess
 
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"

@@ -6,7 +6,7 @@ reads it: the TenantAccount's status and Events. The journey only adds a subscri
 its own user (the cluster's groups are not the samples' in E2E_CLUSTER=external).
 
 In E2E_CLUSTER=local the suite's stack has no billing of its own: the journey starts it as `maasctl dev` does
-(`maasctl.billing.dev.start_billing`: the billing controller, stripe-mock, the psp-connector, the samples and the
+(`maasctl.billing.dev.stack.start_billing`: the billing controller, stripe-mock, the psp-connector, the samples and the
 welcome credit, its own ledger) for this module, with the sample model `llm/gpt-x`, and removes them afterwards."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from e2e.conftest import World
 from e2e.target import Target
 from e2e.waits import eventually
 from maasctl import samples as maas_samples
-from maasctl.billing import samples
-from maasctl.billing.dev import start_billing
+from maasctl.billing.dev import samples
+from maasctl.billing.dev.stack import start_billing
 from maasctl.runtime import GroupVersionKind, NotFound
 
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"

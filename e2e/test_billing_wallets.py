@@ -23,10 +23,10 @@ from e2e.conftest import Need, World, eventually
 from e2e.target import Target
 from maasctl.billing import money
 from maasctl.billing.api import PriceBookSpec
+from maasctl.billing.controller.rater import usage_of
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger, credit
-from maasctl.billing.rater import usage_of
-from maasctl.billing.rating import Book, RatedLine, rate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.dataplane.body import prepare_body
 from maasctl.dataplane.charge import request_bound
 from maasctl.localstack import LocalStack

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from maasctl import __version__, eventloop, subscription_cli, usage_cli
-from maasctl.billing import cli as billing_cli
+from maasctl.billing.cli import billing as billing_cli
 from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
 

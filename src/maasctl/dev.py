@@ -15,7 +15,7 @@ import structlog
 
 from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
-from maasctl.billing.dev import start_billing
+from maasctl.billing.dev.stack import start_billing
 from maasctl.console.localrun import start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
@@ -120,7 +120,7 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
                         field_manager=FIELD_MANAGER)
         if options.samples:
             await apply_samples(stack)
-        # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev).
+        # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev.stack).
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
                                       stack.settings.gateway_name, stop, samples_on=options.samples,
                                       probe_address=options.billing_probe_address)

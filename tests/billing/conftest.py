@@ -16,10 +16,10 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.api import GROUP, KINDS, VERSION
 from maasctl.billing.api.install import install_billing_crds
-from maasctl.billing.app import build_billing_manager
-from maasctl.billing.clock import ManualClock
+from maasctl.billing.controller.app import build_billing_manager
+from maasctl.billing.controller.settings import BillingSettings
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.settings import BillingSettings
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane

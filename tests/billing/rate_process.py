@@ -9,9 +9,10 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import build_catalog
 
 
 async def main(usage_url: str, ledger_url: str, objs: dict[str, Any], page_size: int) -> None:

@@ -9,9 +9,9 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from maasctl.billing import budget
 from maasctl.billing.api.budget import BudgetCap, BudgetPeriod
-from maasctl.billing.budget import Fired, Severity, evaluate, period_bounds, reached
+from maasctl.billing.rules import budget
+from maasctl.billing.rules.budget import Fired, Severity, evaluate, period_bounds, reached
 
 T0 = datetime(2026, 9, 17, 15, 30, tzinfo=UTC)  # a Thursday
 

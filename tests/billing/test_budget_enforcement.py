@@ -13,9 +13,9 @@ import httpx
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
-from maasctl.billing.budget import throttled_tokens_per_minute
-from maasctl.billing.compile import FAIL_CLOSED_RULE, BudgetAction, PlanInput, Tenant, compile_plan
-from maasctl.billing.wallet import denial_message
+from maasctl.billing.rules.budget import throttled_tokens_per_minute
+from maasctl.billing.rules.compile import FAIL_CLOSED_RULE, BudgetAction, PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.wallet import denial_message
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.celcheck import check_cel
 from maasctl.gateway.attachment import effective_policy

@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from maasctl.billing import budget, budget_notice
 from maasctl.billing.api.budget import BudgetCap
+from maasctl.billing.rules import budget, budget_notice
 
 T0 = datetime(2026, 9, 17, 15, 30, tzinfo=UTC)
 

@@ -19,10 +19,12 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.api import crdgen
 from maasctl.api._fields import cel_string
-from maasctl.billing import budget, money
+from maasctl.billing import money
 from maasctl.billing.api import BudgetPolicy
 from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger.budget_book import BudgetBook
+from maasctl.billing.rules import budget
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import KeyRecord, KeyStore, make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -212,7 +214,8 @@ async def test_a_budget_of_a_missing_tenant_is_not_evaluated(budgets: Budgets, b
 async def test_racing_controllers_fire_a_threshold_once(budgets: Budgets) -> None:
     when = datetime(2026, 9, 1, tzinfo=UTC)
     key = budget.firing_key(f"race/{uuid.uuid4().hex[:8]}", 0, 100, when)
-    results = await asyncio.gather(*(budgets.ledger.claim_firings("race/b", [key], when) for _ in range(8)))
+    book = BudgetBook(budgets.ledger.engine)
+    results = await asyncio.gather(*(book.claim_firings("race/b", [key], when) for _ in range(8)))
     assert sum(len(won) for won, _ in results) == 1
     assert all(times[key] == when for _, times in results)
 

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.api import parse
-from maasctl.billing import identity
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import (
+from maasctl.billing.rules import identity
+from maasctl.billing.rules.compile import (
     FAIL_CLOSED_RULE,
     FALLBACK_MARK,
     PlanInput,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from maasctl.billing.drift import differences, removal_patch
+from maasctl.billing.rules.drift import differences, removal_patch
 
 DESIRED: dict[str, Any] = {
     "apiVersion": "kuadrant.io/v1", "kind": "RateLimitPolicy",

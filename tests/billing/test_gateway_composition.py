@@ -20,7 +20,7 @@ import yaml
 
 from maasctl.api import parse
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.gatewayauth import build_gateway_default_auth
 from maasctl.builders.refs import GatewayRef, ObjectRef

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing import names
-from maasctl.billing import reservation as rsv
-from maasctl.billing.app import catalog_from_cache
-from maasctl.billing.gpu_meter import GpuMeter
+from maasctl.billing.controller.app import catalog_from_cache
+from maasctl.billing.controller.gpu_meter import GpuMeter
 from maasctl.billing.ledger import Entry, Ledger
+from maasctl.billing.ledger.rating_book import RatingBook
+from maasctl.billing.rules import names
+from maasctl.billing.rules import reservation as rsv
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
@@ -235,7 +236,7 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
     await kueue.status(namespace, "nosku", admitted(queue, plain, "1", t0 + 170 * MIN))
 
     async def reported() -> dict[str, Any] | None:
-        count, latest = await meter.ledger.unpriced(tenant, limit=1)
+        count, latest = await RatingBook(meter.ledger.engine).unpriced(tenant, limit=1)
         return {"count": count, "latest": latest} if count else None
 
     found = await eventually(reported, timeout=60)
@@ -256,7 +257,7 @@ async def test_workloads_gpu_time_is_charged_exactly_once_per_segment(
     nosku = [e for e in lines if e.details["gpu"]["workload"]["name"] == "nosku"]
     assert [segment(e) for e in nosku] == [(iso(t0 + 170 * MIN), iso(t0 + 180 * MIN), "600", "0.750000")]
     assert nosku[0].key == found["latest"][0].record_id
-    assert (await meter.ledger.unpriced(tenant))[0] == 0  # the report went with the charge
+    assert (await RatingBook(meter.ledger.engine).unpriced(tenant))[0] == 0  # the report went with the charge
 
     # A Workload admitted in the tenant's Reservation queue is covered by the Reservation's monthly price; one
     # evicted from the Plan's queue and re-admitted in the Reservation's is charged up to its eviction only.

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from maasctl.billing import gpu_metering as gm
 from maasctl.billing.api.pricebook import PriceBookSpec
-from maasctl.billing.rating import Book, RatedLine, Unpriced
+from maasctl.billing.rules import gpu_metering as gm
+from maasctl.billing.rules.rating import Book, RatedLine, Unpriced
 
 T0 = datetime(2026, 9, 10, 8, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

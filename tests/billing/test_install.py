@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from maasctl.billing.cli import settings_from_args
+from maasctl.billing.cli.billing import settings_from_args
 from maasctl.cli import build_parser
 from maasctl.testenv import ControlPlane
 from tests.install.manifests import (

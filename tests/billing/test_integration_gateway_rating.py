@@ -30,9 +30,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import COMMITTED_USE_ANNOTATION, Rater, build_catalog
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import COMMITTED_USE_ANNOTATION, build_catalog
 from maasctl.gateway import Gateway, GatewaySettings, start_http
 from maasctl.gateway.server import HttpServer
 from maasctl.maasapi import migrate

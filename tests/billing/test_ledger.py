@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from maasctl.billing.ledger import Ledger, Notice, adjustment, credit, usage_charge
+from maasctl.billing.ledger import Ledger, adjustment, credit, usage_charge
+from maasctl.billing.ledger.budget_book import BudgetBook, Notice
 from maasctl.billing.ledger.entries import (
     FUNDING,
     REVENUE,
@@ -115,25 +116,26 @@ async def test_verify_finds_an_unbalanced_transaction(ledger: Ledger) -> None:
 
 
 async def test_a_claimed_firing_has_one_notice_taken_by_one_deliverer(ledger: Ledger) -> None:
+    book = BudgetBook(ledger.engine)  # the budgets' bookkeeping, on the ledger's database
     notice = Notice(TENANT, "budget-1", '{"cap":"1.00"}')
-    won, _ = await ledger.claim_firings("gw/cap", ["k50"], T0, {"k50": notice})
+    won, _ = await book.claim_firings("gw/cap", ["k50"], T0, {"k50": notice})
     assert won == {"k50"}
-    won, _ = await ledger.claim_firings("gw/cap", ["k50"], T0 + timedelta(seconds=1), {"k50": notice})
+    won, _ = await book.claim_firings("gw/cap", ["k50"], T0 + timedelta(seconds=1), {"k50": notice})
     assert won == set()  # a retried reconcile: no second notice
-    assert await ledger.claim_firings("gw/cap", ["k80"], T0) == ({"k80"}, {"k80": T0})  # no notice asked
-    due = await ledger.due_notices(TENANT, T0)
+    assert await book.claim_firings("gw/cap", ["k80"], T0) == ({"k80"}, {"k80": T0})  # no notice asked
+    due = await book.due_notices(TENANT, T0)
     assert [(d.key, d.event_id, d.data, d.attempts) for d in due] == [("k50", "budget-1", '{"cap":"1.00"}', 0)]
     lease = T0 + timedelta(seconds=120)
-    assert await ledger.take_notice("k50", T0, lease)
-    assert not await ledger.take_notice("k50", T0, lease)  # a second replica: not its turn
-    assert await ledger.due_notices(TENANT, T0) == []
-    assert await ledger.notice_failed("k50", "PSPError (http_500)", T0 + timedelta(seconds=2)) == 1
-    assert await ledger.notice_states("gw/cap") == {"k50": ("pending", 1, "PSPError (http_500)")}
-    assert await ledger.take_notice("k50", T0 + timedelta(seconds=2), lease)
-    assert await ledger.settle_notice("k50", "sent", T0 + timedelta(seconds=3))
-    assert not await ledger.settle_notice("k50", "sent", T0 + timedelta(seconds=4))
-    assert await ledger.notice_states("gw/cap") == {"k50": ("sent", 1, "PSPError (http_500)")}
-    assert await ledger.due_notices(TENANT, T0 + timedelta(days=1)) == []
+    assert await book.take_notice("k50", T0, lease)
+    assert not await book.take_notice("k50", T0, lease)  # a second replica: not its turn
+    assert await book.due_notices(TENANT, T0) == []
+    assert await book.notice_failed("k50", "PSPError (http_500)", T0 + timedelta(seconds=2)) == 1
+    assert await book.notice_states("gw/cap") == {"k50": ("pending", 1, "PSPError (http_500)")}
+    assert await book.take_notice("k50", T0 + timedelta(seconds=2), lease)
+    assert await book.settle_notice("k50", "sent", T0 + timedelta(seconds=3))
+    assert not await book.settle_notice("k50", "sent", T0 + timedelta(seconds=4))
+    assert await book.notice_states("gw/cap") == {"k50": ("sent", 1, "PSPError (http_500)")}
+    assert await book.due_notices(TENANT, T0 + timedelta(days=1)) == []
 
 
 def test_manual_entries_need_a_reason_and_an_actor() -> None:

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.billing.api import PriceBookState as S
-from maasctl.billing.lifecycle import Book, TenantUse, book_in_use, evaluate
-from maasctl.billing.timers import seconds_until
+from maasctl.billing.controller.timers import seconds_until
+from maasctl.billing.rules.lifecycle import Book, TenantUse, book_in_use, evaluate
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -10,7 +10,8 @@ from decimal import Decimal
 import pytest
 
 from maasctl.billing.api.pricebook import PriceBookSpec
-from maasctl.billing.rating import (
+from maasctl.billing.controller.reconcilers.costs import cost_secret_names, decode, unit_mismatches
+from maasctl.billing.rules.rating import (
     Book,
     Context,
     CostDataError,
@@ -21,7 +22,6 @@ from maasctl.billing.rating import (
     cost_unit,
     rate,
 )
-from maasctl.billing.reconcilers.costs import cost_secret_names, decode, unit_mismatches
 
 
 def test_cost_data_reads_dimensions_to_decimal_rates() -> None:

@@ -18,6 +18,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger.rating_book import RatingBook
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -140,7 +141,7 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
     await env.usage.ingest([three], datetime.now(UTC))
 
     async def unpriced() -> str | None:
-        count, items = await env.ledger.unpriced(tenant)
+        count, items = await RatingBook(env.ledger.engine).unpriced(tenant)
         return items[0].reason if count == 1 and items[0].record_id == three.id else None
 
     reason = await eventually(unpriced)
@@ -159,7 +160,7 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
         "openai-costs", {"prompt_tokens": "1.00", "completion_tokens": "8.00"}))
     got = await eventually(lambda: _has(charges, f"usage:{three.id}"))
     assert got[f"usage:{three.id}"] == Decimal("0.225")  # (0.1 x 1 + 0.01 x 8) x 1.25
-    assert (await env.ledger.unpriced(tenant))[0] == 0
+    assert (await RatingBook(env.ledger.engine).unpriced(tenant))[0] == 0
     await eventually(lambda: usage_priced("True"))  # the tenant's report follows
     await eventually(lambda: cost_condition("True"))
     assert len(await charges()) == 3 and await env.ledger.verify() == []
@@ -186,7 +187,7 @@ async def test_cost_secrets_are_read_by_name_as_the_service_account_and_refusal_
     """The reader on the API server: the billing-controller's token reads a named Secret; a ServiceAccount
     without `get secrets` gets SecretForbidden (its SKUs unpriced), not a crash; a Secret that does not exist,
     SecretNotFound; a reading that changes is reported once (the PriceBooks are enqueued)."""
-    from maasctl.billing.reconcilers.costs import ProviderCosts
+    from maasctl.billing.controller.reconcilers.costs import ProviderCosts
     from maasctl.runtime import Client
     from tests.install.manifests import service_account_api
 

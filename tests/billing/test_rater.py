@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from maasctl.billing import money
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger, credit
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import RatedLine, rate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import build_catalog
+from maasctl.billing.rules.rating import RatedLine, rate
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -80,7 +81,7 @@ def expected_charge(entries: list[UsageEntry]) -> Decimal:
 
 
 def _usage(e: UsageEntry) -> Any:
-    from maasctl.billing.rating import Usage
+    from maasctl.billing.rules.rating import Usage
     return Usage(record_id=e.id, time=e.ts, model=e.model, status=e.status, input_tokens=e.input_tokens,
                  output_tokens=e.output_tokens, total_tokens=e.total_tokens)
 
@@ -103,7 +104,7 @@ async def test_usage_records_are_rated_into_the_ledger_once(ledger_url: str) -> 
         assert (report.read, report.charged, report.unpriced, report.skipped) == (10, 7, 1, 2)
         assert report.tenants == {tenant} and touched
         assert await ledger.balance(tenant) == Decimal("1") - expected_charge(charged)
-        count, unpriced = await ledger.unpriced(tenant)
+        count, unpriced = await rater.book.unpriced(tenant)
         assert count == 1 and "no SKU of PriceBook pb prices model 'team/unknown'" in unpriced[0].reason
         entry = (await ledger.entries(tenant, kind="usage", limit=1))[0]
         assert entry.details["priceBook"] == "pb" and entry.details["generation"] == 2
@@ -130,9 +131,10 @@ async def test_a_record_before_any_pricebook_is_in_force_is_reported(ledger_url:
     try:
         await store.ingest([record(1, at=T0 - timedelta(days=10))], datetime.now(UTC))
         catalog = build_catalog(**objects(pin=False))
-        report = await Rater(reader, ledger, lambda: catalog).run_once()
+        rater = Rater(reader, ledger, lambda: catalog)
+        report = await rater.run_once()
         assert report.unpriced == 1
-        _, items = await ledger.unpriced(f"{NS}/ten-helix")
+        _, items = await rater.book.unpriced(f"{NS}/ten-helix")
         assert "no PriceBook is in force" in items[0].reason
     finally:
         await reader.close()

@@ -13,9 +13,10 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
+from maasctl.billing.controller.rater import Rater, RaterMetrics
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
-from maasctl.billing.rater import Rater, RaterMetrics, build_catalog
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import build_catalog
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageStore

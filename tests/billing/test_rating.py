@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from maasctl.billing import money
 from maasctl.billing.api.pricebook import PriceBookSpec
-from maasctl.billing.rating import Book, Context, RatedLine, Unpriced, Usage, committed_fee, rate, unit_divisors
+from maasctl.billing.rules.rating import Book, Context, RatedLine, Unpriced, Usage, committed_fee, rate, unit_divisors
 
 T = datetime(2026, 9, 10, tzinfo=UTC)
 

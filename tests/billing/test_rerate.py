@@ -15,12 +15,13 @@ from typing import Any
 
 import yaml
 
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.controller.rerate import rerate
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import RERATE_PREFIX, REVENUE
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import Book, RatedLine, rate
-from maasctl.billing.rerate import rerate
-from maasctl.billing.usage_source import UsageReader
+from maasctl.billing.rules.catalog import build_catalog
+from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.maasapi.usage.store import UsageStore
 
 from .test_rater import NS, T0, objects, record, usage_store
@@ -68,7 +69,7 @@ async def test_an_unpriced_record_is_charged_once_a_pricebook_prices_it(ledger_u
         rater = Rater(s.reader, s.ledger, lambda: catalog)
         assert (await rater.run_once()).unpriced == 1
         assert (await rater.revisit_unpriced()).charged == 0  # nothing prices it yet: still reported
-        assert (await s.ledger.unpriced(TENANT))[0] == 1
+        assert (await rater.book.unpriced(TENANT))[0] == 1
         charged_before = await s.ledger.balance(TENANT)
 
         catalog = build_catalog(**book_with(objects(), generation=3, skus=[LLAMA, MYSTERY]))  # the book is edited
@@ -83,7 +84,7 @@ async def test_an_unpriced_record_is_charged_once_a_pricebook_prices_it(ledger_u
         line = rate(_usage(record(2, model="team/mystery")), Book("pb", 3, catalog.books[NS]["pb"].book.spec))
         assert isinstance(line, RatedLine) and line.amount > 0
         assert await s.ledger.balance(TENANT) == charged_before - line.amount
-        assert (await s.ledger.unpriced(TENANT))[0] == 0
+        assert (await rater.book.unpriced(TENANT))[0] == 0
 
         # Never twice: the same catalog changes nothing; a forced look and the rater's lag window find it known.
         assert (await rater.revisit_unpriced()).charged == 0
@@ -110,14 +111,14 @@ async def test_a_record_before_any_pricebook_is_charged_at_the_first_that_takes_
         entry = (await s.ledger.entries(TENANT, kind="usage", limit=1))[0]
         assert entry.key == "usage:req-000001" and entry.details["priceBook"] == "pb"
         assert "no PriceBook is in force" in entry.details["unpricedReason"]
-        assert (await s.ledger.unpriced(TENANT))[0] == 0
+        assert (await rater.book.unpriced(TENANT))[0] == 0
     finally:
         await s.close()
 
 
 def _usage(e: Any) -> Any:
-    from maasctl.billing.rater import usage_of
-    from maasctl.billing.usage_source import UsageRow
+    from maasctl.billing.controller.rater import usage_of
+    from maasctl.billing.controller.usage_source import UsageRow
 
     return usage_of(UsageRow(id=e.id, ts=e.ts, received_at=e.ts, key_id=e.key_id, subscription=e.subscription,
                              organization_id=e.organization_id, model=e.model, status=e.status,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from maasctl.billing.rater import Rater, build_catalog
-from maasctl.billing.rating import Book, RatedLine, rate
+from maasctl.billing.controller.rater import Rater
+from maasctl.billing.rules.catalog import build_catalog
+from maasctl.billing.rules.rating import Book, RatedLine, rate
 from maasctl.testenv import ControlPlane
 
 from .conftest import Billing

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.billing import money
-from maasctl.billing import reservation as rsv
 from maasctl.billing.api.reservation import ReservationClass, ReservationState
+from maasctl.billing.rules import reservation as rsv
 
 G, P = ReservationClass.GUARANTEED, ReservationClass.PREEMPTIBLE
 POOL = rsv.Pool("us-east", "h200")

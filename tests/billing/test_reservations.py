@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing import reservation as rsv
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules import reservation as rsv
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 

@@ -9,7 +9,7 @@ import pytest
 
 from maasctl.api import parse
 from maasctl.billing.api import KINDS
-from maasctl.billing.samples import billing_samples
+from maasctl.billing.dev.samples import billing_samples
 from maasctl.runtime import Client
 
 from .conftest import Billing, RunningBilling, eventually
@@ -31,9 +31,9 @@ def test_the_sample_books_price_the_sample_models() -> None:
     prints, by both sample books: nothing the new user does is unpriced."""
     from decimal import Decimal
 
-    from maasctl.billing import samples
     from maasctl.billing.api import PriceBook
-    from maasctl.billing.rating import Book, RatedLine, Usage, rate
+    from maasctl.billing.dev import samples
+    from maasctl.billing.rules.rating import Book, RatedLine, Usage, rate
 
     objs = billing_samples("gw-ns", "gw", datetime(2026, 1, 1, tzinfo=UTC))
     for book in (o for o in objs if o["kind"] == "PriceBook"):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from maasctl.billing.api.tenant import BillingMode, TenantState
-from maasctl.billing.wallet import (
+from maasctl.billing.rules.wallet import (
     DUNNING_LIMIT,
     Facts,
     Policy,

@@ -18,8 +18,8 @@ import pytest
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import BillingMode, TenantState
-from maasctl.billing.compile import FAIL_CLOSED_RULE, PlanInput, Tenant, compile_plan
-from maasctl.billing.wallet import Policy, denial_message, epoch_allowance
+from maasctl.billing.rules.compile import FAIL_CLOSED_RULE, PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.wallet import Policy, denial_message, epoch_allowance
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.authpolicy import AuthPolicyInput, AuthPolicySource, AuthSettings, build_auth_policy
 from maasctl.builders.refs import ObjectRef

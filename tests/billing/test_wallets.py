@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.compile import FAIL_CLOSED_RULE
-from maasctl.billing.kinds import TENANT_ACCOUNT
+from maasctl.billing.api.kinds import TENANT_ACCOUNT
 from maasctl.billing.ledger import Ledger, adjustment, credit
-from maasctl.billing.wallet import epoch_name, epoch_starts
+from maasctl.billing.rules.compile import FAIL_CLOSED_RULE
+from maasctl.billing.rules.wallet import epoch_name, epoch_starts
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore

@@ -27,10 +27,10 @@ from e2e.target import Target
 from kubernetes_asyncio import client as k8s
 
 from maasctl.api import parse
-from maasctl.billing import identity
 from maasctl.billing.api import Plan
-from maasctl.billing.compile import PlanInput, Tenant, compile_plan
-from maasctl.billing.samples import billing_samples
+from maasctl.billing.dev.samples import billing_samples
+from maasctl.billing.rules import identity
+from maasctl.billing.rules.compile import PlanInput, Tenant, compile_plan
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.runtime import GroupVersionKind, NotFound
 from tests.security.helpers import backend_log

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from maasctl.billing.identity import KEY_LABELS, key_labels_match
+from maasctl.billing.rules.identity import KEY_LABELS, key_labels_match
 from maasctl.contract import identity as ids
 from maasctl.gateway import Gateway
 from maasctl.gateway.auth import AuthOutcome

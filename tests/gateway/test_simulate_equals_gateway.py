@@ -11,7 +11,7 @@ of its own (API keys of the maas-api stand-in), so the counters one class uses u
 
 Billing classes (Plan RateLimitPolicy, Plan token limit, frozen tenant, budget throttle, budget freeze): the
 gateway sees only the Kuadrant objects the billing operator applies, so those are written directly, produced by
-the billing compiler itself (`billing.compile.compile_plan`, the pure function `maasctl billing run` applies),
+the billing compiler itself (`billing.rules.compile.compile_plan`, the pure function `maasctl billing run` applies),
 targeting the Gateway; no Plan or TenantAccount object and no billing operator (e2e/test_billing*.py run that
 whole path). Guardrail classes: the controller exports a `guardrails` filter only while GuardrailsSettings are
 enabled (a cluster-wide singleton other tests share), so the filter the AuthPolicy builder renders
@@ -35,8 +35,8 @@ from kubernetes_asyncio import client as k8s
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import TenantState
-from maasctl.billing.compile import BudgetAction, PlanInput, Tenant, compile_plan
-from maasctl.billing.wallet import denial_message
+from maasctl.billing.rules.compile import BudgetAction, PlanInput, Tenant, compile_plan
+from maasctl.billing.rules.wallet import denial_message
 from maasctl.builders import authpolicy as maas_auth
 from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
 from maasctl.builders.refs import ObjectRef

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 
 from maasctl.app import run_controller
-from maasctl.billing.app import run_billing
 from maasctl.billing.connector.app import run_connector
 from maasctl.billing.connector.settings import ConnectorSettings
-from maasctl.billing.settings import BillingSettings
+from maasctl.billing.controller.app import run_billing
+from maasctl.billing.controller.settings import BillingSettings
 from maasctl.runtime.run import EXIT_OK, _signal_stops
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane

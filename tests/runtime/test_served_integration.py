@@ -24,7 +24,7 @@ from maasctl.api._base import GROUP as MAAS_GROUP
 from maasctl.api.install import install_crds
 from maasctl.billing.api import GROUP as BILLING_GROUP
 from maasctl.billing.api.install import install_billing_crds
-from maasctl.billing.samples import billing_samples
+from maasctl.billing.dev.samples import billing_samples
 from maasctl.runtime import Client, GroupVersionKind, NotFound
 from maasctl.runtime.connect import connect
 from maasctl.runtime.served import apply_all, not_yet_served

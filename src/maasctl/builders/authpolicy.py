@@ -399,7 +399,7 @@ def _cel_map(properties: dict[str, Any]) -> str:
 def _identity_header(identity: dict[str, Any], guardrails: dict[str, Any] | None) -> dict[str, Any]:
     """`x-maas-identity` (`contract.identity`): what the payload processor behind Kuadrant's filter reads, as
     Authorino exports it to Limitador - the identity filter, the `guardrails` filter when it applies, and the
-    `billing` filter a Plan's AuthPolicy exports (tenant and key labels, `billing.identity`; empty tenant when
+    `billing` filter a Plan's AuthPolicy exports (tenant and key labels, `billing.rules.identity`; empty tenant when
     the subscription names no organization, which no Plan limit matches) - with the selection's record fields."""
     key_labels = f"((({IS_API_KEY}) && has({_KEY}.labels)) ? {_KEY}.labels : {{}})"
     billing = f"{cel_string(ids.BILLING)}: {{{cel_string(ids.BILLING_TENANT)}: {_ORGANIZATION},"

@@ -1,6 +1,6 @@
 """The `authentication` of a MaaS credential, shared by every AuthPolicy that answers for one: the model routes'
 policies (`authpolicy`), the Gateway's default-deny (`gatewayauth`) and a billing Plan's policy
-(`maasctl.billing.compile`), so a caller reads one answer whatever policy a route ends up under. Kept apart from
+(`maasctl.billing.rules.compile`), so a caller reads one answer whatever policy a route ends up under. Kept apart from
 `authpolicy` so the billing compiler, which must stay pure, imports nothing more than this.
 
 An API key is `Authorization: Bearer sk-oai-...`, or `x-api-key: sk-oai-...` without an `Authorization` header

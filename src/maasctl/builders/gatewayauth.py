@@ -11,7 +11,7 @@ It authenticates as the model routes' policies do (`credentials.credential_authe
 name) before it denies, so a caller reads the MaaS answers on every route whether a MaaSAuthPolicy names the
 model or not: no credential or a token the TokenReview refuses is 401 "Authentication required"; an API key
 or a valid token is 403 (`DENY_MESSAGE`), the answer a caller the model's policy does not admit gets. A billing
-Plan's AuthPolicy merged onto the Gateway's routes keeps these answers (`billing.compile`, docs/billing.md).
+Plan's AuthPolicy merged onto the Gateway's routes keeps these answers (`billing.rules.compile`, docs/billing.md).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ INFO_COST_CENTER: Final = "costCenter"
 INFO_LABELS: Final = "labels"
 
 BILLING: Final = "billing"
-"""The success filter a billing Plan's AuthPolicy exports (`auth.billing.*`, billing.identity)."""
+"""The success filter a billing Plan's AuthPolicy exports (`auth.billing.*`, billing.rules.identity)."""
 BILLING_TENANT: Final = "tenant"
 BILLING_KEY_LABELS: Final = "keyLabels"
 

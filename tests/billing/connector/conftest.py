@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from maasctl.billing.clock import ManualClock
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 from maasctl.testenv.stripemock import StripeMock, running_stripe_mock

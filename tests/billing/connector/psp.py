@@ -21,11 +21,11 @@ import httpx
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.clock import ManualClock
 from maasctl.billing.connector.app import build_connector
+from maasctl.billing.connector.reconcilers import ConnectorContext
 from maasctl.billing.connector.settings import ConnectorSettings
 from maasctl.billing.ledger import Ledger, credit
-from maasctl.billing.reconcilers.connector import ConnectorContext
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Manager
 from maasctl.testenv import ControlPlane
 from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api

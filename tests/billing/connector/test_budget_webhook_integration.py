@@ -21,11 +21,11 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s
 from prometheus_client import REGISTRY
 
-from maasctl.billing import budget, budget_notice
 from maasctl.billing.api.budget import BudgetPeriod
-from maasctl.billing.clock import ManualClock
-from maasctl.billing.connector import signing
 from maasctl.billing.ledger import Ledger, usage_charge
+from maasctl.billing.ledger.budget_book import BudgetBook
+from maasctl.billing.rules import budget, budget_notice, signing
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
@@ -157,7 +157,7 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     await eventually(lambda: _spend(billing, namespace, "0.610000"))
     await asyncio.sleep(4)  # a few reconciles of both controllers
     assert len(receiver.fired(accepted_only=False)) == 1 and len(receiver.seen) == before
-    assert (await setup.ledger.notice_states(f"{namespace}/cap"))[key][:2] == ("sent", 0)
+    assert (await BudgetBook(setup.ledger.engine).notice_states(f"{namespace}/cap"))[key][:2] == ("sent", 0)
 
     # The receiver fails: 110 % freezes all the same, the failure is counted and reported, then retried.
     failed_before = failed_count()
@@ -169,7 +169,7 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     note = await wait_event(kube, namespace, "ten-vega", "BudgetWebhookFailed", "Warning")
     assert "PSPError (http_500)" in note and HMAC_SECRET not in note and receiver.url not in note
     key100 = budget.firing_key(f"{namespace}/cap", 0, 100, start)
-    state, attempts, failure = (await setup.ledger.notice_states(f"{namespace}/cap"))[key100]
+    state, attempts, failure = (await BudgetBook(setup.ledger.engine).notice_states(f"{namespace}/cap"))[key100]
     assert state == "pending" and attempts >= 1 and failure == "PSPError (http_500)"
     assert failed_count() >= failed_before + 1
     refused = receiver.fired(accepted_only=False)[1:]
@@ -188,7 +188,7 @@ async def test_a_firing_is_posted_once_signed_and_a_failing_receiver_never_holds
     assert doc["data"]["currentSpend"] == "1.110000" and doc["data"]["thresholdPct"] == 100
 
     async def settled() -> bool:  # the receiver sees the POST before the sender records its answer
-        return (await setup.ledger.notice_states(f"{namespace}/cap"))[key100][0] == "sent"
+        return (await BudgetBook(setup.ledger.engine).notice_states(f"{namespace}/cap"))[key100][0] == "sent"
 
     await eventually(settled, 30)
     for _type, _reason, text in await events_for(kube, namespace, "ten-vega"):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.connector.cli import settings_from_args
+from maasctl.billing.cli.connector import settings_from_args
 from maasctl.billing.connector.settings import ConnectorSettings
 from maasctl.cli import build_parser
 from tests.install.manifests import DEFAULT_CONTROLLER_NS, MANIFESTS, OVERLAYS, find, kubectl, render

@@ -24,9 +24,9 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.clock import ManualClock
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import usage_charge
+from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Request
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer

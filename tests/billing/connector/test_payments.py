@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from maasctl.billing.connector.events import parse_stripe, parse_webhook
 from maasctl.billing.connector.payments import Limits, Payments
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules.psp_events import parse_stripe, parse_webhook
 
 NOW = datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
 T = "ns/ten-helix"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from maasctl.billing.api.tenant import BillingMode, ReloadPolicy
-from maasctl.billing.connector import signing
-from maasctl.billing.connector.amounts import from_minor, split_minor, to_minor
-from maasctl.billing.connector.events import BadEvent, parse_stripe, parse_webhook
-from maasctl.billing.connector.reload import Facts, decide, next_month
+from maasctl.billing.rules import signing
+from maasctl.billing.rules.psp_amounts import from_minor, split_minor, to_minor
+from maasctl.billing.rules.psp_events import BadEvent, parse_stripe, parse_webhook
+from maasctl.billing.rules.reload import Facts, decide, next_month
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POLICY = ReloadPolicy(enabled=True, threshold_amount=Decimal("5"), reload_amount=Decimal("25"),

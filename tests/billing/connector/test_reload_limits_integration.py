@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.kinds import TENANT_ACCOUNT
+from maasctl.billing.api.kinds import TENANT_ACCOUNT
+from maasctl.billing.connector.reconcilers import TenantPaymentsReconciler
 from maasctl.billing.ledger import adjustment
-from maasctl.billing.reconcilers.connector import TenantPaymentsReconciler
 from maasctl.runtime import Request
 
 from ..conftest import Billing, eventually

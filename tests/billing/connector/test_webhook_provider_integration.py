@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.connector import signing
+from maasctl.billing.rules import signing
 
 from ..conftest import Billing, events_for, eventually
 from .psp import API, Setup, b64, conds, connector_ready, deliver, fund, loopback, secret, status_of, tenant_obj

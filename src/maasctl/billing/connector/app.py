@@ -10,21 +10,21 @@ import structlog
 from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.api import BillingConnector
-from maasctl.billing.clock import Clock, SystemClock
+from maasctl.billing.api.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
 from maasctl.billing.connector.payments import Applied, Payments
 from maasctl.billing.connector.providers import Provider
 from maasctl.billing.connector.receiver import Receiver, Registry
-from maasctl.billing.connector.settings import ConnectorSettings
-from maasctl.billing.connector.sync import sync_connector
-from maasctl.billing.kinds import PLAN, PRICE_BOOK, TENANT_ACCOUNT
-from maasctl.billing.ledger import Ledger
-from maasctl.billing.reconcilers.connector import (
+from maasctl.billing.connector.reconcilers import (
     BILLING_CONNECTOR,
     BillingConnectorReconciler,
     ConnectorContext,
     ConnectorSecretsReconciler,
     TenantPaymentsReconciler,
 )
+from maasctl.billing.connector.settings import ConnectorSettings
+from maasctl.billing.connector.sync import sync_connector
+from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules.clock import Clock, SystemClock
 from maasctl.runtime import (
     Event,
     EventType,

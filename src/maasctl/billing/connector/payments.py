@@ -29,8 +29,6 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from maasctl.billing.connector.events import Inbound
-from maasctl.billing.connector.reload import DAY, month_start
 from maasctl.billing.connector.schema import (
     create_schema_sync,
     events,
@@ -41,9 +39,11 @@ from maasctl.billing.connector.schema import (
     webhooks,
 )
 from maasctl.billing.ledger import Ledger, Posting, Transaction, credit, wallet
+from maasctl.billing.ledger.db import create_tables, dialect_insert
 from maasctl.billing.ledger.entries import FUNDING, from_micros, to_micros
 from maasctl.billing.ledger.schema import postings, transactions
-from maasctl.billing.ledger.store import _insert, create_tables
+from maasctl.billing.rules.psp_events import Inbound
+from maasctl.billing.rules.reload import DAY, month_start
 
 __all__ = ["Applied", "Attempt", "Limits", "PaymentFacts", "Payments", "UsageBook"]
 
@@ -112,7 +112,7 @@ class Payments:
         self._ready = True
 
     async def _lock(self, conn: AsyncConnection, tenant: str, now: datetime) -> None:
-        ins = _insert(conn, locks)
+        ins = dialect_insert(conn, locks)
         await conn.execute(ins.values(tenant=tenant, touched_at=now)
                            .on_conflict_do_update(index_elements=["tenant"], set_={"touched_at": now}))
 
@@ -367,7 +367,7 @@ class UsageBook:
     async def record(self, key: str, connector: str, tenant: str, upto: int, records: int, amount: Decimal,
                      currency: str, external_id: str, now: datetime) -> None:
         async with self.payments.engine.begin() as conn:
-            await conn.execute(_insert(conn, usage_pushes).values(
+            await conn.execute(dialect_insert(conn, usage_pushes).values(
                 key=key, connector=connector, tenant=tenant, upto_entry_id=upto, records=records,
                 amount_micros=to_micros(amount), currency=currency, external_id=external_id, at=now)
                 .on_conflict_do_nothing(index_elements=["key"]))
@@ -375,7 +375,7 @@ class UsageBook:
     async def record_invoice(self, key: str, connector: str, tenant: str, invoice_id: str, now: datetime) -> bool:
         """False when this period's invoice was already recorded."""
         async with self.payments.engine.begin() as conn:
-            res = await conn.execute(_insert(conn, invoices).values(
+            res = await conn.execute(dialect_insert(conn, invoices).values(
                 key=key, connector=connector, tenant=tenant, invoice_id=invoice_id, status="finalized", at=now)
                 .on_conflict_do_nothing(index_elements=["key"]))
             return bool(res.rowcount)

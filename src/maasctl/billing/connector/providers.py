@@ -20,9 +20,9 @@ import httpx
 import stripe
 
 from maasctl.billing import money
-from maasctl.billing.connector import signing
-from maasctl.billing.connector.amounts import to_minor
-from maasctl.billing.connector.events import ATTEMPT_KEY, TENANT_KEY, Inbound, parse_stripe, parse_webhook
+from maasctl.billing.rules import signing
+from maasctl.billing.rules.psp_amounts import to_minor
+from maasctl.billing.rules.psp_events import ATTEMPT_KEY, TENANT_KEY, Inbound, parse_stripe, parse_webhook
 
 __all__ = ["Credentials", "Customer", "Failure", "Provider", "StripeProvider", "WebhookProvider", "provider_for"]
 

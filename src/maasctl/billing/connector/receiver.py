@@ -20,10 +20,10 @@ import structlog
 from aiohttp import web
 from prometheus_client import Counter
 
-from maasctl.billing.clock import Clock
-from maasctl.billing.connector.events import MAX_BODY, BadEvent
 from maasctl.billing.connector.payments import Applied, Payments
 from maasctl.billing.connector.providers import Provider
+from maasctl.billing.rules.clock import Clock
+from maasctl.billing.rules.psp_events import MAX_BODY, BadEvent
 from maasctl.httpguard import HttpLimits, aiohttp_runner_options
 
 __all__ = ["DELIVERIES", "Receiver", "Registered", "Registry"]

@@ -19,10 +19,10 @@ from maasctl.api import parse
 from maasctl.billing.api import BillingConnector, TenantAccount
 from maasctl.billing.api.connector import TaxMode
 from maasctl.billing.api.tenant import BillingMode
-from maasctl.billing.connector.amounts import from_minor, split_minor
 from maasctl.billing.connector.payments import UsageBook
 from maasctl.billing.connector.providers import Failure, Provider
-from maasctl.billing.reconcilers.connector import ConnectorContext, customer_of, parse_interval
+from maasctl.billing.connector.reconcilers import ConnectorContext, customer_of, parse_interval
+from maasctl.billing.rules.psp_amounts import from_minor, split_minor
 from maasctl.runtime import thaw
 
 __all__ = ["sync_connector"]

@@ -5,11 +5,12 @@
 - `billing_ledger_postings`: the balanced legs of each entry, amounts as integer micro-units (`amount_micros`:
   exact in both engines, SUM never goes through a float; the Python side is `Decimal`).
 - Both are append-only: triggers refuse UPDATE and DELETE. Balances are always derived (SUM of postings).
-- `billing_rater_cursor` (where the rater is in maas-api's usage records) and `billing_unpriced_usage` (records
-  no SKU prices, reported until a PriceBook prices them: the row goes when the charge is posted) are bookkeeping
-  of the rater, not money; `billing_budget_firings` (one row per
-  budget threshold fired in a period: whoever inserts it notifies) is the budgets' bookkeeping, and
-  `billing_budget_notices` the signed webhooks of those firings the psp-connector is to deliver (an outbox).
+- Beside the money, in the same history, bookkeeping that is not money and has its own store:
+  `billing_rater_cursor` (where the rater is in maas-api's usage records) and `billing_unpriced_usage` (records
+  no SKU prices, reported until a PriceBook prices them: the row goes when the charge is posted) are the
+  rater's (`rating_book.RatingBook`); `billing_budget_firings` (one row per budget threshold fired in a period:
+  whoever inserts it notifies) and `billing_budget_notices` (the signed webhooks of those firings the
+  psp-connector is to deliver: an outbox) are the budgets' (`budget_book.BudgetBook`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""Re-rating a period with a corrected PriceBook, by adjustment entries (`maasctl billing rerate`).
+
+The ledger is append-only: a mistaken price is never fixed by rewriting a charge. For every usage record of the
+tenant charged in [since, until), the record (from maas-api's usage store) is rated again, purely
+(`rating.rate`), against the corrected book; the difference between that and what the ledger has charged it so
+far (its `usage:<id>` entry plus earlier re-ratings of it) is the record's delta. The non-zero deltas are posted
+as `adjustment:rerate:...` entries (`entries.rerate_adjustment`, up to `CHUNK` records each) between the wallet
+and revenue:usage, with the actor, the reason and the per-record deltas. A second run finds every delta zero and
+posts nothing, so running it twice never adjusts twice, and overlapping periods are safe.
+
+Records the corrected book does not price (no SKU, an unknown unit, a pass-through SKU: the CLI has no cost
+Secret) are left as charged and reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Final
+
+from maasctl.billing.controller.rater import usage_of
+from maasctl.billing.controller.usage_source import UsageReader
+from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger.entries import Transaction, rerate_adjustment
+from maasctl.billing.rules import rating
+from maasctl.billing.rules.catalog import month_start
+
+__all__ = ["CHUNK", "RerateReport", "rerate"]
+
+CHUNK: Final = 500
+
+
+@dataclass
+class RerateReport:
+    records: int = 0  # charged usage records in the period
+    changed: int = 0  # records whose charge the corrected book changes
+    unchanged: int = 0
+    unpriced: dict[str, str] = field(default_factory=dict)  # record id -> why the corrected book does not price it
+    missing: list[str] = field(default_factory=list)  # records maas-api no longer has
+    delta: Decimal = Decimal(0)  # total added to the tenant's charges (negative: refunded)
+    entries: list[Transaction] = field(default_factory=list)
+    inserted: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.Book, since: datetime,
+                 until: datetime, *, reason: str, actor: str, geo: str | None = None,
+                 committed_tier: str | None = None, dry_run: bool = False, now: datetime | None = None
+                 ) -> RerateReport:
+    """Re-rate `tenant`'s usage charged in [since, until) with `book`; post the adjustments unless `dry_run`.
+    `geo` is the region of the tenant's requests (default: the region of the SKU each charge was rated with)."""
+    if until <= since:
+        raise ValueError("the period is empty: --to must be after --from")
+    now = now or datetime.now(UTC)
+    report = RerateReport()
+    charged = await ledger.usage_charges(tenant, since, until)
+    before = await ledger.rerated(tenant)
+    rows = await reader.records(sorted(charged))
+    found = {r.id: r for r in rows}
+    report.records = len(charged)
+    report.missing = sorted(set(charged) - set(found))
+    months: dict[datetime, int] = {}
+    deltas: dict[str, Decimal] = {}
+    for row in sorted(found.values(), key=lambda r: (r.ts, r.id)):
+        month = month_start(row.ts)
+        if month not in months:
+            months[month] = await ledger.tokens(tenant, month, row.ts)  # before the first record of the period
+        ctx = rating.Context(geo=geo if geo is not None else charged[row.id][1],
+                             month_tokens_before=months[month], committed_tier=committed_tier)
+        line = rating.rate(usage_of(row), book, ctx)
+        if isinstance(line, rating.Unpriced):
+            report.unpriced[row.id] = line.reason
+            continue
+        months[month] += line.tokens
+        delta = line.amount - charged[row.id][0] - before.get(row.id, Decimal(0))
+        if delta:
+            deltas[row.id] = delta
+            report.changed += 1
+        else:
+            report.unchanged += 1
+    report.delta = sum(deltas.values(), Decimal(0))
+    ids = sorted(deltas)
+    currency = book.spec.currency.value
+    for i in range(0, len(ids), CHUNK):
+        part = {rid: deltas[rid] for rid in ids[i: i + CHUNK]}
+        # (posted even when the part's deltas cancel out: the per-record deltas matter to the next re-rating)
+        report.entries.append(rerate_adjustment(tenant, now, part, book=book.name, generation=book.generation,
+                                                since=since, until=until, currency=currency, reason=reason,
+                                                actor=actor))
+    if not dry_run and report.entries:
+        result = await ledger.post(report.entries)
+        report.inserted = list(result.inserted)
+        report.conflicts = list(result.conflicts)
+    return report
+
