@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
                    help="group whose members see the administrator pages (repeatable; default maas-admins)")
     p.add_argument("--session-secret-file", default=_env("session_secret_file", "") or None,
                    help="file with the key signing session cookies (default: random per process)")
+    p.add_argument("--redis-url", default=_env("redis_url", "") or None,
+                   help="keep sessions in this Redis, shared by every replica (redis://[:PASSWORD@]HOST:PORT/DB; "
+                        "needs --session-secret-file); default: in this process (one replica)")
     p.add_argument("--oidc-issuer-url", default=_env("oidc_issuer_url", "") or None)
     p.add_argument("--oidc-client-id", default=_env("oidc_client_id", "") or None)
     p.add_argument("--oidc-client-secret-file", default=_env("oidc_client_secret_file", "") or None)
@@ -64,11 +67,14 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
                             ca_file=args.oidc_ca_file,
                             scopes=tuple(args.oidc_scopes) or DEFAULT_SCOPES)
     secret = Path(args.session_secret_file).read_text().strip() if args.session_secret_file else ""
+    if args.redis_url and not secret:
+        raise SystemExit("--redis-url needs --session-secret-file (the same key on every replica)")
     return ConsoleSettings(
         host=args.host, port=args.port, public_url=args.public_url or f"http://{args.host}:{args.port}",
         kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url, gateway_urls=_gateway_urls(args.gateway_urls),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
         admin_groups=tuple(args.admin_groups) or ConsoleSettings().admin_groups, session_secret=secret, oidc=oidc,
+        redis_url=args.redis_url,
     )
 
 
