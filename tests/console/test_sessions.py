@@ -172,8 +172,12 @@ async def test_anonymous_sessions_never_evict_a_signed_in_one(make: Factory) -> 
 async def test_anonymous_sessions_expire_after_their_ttl_and_evict_each_other(make: Factory) -> None:
     clock = [time.time()]
     store = make(clock=lambda: clock[0], anonymous_ttl=600, max_anonymous=2)
-    first, second = await stored(store, store.new()), await stored(store, store.new())
+    first = await stored(store, store.new())
+    clock[0] += 1  # (a frozen clock would make every use equally recent)
+    second = await stored(store, store.new())
+    clock[0] += 1
     await store.load(store.cookie_value(first))
+    clock[0] += 1
     await store.persist(store.new())  # the least recently used anonymous session goes: second
     assert await store.load(store.cookie_value(second)) is None
     assert await store.load(store.cookie_value(first)) is not None

@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--model-namespace", default=_env("model_namespace", d.model_namespace),
                    help="namespace suggested when importing a model service")
     p.add_argument("--admin-group", dest="admin_groups", action="append", default=[],
-                   help="group whose members see the administrator pages (repeatable; default maas-admins)")
+                   help="group whose members see the administrator pages (repeatable; MAASCTL_CONSOLE_ADMIN_GROUP: "
+                        "comma-separated; default maas-admins)")
     p.add_argument("--session-secret-file", default=_env("session_secret_file", "") or None,
                    help="file with the key signing session cookies (default: random per process)")
     p.add_argument("--redis-url", default=_env("redis_url", "") or None,
@@ -52,9 +53,9 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default=env_default("log_level", "info"))
 
 
-def _gateway_urls(flags: list[str]) -> tuple[str, ...]:
+def _repeated(flags: list[str], env: str) -> tuple[str, ...]:
     """The repeated flag, else the comma-separated environment variable (a list has no single-value default)."""
-    return tuple(flags) or tuple(u.strip() for u in _env("gateway_url").split(",") if u.strip())
+    return tuple(flags) or tuple(u.strip() for u in _env(env).split(",") if u.strip())
 
 
 def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
@@ -71,10 +72,11 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
         raise SystemExit("--redis-url needs --session-secret-file (the same key on every replica)")
     return ConsoleSettings(
         host=args.host, port=args.port, public_url=args.public_url or f"http://{args.host}:{args.port}",
-        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url, gateway_urls=_gateway_urls(args.gateway_urls),
+        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url,
+        gateway_urls=_repeated(args.gateway_urls, "gateway_url"),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
-        admin_groups=tuple(args.admin_groups) or ConsoleSettings().admin_groups, session_secret=secret, oidc=oidc,
-        redis_url=args.redis_url,
+        admin_groups=_repeated(args.admin_groups, "admin_group") or ConsoleSettings().admin_groups,
+        session_secret=secret, oidc=oidc, redis_url=args.redis_url,
     )
 
 

@@ -47,7 +47,7 @@ async def console_kubeconfig(stack: LocalStack, path: Path) -> Path:
     return path
 
 
-async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = ("maas-admins",),
+async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = rbac.DEFAULT_ADMIN_GROUPS,
                         rbac_groups: tuple[str, ...] | None = None, oidc: OidcFlags | None = None,
                         model_namespace: str = "llm", redis_url: str | None = None, name: str = "console",
                         public_url: str | None = None) -> str:
