@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from maasctl import samples
+from maasctl.billing.api.install import install_billing_crds
 from maasctl.console.localrun import OidcFlags, start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY
@@ -89,6 +90,7 @@ async def world() -> AsyncIterator[ConsoleWorld]:
             await client.apply(samples.gateway(stack.settings, gateway_port), field_manager="console-tests")
             await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace,
                                samples.gateway_status(), subresource="status")
+            await install_billing_crds(stack.api)  # Plans and TenantAccounts beside a subscription's limits
             url = await start_console(
                 stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
                 oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 from datetime import UTC, datetime
@@ -295,3 +296,25 @@ def test_the_overview_renders_when_usage_and_lists_cannot_be_read() -> None:
         errors=["MaaSModelRef: forbidden", "usage: not allowed"], identity=None, nav=[], flashes=[],
         path="/admin/overview", oidc_enabled=False, is_admin=True, title="Overview", csrf_token="t")
     assert "MaaSModelRef: forbidden" in page and 'id="overview-tokens-today">0<' in page
+
+
+@pytest.mark.parametrize("terms", [
+    {"organization_id": "acme", "tenant": "ten-acme", "tenant_namespace": "gw", "enforced": False, "plan": "basic",
+     "plan_found": True, "limits": [{"kind": "requests", "limit": 30, "window": "1m", "name": "billing/gw/b/requests"},
+                                    {"kind": "tokens", "limit": 20000, "window": "1m", "name": "billing/gw/b/tokens"}],
+     "model_scopes": []},  # maas-api's shape: null fields left out
+    {"organization_id": "acme", "tenant": "ten-acme", "tenant_namespace": "gw", "state": "Frozen", "enforced": True,
+     "billing_mode": "Prepaid", "plan": "basic", "plan_found": False, "limits": [], "model_scopes": [],
+     "route": None},  # the administrators' view: every field
+], ids=["maas-api", "admin"])
+def test_billing_terms_render_from_either_source(terms: dict[str, object]) -> None:
+    from maasctl.console.app import templates
+
+    macro = templates().env.get_template("macros.html").module.billing_terms  # type: ignore[attr-defined]
+    html = " ".join(re.sub(r"<[^>]+>", "", str(macro([terms], "billing"))).split())  # the text as read
+    assert "ten-acme" in html and "acme" in html
+    if terms["plan_found"]:
+        assert "Pending" in html and "30 requests per Minute, 20k tokens per Minute" in html
+    else:
+        assert "Frozen" in html and "requests are refused" in html and "does not exist" in html
+    assert "No billing Plan" in str(macro([], "b")) and str(macro(None, "b")).strip() == ""

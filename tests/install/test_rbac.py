@@ -62,6 +62,8 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
         **{(MAAS, r): READ for r in MAAS_KINDS},
+        # the Plan limits and tenant state of a subscription's organization (contract/billing_terms.py)
+        **{(BILLING, r): READ for r in ("plans", "tenantaccounts")},
     },
     # The organization-admin mapping (docs/organizations.md), in the subscription namespace only.
     ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
@@ -105,6 +107,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("", "secrets"): frozenset({"get", "list", "create", "patch", "delete"}),
         ("", "namespaces"): frozenset({"get", "list"}),
         ("serving.kserve.io", "llminferenceservices"): frozenset({"get", "list"}),
+        **{(BILLING, r): frozenset({"get", "list"}) for r in ("plans", "tenantaccounts")},  # a sub's billing terms
     },
 }
 ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})

@@ -93,6 +93,7 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
     assert console["MAASCTL_CONSOLE_SUBSCRIPTION_NAMESPACE"] == sub_ns
     assert console["MAASCTL_CONSOLE_PUBLIC_URL"] == f"https://{cfg['consoleHostname']}"
     assert console["MAASCTL_CONSOLE_ADMIN_GROUP"] == cfg["consoleAdminGroup"]
+    assert console["MAASCTL_CONSOLE_DEFAULT_GATEWAY"] == f"{cfg['gatewayNamespace']}/{cfg['gatewayName']}"
     route = find(docs, "HTTPRoute", "maas-console")["spec"]
     assert route["hostnames"] == [cfg["consoleHostname"]]
     assert (route["parentRefs"][0]["name"], route["parentRefs"][0]["namespace"]) == (

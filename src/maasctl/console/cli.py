@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--gateway-url", dest="gateway_urls", action="append", default=[],
                    help="origin of the MaaS gateway (repeatable; MAASCTL_CONSOLE_GATEWAY_URL: comma-separated); "
                         "the Models page offers a curl, which sends the user's key, only for models served there")
+    p.add_argument("--default-gateway", default=_env("default_gateway", d.default_gateway),
+                   help="namespace/name of the controller's default Gateway (where the billing Plans of "
+                        "subscriptions without gatewayRef apply)")
     p.add_argument("--subscription-namespace", default=_env("subscription_namespace", d.subscription_namespace))
     p.add_argument("--model-namespace", default=_env("model_namespace", d.model_namespace),
                    help="namespace suggested when importing a model service")
@@ -76,7 +79,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
         gateway_urls=_repeated(args.gateway_urls, "gateway_url"),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
         admin_groups=_repeated(args.admin_groups, "admin_group") or ConsoleSettings().admin_groups,
-        session_secret=secret, oidc=oidc, redis_url=args.redis_url,
+        session_secret=secret, oidc=oidc, redis_url=args.redis_url, default_gateway=args.default_gateway,
     )
 
 

@@ -66,6 +66,7 @@ async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str
     args = ["console", f"--port={port}", f"--public-url={public_url or url}", f"--kubeconfig={kubeconfig}",
             f"--maas-api-url={stack.api_url}", f"--gateway-url={stack.gateway_url}",
             f"--subscription-namespace={stack.settings.subscription_namespace}",
+            f"--default-gateway={stack.settings.gateway_namespace}/{stack.settings.gateway_name}",
             f"--model-namespace={model_namespace}", f"--session-secret-file={secret}", "--log-format=json",
             *(f"--admin-group={g}" for g in admin_groups)]
     if oidc is not None:

@@ -22,6 +22,8 @@ ADMIN_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "list", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
     {"apiGroups": ["serving.kserve.io"], "resources": ["llminferenceservices"], "verbs": ["get", "list"]},
+    # A subscription's billing Plan limits and tenant state, shown beside its limits (read only).
+    {"apiGroups": ["billing.opendatahub.io"], "resources": ["plans", "tenantaccounts"], "verbs": ["get", "list"]},
 ]
 
 

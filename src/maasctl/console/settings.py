@@ -51,6 +51,9 @@ class ConsoleSettings:
     max_anonymous_sessions: int = 10_000
     anonymous_session_ttl_seconds: int = 600
     gateway_urls: tuple[str, ...] = ()
+    # `namespace/name` of the controller's default Gateway (subscriptions without gatewayRef are used through
+    # it): where a subscription's billing Plan applies, on the administrators' view.
+    default_gateway: str = "openshift-ingress/maas-default-gateway"
     oidc: OidcSettings | None = None
     redis_url: str | None = field(default=None, repr=False)  # may hold a password
 
