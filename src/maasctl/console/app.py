@@ -64,7 +64,8 @@ def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: Oi
     bounds = Bounds(signed_in_ttl=settings.session_ttl_seconds, anonymous_ttl=settings.anonymous_session_ttl_seconds,
                     max_signed_in=settings.max_sessions, max_per_user=settings.max_sessions_per_user,
                     max_anonymous=settings.max_anonymous_sessions)
-    sessions = SessionStore(backend or session_backend(settings, bounds), settings.session_secret, bounds)
+    sessions = SessionStore(backend if backend is not None else session_backend(settings, bounds),
+                            settings.session_secret, bounds)
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     for module in (auth, user, admin_overview, admin_models, admin_services, admin_subscriptions, admin_guardrails,

@@ -16,7 +16,7 @@ from maasctl.console.kube import Kube, UserKube
 from maasctl.console.maasapi_client import MaasApi, UserMaasApi
 from maasctl.console.oidc import OidcClient
 from maasctl.console.renewal import RenewalUnavailable, SessionEnded, renewed
-from maasctl.console.sessions import Identity, Session, SessionStore
+from maasctl.console.sessions import Identity, Session, SessionStore, StoreUnavailable
 from maasctl.console.settings import ConsoleSettings
 
 
@@ -86,6 +86,8 @@ async def current_user(request: Request) -> Identity:
     except RenewalUnavailable as exc:
         raise HTTPException(503, "Your sign-in could not be renewed: the identity provider cannot be reached. "
                                  "Try again in a moment.") from exc
+    except StoreUnavailable as exc:  # the refresh lock or the renewed identity could not be stored
+        raise HTTPException(503, "Your sign-in could not be renewed right now. Try again in a moment.") from exc
 
 
 async def current_admin(request: Request) -> Identity:
