@@ -8,9 +8,9 @@
 #   --database-url   create/update Secret maas-api-db (key database-url) with this URL (env MAAS_DATABASE_URL)
 #   --ledger-url     create/update Secret billing-ledger (key ledger-url), the billing ledger the psp-connector
 #                    credits payments to (env MAAS_BILLING_LEDGER_URL)
-#   --redis-url      create/update Secret maas-payload-processor-redis (key redis-url): the existing Redis the
-#                    payload processor keeps token counters in, e.g. redis://:PASSWORD@redis:6379/0 (env
-#                    MAAS_REDIS_URL)
+#   --redis-url      create/update Secrets maas-payload-processor-redis and maas-console-redis (key redis-url): the
+#                    existing Redis the payload processor keeps token counters in and the console's replicas
+#                    share sessions in (separate keys), e.g. redis://:PASSWORD@redis:6379/0 (env MAAS_REDIS_URL)
 #   --no-wait-pods   do not wait for the Deployments to become Available (clusters without nodes, CI)
 #   --timeout        seconds to wait for CRDs, admission policy and Deployments (default 300)
 #   --dry-run        server-side dry run: validate everything, change nothing
@@ -171,8 +171,20 @@ if [[ -n "$ledger_url" ]]; then
 fi
 
 if [[ -n "$redis_url" ]]; then
-  log "writing Secret $controller_ns/maas-payload-processor-redis"
-  k create secret generic maas-payload-processor-redis -n "$controller_ns" --from-literal=redis-url="$redis_url" \
+  for secret in maas-payload-processor-redis maas-console-redis; do
+    log "writing Secret $controller_ns/$secret"
+    k create secret generic "$secret" -n "$controller_ns" --from-literal=redis-url="$redis_url" \
+      --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
+  done
+fi
+
+# The console's session key (signs cookies, seals sessions), the same for every replica: created once, an
+# existing key is kept (a new one signs everybody out).
+if k get namespace "$controller_ns" >/dev/null 2>&1 \
+    && ! k get secret maas-console-session -n "$controller_ns" >/dev/null 2>&1; then
+  log "writing Secret $controller_ns/maas-console-session"
+  k create secret generic maas-console-session -n "$controller_ns" \
+    --from-literal=secret="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
     --dry-run=client -o yaml | apply_stream "${dry_run[@]}"
 fi
 
@@ -201,7 +213,7 @@ if [[ ${#dry_run[@]} -gt 0 ]]; then
 fi
 
 log "waiting for the Deployments"
-for d in maas-controller maas-api maas-payload-processor; do
+for d in maas-controller maas-api maas-payload-processor maas-console; do
   k get deployment "$d" -n "$controller_ns" >/dev/null
 done
 nodes="$(k get nodes -o name 2>/dev/null | wc -l)"
@@ -219,6 +231,12 @@ has_ledger=1
 k get secret billing-ledger -n "$controller_ns" >/dev/null 2>&1 || has_ledger=0
 has_redis=1
 k get secret maas-payload-processor-redis -n "$controller_ns" >/dev/null 2>&1 || has_redis=0
+console_redis=1  # 0: the dev overlay keeps sessions in the process; 2: the Secret is missing
+k get deployment maas-console -n "$controller_ns" -o jsonpath='{.spec.template.spec.containers[0].env[*].name}' \
+  | grep -qw MAASCTL_CONSOLE_REDIS_URL || console_redis=0
+if [[ $console_redis -eq 1 ]]; then
+  k get secret maas-console-redis -n "$controller_ns" >/dev/null 2>&1 || console_redis=2
+fi
 
 cat <<EOF
 
@@ -249,7 +267,16 @@ if [[ $has_redis -eq 0 ]]; then
     (or re-run with --redis-url URL); until then its pods do not start and model requests are refused
 EOF
 fi
+if [[ $console_redis -eq 2 ]]; then
+  cat <<EOF
+  * The console's replicas share sessions in Redis: kubectl -n $controller_ns create secret generic \\
+      maas-console-redis --from-literal=redis-url=redis://:PASSWORD@HOST:6379/0
+    (or re-run with --redis-url URL); until then its pods do not start
+EOF
+fi
 cat <<EOF
+  * The console:            https://$(k get httproute maas-console -n "$controller_ns" -o jsonpath='{.spec.hostnames[0]}')
+                            (install-config consoleHostname; members of consoleAdminGroup are its administrators)
   * Payload processor wiring (condition PayloadProcessorWired on each managed Gateway):
       kubectl get gateway -A -o custom-columns='NAME:.metadata.name,WIRED:.status.conditions[?(@.type=="PayloadProcessorWired")].reason'
   * Check the controller:   kubectl -n $controller_ns get deploy,pods -l app.kubernetes.io/part-of=maasctl

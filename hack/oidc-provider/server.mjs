@@ -1,7 +1,11 @@
 // A real OpenID provider for the console's tests: npm oidc-provider (pinned in package-lock.json) over HTTPS.
 // Usage: node server.mjs CONFIG.json  (run from the install folder that hack/setup-console.sh prepares).
-// CONFIG: {port, issuer, cert, key, jwk, client: {id, secret, redirectUri}, accounts: {login: {groups: [...]}}}
-// Sign-in uses the provider's own development login form; the account table decides each login's groups.
+// CONFIG: {port, issuer, cert, key, jwk, client: {id, secret, redirectUri},
+//          accounts: {login: {groups: [...], idTokenTtl?: seconds, refreshTokenTtl?: seconds}}}
+// Sign-in uses the provider's own development login form; the account table decides each login's groups and,
+// for the refresh tests, how long its ID and refresh tokens live. Refresh tokens are issued at every sign-in
+// (as Keycloak does; oidc-provider's default wants the offline_access scope) and rotated at every use (the
+// strictest provider: a refresh token used twice revokes the grant).
 import { readFileSync } from "node:fs";
 import https from "node:https";
 import { randomBytes } from "node:crypto";
@@ -15,7 +19,7 @@ const provider = new Provider(config.issuer, {
     client_id: config.client.id,
     client_secret: config.client.secret,
     redirect_uris: [config.client.redirectUri],
-    grant_types: ["authorization_code"],
+    grant_types: ["authorization_code", "refresh_token"],
     response_types: ["code"],
     token_endpoint_auth_method: "client_secret_basic",
   }],
@@ -26,6 +30,12 @@ const provider = new Provider(config.issuer, {
   conformIdTokenClaims: false, // the groups claim goes into the ID token, which the API server reads
   features: { devInteractions: { enabled: true } },
   pkce: { required: () => true },
+  issueRefreshToken: async (ctx, client) => client.grantTypeAllowed("refresh_token"),
+  rotateRefreshToken: true,
+  ttl: {
+    IdToken: (ctx, token) => (accounts[token.available?.sub] || {}).idTokenTtl || 3600,
+    RefreshToken: (ctx, token) => (accounts[token.accountId] || {}).refreshTokenTtl || 14 * 24 * 3600,
+  },
   async findAccount(ctx, id) {
     return {
       accountId: id,

@@ -1,10 +1,12 @@
 """The console's test world: one local stack per session (real control plane, controller, maas-api, local
-data plane, test models), the console process in front of it, and a fresh headless Chromium per test.
+data plane, test models), the console process in front of it with its sessions in a real Redis (as installed:
+replicas share them), and a fresh headless Chromium per test.
 
 Users: alice (premium-users), bob (free-users), carol; `ops` is a MaaS administrator (group maas-admins,
 bound to the admin ClusterRole); `vic` is in an administrator group of the console but has no RBAC, so the
 API server refuses his writes. A real OpenID provider (npm oidc-provider) knows `dave` (group maas-admins,
-seen by the API server as oidc:dave in oidc:maas-admins) and `erin` (oidc:analysts).
+seen by the API server as oidc:dave in oidc:maas-admins) and `erin` (oidc:analysts); `gail` (an administrator)
+and `hank` get ID tokens of 10 seconds, hank's refresh token lives 2 (the refresh tests).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from pathlib import Path
 import pytest
 
 from maasctl import samples
+from maasctl.billing.api.install import install_billing_crds
 from maasctl.console.localrun import OidcFlags, start_console
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY
 from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import TestUser
+from maasctl.testenv.redis import RedisServer, start_redis
 from tests.console import oidc_provider
 from tests.console.browser import Browser
 from tests.console.oidc_provider import OidcProvider
@@ -32,7 +36,10 @@ from tests.console.oidc_provider import OidcProvider
 SETTINGS = ControllerSettings(gateway_name="maas-default-gateway", gateway_namespace="maas-gateway",
                               leader_election_namespace="opendatahub", max_concurrent_reconciles=4)
 ADMIN_GROUPS = ("maas-admins", "console-viewers", "oidc:maas-admins")
-OIDC_ACCOUNTS = {"dave": ["maas-admins"], "erin": ["analysts"]}
+OIDC_ACCOUNTS = {"dave": ["maas-admins"], "erin": ["analysts"], "gail": ["maas-admins"], "hank": ["analysts"]}
+SHORT_ID_TOKEN_SECONDS = 10
+OIDC_TTLS = {"gail": {"idTokenTtl": SHORT_ID_TOKEN_SECONDS},
+             "hank": {"idTokenTtl": SHORT_ID_TOKEN_SECONDS, "refreshTokenTtl": 2}}
 
 
 @dataclass
@@ -40,6 +47,7 @@ class ConsoleWorld:
     stack: LocalStack
     url: str
     oidc: OidcProvider
+    redis: RedisServer  # the console's sessions
 
     def token(self, user: str) -> str:
         return self.stack.control_plane.users[user].token
@@ -70,9 +78,11 @@ async def world() -> AsyncIterator[ConsoleWorld]:
     with tempfile.TemporaryDirectory(prefix="maasctl-console-") as tmp:
         port = fixed_port()
         # The provider first: the API server is started trusting its ID tokens (users "oidc:<sub>").
-        provider = oidc_provider.start(Path(tmp), f"http://127.0.0.1:{port}/signin/oidc/callback", OIDC_ACCOUNTS)
+        provider = oidc_provider.start(Path(tmp), f"http://127.0.0.1:{port}/signin/oidc/callback", OIDC_ACCOUNTS,
+                                       OIDC_TTLS)
         stack = LocalStack(StackOptions(directory=Path(tmp) / "stack", settings=SETTINGS, extra_users=extra,
                                         extra_apiserver_flags=provider.apiserver_flags()))
+        redis = start_redis()
         try:
             await stack.start()
             client = Client(stack.api)
@@ -80,14 +90,17 @@ async def world() -> AsyncIterator[ConsoleWorld]:
             await client.apply(samples.gateway(stack.settings, gateway_port), field_manager="console-tests")
             await client.patch(GATEWAY, SETTINGS.gateway_name, SETTINGS.gateway_namespace,
                                samples.gateway_status(), subresource="status")
+            await install_billing_crds(stack.api)  # Plans and TenantAccounts beside a subscription's limits
             url = await start_console(
                 stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
                 oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,
-                               client_secret_file=provider.client_secret_file, ca_file=provider.ca_file))
-            yield ConsoleWorld(stack, url, provider)
+                               client_secret_file=provider.client_secret_file, ca_file=provider.ca_file),
+                redis_url=redis.url)
+            yield ConsoleWorld(stack, url, provider, redis)
         finally:
             await stack.stop()
             provider.stop()
+            redis.stop()
 
 
 @pytest.fixture

@@ -99,7 +99,10 @@ class OidcProvider:
         self.process.stop()
 
 
-def start(directory: Path, redirect_uri: str, accounts: dict[str, list[str]]) -> OidcProvider:
+def start(directory: Path, redirect_uri: str, accounts: dict[str, list[str]],
+          ttls: dict[str, dict[str, int]] | None = None) -> OidcProvider:
+    """`accounts`: login -> groups; `ttls`: login -> {"idTokenTtl": s, "refreshTokenTtl": s} (default 1 h and
+    14 days)."""
     home = install_dir()
     shutil.copyfile(SOURCE / "server.mjs", home / "server.mjs")
     ca_file, cert_file, key_file, spki = _tls(directory)
@@ -112,7 +115,7 @@ def start(directory: Path, redirect_uri: str, accounts: dict[str, list[str]]) ->
     config = {"port": port, "issuer": issuer, "cert": str(cert_file), "key": str(key_file),
               "jwk": _jwk(rsa.generate_private_key(public_exponent=65537, key_size=2048)),
               "client": {"id": CLIENT_ID, "secret": secret, "redirectUri": redirect_uri},
-              "accounts": {name: {"groups": groups} for name, groups in accounts.items()}}
+              "accounts": {name: {"groups": groups, **(ttls or {}).get(name, {})} for name, groups in accounts.items()}}
     config_file = directory / "oidc-provider.json"
     config_file.write_text(json.dumps(config))
     config_file.chmod(0o600)

@@ -4,13 +4,14 @@ PKCE; the API server trusts the provider, so the ID token is the user's credenti
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 from kubernetes_asyncio import client as k8s
 
 from tests.console import objects
 from tests.console.browser import Browser
-from tests.console.conftest import ConsoleWorld
+from tests.console.conftest import SHORT_ID_TOKEN_SECONDS, ConsoleWorld
 
 
 async def oidc_sign_in(browser: Browser, login: str) -> None:
@@ -93,3 +94,43 @@ def test_a_forged_or_replayed_callback_is_refused(world: ConsoleWorld) -> None:
         resp = client.get("/signin/oidc/callback", params={"code": "x", "state": state.group(1)})
         assert resp.status_code == 400
         assert client.get("/keys").status_code == 303  # still signed out
+
+
+async def test_an_oidc_session_outlives_its_id_token_and_a_refused_refresh_ends_it(world: ConsoleWorld,
+                                                                                   browser: Browser) -> None:
+    """gail's and hank's ID tokens live 10 seconds. gail's session goes on past that: the console renewed her
+    credential with the refresh token (the API server and maas-api accept the new one; the old one has expired).
+    hank's refresh token has expired too: the provider refuses it and his session ends on the sign-in page."""
+    log = world.stack.processes["console"].log_path
+    hank = Browser(world.url, trust_spki=world.oidc.spki)
+    try:
+        await oidc_sign_in(browser, "gail")
+        await browser.until(lambda: "oidc:gail" in browser.text("header"), what="signed in as oidc:gail")
+        gail_expired = time.time() + SHORT_ID_TOKEN_SECONDS + 1  # her first ID token is dead after this
+        await oidc_sign_in(hank, "hank")
+        await hank.until(lambda: "oidc:hank" in hank.text("header"), what="signed in as oidc:hank")
+
+        def renewed(user: str) -> bool:
+            return any('"console_session_refreshed"' in line and f'"{user}"' in line
+                       for line in log.read_text().splitlines())
+
+        # Pages as usual, until the console has renewed her ID token and the first one has expired.
+        await browser.until(
+            lambda: (browser.go("/admin/models"), renewed("oidc:gail") and time.time() > gail_expired)[1],
+            what="gail's ID token renewed and the first one expired")
+        browser.go("/admin/models")  # the API server, with the renewed credential
+        assert browser.path == "/admin/models" and "oidc:gail" in browser.text("header")
+        assert not browser.all("main .error") and browser.all("#published-models")
+        browser.go("/keys")  # maas-api, with it
+        assert browser.path == "/keys" and not browser.all("main .error")
+
+        # hank: the refresh is refused, the session ends cleanly (the sign-in page says why; no error page).
+        await hank.until(lambda: (hank.go("/keys"), hank.path.startswith("/signin"))[1], what="hank's session ended")
+        assert "Sign in again" in hank.text() and "ended" in hank.text()
+        hank.screenshot("signin-session-ended")
+        hank.go("/keys")
+        assert hank.path.startswith("/signin")  # the session is gone, not only this page
+        assert not renewed("oidc:hank")
+        assert '"console_session_refresh_refused"' in log.read_text()
+    finally:
+        hank.close()

@@ -62,6 +62,8 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
         ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
         **{(MAAS, r): READ for r in MAAS_KINDS},
+        # the Plan limits and tenant state of a subscription's organization (contract/billing_terms.py)
+        **{(BILLING, r): READ for r in ("plans", "tenantaccounts")},
     },
     # The organization-admin mapping (docs/organizations.md), in the subscription namespace only.
     ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
@@ -96,6 +98,16 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("", "secrets"): frozenset({"get"}),
         ("networking.k8s.io", "ingresses"): frozenset({"create", "patch", "delete"}),
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+    },
+    # The console's administrators (manifests/base/console, generated from console/rbac.py): what the admin pages
+    # do as the signed-in user. The console's own ServiceAccount has only system:auth-delegator.
+    ("ClusterRole", "maas-console-admin"): {
+        **{(MAAS, r): frozenset({"get", "list", "create", "update", "patch", "delete"})
+           for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
+        ("", "secrets"): frozenset({"get", "list", "create", "patch", "delete"}),
+        ("", "namespaces"): frozenset({"get", "list"}),
+        ("serving.kserve.io", "llminferenceservices"): frozenset({"get", "list"}),
+        **{(BILLING, r): frozenset({"get", "list"}) for r in ("plans", "tenantaccounts")},  # a sub's billing terms
     },
 }
 ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
@@ -134,10 +146,15 @@ def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) 
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
                 "maas-api": "maas-api", "maas-api-organizations": "maas-api",
                 "billing-controller": "billing-controller", "psp-connector": "psp-connector",
-                "maas-payload-processor": "maas-payload-processor"}
+                "maas-payload-processor": "maas-payload-processor", "system:auth-delegator": "maas-console"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 9
+    assert len(bindings) == 11
+    # The one binding to people: the console administrators' ClusterRole, to the install-config's group.
+    (admins,) = [b for b in bindings if b["roleRef"]["name"] == "maas-console-admin"]
+    assert admins["kind"] == "ClusterRoleBinding" and [s["kind"] for s in admins["subjects"]] == ["Group"]
     for b in bindings:
+        if b is admins:
+            continue
         assert [s["kind"] for s in b["subjects"]] == ["ServiceAccount"]
         assert b["subjects"][0]["name"] == expected[b["roleRef"]["name"]]
         assert b["roleRef"]["kind"] == ("ClusterRole" if b["kind"] == "ClusterRoleBinding" else "Role")
@@ -264,7 +281,8 @@ def test_the_cleanup_jobs_identity_has_no_rbac_and_the_controller_is_no_maas_api
     for b in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         assert all(s["name"] != "maas-key-cleanup" for s in b["subjects"])
     for key, role in roles(overlay).items():
-        if key[1] != "maas-api":
+        # (maas-console-admin is for people: MaaS administrators are maas-api admins by design)
+        if key[1] not in ("maas-api", "maas-console-admin"):
             assert (MAAS, "maasauthpolicies") not in grants(role) or "create" not in grants(role)[
                 (MAAS, "maasauthpolicies")], key
 
@@ -311,3 +329,75 @@ async def test_billing_controller_reads_kueue_workloads_and_never_writes_them(in
     assert not can_i(cp, "billing-controller", "update", "workloads.kueue.x-k8s.io", "--subresource=finalizers",
                      "-A")
     assert not can_i(cp, "billing-controller", "delete", "resourceflavors.kueue.x-k8s.io")
+
+
+async def test_console_reviews_tokens_and_nothing_else_and_its_administrators_only_what_the_pages_do(
+    installed_rbac: ControlPlane, tmp_path: Any,
+) -> None:
+    """The console process, as its ServiceAccount with exactly the manifests' RBAC: a user's token sign-in
+    works (TokenReview); the ServiceAccount can do nothing else. Its administrators (the install-config's
+    group) may do what the admin pages do and no more."""
+    import socket
+
+    import httpx
+
+    from maasctl.localstack import maasctl_argv
+    from maasctl.testenv.controlplane import ManagedProcess
+
+    cp = installed_rbac
+    api = await service_account_api(cp, DEFAULT_CONTROLLER_NS, "maas-console",
+                                    ready_checks=[("create", "tokenreviews.authentication.k8s.io")])
+    await api.close()
+    kubeconfig = cp.root / f"sa-{DEFAULT_CONTROLLER_NS}-maas-console.kubeconfig"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = ManagedProcess("console", maasctl_argv("console", f"--port={port}", f"--kubeconfig={kubeconfig}",
+                                                  "--maas-api-url=http://127.0.0.1:1"), tmp_path / "console.log")
+    proc.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(300):
+                try:
+                    if (await client.get("/readyz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.alive(), proc.log_tail()
+                await asyncio.sleep(0.1)
+            page = await client.get("/signin")
+            csrf = page.text.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+            refused = await client.post("/signin", data={"token": "not-a-token", "csrf_token": csrf})
+            assert refused.status_code == 401 and "did not accept" in refused.text  # reviewed, not a failure
+            signed_in = await client.post("/signin", data={"token": cp.users["alice"].token, "csrf_token": csrf})
+            assert signed_in.status_code == 303, signed_in.text
+            assert (await client.get("/")).headers["location"] == "/my/subscriptions"  # signed in as alice
+        assert "console_token_review_failed" not in proc.log_path.read_text()
+    finally:
+        proc.stop()
+
+    def console(*question: str) -> bool:
+        return can_i(cp, "maas-console", *question)
+
+    assert console("create", "tokenreviews.authentication.k8s.io")
+    for question in (("get", "secrets", "-A"), ("list", "secrets", "-n", DEFAULT_CONTROLLER_NS),
+                     ("list", f"maassubscriptions.{MAAS}", "-A"), ("create", f"maasmodelrefs.{MAAS}", "-n", "llm"),
+                     ("get", "configmaps", "-n", DEFAULT_CONTROLLER_NS), ("impersonate", "users"),
+                     ("create", "pods", "-n", DEFAULT_CONTROLLER_NS), ("impersonate", "groups"),
+                     ("list", "namespaces")):
+        assert not console(*question), question
+
+    def admin(*question: str) -> bool:
+        out = kubectl("auth", "can-i", *question, "--as=someone", "--as-group=maas-admins",
+                      "--as-group=system:authenticated", kubeconfig=cp.kubeconfig, check=False)
+        return out.stdout.strip() == "yes"
+
+    for verb in ("get", "list", "create", "update", "patch", "delete"):
+        assert admin(verb, f"maassubscriptions.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), verb
+        assert admin(verb, f"guardrailconfigs.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), verb
+    assert admin("create", "secrets", "-n", "llm") and admin("list", "llminferenceservices.serving.kserve.io", "-A")
+    for question in (("watch", f"maassubscriptions.{MAAS}", "-A"), ("update", "secrets", "-n", "llm"),
+                     ("create", "namespaces"), ("create", "pods", "-n", "llm"),
+                     ("create", "clusterrolebindings.rbac.authorization.k8s.io"), ("impersonate", "users"),
+                     ("update", f"maassubscriptions.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS, "--subresource=status")):
+        assert not admin(*question), question

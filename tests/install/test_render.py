@@ -45,7 +45,8 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
         ns = d["metadata"].get("namespace")
         assert ns in (None, ctrl_ns, sub_ns), f"{d['kind']} {d['metadata']['name']} left in {ns}"
         for subject in d.get("subjects") or ():
-            assert subject["namespace"] == ctrl_ns
+            if subject["kind"] == "ServiceAccount":
+                assert subject["namespace"] == ctrl_ns
         assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "maasctl"
     assert find(docs, "ServiceAccount", "maas-key-cleanup")["metadata"]["namespace"] == ctrl_ns
     manager = find(docs, "Deployment", "maas-controller")["spec"]["template"]["spec"]["containers"][0]
@@ -71,7 +72,10 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
     assert (parent["name"], parent["namespace"]) == (cfg["gatewayName"], cfg["gatewayNamespace"])
     # the payload processor: the controller wires Gateways to its Service, maas-api's route bypasses it
     assert env["MAASCTL_PAYLOAD_PROCESSOR_SERVICE"] == f"{ctrl_ns}/maas-payload-processor"
-    assert env["MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES"] == f"{ctrl_ns}/maas-api"
+    bypass = manager["args"][manager["args"].index("run") + 2:]
+    assert bypass == ["--payload-processor-bypass-route", f"{ctrl_ns}/maas-api",
+                      "--payload-processor-bypass-route", f"{ctrl_ns}/maas-console"]  # the console's route too
+    assert "MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES" not in env  # the flags win over it: one place only
     processor = env_of(find(docs, "Deployment", "maas-payload-processor")["spec"]["template"]["spec"]["containers"][0])
     assert processor["MAASCTL_GATEWAY_NAME"] == cfg["gatewayName"]
     assert processor["MAASCTL_GATEWAY_NAMESPACE"] == cfg["gatewayNamespace"]
@@ -83,6 +87,21 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
     assert policy[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": cfg["gatewayNamespace"]}
     assert policy[1]["podSelector"]["matchLabels"] == {
         "gateway.envoyproxy.io/owning-gateway-namespace": cfg["gatewayNamespace"]}
+    # the console: maas-api, the subscription namespace, its hostname, its administrators' group
+    console = env_of(find(docs, "Deployment", "maas-console")["spec"]["template"]["spec"]["containers"][0])
+    assert console["MAASCTL_CONSOLE_MAAS_API_URL"] == f"http://maas-api.{ctrl_ns}.svc.cluster.local:8080"
+    assert console["MAASCTL_CONSOLE_SUBSCRIPTION_NAMESPACE"] == sub_ns
+    assert console["MAASCTL_CONSOLE_PUBLIC_URL"] == f"https://{cfg['consoleHostname']}"
+    assert console["MAASCTL_CONSOLE_ADMIN_GROUP"] == cfg["consoleAdminGroup"]
+    assert console["MAASCTL_CONSOLE_DEFAULT_GATEWAY"] == f"{cfg['gatewayNamespace']}/{cfg['gatewayName']}"
+    route = find(docs, "HTTPRoute", "maas-console")["spec"]
+    assert route["hostnames"] == [cfg["consoleHostname"]]
+    assert (route["parentRefs"][0]["name"], route["parentRefs"][0]["namespace"]) == (
+        cfg["gatewayName"], cfg["gatewayNamespace"])
+    assert find(docs, "ClusterRoleBinding", "maas-console-admin")["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": cfg["consoleAdminGroup"]}]
+    assert find(docs, "NetworkPolicy", "maas-console")["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg["gatewayNamespace"]}}}]
     grant = find(docs, "ReferenceGrant", "maas-payload-processor")["spec"]
     assert grant["from"] == [{"group": "gateway.envoyproxy.io", "kind": "EnvoyExtensionPolicy",
                               "namespace": cfg["gatewayNamespace"]}]
@@ -112,7 +131,8 @@ def test_payload_processor_is_reachable_only_by_the_gateway_and_monitoring(overl
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
 def test_deployments_are_hardened(overlay: Any) -> None:
     docs = render(overlay)
-    for name in ("maas-controller", "maas-api", "billing-controller", "psp-connector", "maas-payload-processor"):
+    for name in ("maas-controller", "maas-api", "billing-controller", "psp-connector", "maas-payload-processor",
+                 "maas-console"):
         pod = find(docs, "Deployment", name)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -174,3 +194,49 @@ def test_examples_render_the_documented_samples() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == ["ExternalModel", "GuardrailConfig", "GuardrailsSettings", "MaaSAuthPolicy", "MaaSModelRef",
                      "MaaSSubscription", "MaaSSubscription", "Namespace", "Secret", "Secret"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
+def test_console_runs_as_replicas_behind_the_gateway(overlay: Any) -> None:
+    """Two replicas sharing their sessions in Redis (the dev overlay: one, sessions in the process), probes on
+    liveness and on the session store, the session key from a Secret, and a route of its own on the MaaS
+    Gateway with an AuthPolicy that lets the console authenticate users itself (the Gateway's default denies)."""
+    docs = render(overlay)
+    deployment = find(docs, "Deployment", "maas-console")
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == ["console", "--host=0.0.0.0", "--port=8095"]
+    env = env_of(c)
+    if overlay.name == "default":
+        assert deployment["spec"]["replicas"] == 2
+        assert env["MAASCTL_CONSOLE_REDIS_URL"] == {"secretKeyRef": {"name": "maas-console-redis", "key": "redis-url"}}
+        assert find(docs, "PodDisruptionBudget", "maas-console")["spec"]["minAvailable"] == 1
+    else:
+        assert deployment["spec"]["replicas"] == 1 and "MAASCTL_CONSOLE_REDIS_URL" not in env
+    secret_file = env["MAASCTL_CONSOLE_SESSION_SECRET_FILE"]
+    mount = next(m for m in c["volumeMounts"] if secret_file.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"] == {"secretName": "maas-console-session"} and mount["readOnly"] is True
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert find(docs, "Service", "maas-console")["spec"]["ports"] == [
+        {"name": "http", "port": 8095, "targetPort": "http", "protocol": "TCP"}]
+    route = find(docs, "HTTPRoute", "maas-console")["spec"]
+    assert [r["backendRefs"] for r in route["rules"]] == [[{"name": "maas-console", "port": 8095}]]
+    policy = find(docs, "AuthPolicy", "maas-console")["spec"]
+    assert policy["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "maas-console"}
+    assert policy["rules"] == {"authentication": {"console-sessions": {"anonymous": {}}}}
+
+
+def test_console_rbac_is_what_maasctl_dev_and_the_tests_run_with() -> None:
+    """manifests/base/console/rbac.yaml is generated from console/rbac.py (gen-crds --check keeps it so): the
+    install grants exactly what the console's tests run with."""
+    from maasctl.console import rbac
+
+    docs = [d for d in render(MANIFESTS / "overlays" / "default")
+            if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+            and d["metadata"]["name"].startswith("maas-console")]
+    for d in docs:
+        d["metadata"].pop("labels")
+    assert sorted(docs, key=lambda d: (d["kind"], d["metadata"]["name"])) == sorted(
+        [*rbac.console_identity("opendatahub"), *rbac.admin_access(rbac.DEFAULT_ADMIN_GROUPS)],
+        key=lambda d: (d["kind"], d["metadata"]["name"]))

@@ -84,7 +84,7 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
     deployments = {d: version(cp, "deployment", d, "opendatahub")
                    for d in ("maas-controller", "maas-api", "billing-controller", "psp-connector",
-                             "maas-payload-processor")}
+                             "maas-payload-processor", "maas-console")}
     # The payload processor's install passed the API server's validation (Istio and Envoy Gateway CRDs are
     # installed by the test control plane; the ReferenceGrant is Gateway API's).
     for kind in ("service", "poddisruptionbudget", "horizontalpodautoscaler", "networkpolicy", "referencegrant",
@@ -92,11 +92,19 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
         assert live(cp, kind, "maas-payload-processor", "opendatahub") is not None, kind
     assert live(cp, "clusterrole", "maas-payload-processor") is not None
     assert "maas-payload-processor-redis" in out  # tells how to name the existing Redis
+    # The console passed validation too: its route on the Gateway, its AuthPolicy, its session key made once.
+    for kind in ("service", "poddisruptionbudget", "networkpolicy", "httproute", "authpolicy", "serviceaccount"):
+        assert live(cp, kind, "maas-console", "opendatahub") is not None, kind
+    assert live(cp, "clusterrole", "maas-console-admin") is not None
+    assert "maas-console-redis" in out and "https://maas-console.example.com" in out
+    session_key = live(cp, "secret", "maas-console-session", "opendatahub")
+    assert session_key is not None and len(session_key["data"]["secret"]) >= 40
     role = version(cp, "clusterrole", "maas-controller")
     assert admission_allows(cp, DEFAULT_SUBSCRIPTION_NS) and not admission_allows(cp, "default")
 
     script(cp, "deploy.sh", "--no-wait-pods")
     assert {d: version(cp, "deployment", d, "opendatahub") for d in deployments} == deployments
+    assert live(cp, "secret", "maas-console-session", "opendatahub") == session_key  # kept: nobody signed out
     assert version(cp, "clusterrole", "maas-controller") == role
     dry = script(cp, "deploy.sh", "--dry-run")
     assert "nothing was changed" in dry
@@ -105,7 +113,9 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
                  "--ledger-url", "postgresql+asyncpg://u:p@db:5432/billing", "--redis-url", "redis://:rp@redis:6379/0")
     redis = live(cp, "secret", "maas-payload-processor-redis", "opendatahub")
     assert redis is not None and redis["data"]["redis-url"] == "cmVkaXM6Ly86cnBAcmVkaXM6NjM3OS8w"
-    assert "needs an existing Redis" not in out and "rp@redis" not in out
+    console_redis = live(cp, "secret", "maas-console-redis", "opendatahub")
+    assert console_redis is not None and console_redis["data"]["redis-url"] == redis["data"]["redis-url"]
+    assert "needs an existing Redis" not in out and "rp@redis" not in out and "share sessions in Redis" not in out
     assert live(cp, "secret", "maas-api-db", "opendatahub") is not None
     ledger = live(cp, "secret", "billing-ledger", "opendatahub")
     assert ledger is not None and "ledger-url" in ledger["data"]
@@ -131,6 +141,9 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     assert live(cp, "clusterrole", "psp-connector") is None
     assert live(cp, "deployment", "maas-payload-processor", "opendatahub") is None
     assert live(cp, "clusterrole", "maas-payload-processor") is None
+    assert live(cp, "deployment", "maas-console", "opendatahub") is None
+    assert live(cp, "clusterrole", "maas-console-admin") is None
+    assert live(cp, "clusterrolebinding", "maas-console-auth-delegator") is None
     assert live(cp, "secret", "billing-ledger", "opendatahub") is not None, "the ledger URL is the user's"
     assert live(cp, "namespace", "opendatahub") is not None, "the controller namespace may be shared"
     # User resources, the API and the subscription namespace stay.
@@ -153,6 +166,7 @@ def test_dev_overlay_binds_the_admission_policy_to_its_subscription_namespace(cl
     cp = cluster
     script(cp, "deploy.sh", "--overlay", "dev", "--no-wait-pods")
     assert live(cp, "deployment", "maas-controller", "maas-dev") is not None
+    assert live(cp, "deployment", "maas-console", "maas-dev") is not None  # one replica, sessions in the process
     secret = live(cp, "secret", "maas-api-db", "maas-dev")
     assert secret is not None and "database-url" in secret["data"]
     assert admission_allows(cp, "maas-dev-subscriptions")

@@ -224,3 +224,44 @@ async def test_cached_sources_see_creates_and_deletes(
             raise AssertionError("the cache never saw the deletion")
     finally:
         await sources.stop()
+
+
+async def test_cached_sources_read_the_billing_kinds_as_maas_api(kube: k8s.ApiClient,
+                                                                maas_api_kube: k8s.ApiClient) -> None:
+    """Plans and TenantAccounts through maas-api's informers, as its ServiceAccount with the install's RBAC:
+    unknown (None) until both are listed, then what the API server holds, status (the tenant's state) included."""
+    from maasctl.billing.api.install import install_billing_crds
+    from maasctl.contract.billing_terms import ORGANIZATION_LABEL, terms_for
+
+    await install_billing_crds(kube)
+    ns = f"billing-{uuid.uuid4().hex[:6]}"
+    await k8s.CoreV1Api(kube).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    api = k8s.CustomObjectsApi(kube)
+    group, version = "billing.opendatahub.io", "v1alpha1"
+    await api.create_namespaced_custom_object(group, version, ns, "plans", {
+        "apiVersion": f"{group}/{version}", "kind": "Plan", "metadata": {"name": "basic"},
+        "spec": {"limits": {"requestsPerMinute": 30}, "targetRef": {
+            "group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}}})
+    await api.create_namespaced_custom_object(group, version, ns, "tenantaccounts", {
+        "apiVersion": f"{group}/{version}", "kind": "TenantAccount",
+        "metadata": {"name": "ten-acme", "labels": {ORGANIZATION_LABEL: "acme"}},
+        "spec": {"displayName": "Acme", "planRef": {"name": "basic"}, "billingMode": "ShowbackOnly"}})
+    await api.patch_namespaced_custom_object_status(
+        group, version, ns, "tenantaccounts", "ten-acme", {"status": {"state": "Suspended"}},
+        _content_type="application/merge-patch+json")  # type: ignore[call-arg]
+    sources = CachedSources(Client(maas_api_kube), SUB_NS)
+    try:
+        sources.start()
+        for _ in range(300):
+            objects = sources.billing_objects()
+            if objects is not None:
+                (terms,) = terms_for("acme", f"{ns}/gw", *objects) or (None,)
+                if terms is not None and terms.state == "Suspended":
+                    break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"maas-api never read the tenant: {sources.cache.status()}")
+        assert terms.enforced and [(x.kind, x.limit) for x in terms.limits] == [("requests", 30)]
+    finally:
+        await sources.stop()
+        await k8s.CoreV1Api(kube).delete_namespace(ns)

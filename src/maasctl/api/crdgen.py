@@ -220,7 +220,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def to_yaml(*docs: dict[str, Any]) -> str:
+def to_yaml(*docs: dict[str, Any], header: str = HEADER) -> str:
     """Generated manifests as one YAML text, with the "do not edit" header."""
     body = "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True) for d in docs)
-    return HEADER + body
+    return header + body

@@ -29,7 +29,7 @@ from maasctl.console.pages import (
     auth,
     user,
 )
-from maasctl.console.sessions import SessionStore
+from maasctl.console.sessions import Bounds, MemoryBackend, SessionBackend, SessionStore, StoreUnavailable
 from maasctl.console.settings import ConsoleSettings
 from maasctl.console.web import Console, Forbidden, SignInRequired, redirect, render
 from maasctl.httpguard import HttpGuard, HttpLimits, relative_slash_redirects, uvicorn_options
@@ -48,12 +48,24 @@ def templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: OidcClient | None = None) -> FastAPI:
+def session_backend(settings: ConsoleSettings, bounds: Bounds) -> SessionBackend:
+    """Redis when configured (replicas share sessions), else this process's memory."""
+    if settings.redis_url:
+        from maasctl.console.redis_sessions import RedisBackend
+
+        return RedisBackend(settings.redis_url, bounds)
+    return MemoryBackend(bounds)
+
+
+def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: OidcClient | None = None,
+               backend: SessionBackend | None = None) -> FastAPI:
     app = FastAPI(title="MaaS console", docs_url=None, redoc_url=None, openapi_url=None)
     relative_slash_redirects(app.router)
-    sessions = SessionStore(settings.session_secret, settings.session_ttl_seconds, settings.max_sessions,
-                            anonymous_ttl_seconds=settings.anonymous_session_ttl_seconds,
-                            max_anonymous=settings.max_anonymous_sessions, max_per_user=settings.max_sessions_per_user)
+    bounds = Bounds(signed_in_ttl=settings.session_ttl_seconds, anonymous_ttl=settings.anonymous_session_ttl_seconds,
+                    max_signed_in=settings.max_sessions, max_per_user=settings.max_sessions_per_user,
+                    max_anonymous=settings.max_anonymous_sessions)
+    sessions = SessionStore(backend if backend is not None else session_backend(settings, bounds),
+                            settings.session_secret, bounds)
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     for module in (auth, user, admin_overview, admin_models, admin_services, admin_subscriptions, admin_guardrails,
@@ -62,6 +74,15 @@ def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: Oi
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> PlainTextResponse:
+        """Ready while the session store answers (without it no page can be served)."""
+        try:
+            await sessions.backend.ping()
+        except StoreUnavailable:
+            return PlainTextResponse("session store unreachable", status_code=503)
         return PlainTextResponse("ok")
 
     @app.exception_handler(SignInRequired)
@@ -95,10 +116,12 @@ async def serve_async(settings: ConsoleSettings) -> None:
                                            access_log=False, log_config=None, server_header=False, lifespan="off",
                                            **uvicorn_options(limits)))
     log.info("console_starting", host=settings.host, port=settings.port, public_url=settings.public_url,
-             oidc=settings.oidc is not None, admin_groups=list(settings.admin_groups))
+             oidc=settings.oidc is not None, sessions="redis" if settings.redis_url else "memory",
+             admin_groups=list(settings.admin_groups))
     try:
         await server.serve()
     finally:
+        await app.state.console.sessions.backend.close()
         await kube.close()
         await maasapi.close()
         if oidc is not None:

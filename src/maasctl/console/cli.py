@@ -31,13 +31,20 @@ def register(sub: Any) -> None:
     p.add_argument("--gateway-url", dest="gateway_urls", action="append", default=[],
                    help="origin of the MaaS gateway (repeatable; MAASCTL_CONSOLE_GATEWAY_URL: comma-separated); "
                         "the Models page offers a curl, which sends the user's key, only for models served there")
+    p.add_argument("--default-gateway", default=_env("default_gateway", d.default_gateway),
+                   help="namespace/name of the controller's default Gateway (where the billing Plans of "
+                        "subscriptions without gatewayRef apply)")
     p.add_argument("--subscription-namespace", default=_env("subscription_namespace", d.subscription_namespace))
     p.add_argument("--model-namespace", default=_env("model_namespace", d.model_namespace),
                    help="namespace suggested when importing a model service")
     p.add_argument("--admin-group", dest="admin_groups", action="append", default=[],
-                   help="group whose members see the administrator pages (repeatable; default maas-admins)")
+                   help="group whose members see the administrator pages (repeatable; MAASCTL_CONSOLE_ADMIN_GROUP: "
+                        "comma-separated; default maas-admins)")
     p.add_argument("--session-secret-file", default=_env("session_secret_file", "") or None,
                    help="file with the key signing session cookies (default: random per process)")
+    p.add_argument("--redis-url", default=_env("redis_url", "") or None,
+                   help="keep sessions in this Redis, shared by every replica (redis://[:PASSWORD@]HOST:PORT/DB; "
+                        "needs --session-secret-file); default: in this process (one replica)")
     p.add_argument("--oidc-issuer-url", default=_env("oidc_issuer_url", "") or None)
     p.add_argument("--oidc-client-id", default=_env("oidc_client_id", "") or None)
     p.add_argument("--oidc-client-secret-file", default=_env("oidc_client_secret_file", "") or None)
@@ -49,9 +56,9 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default=env_default("log_level", "info"))
 
 
-def _gateway_urls(flags: list[str]) -> tuple[str, ...]:
+def _repeated(flags: list[str], env: str) -> tuple[str, ...]:
     """The repeated flag, else the comma-separated environment variable (a list has no single-value default)."""
-    return tuple(flags) or tuple(u.strip() for u in _env("gateway_url").split(",") if u.strip())
+    return tuple(flags) or tuple(u.strip() for u in _env(env).split(",") if u.strip())
 
 
 def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
@@ -64,11 +71,15 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
                             ca_file=args.oidc_ca_file,
                             scopes=tuple(args.oidc_scopes) or DEFAULT_SCOPES)
     secret = Path(args.session_secret_file).read_text().strip() if args.session_secret_file else ""
+    if args.redis_url and not secret:
+        raise SystemExit("--redis-url needs --session-secret-file (the same key on every replica)")
     return ConsoleSettings(
         host=args.host, port=args.port, public_url=args.public_url or f"http://{args.host}:{args.port}",
-        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url, gateway_urls=_gateway_urls(args.gateway_urls),
+        kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url,
+        gateway_urls=_repeated(args.gateway_urls, "gateway_url"),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
-        admin_groups=tuple(args.admin_groups) or ConsoleSettings().admin_groups, session_secret=secret, oidc=oidc,
+        admin_groups=_repeated(args.admin_groups, "admin_group") or ConsoleSettings().admin_groups,
+        session_secret=secret, oidc=oidc, redis_url=args.redis_url, default_gateway=args.default_gateway,
     )
 
 

@@ -18,6 +18,11 @@ def tier(limit: Mapping[str, Any]) -> str:
     return f"{format_tokens(int(limit['limit']))} tokens per {format_window(str(limit['window']))}"
 
 
+def plan_limit(limit: Mapping[str, Any]) -> str:
+    """{"kind": "requests", "limit": 30, "window": "1m"} -> "30 requests per Minute"."""
+    return f"{format_tokens(int(limit['limit']))} {limit['kind']} per {format_window(str(limit['window']))}"
+
+
 def tiers(limits: Iterable[Mapping[str, Any]]) -> str:
     return ", ".join(tier(x) for x in limits)
 
@@ -44,6 +49,7 @@ def install(env: jinja2.Environment) -> None:
     env.filters["window"] = lambda w: format_window(str(w))
     env.filters["tier"] = tier
     env.filters["tiers"] = tiers
+    env.filters["plan_limit"] = plan_limit
     env.filters["when"] = when
     env.filters["number"] = number
     env.globals["bar_chart"] = bar_chart

@@ -51,6 +51,8 @@ SECRET = Resource("v1", "secrets", "Secret")
 NAMESPACE = Resource("v1", "namespaces", "Namespace")
 LLM_SERVICE = Resource("serving.kserve.io/v1alpha2", "llminferenceservices", "LLMInferenceService")
 LLM_SERVICE_V1ALPHA1 = Resource("serving.kserve.io/v1alpha1", "llminferenceservices", "LLMInferenceService")
+TENANT_ACCOUNT = Resource("billing.opendatahub.io/v1alpha1", "tenantaccounts", "TenantAccount")
+PLAN = Resource("billing.opendatahub.io/v1alpha1", "plans", "Plan")
 LLM_SERVICES = (LLM_SERVICE, LLM_SERVICE_V1ALPHA1)  # whichever version the cluster serves, v1alpha2 first
 
 

@@ -47,27 +47,32 @@ async def console_kubeconfig(stack: LocalStack, path: Path) -> Path:
     return path
 
 
-async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = ("maas-admins",),
+async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = rbac.DEFAULT_ADMIN_GROUPS,
                         rbac_groups: tuple[str, ...] | None = None, oidc: OidcFlags | None = None,
-                        model_namespace: str = "llm") -> str:
-    """Spawn the console process (as `stack.processes["console"]`); return its URL once it answers.
-    `rbac_groups` (default: the admin groups) are bound to the administrators' ClusterRole."""
+                        model_namespace: str = "llm", redis_url: str | None = None, name: str = "console",
+                        public_url: str | None = None) -> str:
+    """Spawn a console process (as `stack.processes[name]`); return its URL once it answers.
+    `rbac_groups` (default: the admin groups) are bound to the administrators' ClusterRole. Consoles of one
+    stack share the session secret, so those given the same `redis_url` are replicas serving one session."""
     client = Client(stack.api)
     for obj in rbac.admin_access(admin_groups if rbac_groups is None else rbac_groups):
         await client.apply(obj, field_manager="maasctl-console-setup")
     kubeconfig = await console_kubeconfig(stack, stack.directory / "console.kubeconfig")
     secret = stack.directory / "console-session.key"
-    secret.write_text(secrets.token_urlsafe(32))
-    secret.chmod(0o600)
+    if not secret.exists():
+        secret.write_text(secrets.token_urlsafe(32))
+        secret.chmod(0o600)
     url = f"http://127.0.0.1:{port}"
-    args = ["console", f"--port={port}", f"--public-url={url}", f"--kubeconfig={kubeconfig}",
+    args = ["console", f"--port={port}", f"--public-url={public_url or url}", f"--kubeconfig={kubeconfig}",
             f"--maas-api-url={stack.api_url}", f"--gateway-url={stack.gateway_url}",
             f"--subscription-namespace={stack.settings.subscription_namespace}",
+            f"--default-gateway={stack.settings.gateway_namespace}/{stack.settings.gateway_name}",
             f"--model-namespace={model_namespace}", f"--session-secret-file={secret}", "--log-format=json",
             *(f"--admin-group={g}" for g in admin_groups)]
     if oidc is not None:
         args += [f"--oidc-issuer-url={oidc.issuer}", f"--oidc-client-id={oidc.client_id}",
                  f"--oidc-client-secret-file={oidc.client_secret_file}", f"--oidc-ca-file={oidc.ca_file}"]
-    stack._spawn("console", *args)
-    await stack._wait_http(f"{url}/healthz", "console")
+    env = {"MAASCTL_CONSOLE_REDIS_URL": redis_url} if redis_url else None  # may hold a password: not in argv
+    stack._spawn(name, *args, env=env)
+    await stack._wait_http(f"{url}/readyz", name)
     return url

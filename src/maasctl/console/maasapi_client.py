@@ -119,14 +119,18 @@ class UserMaasApi:
 
 
 def _subscription(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A `SubscriptionListItem` as the pages use it: `id` (`namespace/name`), `name`, `namespace`,
-    `displayName`, `description`, `priority`, `phase`, `modelRefs[{name, namespace, tokenRateLimits}]`."""
+    """A `SubscriptionListItem` as the pages use it: `id` (`namespace/name`), `ref`, `name`, `namespace`,
+    `displayName`, `description`, `priority`, `phase`, `modelRefs[{name, namespace, tokenRateLimits}]`, and
+    `billing` (maas-api's billing terms: Plan limits and tenant state; None when maas-api does not know them)."""
     namespace = str(item.get("namespace") or "")
     name = str(item.get("subscription_id_header") or "").rpartition("/")[2]
     display = item.get("display_name")
     description = item.get("subscription_description")
+    billing = item.get("billing")
     return {
         "id": f"{namespace}/{name}",
+        "ref": str(item.get("subscription_id_header") or ""),  # as keys and model listings name it
+        "billing": [t for t in billing if isinstance(t, dict)] if isinstance(billing, list) else None,
         "name": name,
         "namespace": namespace,
         "displayName": display,

@@ -1,9 +1,14 @@
 """One ASGI middleware for what every request needs: the session (from a signed cookie), the CSRF check on
-every POST, the session cookie on the way out, and security headers (CSP without any outside origin,
-no framing, no referrer, no caching of pages that carry personal data).
+every POST, the session written back and its cookie on the way out, and security headers (CSP without any
+outside origin, no framing, no referrer, no caching of pages that carry personal data).
 
 The CSRF check lives here rather than in each route so that no POST can forget it: the form body is read,
 its `csrf_token` compared (constant time) with the session's, and replayed to the route.
+
+Every session write happens here, once, as the response starts: the request's session is persisted (what
+changed), and the incoming one is dropped when a route replaced it (sign-in: `SessionStore.signed_in`) or
+ended it (sign-out, a refused refresh: `request.state.session = None`). Routes never write the store. When the
+store cannot be reached the answer is 503, never a page served without its session.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
 
-from maasctl.console.sessions import COOKIE_NAME, Session, SessionStore
+import structlog
+
+from maasctl.console.sessions import COOKIE_NAME, Session, SessionStore, StoreUnavailable
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,7 +29,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+log = structlog.get_logger("maasctl.console")
 MAX_FORM_BYTES = 1 << 20
+NO_SESSION_PATHS = ("/static/", "/healthz", "/readyz")  # no page, no session: not a store read each
+UNAVAILABLE = "the console's session store cannot be reached: try again in a moment"
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
        "base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
@@ -74,7 +84,14 @@ class ConsoleMiddleware:
             await self.app(scope, receive, send)
             return
         headers: list[tuple[bytes, bytes]] = scope.get("headers") or []
-        incoming = self.sessions.find(_cookie(headers))
+        path: str = scope.get("path") or ""
+        try:
+            cookie = None if path.startswith(NO_SESSION_PATHS) else _cookie(headers)
+            incoming = await self.sessions.load(cookie)
+        except StoreUnavailable:
+            log.error("console_session_store_unavailable")
+            await _respond(send, 503, UNAVAILABLE)
+            return
         state = scope.setdefault("state", {})
         state["session"] = incoming
         if scope["method"] not in ("GET", "HEAD"):
@@ -90,13 +107,25 @@ class ConsoleMiddleware:
                 return
             receive = self._replay(body, receive)
 
+        failed = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal failed
+            if failed:  # the 503 went out instead of this response: its body is dropped
+                return
             if message["type"] == "http.response.start":
+                current: Session | None = state.get("session")
+                try:
+                    await self._write_back(incoming, current)
+                except StoreUnavailable:
+                    log.error("console_session_store_unavailable")
+                    failed = True
+                    await _respond(send, 503, UNAVAILABLE)
+                    return
                 out = list(message.get("headers") or [])
                 out.extend(SECURITY_HEADERS)
                 if not any(k == b"cache-control" for k, _ in out):
                     out.append((b"cache-control", b"no-store"))
-                current: Session | None = state.get("session")
                 if current is not None and current is not incoming:
                     out.append((b"set-cookie", self._set_cookie(current)))
                 elif current is None and incoming is not None:
@@ -105,6 +134,12 @@ class ConsoleMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    async def _write_back(self, incoming: Session | None, current: Session | None) -> None:
+        if incoming is not None and current is not incoming:
+            await self.sessions.drop(incoming)
+        if current is not None:
+            await self.sessions.persist(current)
 
     async def _read_form(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         ctype = _header(scope.get("headers") or [], b"content-type").split(";")[0].strip().lower()

@@ -5,6 +5,11 @@ checks issuer, audience, signature and expiry (the API server is configured with
 id). The token then serves as the user's credential for the Kubernetes API and maas-api, so RBAC and
 maas-api see the same user and groups as the console. The console itself checks the nonce (binding the
 token to this browser's request) and the issuer and audience claims.
+
+Refresh (`refresh`): when the provider issued a refresh token, the console trades it for a new ID token before
+the current one expires (`console.renewal`); the new token is checked the same way (issuer, audience; no nonce:
+OIDC Core 12.2) and then by TokenReview. A provider that refuses the refresh token (`OidcRefused`) ends the
+session; one that cannot be reached does not (`OidcError`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import secrets
 import ssl
 import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,6 +34,29 @@ PENDING_SECONDS = 600
 
 class OidcError(Exception):
     """The provider or the returned token cannot be used for a sign-in (message safe to show)."""
+
+
+class OidcRefused(OidcError):
+    """The provider refused a refresh token (expired, revoked, already used): the session cannot go on."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """What a token response gave: the ID token (checked claims), its times, and a refresh token if any."""
+
+    id_token: str = field(repr=False)
+    claims: dict[str, Any] = field(repr=False)
+    refresh_token: str | None = field(default=None, repr=False)
+
+    @property
+    def expires_at(self) -> float | None:
+        exp = self.claims.get("exp")
+        return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+
+    @property
+    def issued_at(self) -> float | None:
+        iat = self.claims.get("iat")
+        return float(iat) if isinstance(iat, int | float) and not isinstance(iat, bool) else None
 
 
 def _b64url(data: bytes) -> str:
@@ -94,29 +123,58 @@ class OidcClient:
         })
         return f"{meta['authorization_endpoint']}?{query}"
 
-    async def exchange(self, code: str, pending: PendingLogin) -> tuple[str, dict[str, Any]]:
-        """Trade the code for tokens; return the ID token and its (not yet verified) claims."""
-        if time.time() - pending.created > PENDING_SECONDS:
-            raise OidcError("the sign-in took too long: start again")
+    async def _token(self, form: dict[str, str]) -> dict[str, Any] | None:
+        """POST to the token endpoint with the client's credentials: the JSON answer, or None when the
+        provider refused (4xx); OidcError when it cannot be reached or answers nonsense."""
         meta = await self.metadata()
         try:
-            resp = await self._http.post(
-                meta["token_endpoint"],
-                data={"grant_type": "authorization_code", "code": code, "redirect_uri": self.redirect_uri,
-                      "code_verifier": pending.verifier},
-                auth=(self.settings.client_id, self.settings.client_secret),
-            )
+            resp = await self._http.post(meta["token_endpoint"], data=form,
+                                         auth=(self.settings.client_id, self.settings.client_secret))
         except httpx.HTTPError as exc:
             raise OidcError("the identity provider cannot be reached") from exc
+        if 400 <= resp.status_code < 500:
+            return None
         if resp.status_code != 200:
-            raise OidcError("the identity provider refused the sign-in")
-        id_token = str(resp.json().get("id_token") or "")
+            raise OidcError("the identity provider cannot be reached")
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise OidcError("the identity provider answered something other than tokens") from exc
+        if not isinstance(body, dict):
+            raise OidcError("the identity provider answered something other than tokens")
+        return body
+
+    def _tokens(self, body: dict[str, Any]) -> Tokens:
+        id_token = str(body.get("id_token") or "")
         payload = claims(id_token)
-        if payload.get("nonce") != pending.nonce:
-            raise OidcError("the ID token does not belong to this sign-in")
         if payload.get("iss") != self.settings.issuer:
             raise OidcError("the ID token comes from another issuer")
         aud = payload.get("aud")
         if self.settings.client_id not in (aud if isinstance(aud, list) else [aud]):
             raise OidcError("the ID token is meant for another client")
-        return id_token, payload
+        refresh = body.get("refresh_token")
+        return Tokens(id_token, payload, refresh if isinstance(refresh, str) and refresh else None)
+
+    async def exchange(self, code: str, pending: PendingLogin) -> Tokens:
+        """Trade the code for tokens (the ID token's claims not yet verified: TokenReview does that)."""
+        if time.time() - pending.created > PENDING_SECONDS:
+            raise OidcError("the sign-in took too long: start again")
+        body = await self._token({"grant_type": "authorization_code", "code": code,
+                                  "redirect_uri": self.redirect_uri, "code_verifier": pending.verifier})
+        if body is None:
+            raise OidcError("the identity provider refused the sign-in")
+        tokens = self._tokens(body)
+        if tokens.claims.get("nonce") != pending.nonce:
+            raise OidcError("the ID token does not belong to this sign-in")
+        return tokens
+
+    async def refresh(self, refresh_token: str) -> Tokens:
+        """A new ID token for a refresh token. OidcRefused when the provider refuses it or answers without an
+        ID token (nothing to renew the credential with)."""
+        body = await self._token({"grant_type": "refresh_token", "refresh_token": refresh_token})
+        if body is None or not body.get("id_token"):
+            raise OidcRefused("the identity provider refused to renew the session")
+        try:
+            return self._tokens(body)
+        except OidcError as exc:
+            raise OidcRefused(str(exc)) from exc

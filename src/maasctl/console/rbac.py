@@ -2,7 +2,8 @@
 members of the administrator groups get the rights the admin pages use. The console never acts with its
 own rights on a user's behalf; these rules are what the signed-in user's own requests need.
 
-Used by `maasctl dev`, the tests and (rendered the same way) the install manifests.
+Used by `maasctl dev` and the tests, and rendered into the install (`manifests/base/console/rbac.yaml`,
+`maasctl gen-crds`), whose overlays move the namespace and the administrators' group.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from typing import Any
 
 CONSOLE_SA = "maas-console"
 ADMIN_ROLE = "maas-console-admin"
+DEFAULT_ADMIN_GROUPS = ("maas-admins",)
 MAAS_RESOURCES = ["maasmodelrefs", "externalmodels", "maassubscriptions", "maasauthpolicies", "guardrailssettings",
                   "guardrailconfigs"]
 ADMIN_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["maas.opendatahub.io"], "resources": MAAS_RESOURCES,
-     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+     "verbs": ["get", "list", "create", "update", "patch", "delete"]},  # the console never watches
     # Upstream provider and guardrail model keys: written, never read back (the console lists metadata only).
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "list", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
     {"apiGroups": ["serving.kserve.io"], "resources": ["llminferenceservices"], "verbs": ["get", "list"]},
+    # A subscription's billing Plan limits and tenant state, shown beside its limits (read only).
+    {"apiGroups": ["billing.opendatahub.io"], "resources": ["plans", "tenantaccounts"], "verbs": ["get", "list"]},
 ]
 
 

@@ -30,9 +30,11 @@ class ConsoleSettings:
     ready-to-paste curl (which sends the user's API key) only for a model served on one of them, never for a host a
     model owner wrote (`endpointOverride`); none configured means no command at all.
 
-    Sessions come in two pools so that traffic nobody signed in for cannot push a user out: anonymous ones
-    (sign-in form, OIDC request in flight) are short-lived and evict only each other; signed-in ones are bounded
-    in total (`max_sessions`) and per user."""
+    Sessions live in this process, or in Redis (`redis_url`) shared by every replica (then `session_secret`
+    is required: every replica signs cookies and seals sessions with it). They come in two pools so that
+    traffic nobody signed in for cannot push a user out: anonymous ones (sign-in form, OIDC request in flight)
+    are short-lived and evict only each other; signed-in ones are bounded in total (`max_sessions`) and per
+    user."""
 
     host: str = "127.0.0.1"
     port: int = 8095
@@ -49,7 +51,11 @@ class ConsoleSettings:
     max_anonymous_sessions: int = 10_000
     anonymous_session_ttl_seconds: int = 600
     gateway_urls: tuple[str, ...] = ()
+    # `namespace/name` of the controller's default Gateway (subscriptions without gatewayRef are used through
+    # it): where a subscription's billing Plan applies, on the administrators' view.
+    default_gateway: str = "openshift-ingress/maas-default-gateway"
     oidc: OidcSettings | None = None
+    redis_url: str | None = field(default=None, repr=False)  # may hold a password
 
     @property
     def secure_cookies(self) -> bool:

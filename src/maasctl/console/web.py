@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
@@ -15,7 +15,8 @@ from maasctl.console import nav
 from maasctl.console.kube import Kube, UserKube
 from maasctl.console.maasapi_client import MaasApi, UserMaasApi
 from maasctl.console.oidc import OidcClient
-from maasctl.console.sessions import Identity, Session, SessionStore
+from maasctl.console.renewal import RenewalUnavailable, SessionEnded, renewed
+from maasctl.console.sessions import Identity, Session, SessionStore, StoreUnavailable
 from maasctl.console.settings import ConsoleSettings
 
 
@@ -69,11 +70,24 @@ def safe_next(path: str | None) -> str:
 
 
 async def current_user(request: Request) -> Identity:
+    """The signed-in user, with an OIDC credential renewed when due (`console.renewal`). A session that
+    cannot go on is ended here: the user lands on the sign-in page with the reason."""
     session = session_of(request)
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if session is None or session.identity is None:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInRequired(target if request.method == "GET" else "/")
-    return session.identity
+    ctx = console(request)
+    try:
+        return await renewed(session.identity, session, ctx.sessions, ctx.oidc, ctx.kube)
+    except SessionEnded as exc:
+        request.state.session = None
+        flash(request, "warning", str(exc))  # on a new anonymous session, shown by the sign-in page
+        raise SignInRequired(target if request.method == "GET" else "/") from exc
+    except RenewalUnavailable as exc:
+        raise HTTPException(503, "Your sign-in could not be renewed: the identity provider cannot be reached. "
+                                 "Try again in a moment.") from exc
+    except StoreUnavailable as exc:  # the refresh lock or the renewed identity could not be stored
+        raise HTTPException(503, "Your sign-in could not be renewed right now. Try again in a moment.") from exc
 
 
 async def current_admin(request: Request) -> Identity:

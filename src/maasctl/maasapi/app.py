@@ -26,7 +26,13 @@ from maasctl.maasapi.middleware import AccessLogMiddleware, BodyLimitMiddleware,
 from maasctl.maasapi.routes import internal, keys, meta, models, subscriptions
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import GrantSource, ModelSource, OrganizationSource, SubscriptionSource
+from maasctl.maasapi.sources import (
+    BillingSource,
+    GrantSource,
+    ModelSource,
+    OrganizationSource,
+    SubscriptionSource,
+)
 from maasctl.maasapi.store import KeyStore, make_engine
 from maasctl.maasapi.usage import api as usage_api
 
@@ -44,16 +50,20 @@ def create_app(
     probe_client: httpx.AsyncClient | None = None,
     organization_source: OrganizationSource | None = None,
     grant_source: GrantSource | None = None,
+    billing_source: BillingSource | None = None,
 ) -> FastAPI:
     """Build the app. Without `store`, the lifespan opens `settings.database_url` and runs migrations. The
     organization administrators come from `organization_source`, else from `subscription_source` when it
-    provides them, else nobody is one; the MaaSAuthPolicies the same way (`grant_source`)."""
+    provides them, else nobody is one; the MaaSAuthPolicies the same way (`grant_source`), and the billing kinds
+    (`billing_source`)."""
     if organization_source is None and isinstance(subscription_source, OrganizationSource):
         organization_source = subscription_source
     if grant_source is None and isinstance(subscription_source, GrantSource):
         grant_source = subscription_source
+    if billing_source is None and isinstance(subscription_source, BillingSource):
+        billing_source = subscription_source
     state = AppState(settings, subscription_source, authenticator, metrics or ApiMetrics(), models=model_source,
-                     organizations=organization_source, grants=grant_source)
+                     organizations=organization_source, grants=grant_source, billing=billing_source)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

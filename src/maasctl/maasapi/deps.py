@@ -30,7 +30,13 @@ from maasctl.maasapi.keycache import KeyCacheListener
 from maasctl.maasapi.metrics import ApiMetrics
 from maasctl.maasapi.service import KeyService
 from maasctl.maasapi.settings import MaasApiSettings
-from maasctl.maasapi.sources import GrantSource, ModelSource, OrganizationSource, SubscriptionSource
+from maasctl.maasapi.sources import (
+    BillingSource,
+    GrantSource,
+    ModelSource,
+    OrganizationSource,
+    SubscriptionSource,
+)
 from maasctl.maasapi.store import KeyScope, KeyStore
 
 __all__ = [
@@ -78,6 +84,7 @@ class AppState:
     probe_http: httpx.AsyncClient | None = None
     organizations: OrganizationSource | None = None  # None: no delegated administration
     grants: GrantSource | None = None  # the MaaSAuthPolicies; None (embedded, tests): listings not narrowed by them
+    billing: BillingSource | None = None  # TenantAccounts and Plans; None: listings carry no billing terms
     key_cache_listener: KeyCacheListener | None = None  # PostgreSQL: keeps the validation key cache live
 
     def keys(self) -> KeyService:

@@ -235,6 +235,33 @@ class ModelRefItem(Snake):
     billing_rate: BillingRateItem | None = None
 
 
+class PlanLimitItem(Snake):
+    kind: str = Field(description="`requests` or `tokens`")
+    limit: int
+    window: str = Field(description="`1m` or `24h`")
+    name: str = Field(description="The limit's name, as a 429 names it")
+
+
+class BillingTermsItem(Snake):
+    """maasctl: the billing tenant of the subscription's organization and its Plan, on the subscription's Gateway
+    (docs/billing.md). Plan limits count per tenant: every subscription of the organization shares them."""
+
+    organization_id: str
+    tenant: str = Field(description="The TenantAccount's name")
+    tenant_namespace: str
+    state: str | None = Field(default=None, description="Pending, Active, Warning, Grace, Dunning, Frozen, "
+                              "Suspended or Closed; absent until the billing operator reports one")
+    enforced: bool = Field(description="Frozen, Suspended or Closed: the tenant's requests are refused (403)")
+    billing_mode: str | None = None
+    plan: str = Field(description="The tenant's Plan")
+    plan_found: bool
+    limits: list[PlanLimitItem]
+    model_scopes: list[str] = Field(default_factory=list, description="The models the Plan covers (globs); "
+                                    "empty: every model")
+    route: str | None = Field(default=None, description="The Plan targets this HTTPRoute: its limits apply there "
+                              "only")
+
+
 class SubscriptionListItem(Snake):
     subscription_id_header: str = Field(description="The value to send in X-MaaS-Subscription (the name; "
                                         "namespace/name outside the subscription namespace)")
@@ -247,6 +274,9 @@ class SubscriptionListItem(Snake):
     labels: dict[str, str] = Field(default_factory=dict)
     namespace: str = Field(description="maasctl: the subscription's namespace")
     phase: str = Field(description="maasctl: the subscription's phase (Pending, Active, Degraded, Failed, ...)")
+    billing: list[BillingTermsItem] | None = Field(
+        default=None, description="maasctl: the billing Plan limits and tenant state that also apply (empty: "
+        "none); absent while maas-api has not read the billing kinds (or billing is not installed)")
 
 
 class SelectRequest(Request):

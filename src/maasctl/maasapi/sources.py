@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
 from maasctl.contract.organizations import ORG_ADMINS_LABEL, OrganizationAdmins, merge_config_maps
 from maasctl.contract.views import AuthPolicyView, ModelRefView, SubscriptionView, Views
 from maasctl.runtime import Cache, CacheOptions, Client, GroupVersionKind
+from maasctl.runtime.informer import InformerState
 
-__all__ = ["CachedSources", "GrantSource", "ModelSource", "OrganizationSource", "StaticSources",
-           "SubscriptionSource"]
+__all__ = ["BillingObjects", "BillingSource", "CachedSources", "GrantSource", "ModelSource", "OrganizationSource",
+           "StaticSources", "SubscriptionSource"]
 
 log = structlog.get_logger("maasctl.maasapi")
 
@@ -29,6 +30,10 @@ MAAS_SUBSCRIPTION = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSSub
 MAAS_MODEL_REF = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSModelRef")
 MAAS_AUTH_POLICY = GroupVersionKind("maas.opendatahub.io", "v1alpha1", "MaaSAuthPolicy")
 CONFIG_MAP = GroupVersionKind("", "v1", "ConfigMap")
+# The billing operator's kinds (read only, for the Plan limits and tenant state a subscription is also under).
+TENANT_ACCOUNT = GroupVersionKind("billing.opendatahub.io", "v1alpha1", "TenantAccount")
+PLAN = GroupVersionKind("billing.opendatahub.io", "v1alpha1", "Plan")
+BillingObjects = tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]  # TenantAccounts, Plans
 SYNC_DEADLINE = 30.0
 
 
@@ -47,6 +52,14 @@ class GrantSource(Protocol):
     """The MaaSAuthPolicies: which models are opened to whom (the listings show only what a caller is granted)."""
 
     async def list_auth_policies(self) -> Sequence[AuthPolicyView]: ...
+
+
+@runtime_checkable
+class BillingSource(Protocol):
+    """The TenantAccounts and Plans (`contract.billing_terms`), or None when they are not known: billing not
+    installed, or not read yet. Never waits."""
+
+    def billing_objects(self) -> BillingObjects | None: ...
 
 
 @runtime_checkable
@@ -85,6 +98,8 @@ class CachedSources:
         self.cache.informer(MAAS_SUBSCRIPTION)
         self.cache.informer(MAAS_MODEL_REF)
         self.cache.informer(MAAS_AUTH_POLICY)
+        self.cache.informer(TENANT_ACCOUNT)  # waits quietly for its CRD where billing is not installed
+        self.cache.informer(PLAN)
         # Organization admins: a second cache, restricted to the subscription namespace and the label.
         self.org_cache = Cache(client, CacheOptions(
             namespaces=(subscription_namespace,) if subscription_namespace else (),
@@ -134,6 +149,11 @@ class CachedSources:
     async def list_models(self) -> Sequence[ModelRefView]:
         await self._synced(MAAS_MODEL_REF)
         return [self.views.model_ref(o) for o in self.cache.list(MAAS_MODEL_REF)]
+
+    def billing_objects(self) -> BillingObjects | None:
+        if any(self.cache.informer(k).state is not InformerState.SYNCED for k in (TENANT_ACCOUNT, PLAN)):
+            return None
+        return self.cache.list(TENANT_ACCOUNT), self.cache.list(PLAN)
 
     async def list_auth_policies(self) -> Sequence[AuthPolicyView]:
         """The MaaSAuthPolicies of the subscription namespace (the only ones the controller honours)."""

@@ -4,6 +4,7 @@ administrator (see `maasctl.console.subscriptions`)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,7 +21,9 @@ from maasctl.console.kube import (
     GUARDRAIL_CONFIG,
     GUARDRAILS_SETTINGS,
     MODEL_REF,
+    PLAN,
     SUBSCRIPTION,
+    TENANT_ACCOUNT,
     KubeError,
     UserKube,
 )
@@ -39,6 +42,8 @@ from maasctl.console.subscriptions import (
     validate,
 )
 from maasctl.console.web import Admin, console, flash, kube_as, maasapi_as, q, redirect, render
+from maasctl.contract.billing_terms import terms_for
+from maasctl.contract.views import subscription_view
 
 router = APIRouter()
 NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -300,8 +305,27 @@ async def view(request: Request, identity: Admin, name: Annotated[str, Path(patt
         points = await usage.series(usage.buckets(range_name, now), total)
     except MaasApiError as exc:
         error = str(exc)
+    billing, billing_error = await _billing(request, identity, existing)
     return render(request, "admin/subscription.html", title=name, sub=list_row(existing), per_model=per_model,
-                  points=points, range_name=range_name, ranges=usage.RANGES, error=error)
+                  points=points, range_name=range_name, ranges=usage.RANGES, error=error, billing=billing,
+                  billing_error=billing_error)
+
+
+async def _billing(request: Request, identity: Admin,
+                   existing: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """The billing Plan limits and tenant state of the subscription's organization on its Gateway, read with
+    the administrator's own rights; (None, None) where billing is not installed."""
+    kube = kube_as(request, identity)
+    try:
+        tenants, plans = await kube.list(TENANT_ACCOUNT), await kube.list(PLAN)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None, None
+        return None, f"The billing Plans and tenants cannot be read: {exc}"
+    view = subscription_view(existing)
+    terms = terms_for(view.organization_id, view.tenant_gateway(console(request).settings.default_gateway),
+                      tenants, plans)
+    return [{**asdict(t), "enforced": t.enforced} for t in terms], None
 
 
 @router.get("/admin/subscriptions/{name}/delete")

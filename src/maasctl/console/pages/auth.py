@@ -55,7 +55,7 @@ async def signin_token(request: Request, token: Annotated[str, Form(max_length=1
         log.info("console_signin_refused", via="token")
         return render(request, "signin.html", 401, next=safe_next(next), error=error)
     identity = Identity(username=who[0], groups=who[1], credential=token, via="token")
-    request.state.session = ctx.sessions.rotate(session_of(request), identity)
+    request.state.session = ctx.sessions.signed_in(identity)  # a new id; the middleware drops the old one
     log.info("console_signin", user=identity.username, via="token")
     return redirect(safe_next(next))
 
@@ -88,8 +88,8 @@ async def oidc_callback(request: Request, code: str = "", state: str = "", error
         return render(request, "signin.html", 400, next="/", error="The identity provider did not complete the "
                       "sign-in." if error else "The sign-in response does not match this browser's request.")
     try:
-        id_token, claims = await ctx.oidc.exchange(code, pending)
-        who = await ctx.kube.token_review(id_token)
+        tokens = await ctx.oidc.exchange(code, pending)
+        who = await ctx.kube.token_review(tokens.id_token)
     except OidcError as exc:
         return render(request, "signin.html", 401, next="/", error=str(exc))
     except KubeError:
@@ -98,18 +98,14 @@ async def oidc_callback(request: Request, code: str = "", state: str = "", error
         log.info("console_signin_refused", via="oidc", reason="token_review")
         return render(request, "signin.html", 401, next="/", error="The Kubernetes API server does not accept "
                       "tokens of this identity provider (is it configured with the same issuer and client id?).")
-    exp = claims.get("exp")
-    identity = Identity(username=who[0], groups=who[1], credential=id_token, via="oidc",
-                        expires_at=float(exp) if isinstance(exp, int | float) else None)
-    request.state.session = ctx.sessions.rotate(session, identity)
-    log.info("console_signin", user=identity.username, via="oidc")
+    identity = Identity(username=who[0], groups=who[1], credential=tokens.id_token, via="oidc",
+                        expires_at=tokens.expires_at, issued_at=tokens.issued_at, refresh_token=tokens.refresh_token)
+    request.state.session = ctx.sessions.signed_in(identity)
+    log.info("console_signin", user=identity.username, via="oidc", renewable=tokens.refresh_token is not None)
     return redirect("/")
 
 
 @router.post("/signout")
 async def signout(request: Request) -> Response:
-    session = session_of(request)
-    if session is not None:
-        console(request).sessions.drop(session)
-    request.state.session = None
+    request.state.session = None  # the middleware deletes the session from the store: every replica
     return redirect("/signin")

@@ -222,10 +222,12 @@ async def models_page(request: Request, identity: User, key: str | None = None) 
     error = None
     models: dict[str, dict[str, Any]] = {}
     keys: list[dict[str, Any]] = []
+    subs: list[dict[str, Any]] = []
     try:
         keys = [k for k in await api.keys() if k.get("status") == "active"]
+        subs = await api.subscriptions()
         # One listing per subscription (X-MaaS-Subscription): each model with every subscription it is in.
-        for sub in await api.subscriptions():
+        for sub in subs:
             for m in await api.models(sub["id"]):
                 entry = models.setdefault(m["owned_by"], {**m, "subscriptions": []})
                 names = (str(s.get("name")) for s in m.get("subscriptions") or [] if isinstance(s, dict))
@@ -242,5 +244,7 @@ async def models_page(request: Request, identity: User, key: str | None = None) 
             continue
         rows.append({**m, "url": str(m.get("url") or ""), "curl": curl_for(m, gateways) if runs else None,
                      "needs_key": selected is None})
+    # The billing Plan limits and tenant state beside them: of the chosen key's subscription, else of each one.
+    billed = [s for s in subs if s.get("billing") and (selected is None or s["ref"] == key_subscription_name(selected))]
     return render(request, "user/models.html", title="Models", models=rows, keys=keys, selected=selected,
-                  error=error)
+                  error=error, billed=billed)

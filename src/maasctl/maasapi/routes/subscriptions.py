@@ -4,16 +4,21 @@ its user (the key's owner and the groups it was validated with), not only the on
 only ever uses its binding (`contract.selection`); each model entry carries its published name, display name,
 description and source from the MaaSModelRef. Also as in the reference, a subscription lists only the models a
 MaaSAuthPolicy grants the caller (the gateway refuses the others: listing them would advertise a 403), and a
-subscription left with none is omitted."""
+subscription left with none is omitted.
+
+maasctl adds `billing` to each: the billing Plan limits and tenant state of the subscription's organization on
+its Gateway (`contract.billing_terms`), so a subscriber sees every limit they are under. Only their own
+subscriptions' organizations are ever looked up, and nothing of a wallet but its state is answered."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 
+from maasctl.contract.billing_terms import BillingTerms, terms_for
 from maasctl.contract.selection import rank
 from maasctl.contract.views import AuthPolicyView, ModelRefView, SubscriptionView
 from maasctl.maasapi.auth import Identity
@@ -52,12 +57,27 @@ async def _models_by_key(st: AppState) -> dict[str, ModelRefView]:
         return {}
 
 
+def billing_of(st: AppState) -> Callable[[SubscriptionView], tuple[BillingTerms, ...] | None]:
+    """Each subscription's billing terms (None for all while the billing kinds are not known)."""
+    objects = st.billing.billing_objects() if st.billing is not None else None
+    if objects is None:
+        return lambda _sub: None
+    tenants, plans = objects
+    return lambda sub: terms_for(sub.organization_id, sub.tenant_gateway(st.settings.default_gateway), tenants,
+                                 plans)
+
+
+def _items(st: AppState, visible: Sequence[SubscriptionView],
+           models: dict[str, ModelRefView]) -> list[SubscriptionListItem]:
+    billing = billing_of(st)
+    default_ns = st.settings.subscription_namespace
+    return [subscription_item(s, default_ns, models, billing(s)) for s in visible]
+
+
 @router.get("/v1/subscriptions", response_model=list[SubscriptionListItem], response_model_exclude_none=True)
 async def list_subscriptions(st: StateDep, caller: Caller) -> list[SubscriptionListItem]:
-    default_ns = st.settings.subscription_namespace
     visible = await visible_subscriptions(st, caller)
-    models = await _models_by_key(st) if visible else {}
-    return [subscription_item(s, default_ns, models) for s in visible]
+    return _items(st, visible, await _models_by_key(st) if visible else {})
 
 
 @router.get("/v1/model/{model_id}/subscriptions", response_model=list[SubscriptionListItem],
@@ -69,7 +89,5 @@ async def list_model_subscriptions(
 ) -> list[SubscriptionListItem]:
     """The caller's subscriptions that include a model: `model_id` is the MaaSModelRef name (in any
     namespace), not the served model name. Useful to choose X-MaaS-Subscription. Unknown models: `[]`."""
-    default_ns = st.settings.subscription_namespace
     visible = [s for s in await visible_subscriptions(st, caller) if any(m.name == model_id for m in s.models)]
-    models = await _models_by_key(st) if visible else {}
-    return [subscription_item(s, default_ns, models) for s in visible]
+    return _items(st, visible, await _models_by_key(st) if visible else {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from maasctl.contract.billing_terms import BillingTerms
 from maasctl.contract.selection import format_ref
 from maasctl.contract.views import ModelRefView as PublishedModel
 from maasctl.contract.views import SubscriptionView
@@ -12,9 +13,11 @@ from maasctl.maasapi import keys
 from maasctl.maasapi.deps import AppState
 from maasctl.maasapi.schemas import (
     BillingRateItem,
+    BillingTermsItem,
     KeyView,
     ModelRefItem,
     ModelRefView,
+    PlanLimitItem,
     RateLimitItem,
     SubscriptionInfo,
     SubscriptionListItem,
@@ -78,10 +81,21 @@ def subscription_out(sub: SubscriptionView) -> SubscriptionOut:
 _SOURCES: Final = {"ExternalModel": "external", "LLMInferenceService": "internal"}
 
 
+def billing_item(terms: BillingTerms) -> BillingTermsItem:
+    return BillingTermsItem(
+        organization_id=terms.organization_id, tenant=terms.tenant, tenant_namespace=terms.tenant_namespace,
+        state=terms.state, enforced=terms.enforced, billing_mode=terms.billing_mode, plan=terms.plan,
+        plan_found=terms.plan_found, limits=[PlanLimitItem(kind=limit.kind, limit=limit.limit, window=limit.window,
+                                                           name=limit.name) for limit in terms.limits],
+        model_scopes=list(terms.model_scopes), route=terms.route)
+
+
 def subscription_item(sub: SubscriptionView, default_namespace: str,
-                      models: Mapping[str, PublishedModel] | None = None) -> SubscriptionListItem:
-    """The reference's `SubscriptionListItem` (plus maasctl's `namespace`, `phase` and `unlimited`); each model
-    entry carries what the reference reads of its MaaSModelRef (`models`, by `namespace/name`) when known."""
+                      models: Mapping[str, PublishedModel] | None = None,
+                      billing: tuple[BillingTerms, ...] | None = None) -> SubscriptionListItem:
+    """The reference's `SubscriptionListItem` (plus maasctl's `namespace`, `phase`, `unlimited` and `billing`);
+    each model entry carries what the reference reads of its MaaSModelRef (`models`, by `namespace/name`) when
+    known."""
     known = models or {}
     return SubscriptionListItem(
         subscription_id_header=format_ref(sub.namespace, sub.name, default_namespace),
@@ -107,6 +121,7 @@ def subscription_item(sub: SubscriptionView, default_namespace: str,
         labels=sub.label_map,
         namespace=sub.namespace,
         phase=sub.phase or "Pending",
+        billing=[billing_item(t) for t in billing] if billing is not None else None,
     )
 
 
