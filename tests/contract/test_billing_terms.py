@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from maasctl.billing import identity, wallet
 from maasctl.billing.api.tenant import TenantState
+from maasctl.billing.rules import identity, wallet
 from maasctl.contract.billing_terms import ENFORCED_STATES, ORGANIZATION_LABEL, PlanLimit, tenant_id, terms_for
 from maasctl.contract.limits import describe_limit
 
@@ -72,9 +72,11 @@ def test_a_route_plan_a_missing_plan_and_another_gateways_tenant() -> None:
     assert (b.tenant, b.plan_found, b.limits, b.state, b.enforced) == ("b", False, (), None, False)
 
 
-def test_the_rules_are_the_billing_operators() -> None:
-    """The same tenant match and the same enforced states as the billing operator (which writes them)."""
-    for obj in (tenant("t", "p", org="acme"), tenant("t", "p"), tenant("t", "p", org="  ")):
-        assert tenant_id(obj) == identity.tenant_id(obj)
+def test_the_tenant_rule_and_the_enforced_states() -> None:
+    """The billing operator takes both rules from here (one rule, two processes): a TenantAccount answers to its
+    organization label, else its name; the enforced states are TenantAccount states."""
+    assert [tenant_id(o) for o in (tenant("t", "p", org="acme"), tenant("t", "p"), tenant("t", "p", org="  "))] == [
+        "acme", "t", "t"]
+    assert identity.tenant_id is tenant_id
     assert {str(s) for s in wallet.ENFORCED} == ENFORCED_STATES
     assert {str(s) for s in TenantState} >= ENFORCED_STATES

@@ -18,10 +18,10 @@ organization from different places:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final
 
-from maasctl.billing.rules.names import ORGANIZATION_LABEL
+from maasctl.contract import billing_terms
 from maasctl.contract import identity as ids
 from maasctl.contract.cel import cel_string, cel_string_list
 
@@ -69,11 +69,9 @@ def key_labels_match(labels: str, selector: Iterable[tuple[str, str]]) -> str:
     return "(" + " && ".join(parts) + ")"
 
 
-def tenant_id(tenant: Mapping[str, Any]) -> str:
-    """The organization id a TenantAccount object answers to: its organization label, else its name."""
-    meta = tenant.get("metadata") or {}
-    label = ((meta.get("labels") or {}).get(ORGANIZATION_LABEL) or "").strip()
-    return label or str(meta["name"])
+tenant_id = billing_terms.tenant_id
+"""The organization id a TenantAccount object answers to: its organization label, else its name (the rule
+maas-api shares, `contract.billing_terms`)."""
 
 
 def tenant_in(ids: Iterable[str]) -> str:

@@ -6,6 +6,8 @@ import hashlib
 import re
 from typing import Final
 
+from maasctl.contract import billing_terms
+
 __all__ = [
     "FIELD_MANAGER",
     "MANAGED_BY",
@@ -28,7 +30,7 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 PLAN_LABEL: Final = "billing.opendatahub.io/plan"
 PLAN_NAMESPACE_LABEL: Final = "billing.opendatahub.io/plan-namespace"
 TENANT_LABEL: Final = "billing.opendatahub.io/tenant"
-ORGANIZATION_LABEL: Final = "billing.opendatahub.io/organization-id"
+ORGANIZATION_LABEL: Final = billing_terms.ORGANIZATION_LABEL  # the rule maas-api shares lives in the contract
 GEO_LABEL: Final = "billing.opendatahub.io/geo"
 QUEUE_CLASS_ANNOTATION: Final = "billing.opendatahub.io/queue-class"
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")

@@ -27,6 +27,7 @@ from typing import Final
 
 from maasctl.billing import money
 from maasctl.billing.api.tenant import BillingMode, TenantState
+from maasctl.contract import billing_terms
 
 __all__ = [
     "ALLOWANCE_WINDOW",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 DUNNING_LIMIT: Final = 3
-ENFORCED: Final = frozenset({TenantState.FROZEN, TenantState.SUSPENDED, TenantState.CLOSED})
+ENFORCED: Final = frozenset(TenantState(s) for s in billing_terms.ENFORCED_STATES)  # shared with maas-api
 SUSPENDED_ANNOTATION: Final = "billing.opendatahub.io/suspended"
 CLOSED_ANNOTATION: Final = "billing.opendatahub.io/closed"
 
