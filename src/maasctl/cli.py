@@ -88,6 +88,16 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
                    default=None, metavar="NAMESPACE/NAME",
                    help="an HTTPRoute whose requests skip the processor (repeatable; env "
                    "MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES, comma-separated; default: opendatahub/maas-api)")
+    p.add_argument("--provider-relay", default=env_default("provider_relay", ""), metavar="HOST:PORT",
+                   type=_host_port, help="the payload processor's provider relay, where models with fallbacks "
+                   "are routed (default: the processor Service's DNS name, port 9005)")
+
+
+def _host_port(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if value and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
+    return value
 
 
 def _tenant_gateways(flags: list[str] | None) -> tuple[str, ...]:
@@ -140,6 +150,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         payload_processor_port=args.payload_processor_port,
         payload_processor_fail_open=args.payload_processor_fail_open,
         payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes),
+        provider_relay=args.provider_relay,
     )
 
 

@@ -312,5 +312,6 @@ def controller_flags(settings: ControllerSettings) -> list[str]:
         f"--guardrails-engine-url={settings.guardrails_engine_url}",
         f"--guardrails-check-command={' '.join(settings.guardrails_check_command)}",
         f"--guardrails-engine-image={settings.guardrails_engine_image}",
+        f"--provider-relay={settings.provider_relay}",
     ]
     return flags
