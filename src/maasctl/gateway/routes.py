@@ -191,10 +191,13 @@ class RouteTable:
     problems: list[str] = field(default_factory=list)
     _exact: dict[str, list[RouteRule]] = field(default_factory=dict, init=False, repr=False)
     _prefix: list[RouteRule] = field(default_factory=list, init=False, repr=False)
+    _relayed: dict[str, RouteRule] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rules.sort(key=_precedence)
         for rule in self.rules:
+            if rule.providers is not None:
+                self._relayed.setdefault(rule.route_key, rule)
             if rule.path_type == "Exact":
                 self._exact.setdefault(rule.path, []).append(rule)
             else:
@@ -236,6 +239,11 @@ class RouteTable:
             elif got != value:
                 return False
         return True
+
+    def relayed(self, route: str) -> RouteRule | None:
+        """A rule of route `namespace/name` when it is a model with several providers (the provider relay
+        follows its plan), else None."""
+        return self._relayed.get(route)
 
     def routes(self) -> list[str]:
         """`namespace/name` of every served route (for status and simulate)."""
