@@ -223,10 +223,10 @@ def _failover_model(world: World, name: str, first: str, fallbacks: list[dict[st
 
 async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usage_record(world: World) -> None:
     """One model, three providers (issue 38): the first cannot be reached, the second answers 429, the third
-    (Anthropic's format) serves. The openai SDK sees one answer per call; maas-api holds exactly one usage record
-    per request, naming the provider that served; no provider sees the caller's key. A stream that breaks after
-    its first byte is not retried. A model whose every provider fails answers the last failure, recorded once
-    and charged nothing."""
+    (Anthropic's format) serves. The openai SDK (and the anthropic SDK at the door) sees one answer per call;
+    maas-api holds exactly one usage record per request, naming the provider that served; no provider sees the
+    caller's key. A stream that breaks after its first byte is not retried. A model whose every provider fails
+    answers the last failure, recorded once and charged nothing."""
     world.require(Need.MODEL_REQUESTS)
     admin = world.admin_headers()
     url = world.stack.model_url
@@ -259,6 +259,12 @@ async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usag
     assert [c.usage.total_tokens for c in chunks if c.usage is not None] == [PROMPT + COMPLETION]
     quiet = await client.chat.completions.create(model=model, messages=_user("no usage asked"), stream=True)
     assert [c for c in [chunk async for chunk in quiet] if c.usage is not None] == []
+    # an Anthropic client at the Messages door of the same model fails over the same way
+    door = anthropic.AsyncAnthropic(base_url=world.stack.gateway_url, api_key=key, max_retries=0, timeout=30)
+    message = await door.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    assert message.model == model and message.stop_reason == "end_turn"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (PROMPT, COMPLETION)
+    await door.close()
 
     # a stream that breaks after its first byte reaches the client broken: never sent to another provider
     before = [r for r in await world.model_requests() if r["path"] == "/v1/messages"]
@@ -303,14 +309,14 @@ async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usag
         assert resp.status_code == 200, resp.text
         return list(resp.json())
 
-    async def served_recorded() -> bool:  # wait_enforced's call, the chat, three streams
-        return len([r for r in await records(sub) if r["status"] == 200]) == 5
+    async def served_recorded() -> bool:  # wait_enforced's call, the chat, three streams, the door
+        return len([r for r in await records(sub) if r["status"] == 200]) == 6
 
-    await eventually(served_recorded, timeout=30, describe=lambda: "five served requests recorded")
+    await eventually(served_recorded, timeout=30, describe=lambda: "six served requests recorded")
     served = [r for r in await records(sub) if r["status"] == 200]
     assert {r["provider"] for r in served} == {"backup"}
-    assert len({r["id"] for r in served}) == 5
-    assert sorted(r["termination"] for r in served) == ["complete"] * 4 + ["truncated"]
+    assert len({r["id"] for r in served}) == 6
+    assert sorted(r["termination"] for r in served) == ["complete"] * 5 + ["truncated"]
     assert all((r["inputTokens"], r["outputTokens"]) == (PROMPT, COMPLETION) for r in served
                if r["termination"] == "complete")
 

@@ -176,8 +176,7 @@ class ExternalModelSpec(CamelModel):
 
 
 class ProviderStatus(CamelModel):
-    """One provider of the model as the controller sees it: its configuration and its credential. Its health
-    as the data plane sees it (failures, circuit breaker) is the processor's metrics, not status."""
+    """One provider of the model as the controller sees it (configuration, credential; health: metrics)."""
 
     name: str = Field(max_length=63, description="spec.provider for the first provider, else fallbacks[].name.")
     ready: bool = Field(description="The endpoint is usable and the credential (if any) is present.")

@@ -25,6 +25,7 @@ last chunk), as an upstream reset would: Envoy resets the stream and the process
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from typing import Any
@@ -35,7 +36,7 @@ from maasctl.contract.edge import HOP_BY_HOP, normalized_name, server_decided
 from maasctl.contract.errors import Refusal
 from maasctl.contract.providers import PROVIDER_HEADER, RELAY_PATH, RELAY_ROUTE_HEADER, RELAY_TOKEN_HEADER
 from maasctl.dataplane.charge import completion_ceiling
-from maasctl.gateway.server import _BodyTooLarge, _read_body
+from maasctl.gateway.server import _BodyTooLarge, _read_body, disconnected
 
 __all__ = ["ProviderRelay"]
 
@@ -101,12 +102,18 @@ class ProviderRelay:
                    if k.lower() not in HOP_BY_HOP and k.lower() != "content-length"]
             out.append((PROVIDER_HEADER.encode(), name.encode()))
             await send({"type": "http.response.start", "status": answer.status, "headers": out})
+            # Envoy resets the connection when its client leaves: stop reading the provider's stream then
+            gone = asyncio.get_running_loop().create_task(disconnected(receive))
             try:
                 async for chunk in answer.chunks():
+                    if gone.done():
+                        return
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("provider relay: %s's answer broke: %s", name, type(exc).__name__)
                 raise ConnectionAbortedError("the provider's answer broke off") from None  # closes the connection
+            finally:
+                gone.cancel()
             await send({"type": "http.response.body", "body": b""})
         finally:
             answer.release()
