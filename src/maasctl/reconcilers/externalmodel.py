@@ -75,7 +75,8 @@ class ExternalModelReconciler:
         else:
             reason = failed.reason
             message = f"provider {failed.name}: {failed.message}" if several else failed.message
-        requeue = RECHECK_MISSING_SECRET if failed is not None and failed.reason.startswith("Credential") else None
+        # Secrets are not watched: a missing one is looked for again
+        requeue = RECHECK_MISSING_SECRET if any(c.reason.startswith("Credential") for c in checked) else None
         if phase != ExternalModelPhase.READY:
             await ctx.event(obj, "Warning", reason, message)
         generation = int(obj["metadata"].get("generation", 0))
