@@ -44,7 +44,9 @@ async def test_a_model_with_fallbacks_is_routed_to_the_relay_with_its_plan(
     assert ready["reason"] == "CredentialNotFound" and ready["message"].startswith("provider backup:")
 
     await create_secret(kube, namespace, "backup-key")
-    await eventually(lambda: _provider_status(objs, namespace, "multi", ready=True), timeout=45)
+    # Secrets are not watched (the controller looks again after 30 s): a change of the model reconciles it now
+    await objs.patch("ExternalModel", namespace, "multi", {"metadata": {"annotations": {"touched": "1"}}})
+    await eventually(lambda: _provider_status(objs, namespace, "multi", ready=True))
     secret = await k8s.CoreV1Api(kube).read_namespaced_secret("backup-key", namespace)
     assert secret.metadata.labels["maas.opendatahub.io/upstream-key"] == "true"
 
