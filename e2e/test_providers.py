@@ -203,3 +203,126 @@ async def test_an_anthropic_client_at_the_messages_door_of_both_kinds_of_model(w
         await wrong.messages.create(model=gpt, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     await wrong.close()
     await client.close()
+
+
+def _failover_model(world: World, name: str, first: str, fallbacks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An ExternalModel `name` with several providers on the test model (its key for both sides), and its
+    MaaSModelRef. `first`: the first provider's endpoint (the provider is named `openai`)."""
+    ns = world.namespace
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-key", "namespace": ns},
+         "stringData": {"api-key": world.stack.upstream_key}},
+        {"apiVersion": MAAS, "kind": "ExternalModel", "metadata": {"name": name, "namespace": ns},
+         "spec": {"provider": "openai", "endpoint": first, "targetModel": "gpt-x",
+                  "credentialRef": {"name": f"{name}-key"},
+                  "fallbacks": [{**f, "credentialRef": {"name": f"{name}-key"}} for f in fallbacks]}},
+        {"apiVersion": MAAS, "kind": "MaaSModelRef", "metadata": {"name": name, "namespace": ns},
+         "spec": {"modelRef": {"kind": "ExternalModel", "name": name}}},
+    ]
+
+
+async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usage_record(world: World) -> None:
+    """One model, three providers (issue 38): the first cannot be reached, the second answers 429, the third
+    (Anthropic's format) serves. The openai SDK (and the anthropic SDK at the door) sees one answer per call;
+    maas-api holds exactly one usage record per request, naming the provider that served; no provider sees the
+    caller's key. A stream that breaks after its first byte is not retried. A model whose every provider fails
+    answers the last failure, recorded once and charged nothing."""
+    world.require(Need.MODEL_REQUESTS)
+    admin = world.admin_headers()
+    url = world.stack.model_url
+    model, down, sub, down_sub = (world.name("failover"), world.name("all-down"), world.name("failover"),
+                                  world.name("all-down"))
+    await world.apply(
+        *_failover_model(world, model, "http://127.0.0.1:1/v1", [
+            {"name": "throttled", "provider": "openai", "endpoint": f"{url}/fail/429/v1", "targetModel": "gpt-x"},
+            {"name": "backup", "provider": "anthropic", "apiFormat": "messages", "endpoint": f"{url}/v1",
+             "targetModel": "gpt-x"}]),
+        *_failover_model(world, down, f"{url}/fail/503/v1", [
+            {"name": "also-down", "provider": "openai", "endpoint": f"{url}/fail/429/v1", "targetModel": "gpt-x"}]))
+    await world.apply(world.auth_policy(world.name("failover-access"), [model, down], users=("alice",)),
+                      world.subscription(sub, {model: [(1_000_000, "1h")]}, users=("alice",)),
+                      world.subscription(down_sub, {down: [(1_000_000, "1h")]}, users=("alice",)))
+    await world.wait_active(sub, down_sub)
+    key = (await world.mint("alice", subscription=sub))["key"]
+    down_key = (await world.mint("alice", subscription=down_sub))["key"]
+    await world.wait_enforced(model, key)
+    client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=key, max_retries=0, timeout=30)
+
+    chat = await client.chat.completions.create(model=model, messages=_user("hello"))
+    assert chat.model == model and chat.choices[0].message.content
+    assert chat.usage is not None and (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (PROMPT, COMPLETION)
+    stream = await client.chat.completions.create(model=model, messages=_user("a story"), stream=True,
+                                                  stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert {c.model for c in chunks} == {model}
+    assert [c.usage.total_tokens for c in chunks if c.usage is not None] == [PROMPT + COMPLETION]
+    quiet = await client.chat.completions.create(model=model, messages=_user("no usage asked"), stream=True)
+    assert [c for c in [chunk async for chunk in quiet] if c.usage is not None] == []
+    # an Anthropic client at the Messages door of the same model fails over the same way
+    door = anthropic.AsyncAnthropic(base_url=world.stack.gateway_url, api_key=key, max_retries=0, timeout=30)
+    message = await door.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "hi"}])
+    assert message.model == model and message.stop_reason == "end_turn"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (PROMPT, COMPLETION)
+    await door.close()
+
+    # a stream that breaks after its first byte reaches the client broken: never sent to another provider
+    before = [r for r in await world.model_requests() if r["path"] == "/v1/messages"]
+    cut = await client.chat.completions.create(model=model, messages=_user("cut me"), stream=True,
+                                               extra_headers={"x-testmodel-stream": "cut"})
+    with pytest.raises(openai.APIError):
+        _ = [c async for c in cut]
+    after = [r for r in await world.model_requests() if r["path"] == "/v1/messages"]
+    assert len(after) - len(before) == 1
+    await client.close()
+
+    seen = await world.model_requests()
+    throttled = [r for r in seen if r["path"] == "/fail/429/v1/chat/completions"]
+    backup = [r for r in seen if r["path"] == "/v1/messages" and r.get("model") == "gpt-x"]
+    assert throttled and backup
+    assert all(r["headers"].get("authorization") == f"Bearer {world.stack.upstream_key}" for r in throttled)
+    assert all(r["headers"].get("x-api-key") == world.stack.upstream_key for r in backup)
+    assert all(secret not in str(r["headers"]) for r in seen for secret in (key, down_key))
+
+    # every provider failing: the last failure is the answer (the second provider's 429), recorded once
+    down_client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=down_key, max_retries=0,
+                                     timeout=30)
+    calls = {"n": 0}
+
+    async def throttled_answer() -> bool:
+        calls["n"] += 1
+        try:
+            await down_client.chat.completions.create(model=down, messages=_user("hi"))
+        except openai.RateLimitError as exc:
+            return exc.code == "testmodel_fail"
+        except openai.APIStatusError:
+            return False
+        raise AssertionError("a model whose every provider fails answered 200")
+
+    await eventually(throttled_answer, timeout=60, describe=lambda: "the all-down model answers the last 429")
+    await down_client.close()
+
+    async def records(subscription: str) -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+            resp = await http.get("/v1/usage/records", params={"subscription": subscription, "limit": 100},
+                                  headers=admin)
+        assert resp.status_code == 200, resp.text
+        return list(resp.json())
+
+    async def served_recorded() -> bool:  # wait_enforced's call, the chat, three streams, the door
+        return len([r for r in await records(sub) if r["status"] == 200]) == 6
+
+    await eventually(served_recorded, timeout=30, describe=lambda: "six served requests recorded")
+    served = [r for r in await records(sub) if r["status"] == 200]
+    assert {r["provider"] for r in served} == {"backup"}
+    assert len({r["id"] for r in served}) == 6
+    assert sorted(r["termination"] for r in served) == ["complete"] * 5 + ["truncated"]
+    assert all((r["inputTokens"], r["outputTokens"]) == (PROMPT, COMPLETION) for r in served
+               if r["termination"] == "complete")
+
+    async def failures_recorded() -> bool:
+        return len(await records(down_sub)) == calls["n"]
+
+    await eventually(failures_recorded, timeout=30, describe=lambda: f"{calls['n']} failed requests recorded")
+    failed = await records(down_sub)  # as a single provider's 429 is recorded: its status, nothing charged
+    assert {(r["status"], r["provider"], r["chargedTokens"]) for r in failed} == {(429, "also-down", 0)}

@@ -88,6 +88,16 @@ def _add_controller_flags(p: argparse.ArgumentParser) -> None:
                    default=None, metavar="NAMESPACE/NAME",
                    help="an HTTPRoute whose requests skip the processor (repeatable; env "
                    "MAASCTL_PAYLOAD_PROCESSOR_BYPASS_ROUTES, comma-separated; default: opendatahub/maas-api)")
+    p.add_argument("--provider-relay", default=env_default("provider_relay", ""), metavar="HOST:PORT",
+                   type=_host_port, help="the payload processor's provider relay, where models with fallbacks "
+                   "are routed (default: the processor Service's DNS name, port 9005)")
+
+
+def _host_port(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if value and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{value!r} is not HOST:PORT")
+    return value
 
 
 def _tenant_gateways(flags: list[str] | None) -> tuple[str, ...]:
@@ -140,6 +150,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         payload_processor_port=args.payload_processor_port,
         payload_processor_fail_open=args.payload_processor_fail_open,
         payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes),
+        provider_relay=args.provider_relay,
     )
 
 
@@ -198,6 +209,9 @@ def _add_gateway_parsers(sub: Any) -> None:
                     help="gRPC port of the ext_proc service and gRPC health")
     pp.add_argument("--metrics-port", type=int, default=int(env_default("payload_processor_metrics_port", "9090")),
                     help="HTTP port of /healthz, /readyz and /metrics")
+    pp.add_argument("--relay-port", type=int, default=int(env_default("relay_port", "9005")),
+                    help="HTTP port of the provider relay, where models with several providers are routed "
+                    "(-1: no relay)")
     _add_data_plane_flags(pp)
     _add_simulate_parser(sub)
 
@@ -225,6 +239,13 @@ def _add_data_plane_flags(gw: Any) -> None:
                     help="token counters shared by all gateway replicas (redis://host:6379/0); default: in process")
     gw.add_argument("--guardrails-url", default=env_default("guardrails_url", "") or None,
                     help="guardrails engine base URL (default: the URL the AuthPolicy exports)")
+    gw.add_argument("--provider-breaker-failures", type=int,
+                    default=int(env_default("provider_breaker_failures", "5")),
+                    help="a model with several providers: consecutive failures that open a provider's circuit "
+                    "breaker (per process)")
+    gw.add_argument("--provider-breaker-cooldown", type=float,
+                    default=float(env_default("provider_breaker_cooldown", "30")),
+                    help="seconds an open breaker waits before one trial request goes to the provider")
     gw.add_argument("--guardrails-stream-chunk-chars", type=int,
                     default=int(env_default("guardrails_stream_chunk_chars", "400")),
                     help="streamed answers are checked every this many characters (0: only at the end)")
@@ -385,7 +406,9 @@ def _data_plane_settings(args: argparse.Namespace, **extra: Any) -> Any:
         usage_spool_dir=args.usage_spool_dir, maas_api_token=_read_secret(args.maas_api_token_file),
         redis_url=args.redis_url, subscription_namespace=args.subscription_namespace,
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
-        guardrails_caller_in_flight=args.guardrails_caller_in_flight, **extra,
+        guardrails_caller_in_flight=args.guardrails_caller_in_flight,
+        provider_breaker_failures=args.provider_breaker_failures,
+        provider_breaker_cooldown=args.provider_breaker_cooldown, **extra,
     )
 
 
@@ -403,7 +426,8 @@ def _payload_processor(args: argparse.Namespace) -> int:
     from maasctl.payload.app import run_processor
 
     _configure_logging(args)
-    return _run_async(run_processor(_data_plane_settings(args), args.metrics_port))
+    relay = args.relay_port if args.relay_port >= 0 else None
+    return _run_async(run_processor(_data_plane_settings(args, relay_port=relay), args.metrics_port))
 
 
 def _simulate(args: argparse.Namespace) -> int:

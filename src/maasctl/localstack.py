@@ -175,11 +175,13 @@ class LocalStack:
                     "--log-format=json")
         processor: list[str] = []
         if opts.payload_processor:
-            grpc_port, metrics_port = free_port(), free_port()
+            grpc_port, metrics_port, relay_port = free_port(), free_port(), free_port()
             self.processor_health_url = f"http://127.0.0.1:{metrics_port}"
             argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url)
             argv[0] = "payload-processor"
-            self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}")
+            self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}", f"--relay-port={relay_port}")
+            # models with several providers are routed to the processor's provider relay
+            self.settings = dataclasses.replace(self.settings, provider_relay=f"127.0.0.1:{relay_port}")
             processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
                           f"--payload-processor-metrics-url={self.processor_health_url}/metrics",
                           *(f"--payload-processor-bypass-route={r}"
@@ -312,5 +314,6 @@ def controller_flags(settings: ControllerSettings) -> list[str]:
         f"--guardrails-engine-url={settings.guardrails_engine_url}",
         f"--guardrails-check-command={' '.join(settings.guardrails_check_command)}",
         f"--guardrails-engine-image={settings.guardrails_engine_image}",
+        f"--provider-relay={settings.provider_relay}",
     ]
     return flags

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from maasctl.contract.processor_stages import DEFAULT_BYPASS_ROUTES
 
+DEFAULT_RELAY_PORT = 9005
+
 
 def env_default(name: str, default: str) -> str:
     """Flag default taken from `MAASCTL_<NAME>` when set."""
@@ -61,3 +63,15 @@ class ControllerSettings:
     payload_processor_port: int = 9004
     payload_processor_fail_open: bool = False
     payload_processor_bypass_routes: tuple[str, ...] = DEFAULT_BYPASS_ROUTES
+    # The processor's provider relay (docs/providers.md, "Several providers for one model"): `host:port` the
+    # route of an ExternalModel with fallbacks goes to; empty: the processor Service's DNS name, port 9005.
+    provider_relay: str = ""
+
+    @property
+    def provider_relay_address(self) -> tuple[str, int]:
+        """(host, port) of the provider relay (`provider_relay`, else the processor Service on 9005)."""
+        if self.provider_relay:
+            host, _, port = self.provider_relay.rpartition(":")
+            return host, int(port)
+        namespace, _, name = self.payload_processor_service.partition("/")
+        return f"{name}.{namespace}.svc.cluster.local", DEFAULT_RELAY_PORT

@@ -129,6 +129,24 @@ SEED_004_SUBSCRIPTION: dict[str, Any] = {
     },
 }
 
+# issue 38: one model, several providers (ordered failover; a weighted one is a field away).
+FALLBACKS_EXTERNAL_MODEL: dict[str, Any] = {
+    "apiVersion": "maas.opendatahub.io/v1alpha1",
+    "kind": "ExternalModel",
+    "metadata": {"name": "chat-any", "namespace": MODEL_NS},
+    "spec": {
+        "provider": "openai", "endpoint": "https://api.openai.com/v1", "targetModel": "gpt-4o",
+        "credentialRef": {"name": "openai-key"}, "weight": 3, "providerSelection": "Weighted", "maxAttempts": 3,
+        "fallbacks": [
+            {"name": "claude", "provider": "anthropic", "apiFormat": "messages",
+             "endpoint": "https://api.anthropic.com/v1", "targetModel": "claude-sonnet-4-5",
+             "credentialRef": {"name": "anthropic-key"}, "weight": 1},
+            {"name": "azure-eu", "provider": "azure-openai", "endpoint": "eu.openai.azure.com",
+             "targetModel": "gpt-4o", "credentialRef": {"name": "azure-key", "key": "token"}, "weight": 0},
+        ],
+    },
+}
+
 ALL: dict[str, dict[str, Any]] = {
     "seed000-premium-subscription": SEED_000_PREMIUM_SUBSCRIPTION,
     "seed001-model-ref": SEED_001_MODEL_REF,
@@ -137,6 +155,7 @@ ALL: dict[str, dict[str, Any]] = {
     "seed004-external-model-gpt-4o": SEED_004_EXTERNAL_MODELS[0],
     "seed004-external-model-gpt-4o-mini": SEED_004_EXTERNAL_MODELS[1],
     "seed004-external-model-no-key": SEED_004_EXTERNAL_MODEL_NO_KEY,
+    "issue38-external-model-fallbacks": FALLBACKS_EXTERNAL_MODEL,
     "seed004-model-ref-gpt-4o": SEED_004_MODEL_REFS[0],
     "seed004-model-ref-gpt-4o-mini": SEED_004_MODEL_REFS[1],
     "seed004-subscription": SEED_004_SUBSCRIPTION,

@@ -134,8 +134,10 @@ def with_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     if out["kind"] == "MaaSSubscription":
         out["spec"].setdefault("priority", 0)
-    if out["kind"] == "ExternalModel" and "credentialRef" in out["spec"]:
-        out["spec"]["credentialRef"].setdefault("key", "api-key")
+    if out["kind"] == "ExternalModel":
+        for provider in (out["spec"], *out["spec"].get("fallbacks", ())):
+            if "credentialRef" in provider:
+                provider["credentialRef"].setdefault("key", "api-key")
     return out
 
 
@@ -216,6 +218,7 @@ WINDOW = "use hours instead"
 UNSAFE = "must not contain quotes, backslashes or control characters"
 NAMESPACE_RULE = "only accepted in the subscription namespace models-as-a-service"
 
+FALLBACKS = "issue38-external-model-fallbacks"
 INVALID: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
     ("window-days", sub(set_limit("window", "1d")), WINDOW),
     ("window-zero", sub(set_limit("window", "0m")), WINDOW),
@@ -304,6 +307,32 @@ INVALID: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
         model("seed004-external-model-no-key", lambda s: s.update(endpoint="host/v1")),
         "endpoint must be a host name",
     ),
+    ("fallbacks-name-repeats", model(FALLBACKS, lambda s: s["fallbacks"].append(
+        {**s["fallbacks"][0], "endpoint": "https://other.test/v1"})), "Duplicate value"),
+    ("fallbacks-name-is-the-first-providers", model(FALLBACKS, lambda s: s["fallbacks"][0].update(name="openai")),
+     "fallbacks[].name must differ from spec.provider"),
+    ("fallbacks-too-many", model(FALLBACKS, lambda s: s.update(fallbacks=[
+        {"name": f"p{i}", "provider": "openai", "endpoint": "https://p.test/v1", "targetModel": "m"}
+        for i in range(8)], maxAttempts=None)), "must have at most 7 items"),
+    ("fallbacks-every-weight-zero", model(FALLBACKS, lambda s: (s.update(weight=0), [
+        f.update(weight=0) for f in s["fallbacks"]])), "at least one provider must have a weight above 0"),
+    ("fallbacks-max-attempts-above-providers", model(FALLBACKS, lambda s: s.update(maxAttempts=4)),
+     "maxAttempts must not exceed the number of providers"),
+    ("single-provider-max-attempts-2", model("seed004-external-model-no-key", lambda s: s.update(maxAttempts=2)),
+     "maxAttempts must not exceed the number of providers"),
+    ("fallbacks-weight-too-big", model(FALLBACKS, lambda s: s["fallbacks"][0].update(weight=101)),
+     "less than or equal to 100"),
+    ("fallbacks-selection-unknown", model(FALLBACKS, lambda s: s.update(providerSelection="Random")),
+     "Unsupported value"),
+    ("fallbacks-format-unknown", model(FALLBACKS, lambda s: s["fallbacks"][0].update(apiFormat="bedrock")),
+     "Unsupported value"),
+    ("fallbacks-name-not-a-label", model(FALLBACKS, lambda s: s["fallbacks"][0].update(name="Claude_1")),
+     "should match"),
+    ("fallbacks-endpoint-no-scheme", model(FALLBACKS, lambda s: s["fallbacks"][0].update(endpoint="host/v1")),
+     "endpoint must be a host name"),
+    ("fallbacks-target-model-quote", model(FALLBACKS, lambda s: s["fallbacks"][0].update(targetModel="a'b")),
+     f"fallbacks.targetModel {UNSAFE}"),
+    ("fallbacks-without-a-name", model(FALLBACKS, lambda s: s["fallbacks"][0].pop("name")), "Required value"),
     (
         "external-target-model-quote",
         model("seed004-external-model-no-key", lambda s: s.update(targetModel='x"y')),

@@ -53,8 +53,10 @@ def with_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     if out["kind"] == "MaaSSubscription":
         out["spec"].setdefault("priority", 0)
-    if out["kind"] == "ExternalModel" and "credentialRef" in out["spec"]:
-        out["spec"]["credentialRef"].setdefault("key", "api-key")
+    if out["kind"] == "ExternalModel":
+        for provider in (out["spec"], *out["spec"].get("fallbacks", ())):
+            if "credentialRef" in provider:
+                provider["credentialRef"].setdefault("key", "api-key")
     return out
 
 

@@ -108,3 +108,17 @@ def test_the_shared_namespaces_come_from_flags_or_the_environment(monkeypatch: p
     assert settings_from_args(build_parser().parse_args(["run"])).provider_service_namespaces == ("a", "b")
     monkeypatch.delenv("MAASCTL_PROVIDER_SERVICE_NAMESPACES")
     assert settings_from_args(build_parser().parse_args(["run"])).provider_service_namespaces == ()
+
+
+def test_the_provider_relay_defaults_to_the_processor_service() -> None:
+    from maasctl.cli import build_parser, settings_from_args
+
+    default = settings_from_args(build_parser().parse_args(["run"]))
+    assert default.provider_relay_address == ("maas-payload-processor.opendatahub.svc.cluster.local", 9005)
+    moved = settings_from_args(build_parser().parse_args(["run", "--payload-processor-service", "maas/proc"]))
+    assert moved.provider_relay_address == ("proc.maas.svc.cluster.local", 9005)
+    local = settings_from_args(build_parser().parse_args(["run", "--provider-relay", "127.0.0.1:19005"]))
+    assert local.provider_relay_address == ("127.0.0.1", 19005)
+    for bad in ("127.0.0.1", ":9005", "host:port", "host:70000"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["run", "--provider-relay", bad])

@@ -8,15 +8,19 @@ import pytest
 
 from maasctl.builders.httproute import (
     ExternalRouteInput,
+    FallbackInput,
+    RelayTarget,
     build_external_model_objects,
     build_external_route,
     build_external_service,
+    provider_plan,
     public_path_prefix,
     upstream_key_secret_patch,
 )
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.edge import CREDENTIAL_HEADERS, provider_headers, upstream_headers
+from maasctl.contract.providers import decode_plan
 from maasctl.contract.routing import BASE_INFERENCE_PATHS
 from maasctl.gateway.routes import build_route_table
 
@@ -467,3 +471,77 @@ def test_an_unknown_api_format_is_refused() -> None:
 def test_provider_headers_as_the_console_lists_models(provider: str, api_format: str, key: str,
                                                       expected: dict[str, str]) -> None:
     assert provider_headers(provider, api_format, key) == expected
+
+
+class TestFallbacks:
+    """Several providers (issue 38): the route goes to the provider relay and carries the plan."""
+
+    MULTI = replace(
+        BASE, provider="openai", target_model="gpt-4o", weight=2, provider_selection="Weighted", max_attempts=2,
+        relay=RelayTarget("maas-payload-processor.opendatahub.svc.cluster.local", 9005),
+        fallbacks=(FallbackInput("claude", "anthropic", "api.anthropic.com", "claude-x", api_format="messages",
+                                 credential_secret="anthropic-key"),
+                   FallbackInput("azure-eu", "azure", "eu.azure.test", "gpt-4o-eu", port=8443, base_path="/openai/v1",
+                                 credential_secret="azure-key", credential_key="token", weight=0)))
+
+    def test_the_service_names_the_relay(self) -> None:
+        svc = build_external_service(self.MULTI)
+        assert svc["spec"]["externalName"] == "maas-payload-processor.opendatahub.svc.cluster.local"
+        assert svc["spec"]["ports"] == [{"name": "http", "port": 9005, "protocol": "TCP", "appProtocol": "http"}]
+
+    def test_the_route_serves_chat_and_the_door_at_the_relay(self) -> None:
+        for sets in (False, True):  # the relay sets each key: every caller credential goes, processor or not
+            route = build_external_route(replace(self.MULTI, processor_sets_authorization=sets))
+            rules = route["spec"]["rules"]
+            assert [m["path"]["value"] for r in rules for m in r["matches"]] == [
+                "/llm/gpt-4o/v1/chat/completions", "/llm/gpt-4o/v1/messages",
+                "/v1/chat/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages"]
+            for rule in rules:
+                rewrite, strip = rule["filters"]
+                assert rewrite["urlRewrite"] == {
+                    "hostname": "maas-payload-processor.opendatahub.svc.cluster.local",
+                    "path": {"type": "ReplaceFullPath", "replaceFullPath": "/v1/chat/completions"}}
+                assert set(strip["requestHeaderModifier"]["remove"]) >= CREDENTIAL_HEADERS
+                assert rule["backendRefs"][0]["port"] == 9005
+
+    def test_the_plan_names_every_provider_and_never_a_key_field_of_a_single_route(self) -> None:
+        annotations = build_external_route(self.MULTI)["metadata"]["annotations"]
+        assert not {"maas.opendatahub.io/upstream-key-secret", "maas.opendatahub.io/api-format",
+                    "maas.opendatahub.io/upstream-auth"} & set(annotations)
+        plan = decode_plan(annotations["maas.opendatahub.io/providers"])
+        assert plan == provider_plan(self.MULTI)
+        assert (plan.selection, plan.max_attempts) == ("weighted", 2)
+        assert [(p.name, p.base_url, p.target_model, p.api_format, p.key_scheme, p.secret, p.secret_key, p.weight)
+                for p in plan.providers] == [
+            ("openai", "https://api.openai.com/v1", "gpt-4o", "openai-chat", "bearer", "openai-key", "api-key", 2),
+            ("claude", "https://api.anthropic.com/v1", "claude-x", "messages", "x-api-key", "anthropic-key",
+             "api-key", 1),
+            ("azure-eu", "https://eu.azure.test:8443/openai/v1", "gpt-4o-eu", "openai-chat", "api-key", "azure-key",
+             "token", 0)]
+        # without maxAttempts: every provider with a weight
+        assert provider_plan(replace(self.MULTI, max_attempts=None)).max_attempts == 2
+
+    def test_the_local_gateway_reads_the_plan_from_the_route(self) -> None:
+        service, route = build_external_model_objects(self.MULTI)
+        table = build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
+        match = table.match("", "/llm/gpt-4o/v1/chat/completions", "POST", {})
+        assert match is not None and match.rule.providers == provider_plan(self.MULTI)
+        assert match.upstream_path == "/v1/chat/completions"
+
+    @pytest.mark.parametrize(("change", "why"), [
+        ({"relay": None}, "relay"),
+        ({"fallbacks": (FallbackInput("openai", "openai", "b.test", "m"),)}, "repeat"),
+        ({"fallbacks": (FallbackInput("b", "openai", "169.254.169.254", "m"),)}, "link-local"),
+        ({"fallbacks": (FallbackInput("b", "openai", "kubernetes.default.svc", "m"),)}, "API server"),
+        ({"fallbacks": (FallbackInput("b", "openai", "m.other-ns.svc.cluster.local", "m"),)}, "namespace"),
+        ({"fallbacks": (FallbackInput("b", "openai", "b.test", 'm"'),)}, "model"),
+        ({"fallbacks": (FallbackInput("b", "openai", "b.test", "m", api_format="bedrock"),)}, "apiFormat"),
+        ({"fallbacks": (FallbackInput("B_", "openai", "b.test", "m"),)}, "fallback name"),
+        ({"fallbacks": tuple(FallbackInput(f"b{i}", "openai", "b.test", "m") for i in range(8))}, "at most 7"),
+        ({"weight": 0, "fallbacks": (FallbackInput("b", "openai", "b.test", "m", weight=0),)}, "weight"),
+        ({"max_attempts": 4}, "maxAttempts"),
+        ({"provider_selection": "Random"}, "providerSelection"),
+    ])
+    def test_nonsense_is_refused(self, change: dict[str, object], why: str) -> None:
+        with pytest.raises(InvalidInputError, match=why):
+            build_external_route(replace(self.MULTI, **change))  # type: ignore[arg-type]

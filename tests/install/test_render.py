@@ -112,13 +112,14 @@ def test_payload_processor_is_reachable_only_by_the_gateway_and_monitoring(overl
     docs = render(overlay)
     service = find(docs, "Service", "maas-payload-processor")["spec"]
     assert {p["name"]: (p["port"], p.get("appProtocol")) for p in service["ports"]} == {
-        "grpc": (9004, "grpc"), "metrics": (9090, None)}
+        "grpc": (9004, "grpc"), "relay": (9005, "http"), "metrics": (9090, None)}
     pod = find(docs, "Deployment", "maas-payload-processor")["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["args"][:2] == ["payload-processor", "--host=0.0.0.0"] and "--port=9004" in c["args"]
+    assert "--relay-port=9005" in c["args"]  # the provider relay, where models with several providers go
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     ingress = find(docs, "NetworkPolicy", "maas-payload-processor")["spec"]["ingress"]
-    assert [[p["port"] for p in rule["ports"]] for rule in ingress] == [[9004], [9090]]
+    assert [[p["port"] for p in rule["ports"]] for rule in ingress] == [[9004, 9005], [9090]]
     assert all("podSelector" in peer for peer in ingress[0]["from"])  # gateway pods, not whole namespaces
     pdb = find(docs, "PodDisruptionBudget", "maas-payload-processor")["spec"]
     hpa = find(docs, "HorizontalPodAutoscaler", "maas-payload-processor")["spec"]

@@ -30,7 +30,7 @@ def record(owner: str = "alice", *, sub: str = "premium", name: str = "k", creat
 
 
 async def test_migrations_are_at_head_and_idempotent(store: KeyStore) -> None:
-    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0009_key_change_notify"
+    assert await migrate.current_revision(store.engine) == migrate.head_revision() == "0010_usage_provider"
     await migrate.upgrade(store.engine)  # a second replica starting later finds nothing to do
     async with store.engine.connect() as conn:
         tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))

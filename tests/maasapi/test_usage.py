@@ -550,3 +550,20 @@ async def test_a_limit_window_shorter_than_an_hour_is_read_from_the_records(env:
                 {"window": "1m", "from": "2026-01-01T00:00:00Z"}):
         r = await env.client.get(f"/v1/usage/subscriptions/{premium}", params=bad, headers=auth("alice"))
         assert r.status_code == 400, (bad, r.text)
+
+
+async def test_the_serving_provider_is_stored_and_records_from_before_0010_read_none(env: Env) -> None:
+    """A model with several providers (issue 38): the record names the provider that served; records stored
+    before the column existed read "" (one provider, as every model had)."""
+    from .test_store import downgrade
+
+    old, new = make_records(2, seed=3)
+    await ingest_all(env, [old])
+    await downgrade(env.store, "0009_key_change_notify")
+    await migrate.upgrade(env.store.engine)
+    await ingest_all(env, [new | {"provider": "backup-eu"}])
+    r = await env.client.get("/v1/usage/records", params={"limit": 10}, headers=auth("admin"))
+    assert r.status_code == 200, r.text
+    assert {rec["id"]: rec["provider"] for rec in r.json()} == {old["request_id"]: "", new["request_id"]: "backup-eu"}
+    too_long = make_records(1, seed=4)[0] | {"provider": "p" * 64}
+    assert (await post(env, [too_long])).status_code == 400  # refused whole, as any record out of its bounds

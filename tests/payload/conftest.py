@@ -58,6 +58,7 @@ class Response:
     """Adds a header, drops `data: usage` chunks (as the stream-usage stage does), appends a tail on close."""
 
     whole = False  # no output stage here replaces the head
+    termination = "complete"
 
     def __init__(self, status: int, headers: Headers) -> None:
         self.status = status

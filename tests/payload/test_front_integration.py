@@ -135,6 +135,20 @@ class TestThroughTheProcessor:
         assert [r.status for r in records] == [200, 200, 200] and via_processor.front_sink.records == []
         assert {r.subscription for r in records} == {f"{SUB_NS}/{premium}"}
 
+    async def test_a_stream_cut_before_its_end_is_settled_truncated(
+            self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811
+            namespace: str, via_processor: ViaProcessor) -> None:
+        """A stream that ends without its usage and `[DONE]` is recorded `truncated` and charged its estimate,
+        as the in-process gateway records it (the processor used to say `complete`)."""
+        await _published(objs, kube, via_processor, namespace)
+        url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
+        async with httpx.AsyncClient(timeout=30) as http:
+            cut = await http.post(url, json=chat("hello", stream=True),
+                                  headers={"Authorization": "Bearer sk-oai-alice-1", "x-testmodel-stream": "cut"})
+            assert cut.status_code == 200 and "[DONE]" not in cut.text
+        [record] = via_processor.processor_sink.records
+        assert (record.status, record.termination, record.estimated) == (200, "truncated", True)
+
     async def test_one_base_url_is_routed_by_the_pre_filter(
             self, controller: RunningController, objs: Objects, kube: k8s.ApiClient,  # noqa: F811
             namespace: str, via_processor: ViaProcessor) -> None:

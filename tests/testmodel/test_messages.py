@@ -351,3 +351,19 @@ async def test_the_anthropic_side_lists_its_models_with_x_api_key() -> None:
     assert listed.json()["data"][0]["type"] == "model" and listed.json()["has_more"] is False
     assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
     assert openai_side.status_code == 200 and openai_side.json()["object"] == "list"
+
+
+@pytest.mark.parametrize(("path", "status", "kind"), [
+    ("/fail/503/v1/chat/completions", 503, None), ("/fail/429/v1/messages", 429, "rate_limit_error"),
+    ("/fail/529/openai/v1/chat/completions", 529, None), ("/fail/500/v1/messages", 500, "api_error"),
+])
+async def test_a_path_under_fail_answers_that_status_in_the_apis_envelope(path: str, status: int,
+                                                                         kind: str | None) -> None:
+    async with raw(ModelServerConfig(require_bearer="k", require_api_key="k")) as http:
+        resp = await http.post(path, json={"model": "test-model", "messages": []})
+        assert resp.status_code == status
+        body = resp.json()
+        assert body["error"]["type"] == kind if kind else body["error"]["code"] == "testmodel_fail"
+        assert (await http.get("/debug/requests")).json()[-1]["path"] == path
+        for other in ("/fail/200/v1/chat/completions", "/fail/x/v1/chat/completions", "/v1/fail/503/chat"):
+            assert (await http.post(other, json={})).status_code in (401, 404)

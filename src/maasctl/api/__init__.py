@@ -38,6 +38,8 @@ from maasctl.api.externalmodel import (
     ExternalModelPhase,
     ExternalModelSpec,
     ExternalModelStatus,
+    ProviderBinding,
+    ProviderStatus,
     SecretKeyRef,
 )
 from maasctl.api.guardrails import (
@@ -124,6 +126,8 @@ __all__ = [
     "OwnerSpec",
     "PolicyPhase",
     "PoolReference",
+    "ProviderBinding",
+    "ProviderStatus",
     "ResourceRefStatus",
     "SecretKeyRef",
     "Subjects",

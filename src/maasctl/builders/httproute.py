@@ -54,6 +54,16 @@ part of a generated object.
 TLS: the Service port is named `https` with `appProtocol: https` when the provider is reached over TLS; data
 planes that originate TLS by port/app protocol (and the local gateway) use it.
 
+Several providers (`fallbacks`, docs/providers.md "Several providers for one model"): Envoy calls ext_proc once
+per request and its retries cannot change the key, the format or the body, so the route of such a model goes to
+the payload processor's provider relay (`relay`: an ExternalName Service naming the relay's Service, plain
+http), which makes the attempts. The route then serves chat completions and the Messages door only (own path and
+base URL, Exact), all rewritten in full to the relay's `/v1/chat/completions`; every caller credential is removed
+(the relay sets each provider's key itself); the providers ride on the route as the plan
+(`contract.providers.PROVIDERS_ANNOTATION`: names, base URLs, model names, formats, key schemes, Secret names,
+weights - never a key). The local gateway reads the plan and makes the same attempts in process. Every
+provider host goes through the same destination rule as a single provider's.
+
 Both objects live in the MaaSModelRef's namespace, so they may carry a controller ownerReference to it.
 """
 
@@ -81,6 +91,14 @@ from maasctl.contract.labels import (
     COMPLETION_CEILING_ANNOTATION,
     UPSTREAM_AUTH_ANNOTATION,
 )
+from maasctl.contract.providers import (
+    MAX_PROVIDERS,
+    PROVIDERS_ANNOTATION,
+    RELAY_PATH,
+    ProviderPlan,
+    ProviderTarget,
+    encode_plan,
+)
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
@@ -90,9 +108,12 @@ __all__ = [
     "CALLER_CREDENTIAL_HEADERS",
     "KIND",
     "ExternalRouteInput",
+    "FallbackInput",
+    "RelayTarget",
     "build_external_model_objects",
     "build_external_route",
     "build_external_service",
+    "provider_plan",
     "public_path_prefix",
     "upstream_key_secret_patch",
 ]
@@ -104,6 +125,31 @@ COMPONENT_ROUTE: Final = "external-model-route"
 COMPONENT_SERVICE: Final = "external-model-backend"
 # What a caller authenticates with; never for the provider (the same set as contract.edge.CREDENTIAL_HEADERS).
 CALLER_CREDENTIAL_HEADERS: Final = ("authorization", "x-api-key", "api-key", "cookie", "proxy-authorization")
+
+
+@dataclass(frozen=True)
+class FallbackInput:
+    """A further provider of the model (ExternalModel `spec.fallbacks[]`), its endpoint resolved."""
+
+    name: str
+    provider: str
+    host: str
+    target_model: str
+    port: int = 443
+    tls: bool = True
+    base_path: str = "/v1"
+    api_format: str = "openai-chat"
+    credential_secret: str | None = None
+    credential_key: str = "api-key"
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class RelayTarget:
+    """Where the payload processor's provider relay listens (its Service's DNS name, or 127.0.0.1 locally)."""
+
+    host: str
+    port: int = 9005
 
 
 @dataclass(frozen=True)
@@ -136,6 +182,16 @@ class ExternalRouteInput:
     processor_sets_authorization: bool = False  # the payload processor removes the caller's and sets the key
     provider: str = ""  # ExternalModel.spec.provider (Azure takes its key in `api-key`)
     api_format: str = "openai-chat"  # ExternalModel.spec.apiFormat: openai-chat | messages
+    weight: int = 1  # spec.weight (Weighted selection)
+    fallbacks: tuple[FallbackInput, ...] = ()  # spec.fallbacks: further providers (the route goes to `relay`)
+    provider_selection: str = "Ordered"  # spec.providerSelection: Ordered | Weighted
+    max_attempts: int | None = None  # spec.maxAttempts (None: every provider with a weight)
+    relay: RelayTarget | None = None  # the provider relay; needed with fallbacks
+
+    @property
+    def relayed(self) -> bool:
+        """Several providers: the route goes to the provider relay."""
+        return bool(self.fallbacks)
 
 
 def public_path_prefix(inp: ExternalRouteInput) -> str:
@@ -185,20 +241,80 @@ def _validate(inp: ExternalRouteInput) -> None:
         raise InvalidInputError(f"maxCompletionTokens {ceiling!r} is not 1-{MAX_COMPLETION_CEILING}")
     if inp.api_format not in API_FORMATS:
         raise InvalidInputError(f"apiFormat {inp.api_format!r} is not one of {', '.join(API_FORMATS)}")
+    if inp.relayed:
+        _validate_fallbacks(inp)
+
+
+def _validate_fallbacks(inp: ExternalRouteInput) -> None:
+    if inp.relay is None:
+        raise InvalidInputError("a model with fallbacks needs the provider relay's address")
+    check_hostname(inp.relay.host, "provider relay host")
+    if not 1 <= inp.relay.port <= 65535:
+        raise InvalidInputError(f"provider relay port {inp.relay.port!r} is not 1-65535")
+    if len(inp.fallbacks) > MAX_PROVIDERS - 1:
+        raise InvalidInputError(f"at most {MAX_PROVIDERS - 1} fallbacks")
+    names_ = [inp.provider, *(f.name for f in inp.fallbacks)]
+    if len(set(names_)) != len(names_):
+        raise InvalidInputError("provider names repeat (spec.provider and fallbacks[].name)")
+    for f in inp.fallbacks:
+        check_dns_label(f.name, "fallback name")
+        check_hostname(f.host, f"fallback {f.name} host")
+        check_destination(f.host, inp.model.namespace, f"fallback {f.name} host", inp.shared_service_namespaces)
+        if not f.target_model or len(f.target_model) > 253 or has_unsafe_chars(f.target_model):
+            raise InvalidInputError(f"fallback {f.name} target model {f.target_model!r} is not a usable model name")
+        if f.api_format not in API_FORMATS:
+            raise InvalidInputError(f"fallback {f.name} apiFormat {f.api_format!r} is not one of "
+                                    f"{', '.join(API_FORMATS)}")
+        if isinstance(f.port, bool) or not 1 <= f.port <= 65535:
+            raise InvalidInputError(f"fallback {f.name} port {f.port!r} is not 1-65535")
+        if f.credential_secret is not None:
+            check_dns_subdomain(f.credential_secret, f"fallback {f.name} credential Secret name")
+        if not 0 <= f.weight <= 100:
+            raise InvalidInputError(f"fallback {f.name} weight {f.weight!r} is not 0-100")
+    if not 0 <= inp.weight <= 100 or not any(w > 0 for w in (inp.weight, *(f.weight for f in inp.fallbacks))):
+        raise InvalidInputError("at least one provider needs a weight above 0 (each 0-100)")
+    if inp.provider_selection not in ("Ordered", "Weighted"):
+        raise InvalidInputError(f"providerSelection {inp.provider_selection!r} is not Ordered or Weighted")
+    if inp.max_attempts is not None and not 1 <= inp.max_attempts <= 1 + len(inp.fallbacks):
+        raise InvalidInputError(f"maxAttempts {inp.max_attempts!r} is not 1 to the number of providers")
+
+
+def _url(host: str, port: int, tls: bool, base_path: str) -> str:
+    default = 443 if tls else 80
+    authority = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{authority}{'' if port == default else f':{port}'}" + \
+        (base_path.rstrip("/") if base_path != "/" else "")
+
+
+def provider_plan(inp: ExternalRouteInput) -> ProviderPlan:
+    """The route's provider plan: the first provider (the ExternalModel's own fields), then the fallbacks."""
+    first = ProviderTarget(
+        name=inp.provider, base_url=_url(inp.host, inp.port, inp.tls, _base_path(inp)),
+        target_model=inp.target_model or inp.external_model, api_format=inp.api_format,
+        key_scheme=key_scheme_for(inp.provider, inp.api_format), secret=inp.credential_secret,
+        secret_key=inp.credential_key, weight=inp.weight)
+    rest = tuple(ProviderTarget(
+        name=f.name, base_url=_url(f.host, f.port, f.tls, check_path(f.base_path.rstrip("/") or "/", "base path")),
+        target_model=f.target_model, api_format=f.api_format, key_scheme=key_scheme_for(f.provider, f.api_format),
+        secret=f.credential_secret, secret_key=f.credential_key, weight=f.weight) for f in inp.fallbacks)
+    enabled = sum(1 for p in (first, *rest) if p.weight > 0)
+    return ProviderPlan((first, *rest), "weighted" if inp.provider_selection == "Weighted" else "ordered",
+                        inp.max_attempts or enabled)
 
 
 def build_external_service(inp: ExternalRouteInput) -> dict[str, Any]:
     """The ExternalName Service the route's backendRef points at."""
     _validate(inp)
-    scheme = "https" if inp.tls else "http"
+    scheme = "https" if inp.tls and not inp.relayed else "http"
+    host, port = (inp.relay.host, inp.relay.port) if inp.relay is not None and inp.relayed else (inp.host, inp.port)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(inp, names.external_service_name(inp.model.name), COMPONENT_SERVICE),
         "spec": {
             "type": "ExternalName",
-            "externalName": inp.host,
-            "ports": [{"name": scheme, "port": inp.port, "protocol": "TCP", "appProtocol": scheme}],
+            "externalName": host,
+            "ports": [{"name": scheme, "port": port, "protocol": "TCP", "appProtocol": scheme}],
         },
     }
 
@@ -230,19 +346,23 @@ def _model_names(inp: ExternalRouteInput) -> list[str]:
 
 
 def _rule(inp: ExternalRouteInput, matches: list[dict[str, Any]], path_rewrite: dict[str, Any]) -> dict[str, Any]:
+    relay = inp.relay if inp.relayed else None
+    # the relay sets each provider's key itself: every caller credential goes, whoever is in the path
+    keep = PROVIDER_KEY_SCHEMES[key_scheme_for(inp.provider, inp.api_format)] \
+        if inp.processor_sets_authorization and relay is None else None
     return {
         "matches": matches,
         "filters": [
-            {"type": "URLRewrite", "urlRewrite": {"hostname": inp.host, "path": path_rewrite}},
-            _strip_caller_credentials(PROVIDER_KEY_SCHEMES[key_scheme_for(inp.provider, inp.api_format)]
-                                      if inp.processor_sets_authorization else None),
+            {"type": "URLRewrite", "urlRewrite": {"hostname": relay.host if relay else inp.host,
+                                                  "path": path_rewrite}},
+            _strip_caller_credentials(keep),
         ],
         "backendRefs": [
             {
                 "group": "",
                 "kind": "Service",
                 "name": names.external_service_name(inp.model.name),
-                "port": inp.port,
+                "port": relay.port if relay else inp.port,
                 "weight": 1,
             }
         ],
@@ -275,6 +395,9 @@ def _provider_path(inp: ExternalRouteInput, api_path: str) -> str:
 
 def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
     """One rule per base path, matched with the model header (see the module docstring)."""
+    if inp.relayed:  # chat completions and the door, both to the relay's one path
+        return [_rule(inp, _model_header_matches(inp, api_path), _full_path(RELAY_PATH))
+                for api_path in (CHAT_PATH, MESSAGES_PATH)]
     paths = (CHAT_PATH, MESSAGES_PATH) if inp.api_format == "messages" else BASE_INFERENCE_PATHS
     return [_rule(inp, _model_header_matches(inp, api_path), _full_path(_provider_path(inp, api_path)))
             for api_path in paths]
@@ -285,6 +408,9 @@ def _own_path_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
     (Exact: it wins over the prefix) to the path the provider answers it at. A `messages` provider: chat
     completions and the door only."""
     prefix = public_path_prefix(inp)
+    if inp.relayed:
+        return [_rule(inp, [{"path": {"type": "Exact", "value": prefix + api_path.removeprefix("/v1")}}],
+                      _full_path(RELAY_PATH)) for api_path in (CHAT_PATH, MESSAGES_PATH)]
     door = _rule(inp, [{"path": {"type": "Exact", "value": prefix + MESSAGES_PATH.removeprefix("/v1")}}],
                  _full_path(_provider_path(inp, MESSAGES_PATH)))
     if inp.api_format == "messages":
@@ -306,16 +432,19 @@ def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:
     }
     if inp.model.name != inp.external_model:
         annotations[names.MODEL_ALIASES_ANNOTATION] = inp.model.name
-    if inp.credential_secret is not None:
-        annotations[names.UPSTREAM_KEY_SECRET_ANNOTATION] = inp.credential_secret
-        annotations[names.UPSTREAM_KEY_FIELD_ANNOTATION] = inp.credential_key
     if inp.max_completion_tokens is not None:
         annotations[COMPLETION_CEILING_ANNOTATION] = str(inp.max_completion_tokens)
-    if inp.api_format != "openai-chat":
-        annotations[API_FORMAT_ANNOTATION] = inp.api_format
-    scheme = key_scheme_for(inp.provider, inp.api_format)
-    if scheme != "bearer":
-        annotations[UPSTREAM_AUTH_ANNOTATION] = scheme
+    if inp.relayed:  # the keys, formats and schemes are the plan's, per provider
+        annotations[PROVIDERS_ANNOTATION] = encode_plan(provider_plan(inp))
+    else:
+        if inp.credential_secret is not None:
+            annotations[names.UPSTREAM_KEY_SECRET_ANNOTATION] = inp.credential_secret
+            annotations[names.UPSTREAM_KEY_FIELD_ANNOTATION] = inp.credential_key
+        if inp.api_format != "openai-chat":
+            annotations[API_FORMAT_ANNOTATION] = inp.api_format
+        scheme = key_scheme_for(inp.provider, inp.api_format)
+        if scheme != "bearer":
+            annotations[UPSTREAM_AUTH_ANNOTATION] = scheme
     meta["annotations"] = annotations
     spec: dict[str, Any] = {
         "parentRefs": [

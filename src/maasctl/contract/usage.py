@@ -75,6 +75,9 @@ class UsageRecord(BaseModel):
     # Guardrails (docs/guardrails.md): "" (not guarded), passed, blocked_input, blocked_output, fail_open
     # (the engine failed and FailOpen let the request through), unavailable (refused: engine or config down).
     guardrails: Annotated[str, StringConstraints(max_length=32)] = ""
+    # A model with several providers (docs/providers.md): the provider that served, or whose failure is the
+    # answer; "" for a model with one provider.
+    provider: Annotated[str, StringConstraints(max_length=63)] = ""
 
     @field_validator("timestamp")
     @classmethod

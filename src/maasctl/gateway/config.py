@@ -73,6 +73,10 @@ class GatewaySettings:
         (usage telemetry, guardrails: the processor records them) with the gateway's own.
     payload_processor_bypass_routes: HTTPRoutes (`namespace/name`) served without the processor, as the
         controller's per-route bypass renders them for Envoy (maas-api's own API).
+    provider_breaker_failures / provider_breaker_cooldown: a model with several providers: a provider's
+        circuit breaker opens after this many consecutive failures and lets a trial request through after
+        this many seconds (`dataplane.failover`; per process).
+    relay_port: `maasctl payload-processor` only: the provider relay's HTTP port (0: a free one; None: none).
     """
 
     host: str = "127.0.0.1"
@@ -111,4 +115,7 @@ class GatewaySettings:
     payload_processor: str | None = None  # grpc://host:port: run the "envoy" stages here, the rest there
     payload_processor_metrics_url: str | None = None  # its /metrics, served with ours on /_gateway/metrics
     payload_processor_bypass_routes: tuple[str, ...] = DEFAULT_BYPASS_ROUTES
+    provider_breaker_failures: int = 5
+    provider_breaker_cooldown: float = 30.0
+    relay_port: int | None = None
     log_level: str = "info"

@@ -58,7 +58,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, Protocol
 
 from maasctl.contract import identity as ids
@@ -74,6 +74,7 @@ from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.guardrails import GuardrailsBinding, binding_from_filters
 from maasctl.contract.labels import API_FORMATS
 from maasctl.contract.limits import describe_limit
+from maasctl.contract.providers import PROVIDER_HEADER, RELAY_ROUTE_HEADER, RELAY_TOKEN_HEADER
 from maasctl.contract.routing import MODEL_HEADER, in_cluster_path
 from maasctl.contract.usage import Termination
 from maasctl.dataplane.body import InvalidBody, ModelMismatch, PreparedBody, bound_completion, prepare_body
@@ -103,6 +104,7 @@ from maasctl.gateway.guardrails import (
     readable_input,
     unavailable_config,
 )
+from maasctl.gateway.providers import relay_token
 from maasctl.gateway.proxy import response_header_pairs
 from maasctl.gateway.ratelimit import (
     AppliedLimit,
@@ -196,6 +198,7 @@ class Exchange:
     door: bool = False  # at the Messages door (`/v1/messages`): refusals in Anthropic's shape
     door_translated: bool = False  # the door's request was read as Chat: the answer goes back as Messages
     rerouted: bool = False  # a base-URL request sent to its in-cluster model's own path (`route_by_model`)
+    provider: str = ""  # a model with several providers: the one that served (or whose failure is the answer)
     upstream_key: str | None = None
     applied: Sequence[AppliedLimit] = ()
     reservation: Reservation = NO_RESERVATION
@@ -355,6 +358,9 @@ async def _body(p: Pipeline, ex: Exchange) -> Refusal | None:
             ex.door_translated = True
         ex.body = prepare_body(raw, ex.match.rule.rename, content_type=ex.headers.get("content-type"))
         ex.body = bound_completion(ex.body, ex.match.rule.completion_ceiling, ex.match.upstream_path)
+        if ex.match.rule.providers is not None and ex.match.rule.rename is not None:
+            # several providers, each its own model name: every answer is given the published one
+            ex.body = replace(ex.body, response_model=ex.match.rule.rename.published)
         api_format = ex.match.rule.api_format
         if api_format not in API_FORMATS:
             return _refuse(500, "backend_error", "the route names an API format this gateway does not speak")
@@ -499,6 +505,19 @@ class _Collect:
         return out
 
 
+def _provider_of(ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The provider relay names the provider that served (`contract.providers.PROVIDER_HEADER`): into the
+    exchange when the route has several providers and the name is one of them; never to the client."""
+    plan = ex.match.rule.providers if ex.match is not None else None
+    kept = []
+    for name, value in headers:
+        if name.lower() != PROVIDER_HEADER:
+            kept.append((name, value))
+        elif plan is not None and plan.named(value) is not None:
+            ex.provider = value
+    return kept
+
+
 class ResponsePass:
     """The answer on its way back: usage scan, the injected usage chunk dropped, a renamed model's name put
     back, output guardrails. `status`/`headers` are what the client gets (final once `held` is False)."""
@@ -506,6 +525,7 @@ class ResponsePass:
     def __init__(self, pipeline: Pipeline, ex: Exchange, status: int, headers: list[tuple[str, str]]) -> None:
         settings = pipeline.plane.settings
         self.ex = ex
+        headers = _provider_of(ex, headers)
         # a `messages` provider's answer becomes Chat first (gateway.formats); the stages below read the Chat
         self.translator = AnswerTranslator(
             status, headers, limit=settings.max_response_scan_bytes, created=int(time.time()),
@@ -678,6 +698,7 @@ class Pipeline:
 
     def __init__(self, plane: Plane) -> None:
         self.plane = plane
+        self.relay_token = relay_token(plane.settings.maas_api_token)
 
     def exchange(self, method: str, raw_path: bytes, query: str, headers: list[tuple[str, str]],
                  scheme: str = "http", *, dry: bool = False) -> Exchange:
@@ -764,6 +785,8 @@ class Pipeline:
             out.append(("content-type", "application/json"))
         if rule.rewrite_hostname:
             out.append(("host", rule.rewrite_hostname))
+        if rule.providers is not None and ex.role == "processor":  # to the provider relay, which demands it
+            out += [(RELAY_TOKEN_HEADER, self.relay_token), (RELAY_ROUTE_HEADER, rule.route_key)]
         timeout = rule.timeout if rule.timeout is not None else self.plane.settings.upstream_timeout
         return UpstreamRequest(ex.match.upstream_path + (f"?{ex.query}" if ex.query else ""), out,
                                ex.body.content, ex.backend.base_url if ex.backend is not None else "", timeout or None)
@@ -825,6 +848,7 @@ class Pipeline:
             "estimate_reason": charge.estimate_reason,
             "termination": termination,
             "guardrails": guard.outcome if guard is not None else "",
+            "provider": ex.provider,
             **charge.numbers,
         })
         plane.telemetry.observe(record)

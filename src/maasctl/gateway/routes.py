@@ -20,6 +20,10 @@ following Gateway API semantics for the features maasctl emits:
   `key_scheme` (the header the provider key goes in, `contract.edge.PROVIDER_KEY_SCHEMES`).
 - the route's `maas.opendatahub.io/max-completion-tokens` (the model's `maxCompletionTokens`) becomes the
   rule's `completion_ceiling` (None: the default; `dataplane.body.bound_completion`).
+- the route's provider plan (`contract.providers.PROVIDERS_ANNOTATION`, a model with fallbacks) becomes the
+  rule's `providers`: the request goes to those providers in turn (`gateway.providers`), not to the backendRef
+  (the payload processor's relay, which makes the same attempts for Envoy). A plan that does not read (or
+  names a refused destination) leaves the rule without backends: 500.
 - the one base URL is plain matching: the generated rules match `x-gateway-model-name` (Exact), which the data
   plane sets from the body's `model` (`dataplane.routing`) before it matches.
 
@@ -49,6 +53,7 @@ from maasctl.contract.labels import (
     UPSTREAM_KEY_SECRET_ANNOTATION,
     completion_ceiling_of,
 )
+from maasctl.contract.providers import InvalidPlan, ProviderPlan, plan_of
 from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
 from maasctl.dataplane.body import ModelRename
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
@@ -107,6 +112,7 @@ class RouteRule:
     model: str | None = None  # namespace/name of the MaaSModelRef, from the route's labels
     rename: ModelRename | None = None  # published vs provider model name (ExternalModel routes)
     completion_ceiling: int | None = None  # the model's maxCompletionTokens (None: the gateway's default)
+    providers: ProviderPlan | None = None  # several providers: the attempts go to these (gateway.providers)
     created: str = ""
 
     @functools.cached_property
@@ -185,10 +191,13 @@ class RouteTable:
     problems: list[str] = field(default_factory=list)
     _exact: dict[str, list[RouteRule]] = field(default_factory=dict, init=False, repr=False)
     _prefix: list[RouteRule] = field(default_factory=list, init=False, repr=False)
+    _relayed: dict[str, RouteRule] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rules.sort(key=_precedence)
         for rule in self.rules:
+            if rule.providers is not None:
+                self._relayed.setdefault(rule.route_key, rule)
             if rule.path_type == "Exact":
                 self._exact.setdefault(rule.path, []).append(rule)
             else:
@@ -230,6 +239,11 @@ class RouteTable:
             elif got != value:
                 return False
         return True
+
+    def relayed(self, route: str) -> RouteRule | None:
+        """A rule of route `namespace/name` when it is a model with several providers (the provider relay
+        follows its plan), else None."""
+        return self._relayed.get(route)
 
     def routes(self) -> list[str]:
         """`namespace/name` of every served route (for status and simulate)."""
@@ -361,8 +375,14 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
     spec = route.get("spec", {})
     hostnames = tuple(str(h).lower() for h in spec.get("hostnames") or ())
     rules = spec.get("rules") or [{}]
+    try:
+        providers, plan_error = plan_of(annotations), None
+    except InvalidPlan as exc:
+        providers, plan_error = None, f"provider plan: {exc}"
     for index, rule in enumerate(rules):
         backends, error = _backends(rule.get("backendRefs") or (), ns, services)
+        if plan_error is not None:
+            backends, error = (), plan_error
         common: dict[str, Any] = {
             "namespace": ns,
             "route": name,
@@ -380,6 +400,7 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             "model": model,
             "rename": rename,
             "completion_ceiling": completion_ceiling_of(annotations),
+            "providers": providers,
             "created": str(meta.get("creationTimestamp", "")),
             **_filters(rule),
         }

@@ -22,7 +22,7 @@ import json
 import logging
 import signal
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,15 @@ from yarl import URL
 
 from maasctl.contract.errors import Refusal, error_body
 from maasctl.contract.usage import Termination
+from maasctl.dataplane.charge import completion_ceiling
+from maasctl.dataplane.failover import Breakers
 from maasctl.eventloop import tune_gc
 from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.counters import counter_store
 from maasctl.gateway.guardrails import GuardrailsClient
-from maasctl.gateway.pipeline import Exchange, Pipeline, Role
+from maasctl.gateway.pipeline import Exchange, Pipeline, Role, UpstreamRequest
+from maasctl.gateway.providers import ChatAnswer, ProviderCaller
 from maasctl.gateway.ratelimit import TokenRateLimiter
 from maasctl.gateway.requestlimit import RequestLimiter
 from maasctl.gateway.simulate import SIMULATE_BODY_LIMIT, SimulateAuthority, SimulateRefused, SimulateRequest, simulate
@@ -155,6 +158,11 @@ class Gateway:
         self._cache_task: asyncio.Task[None] | None = None
         self.role: Role = "all"  # every stage in process (the payload-processor mode runs "envoy")
         self.pipeline = Pipeline(self)
+        # a model with several providers: the attempts and their circuit breakers (per process)
+        self.providers = ProviderCaller(
+            lambda: self.upstream, self.state.upstream_key,
+            Breakers(settings.provider_breaker_failures, settings.provider_breaker_cooldown),
+            connect_timeout=settings.connect_timeout, scan_limit=settings.max_response_scan_bytes)
         self.front: Any = None  # with a payload processor: the ext_proc front (maasctl.payload.front)
         if settings.payload_processor:
             from maasctl.payload.front import ProcessorFront
@@ -304,27 +312,18 @@ class Gateway:
     async def _forward(self, send: Send, ex: Exchange, receive: Receive) -> None:
         """Forward, stream the answer back and settle. A client that leaves a streamed answer is noticed by ASGI's
         `http.disconnect` (uvicorn's `send` returns silently after it): the answer stops at the next chunk and the
-        exchange settles `client_disconnect` with what was read, never `complete` with what the client never got."""
+        exchange settles `client_disconnect` with what was read, never `complete` with what the client never got.
+        A model with several providers goes to them in turn (`gateway.providers`), its answer read as Chat."""
         pipeline = self.pipeline
         up = pipeline.upstream_request(ex)
-        client_timeout = aiohttp.ClientTimeout(total=up.timeout, connect=self.settings.connect_timeout)
-        try:
-            response = await self.upstream.request(
-                ex.method, URL(up.base_url + up.path_and_query, encoded=True), headers=CIMultiDict(up.headers),
-                data=up.body or None, timeout=client_timeout, allow_redirects=False)
-        except TimeoutError:
-            await _refuse(send, pipeline.shaped(ex, Refusal(504, "upstream_timeout", "upstream request timeout")))
-            await pipeline.finish(ex, 504, "upstream_error")
+        answer = await (self._providers(ex, up) if ex.match is not None and ex.match.rule.providers is not None
+                        else self._upstream_call(ex, up))
+        if isinstance(answer, Refusal):
+            await _refuse(send, pipeline.shaped(ex, answer))
+            await pipeline.finish(ex, answer.status, "upstream_error" if answer.status >= 500 else "refused")
             return
-        except aiohttp.ClientError as exc:
-            log.warning("upstream %s unreachable: %s", up.base_url + up.path_and_query.split("?", 1)[0],
-                        type(exc).__name__)
-            await _refuse(send, pipeline.shaped(ex, Refusal(503, "upstream_unavailable", "upstream connect error")))
-            await pipeline.finish(ex, 503, "upstream_error")
-            return
-        status = response.status
-        resp = pipeline.response(ex, status, [(k.decode("latin-1"), v.decode("latin-1"))
-                                              for k, v in response.raw_headers])
+        status = answer.status
+        resp = pipeline.response(ex, status, answer.headers)
         termination: Termination = "complete"
         head_sent = False
 
@@ -337,11 +336,11 @@ class Gateway:
 
         # a streamed answer is cut when the client leaves (it saves the provider's tokens); a JSON answer is
         # generated whole anyway, and watching for it would cost every request a task
-        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+        streamed = any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in answer.headers)
         gone = asyncio.get_running_loop().create_task(disconnected(receive)) if streamed else None
         try:
             await head()
-            async for chunk in response.content.iter_any():
+            async for chunk in answer.chunks():
                 if gone is not None and gone.done():
                     raise _ClientGone
                 chunk = await resp.feed(chunk)
@@ -364,8 +363,52 @@ class Gateway:
         finally:
             if gone is not None:
                 gone.cancel()
-            response.release()
+            answer.release()
             await pipeline.finish(ex, status, termination)
+
+    async def _upstream_call(self, ex: Exchange, up: UpstreamRequest) -> _Upstream | Refusal:
+        """The one upstream request of a route with one backend: its answer's head, or the refusal."""
+        client_timeout = aiohttp.ClientTimeout(total=up.timeout, connect=self.settings.connect_timeout)
+        try:
+            response = await self.upstream.request(
+                ex.method, URL(up.base_url + up.path_and_query, encoded=True), headers=CIMultiDict(up.headers),
+                data=up.body or None, timeout=client_timeout, allow_redirects=False)
+        except TimeoutError:
+            return Refusal(504, "upstream_timeout", "upstream request timeout")
+        except aiohttp.ClientError as exc:
+            log.warning("upstream %s unreachable: %s", up.base_url + up.path_and_query.split("?", 1)[0],
+                        type(exc).__name__)
+            return Refusal(503, "upstream_unavailable", "upstream connect error")
+        return _Upstream(response)
+
+    async def _providers(self, ex: Exchange, up: UpstreamRequest) -> ChatAnswer | Refusal:
+        """A model with several providers: the attempts, in process (the cluster's relay does the same)."""
+        assert ex.match is not None
+        rule = ex.match.rule
+        assert rule.providers is not None
+        answer, refusal, provider = await self.providers.call(
+            rule.route_key, rule.namespace, rule.providers, up.body, up.headers,
+            ceiling=completion_ceiling(rule.completion_ceiling, self.settings.completion_ceiling), timeout=up.timeout)
+        ex.provider = provider.name if provider is not None else ""
+        if answer is None:
+            assert refusal is not None
+            return refusal
+        return answer
+
+
+class _Upstream:
+    """A single upstream's answer, read as `_forward` reads a provider relay's `ChatAnswer`."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self.status = response.status
+        self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self.response.content.iter_any()
+
+    def release(self) -> None:
+        self.response.release()
 
 
 class _ClientGone(OSError):

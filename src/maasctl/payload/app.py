@@ -1,6 +1,8 @@
 """`maasctl payload-processor`: the processor process - informers, counters, usage sink, the gRPC server, and
 HTTP health and metrics.
 
+The provider relay (`payload.relay`, `--relay-port`) serves models with several providers on its own HTTP port.
+
 Its data plane is a `gateway.server.Gateway` used as the pipeline's `Plane` only (never served over HTTP): the
 same informers (HTTPRoutes, policies, upstream-key Secrets), the counter store (Redis shared with Limitador's
 side, or in process), the usage sink with its spool (a killed processor loses no billing) and the guardrails
@@ -24,6 +26,7 @@ from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.server import Gateway, start_http
 from maasctl.gateway.state import WATCHED
 from maasctl.payload.adapter import ProcessorStages
+from maasctl.payload.relay import ProviderRelay
 from maasctl.payload.server import start_processor
 from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
@@ -67,20 +70,26 @@ async def serve_processor(settings: GatewaySettings, metrics_port: int, stop: as
         return all(plane.cache.informer(g).has_synced for g in WATCHED)
 
     http = await start_http(HealthApp(ready), settings.host, metrics_port, settings.log_level)
+    relay = None
     grpc_server = None
     try:
+        if settings.relay_port is not None:  # models with several providers are routed here (payload.relay)
+            relay = await start_http(ProviderRelay(plane), settings.host, settings.relay_port, settings.log_level)
         await plane.start()
         tune_gc()
         grpc_server = await start_processor(ProcessorStages(plane.pipeline), host=settings.host, port=settings.port,
                                             max_request_bytes=settings.max_request_bytes, ready=ready)
-        log.info("payload processor for %s/%s: gRPC on %s:%d, health and metrics on %s", settings.gateway_namespace,
-                 settings.gateway_name, settings.host, grpc_server.port, http.url)
+        log.info("payload processor for %s/%s: gRPC on %s:%d, health and metrics on %s, provider relay on %s",
+                 settings.gateway_namespace, settings.gateway_name, settings.host, grpc_server.port, http.url,
+                 relay.url if relay is not None else "none")
         if started is not None:
             started(grpc_server.port, http.url)
         await stop.wait()
     finally:
         if grpc_server is not None:
             await grpc_server.stop(5)
+        if relay is not None:
+            await relay.stop()
         await http.stop()
         await plane.stop()
         await api.close()

@@ -192,7 +192,7 @@ class StreamMachine:
             out += await self._response.close()
             if self._replaced():
                 return await self._replace(out)  # the output stages answered with their own head
-            await self._settle("complete")
+            await self._settle(self._response.termination)  # "truncated" when the answer ended before its end
         common = pb.CommonResponse()
         if out != msg.body:
             common.body_mutation.body = out
@@ -207,7 +207,7 @@ class StreamMachine:
         if self._replaced():
             return await self._replace(tail)
         self.dropped_tail = len(tail)
-        await self._settle("complete")
+        await self._settle(self._response.termination)
         return pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
 
     def _replaced(self) -> bool:

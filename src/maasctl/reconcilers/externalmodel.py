@@ -1,22 +1,25 @@
 """ExternalModel -> validated provider settings and the upstream-key Secret labelled for injection.
 
 The routes are generated per MaaSModelRef (one provider endpoint and credential may back several published
-model names); this reconciler only owns the credential's injection label and the ExternalModel's status. Its
-finalizer (which releases the label) is added only to an ExternalModel naming a credential.
+model names); this reconciler only owns the credentials' injection label and the ExternalModel's status. Its
+finalizer (which releases the label) is added only to an ExternalModel naming a credential. With fallbacks
+every provider is checked (endpoint, credential), each one's Secret labelled, and `status.providers` lists
+each; the model is Ready only when all are (the first failing one is the Ready condition's reason).
 Secrets are never cached by the controller, so the credential check is a live GET; the key material is never
 read into logs, events or status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from maasctl.api import ExternalModel, ExternalModelPhase, parse
+from maasctl.api import ExternalModel, ExternalModelPhase, SecretKeyRef, parse
 from maasctl.builders import names
 from maasctl.reconcilers.context import FINALIZER, Context
 from maasctl.reconcilers.kinds import EXTERNAL_MODEL, SECRET
-from maasctl.reconcilers.routes import provider_endpoint
+from maasctl.reconcilers.routes import fallback_input, provider_endpoint
 from maasctl.runtime import (
     NotFound,
     Request,
@@ -47,38 +50,37 @@ class ExternalModelReconciler:
             return Result.done()
 
         em = parse(ExternalModel, thaw(obj))
-        phase, reason, message = ExternalModelPhase.READY, "Ready", f"provider {em.spec.provider}, no credentials"
-        requeue: float | None = None
-        ref = em.spec.credential_ref
-        try:
-            provider_endpoint(str(em.spec.endpoint), em.metadata.annotations, req.namespace,
-                              ctx.settings.provider_service_namespaces)
-        except ValueError as exc:
-            phase, reason, message, ref = ExternalModelPhase.FAILED, "InvalidEndpoint", str(exc), None
-        if ref is not None:
+        namespace = req.namespace or ""
+        shared = ctx.settings.provider_service_namespaces
+        several = bool(em.spec.fallbacks)
+        checked: list[_Checked] = []
+        for name, endpoint_check, ref in self._providers(em, namespace, shared):
+            try:
+                endpoint_check()
+            except ValueError as exc:
+                checked.append(_Checked(name, "InvalidEndpoint", str(exc)))
+                continue
+            if ref is None:
+                checked.append(_Checked(name, "Ready", f"provider {name}, no credentials"))
+                continue
             # before the Secret is labelled (deletion releases it); predicates do not re-enqueue on it. Without
             # a credential there is nothing to release: no finalizer, one write less per ExternalModel
             await ctx.ensure_finalizer(obj)
-            secret = await self._secret(ref.name, req.namespace or "")
-            key = ref.key or "api-key"
-            if secret is None:
-                phase, reason = ExternalModelPhase.FAILED, "CredentialNotFound"
-                message = f"Secret {ref.name} not found"
-                requeue = RECHECK_MISSING_SECRET
-            elif key not in (secret.get("data") or {}):
-                phase, reason = ExternalModelPhase.FAILED, "CredentialKeyMissing"
-                message = f"Secret {ref.name} has no key {key!r}"
-                requeue = RECHECK_MISSING_SECRET
-            else:
-                labels = secret["metadata"].get("labels") or {}
-                if labels.get(names.UPSTREAM_KEY_LABEL) != "true":
-                    await ctx.client.apply(self._label_patch(ref.name, req.namespace or "", True),
-                                           field_manager=ctx.applier.field_manager)
-                message = f"provider {em.spec.provider}, credentials from Secret {ref.name}"
+            checked.append(await self._credential(name, ref.name, ref.key or "api-key", namespace))
+        failed = next((c for c in checked if c.reason != "Ready"), None)
+        phase = ExternalModelPhase.READY if failed is None else ExternalModelPhase.FAILED
+        if failed is None:
+            reason, message = "Ready", checked[0].message if not several else \
+                f"{len(checked)} providers: " + ", ".join(c.name for c in checked)
+        else:
+            reason = failed.reason
+            message = f"provider {failed.name}: {failed.message}" if several else failed.message
+        # Secrets are not watched: a missing one is looked for again
+        requeue = RECHECK_MISSING_SECRET if any(c.reason.startswith("Credential") for c in checked) else None
         if phase != ExternalModelPhase.READY:
             await ctx.event(obj, "Warning", reason, message)
         generation = int(obj["metadata"].get("generation", 0))
-        status = {
+        status: dict[str, Any] = {
             "phase": str(phase),
             "observedGeneration": generation,
             "conditions": set_condition(
@@ -87,8 +89,38 @@ class ExternalModelReconciler:
                 reason=reason, message=message, observed_generation=generation,
             ),
         }
+        if several:
+            status["providers"] = [{"name": c.name, "ready": c.reason == "Ready", "reason": c.reason,
+                                    "message": c.message[:1024]} for c in checked]
         await ctx.write_status(obj, status)
         return Result.requeue_after(requeue) if requeue else Result.done()
+
+    @staticmethod
+    def _providers(em: ExternalModel, namespace: str, shared: tuple[str, ...]
+                   ) -> list[tuple[str, Callable[[], object], SecretKeyRef | None]]:
+        """(name, endpoint check raising ValueError, credential) of each provider, the first one first."""
+        spec = em.spec
+        out: list[tuple[str, Callable[[], object], SecretKeyRef | None]] = [(
+            spec.provider,
+            lambda: provider_endpoint(str(spec.endpoint), em.metadata.annotations, namespace, shared),
+            spec.credential_ref)]
+        for binding in spec.fallbacks or ():
+            out.append((binding.name, lambda b=binding: fallback_input(b, namespace, shared),  # type: ignore[misc]
+                        binding.credential_ref))
+        return out
+
+    async def _credential(self, provider: str, secret_name: str, key: str, namespace: str) -> _Checked:
+        """Whether a provider's key is there; labels its Secret for the data plane (never reads the value out)."""
+        secret = await self._secret(secret_name, namespace)
+        if secret is None:
+            return _Checked(provider, "CredentialNotFound", f"Secret {secret_name} not found")
+        if key not in (secret.get("data") or {}):
+            return _Checked(provider, "CredentialKeyMissing", f"Secret {secret_name} has no key {key!r}")
+        labels = secret["metadata"].get("labels") or {}
+        if labels.get(names.UPSTREAM_KEY_LABEL) != "true":
+            await self.ctx.client.apply(self._label_patch(secret_name, namespace, True),
+                                        field_manager=self.ctx.applier.field_manager)
+        return _Checked(provider, "Ready", f"provider {provider}, credentials from Secret {secret_name}")
 
     async def _secret(self, name: str, namespace: str) -> Mapping[str, Any] | None:
         try:
@@ -103,16 +135,30 @@ class ExternalModelReconciler:
                                                                     "labels": labels}}
 
     async def _release_secret(self, obj: Mapping[str, Any]) -> None:
-        """Drop our injection label when no other ExternalModel in the namespace uses the Secret."""
-        ref = ((obj.get("spec") or {}).get("credentialRef") or {}).get("name")
-        if not ref:
-            return
+        """Drop our injection label from each Secret the ExternalModel names (its first provider's and its
+        fallbacks') that no other ExternalModel in the namespace uses."""
         ns = obj["metadata"]["namespace"]
-        others = [
-            o for o in self.ctx.cache.list(EXTERNAL_MODEL, ns)
-            if o["metadata"]["name"] != obj["metadata"]["name"] and not is_deleting(o)
-            and ((o.get("spec") or {}).get("credentialRef") or {}).get("name") == ref
-        ]
-        if others or await self._secret(ref, ns) is None:
-            return
-        await self.ctx.client.apply(self._label_patch(ref, ns, False), field_manager=self.ctx.applier.field_manager)
+        others = [o for o in self.ctx.cache.list(EXTERNAL_MODEL, ns)
+                  if o["metadata"]["name"] != obj["metadata"]["name"] and not is_deleting(o)]
+        used = {name for o in others for name in _secret_names(o)}
+        for ref in sorted(_secret_names(obj) - used):
+            if await self._secret(ref, ns) is not None:
+                await self.ctx.client.apply(self._label_patch(ref, ns, False),
+                                            field_manager=self.ctx.applier.field_manager)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One provider's configuration and credential, as status reports it."""
+
+    name: str
+    reason: str  # Ready | InvalidEndpoint | CredentialNotFound | CredentialKeyMissing
+    message: str
+
+
+def _secret_names(obj: Mapping[str, Any]) -> set[str]:
+    """The credential Secrets an ExternalModel object names (first provider and fallbacks)."""
+    spec = obj.get("spec") or {}
+    fallbacks = spec.get("fallbacks") or ()
+    refs = [spec.get("credentialRef") or {}, *((f or {}).get("credentialRef") or {} for f in fallbacks)]
+    return {str(r["name"]) for r in refs if isinstance(r, Mapping) and r.get("name")}

@@ -19,7 +19,7 @@ from typing import Any
 from maasctl.api import ExternalModel, MaaSModelRef, ModelKind, ModelPhase, parse
 from maasctl.api.externalmodel import GATEWAY_ANNOTATION
 from maasctl.builders import names
-from maasctl.builders.httproute import ExternalRouteInput, build_external_model_objects
+from maasctl.builders.httproute import ExternalRouteInput, RelayTarget, build_external_model_objects
 from maasctl.builders.refs import GatewayRef, ObjectRef, OwnerRef
 from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.cel import CelError
@@ -40,6 +40,7 @@ from maasctl.reconcilers.processorwiring import processor_owns_credentials
 from maasctl.reconcilers.routes import (
     RouteResolution,
     UnsafeDestinationError,
+    fallback_input,
     model_alias,
     provider_endpoint,
     resolve,
@@ -159,6 +160,7 @@ class ModelRefReconciler:
             shared = self.ctx.settings.provider_service_namespaces
             host, port, tls, base_path = provider_endpoint(str(em.spec.endpoint), em.metadata.annotations,
                                                            model.namespace, shared)
+            fallbacks = tuple(fallback_input(f, model.namespace, shared) for f in em.spec.fallbacks or ())
         except UnsafeDestinationError as exc:
             # a route generated before this rule existed must not keep sending traffic there
             await self.ctx.event(obj, "Warning", "UnsafeDestination", str(exc))
@@ -190,6 +192,11 @@ class ModelRefReconciler:
             max_completion_tokens=mr.spec.max_completion_tokens,
             provider=em.spec.provider,
             api_format=em.spec.api_format or "openai-chat",
+            weight=1 if em.spec.weight is None else em.spec.weight,
+            fallbacks=fallbacks,
+            provider_selection=em.spec.provider_selection or "Ordered",
+            max_attempts=em.spec.max_attempts,
+            relay=RelayTarget(*self.ctx.settings.provider_relay_address) if fallbacks else None,
             processor_sets_authorization=processor_owns_credentials(
                 self.ctx.cache.get(GATEWAY, gateway.name, gateway.namespace),
                 self.ctx.settings.payload_processor_fail_open),

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from maasctl.api.externalmodel import PORT_ANNOTATION, TLS_ANNOTATION
+from maasctl.api.externalmodel import PORT_ANNOTATION, TLS_ANNOTATION, ProviderBinding
 from maasctl.builders import names
+from maasctl.builders.httproute import FallbackInput
 from maasctl.builders.refs import GatewayRef, ObjectRef
 from maasctl.builders.validation import destination_problem
 from maasctl.contract.views import SubscriptionView
@@ -308,6 +309,22 @@ def provider_endpoint(endpoint: str, annotations: Mapping[str, str] | None,
     if problem is not None:
         raise UnsafeDestinationError(f"endpoint host {parsed[0][:300]!r} {problem}")
     return parsed
+
+
+def fallback_input(binding: ProviderBinding, namespace: str, shared: tuple[str, ...] = ()) -> FallbackInput:
+    """A fallback provider (`spec.fallbacks[]`) resolved like the first one's endpoint (host form: https, 443,
+    `/v1`; the port and TLS annotations are the first provider's only). Raises as `provider_endpoint`, naming
+    the fallback."""
+    try:
+        host, port, tls, base = provider_endpoint(str(binding.endpoint), None, namespace, shared)
+    except UnsafeDestinationError as exc:
+        raise UnsafeDestinationError(f"fallback {binding.name}: {exc}") from exc
+    ref = binding.credential_ref
+    return FallbackInput(
+        name=binding.name, provider=binding.provider, host=host, port=port, tls=tls, base_path=base,
+        target_model=binding.target_model, api_format=binding.api_format or "openai-chat",
+        credential_secret=ref.name if ref else None, credential_key=ref.key if ref else "api-key",
+        weight=1 if binding.weight is None else binding.weight)
 
 
 def _endpoint_parts(endpoint: str, annotations: Mapping[str, str] | None) -> tuple[str, int, bool, str]:

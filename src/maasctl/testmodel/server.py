@@ -24,6 +24,11 @@ about the weather, and takes `x-testmodel-status: N` (400..599) to answer N with
 `require_api_key` makes it demand `x-api-key` and `anthropic-version` (401 otherwise); `require_bearer` guards the
 OpenAI paths only.
 
+A provider that is down: every request under `/fail/<N>/...` (N 400..599, e.g. an endpoint
+`http://model/fail/503/v1`) is answered N with the API's own error envelope (OpenAI's; Anthropic's on
+`/messages`) after it is listed in `/debug/requests`: failover tests put a failing provider in front of a
+healthy one on the same test model.
+
 Guard model mode (guardrails tests): a chat request whose last message asks a "Yes or No" question (the shape
 of NeMo Guardrails' self-check prompts) is answered "Yes" (block) when that message contains one of
 `block_words`, else "No" (allow). `replies` maps an exact user message to a fixed answer instead of the echo,
@@ -100,6 +105,14 @@ def _usage(cfg: ModelServerConfig, completion: int | None = None) -> dict[str, A
     }
 
 
+def _failing(path: str) -> int | None:
+    """`/fail/<N>/...`: the status a test wants this path answered with (400..599), else None."""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[1] == "fail" and parts[2].isdigit() and 400 <= int(parts[2]) <= 599:
+        return int(parts[2])
+    return None
+
+
 def _error(status: int, message: str, code: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status)
 
@@ -115,6 +128,11 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
             entry: dict[str, Any] = {"path": request.url.path, "headers": dict(request.headers)}
             request.state.seen = entry  # the handler adds the body's model name
             state.seen.append(entry)
+            failing = _failing(request.url.path)
+            if failing is not None:  # a provider that is down, whoever asks
+                if request.url.path.endswith("/messages"):
+                    return messages.error(failing, "the test model was told to fail")
+                return _error(failing, "the test model was told to fail", "testmodel_fail")
             if messages.is_anthropic_side(request.url.path, request.headers):  # x-api-key, never Bearer
                 denied = messages.credentials_error(request.headers, cfg.require_api_key)
                 if denied is not None:

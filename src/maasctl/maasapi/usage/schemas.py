@@ -51,6 +51,7 @@ class UsageRecordIn(UsageRecord):
             estimated=self.estimated,
             estimate_reason=self.estimate_reason,
             termination=self.termination,
+            provider=self.provider,
         )
 
 
@@ -156,3 +157,4 @@ class UsageRecordOut(Response):
     estimated: bool
     estimate_reason: str
     termination: str
+    provider: str = Field(default="", description="A model with several providers: the one that served")

@@ -68,6 +68,7 @@ class UsageEntry:
     estimated: bool = False
     estimate_reason: str = ""
     termination: str = "complete"
+    provider: str = ""
 
 
 @dataclass(frozen=True)

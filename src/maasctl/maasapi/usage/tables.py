@@ -47,6 +47,7 @@ usage_records = Table(
     Column("estimated", Boolean, nullable=False, server_default=false()),  # usage unreadable: charged an estimate
     Column("estimate_reason", String(256), nullable=False, server_default=""),
     Column("termination", String(32), nullable=False, server_default="complete"),
+    Column("provider", String(63), nullable=False, server_default=""),  # a model with several providers (0010)
 )
 Index("ix_usage_records_ts", usage_records.c.ts)
 
