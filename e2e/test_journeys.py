@@ -113,7 +113,7 @@ async def test_independent_counters_for_users_of_one_subscription(world: World) 
     await world.apply(*world.external_model("gpt"))
     shared = world.name("shared")
     await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice", "bob")),
-                      world.subscription(shared, {"gpt": [(20, "1m")]}, users=("alice", "bob")))
+                      world.subscription(shared, {"gpt": [(20, "1h")]}, users=("alice", "bob")))
     await world.wait_active(shared)
     alice = (await world.mint("alice", subscription=shared))["key"]
     bob = (await world.mint("bob", subscription=shared))["key"]
@@ -196,7 +196,7 @@ async def test_streaming_is_charged_with_and_without_include_usage(world: World)
     await world.apply(*world.external_model("gpt"))
     sub = world.name("stream")
     await world.apply(world.auth_policy(world.name("ap"), ["gpt"], users=("alice",)),
-                      world.subscription(sub, {"gpt": [(44, "1m")]}, users=("alice",)))
+                      world.subscription(sub, {"gpt": [(44, "1h")]}, users=("alice",)))
     await world.wait_active(sub)
     key = (await world.mint("alice", subscription=sub))["key"]
     await world.wait_enforced("gpt", key)  # 15 tokens

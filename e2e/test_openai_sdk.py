@@ -96,7 +96,7 @@ async def test_openai_sdk_on_the_base_url_reaches_an_in_cluster_model(world: Wor
     await world.apply(llm, *rest)
     await world.mark_ready(model)
     await world.apply(world.auth_policy(world.name("kserve-sdk-access"), [model], users=("alice",)),
-                      world.subscription(sub, {model: [(40, "1m")]}, users=("alice",)))
+                      world.subscription(sub, {model: [(40, "1h")]}, users=("alice",)))  # 1h: a minute rolls over
     await world.wait_active(sub)
     key = (await world.mint("alice", subscription=sub))["key"]
     client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=key, max_retries=0, timeout=30)
