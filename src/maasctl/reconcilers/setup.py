@@ -18,7 +18,7 @@ from maasctl.builders.payloadwiring import wiring_name
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
-from maasctl.reconcilers.externalmodel import ExternalModelReconciler
+from maasctl.reconcilers.externalmodel import SECRET_INDEX, ExternalModelReconciler, secret_index
 from maasctl.reconcilers.gateway import GatewayReconciler
 from maasctl.reconcilers.guardrails import GuardrailsReconciler, singleton_request
 from maasctl.reconcilers.indexes import (
@@ -53,6 +53,7 @@ from maasctl.reconcilers.kinds import (
     MAAS_AUTH_POLICY,
     MAAS_MODEL_REF,
     MAAS_SUBSCRIPTION,
+    SECRET,
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
 )
@@ -166,8 +167,13 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
             f"{route['metadata']['namespace']}/{route['metadata']['name']}" in bypass) else [])
         .complete(GatewayReconciler(ctx)))
 
+    # A labelled credential Secret (the only Secrets cached) changed: the ExternalModels naming it check again.
+    cache.add_index(EXTERNAL_MODEL, SECRET_INDEX, secret_index)
     (manager.controller("externalmodel")
         .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META])
+        .watches(SECRET, map_to=lambda secret: requests(cache.list(
+            EXTERNAL_MODEL, index=(SECRET_INDEX, f"{secret['metadata']['namespace']}/{secret['metadata']['name']}"))),
+            map_initial_list=False)
         .complete(ExternalModelReconciler(ctx)))
 
     # A MaaSAuthPolicy's status summarises every model it names: settle on their bursts (issue 39: 5 policies
