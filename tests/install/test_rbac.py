@@ -67,9 +67,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
-        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+        **{(BILLING, r): READ
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         **{(BILLING, f"{r}/status"): frozenset({"patch"})
-           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         ("", "nodes"): READ,
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
@@ -80,7 +81,15 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("", "secrets"): frozenset({"get"}),  # the cost Secrets PriceBooks name, by name only
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
-    ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
+    # Its Lease, and the billing console it deploys (BillingConsole), in its own namespace only.
+    ("Role", "billing-controller"): {
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("apps", "deployments"): GENERATED,
+        ("", "services"): GENERATED,
+        ("route.openshift.io", "routes"): GENERATED,
+        ("route.openshift.io", "routes/custom-host"): frozenset({"create"}),
+        ("gateway.networking.k8s.io", "httproutes"): frozenset({"create", "patch", "delete"}),
+    },
     # The payload processor (manifests/base/payload-processor): what the data plane watches, read-only.
     ("ClusterRole", "maas-payload-processor"): {
         ("gateway.networking.k8s.io", "httproutes"): READ,

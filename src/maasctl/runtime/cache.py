@@ -31,6 +31,8 @@ class CacheOptions:
     crd_poll_interval: seconds between discovery checks for kinds that are not served yet.
     label_selectors: per kind, a server-side label selector (e.g. ``app.kubernetes.io/managed-by=x``) so
         only matching objects are cached; every controller sharing that kind sees only those.
+    kind_namespaces: per kind, the namespaces to watch instead of ``namespaces`` (a kind the process writes
+        in one namespace only, so its RBAC there can be a Role rather than a ClusterRole).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -38,6 +40,7 @@ class CacheOptions:
     resync_period: float | None = None
     crd_poll_interval: float = 5.0
     label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
+    kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Cache:
@@ -57,7 +60,7 @@ class Cache:
             inf = Informer(
                 self.client,
                 gvk,
-                namespaces=opts.namespaces or None,
+                namespaces=opts.kind_namespaces.get(gvk) or opts.namespaces or None,
                 label_selector=opts.label_selectors.get(gvk),
                 transform=strip_managed_fields(opts.keep_managed_fields_for),
                 resync_period=opts.resync_period,

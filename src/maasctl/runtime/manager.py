@@ -50,6 +50,7 @@ class ManagerOptions:
     graceful_shutdown_timeout: seconds in-flight reconciles get to finish on shutdown.
     cache_sync_timeout: seconds to wait for the first LIST of every informer before giving up.
     cache_label_selectors: per kind, cache only objects matching a label selector (see ``CacheOptions``).
+    cache_kind_namespaces: per kind, watch only these namespaces (see ``CacheOptions``).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -63,6 +64,7 @@ class ManagerOptions:
     cache_sync_timeout: float = 120.0
     resync_period: float | None = None
     cache_label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
+    cache_kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Manager:
@@ -86,6 +88,7 @@ class Manager:
                 keep_managed_fields_for=frozenset({opts.field_manager, opts.status_field_manager}),
                 resync_period=opts.resync_period,
                 label_selectors=opts.cache_label_selectors,
+                kind_namespaces=opts.cache_kind_namespaces,
             ),
         )
         self.applier = Applier(
