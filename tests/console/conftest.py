@@ -25,7 +25,7 @@ from maasctl.reconcilers.kinds import GATEWAY
 from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import TestUser
-from tests.console import oidc_provider
+from tests.console import billing_world, oidc_provider
 from tests.console.browser import Browser
 from tests.console.oidc_provider import OidcProvider
 
@@ -83,7 +83,8 @@ async def world() -> AsyncIterator[ConsoleWorld]:
             url = await start_console(
                 stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
                 oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,
-                               client_secret_file=provider.client_secret_file, ca_file=provider.ca_file))
+                               client_secret_file=provider.client_secret_file, ca_file=provider.ca_file),
+                extra_args=billing_world.console_args())
             yield ConsoleWorld(stack, url, provider)
         finally:
             await stack.stop()

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from maasctl.console.billing import flags as billing_flags
 from maasctl.console.settings import DEFAULT_SCOPES, ConsoleSettings, OidcSettings
 from maasctl.settings import env_default
 
@@ -45,6 +46,7 @@ def register(sub: Any) -> None:
                    help="CA bundle for the issuer's TLS certificate")
     p.add_argument("--oidc-scope", dest="oidc_scopes", action="append", default=[],
                    help="scope to request (repeatable; default: openid profile groups)")
+    billing_flags.register(p)
     p.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     p.add_argument("--log-level", default=env_default("log_level", "info"))
 
@@ -69,6 +71,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
         kubeconfig=args.kubeconfig, maas_api_url=args.maas_api_url, gateway_urls=_gateway_urls(args.gateway_urls),
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
         admin_groups=tuple(args.admin_groups) or ConsoleSettings().admin_groups, session_secret=secret, oidc=oidc,
+        billing=billing_flags.settings_from_args(args),
     )
 
 

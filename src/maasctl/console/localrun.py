@@ -49,7 +49,7 @@ async def console_kubeconfig(stack: LocalStack, path: Path) -> Path:
 
 async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = ("maas-admins",),
                         rbac_groups: tuple[str, ...] | None = None, oidc: OidcFlags | None = None,
-                        model_namespace: str = "llm") -> str:
+                        model_namespace: str = "llm", extra_args: tuple[str, ...] = ()) -> str:
     """Spawn the console process (as `stack.processes["console"]`); return its URL once it answers.
     `rbac_groups` (default: the admin groups) are bound to the administrators' ClusterRole."""
     client = Client(stack.api)
@@ -64,7 +64,7 @@ async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str
             f"--maas-api-url={stack.api_url}", f"--gateway-url={stack.gateway_url}",
             f"--subscription-namespace={stack.settings.subscription_namespace}",
             f"--model-namespace={model_namespace}", f"--session-secret-file={secret}", "--log-format=json",
-            *(f"--admin-group={g}" for g in admin_groups)]
+            *(f"--admin-group={g}" for g in admin_groups), *extra_args]
     if oidc is not None:
         args += [f"--oidc-issuer-url={oidc.issuer}", f"--oidc-client-id={oidc.client_id}",
                  f"--oidc-client-secret-file={oidc.client_secret_file}", f"--oidc-ca-file={oidc.ca_file}"]

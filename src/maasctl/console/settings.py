@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from maasctl.console.billing.settings import BillingPagesSettings
+
 DEFAULT_SCOPES = ("openid", "profile", "groups")
 
 
@@ -50,6 +52,7 @@ class ConsoleSettings:
     anonymous_session_ttl_seconds: int = 600
     gateway_urls: tuple[str, ...] = ()
     oidc: OidcSettings | None = None
+    billing: BillingPagesSettings = field(default_factory=BillingPagesSettings)  # docs/billing-console.md
 
     @property
     def secure_cookies(self) -> bool:
