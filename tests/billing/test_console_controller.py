@@ -20,6 +20,7 @@ from maasctl.billing.api import GROUP, VERSION
 from maasctl.billing.api.install import install_billing_crds
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, kubectl
 
 from .conftest import CONTROLLER_NS, SETTINGS, Billing, RunningBilling, eventually, install_route_crd, start_billing
 
@@ -29,6 +30,7 @@ NAME = "billing-console"
 GW = ("gateway.networking.k8s.io", "v1", "httproutes")
 ROUTE = ("route.openshift.io", "v1", "routes")
 ROUTE_CRD_NAME = "routes.route.openshift.io"
+CONSOLE_ROLES = ("billing-console-viewer", "billing-console-operator", "billing-console-admin")
 
 
 async def without_route_api(cp: ControlPlane) -> None:
@@ -50,6 +52,7 @@ async def without_route_api(cp: ControlPlane) -> None:
 @pytest.fixture(scope="module")
 async def operator(billing_cluster: ControlPlane) -> AsyncIterator[RunningBilling]:
     await without_route_api(billing_cluster)
+    await apply_docs(billing_cluster, identity_docs(set(CONSOLE_ROLES), CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
     running = await start_billing(billing_cluster, dataclasses.replace(SETTINGS, console_recheck_seconds=1))
     try:
         yield running
@@ -114,8 +117,8 @@ def args_of(dep: Any) -> list[str]:
     return list(dep.spec.template.spec.containers[0].args)
 
 
-async def test_console_without_the_route_api(operator: RunningBilling, billing: Billing,
-                                             kube: k8s.ApiClient) -> None:
+async def test_console_without_the_route_api(operator: RunningBilling, billing: Billing, kube: k8s.ApiClient,
+                                             billing_cluster: ControlPlane) -> None:
     await billing.create({
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "BillingConsole", "metadata": {"name": "default"},
         "spec": {"image": "quay.io/example/maasctl:test", "replicas": 0, "route": {"host": "billing.example.com"},
@@ -139,6 +142,30 @@ async def test_console_without_the_route_api(operator: RunningBilling, billing: 
         route = await custom(kube, GW)
         assert route["spec"]["hostnames"] == ["billing.example.com"]
         assert route["spec"]["parentRefs"][0]["name"] == SETTINGS.console_gateway_name
+
+        # auth.roles as RBAC: each role's ClusterRole bound to its groups (the operator may bind only those).
+        async def bound() -> dict[str, list[str]]:
+            rbac_api = k8s.RbacAuthorizationV1Api(kube)
+            out = {}
+            for role in CONSOLE_ROLES:
+                b = await get_or_none(rbac_api.read_cluster_role_binding, role)
+                assert b is not None, role
+                assert b.metadata.owner_references[0].uid == obj["metadata"]["uid"]
+                out[role] = [s.name for s in b.subjects or ()]
+            return out
+
+        assert await eventually(bound) == {"billing-console-viewer": ["finance"], "billing-console-operator": [],
+                                           "billing-console-admin": ["billing-admins"]}
+
+        def can(group: str, *question: str) -> bool:
+            out = kubectl("auth", "can-i", *question, "--as=someone", f"--as-group={group}",
+                          kubeconfig=billing_cluster.kubeconfig, check=False)
+            return out.stdout.strip() == "yes"
+
+        assert can("finance", "list", "tenantaccounts.billing.opendatahub.io", "-A")
+        assert not can("finance", "patch", "tenantaccounts.billing.opendatahub.io", "-n", "tenants")
+        assert can("billing-admins", "create", "pricebooks.billing.opendatahub.io", "-n", "tenants")
+        assert not can("developers", "list", "tenantaccounts.billing.opendatahub.io", "-A")
 
         # The Gateway accepts the route (its controller writes the HTTPRoute's status).
         route["status"] = {"parents": [{
@@ -169,8 +196,8 @@ async def test_console_without_the_route_api(operator: RunningBilling, billing: 
         skipped = applier.skipped
         await patch_console(kube, {"metadata": {"annotations": {"example.com/touch": "1"}}})
 
-        async def reconciled_again() -> bool:  # three applies of the three objects found unchanged
-            return applier.skipped >= skipped + 9
+        async def reconciled_again() -> bool:  # three reconciles of the six objects, found unchanged
+            return applier.skipped >= skipped + 18
 
         await eventually(reconciled_again)
         after = (await deployment(kube)).metadata.resource_version, (await custom(kube, GW))["metadata"][
@@ -197,8 +224,10 @@ async def test_console_without_the_route_api(operator: RunningBilling, billing: 
         await condition(billing, "RouteAdmitted", "False", "Disabled")
 
         async def gone() -> bool:
+            rbac_api = k8s.RbacAuthorizationV1Api(kube)
             return await deployment(kube) is None and await custom(kube, GW) is None and await get_or_none(
-                k8s.CoreV1Api(kube).read_namespaced_service, NAME, CONTROLLER_NS) is None
+                k8s.CoreV1Api(kube).read_namespaced_service, NAME, CONTROLLER_NS) is None and all(
+                [await get_or_none(rbac_api.read_cluster_role_binding, r) is None for r in CONSOLE_ROLES])
 
         await eventually(gone)
         assert "url" not in (await billing.get("BillingConsole", "default") or {})["status"]
@@ -250,8 +279,10 @@ async def test_a_route_when_the_route_api_is_served(operator: RunningBilling, bi
         await billing.delete("BillingConsole", "default")
 
     async def collected() -> bool:  # kube-controller-manager's garbage collector, by the owner references
+        rbac_api = k8s.RbacAuthorizationV1Api(kube)
         return await deployment(kube) is None and await custom(kube, ROUTE) is None and await get_or_none(
-            k8s.CoreV1Api(kube).read_namespaced_service, NAME, CONTROLLER_NS) is None
+            k8s.CoreV1Api(kube).read_namespaced_service, NAME, CONTROLLER_NS) is None and all(
+            [await get_or_none(rbac_api.read_cluster_role_binding, r) is None for r in CONSOLE_ROLES])
 
     await eventually(collected, timeout=90)
 

@@ -11,6 +11,7 @@ from maasctl.billing.api.console import BillingConsoleSpec
 from maasctl.billing.rules import console
 from maasctl.contract.billing_console import at_least, role_of
 
+BINDINGS = ("billing-console-viewer", "billing-console-operator", "billing-console-admin")
 TARGET = console.ConsoleTarget(namespace="opendatahub", gateway_namespace="openshift-ingress",
                                gateway_name="maas-default-gateway", metrics_url="http://m:8080/metrics")
 
@@ -21,7 +22,8 @@ def spec(**fields: Any) -> BillingConsoleSpec:
 
 def objects(s: BillingConsoleSpec, route_api: bool = False, url: str | None = None) -> dict[str, dict[str, Any]]:
     inp = console.ConsoleInput(name="default", uid="u-1", spec=s, route_api=route_api, url=url)
-    return {o["kind"]: o for o in console.console_objects(inp, TARGET)}
+    return {o["kind"] if o["kind"] != "ClusterRoleBinding" else o["metadata"]["name"]: o
+            for o in console.console_objects(inp, TARGET)}
 
 
 def container(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -31,10 +33,13 @@ def container(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def test_defaults_render_a_deployment_a_service_and_an_httproute_owned_by_the_console() -> None:
     objs = objects(spec())
-    assert set(objs) == {"Deployment", "Service", "HTTPRoute"}
+    assert set(objs) == {"Deployment", "Service", "HTTPRoute", *BINDINGS}
     for obj in objs.values():
         meta = obj["metadata"]
-        assert (meta["name"], meta["namespace"]) == ("billing-console", "opendatahub")
+        if obj["kind"] == "ClusterRoleBinding":
+            assert "namespace" not in meta and obj["subjects"] == []  # no auth.roles: nobody
+        else:
+            assert (meta["name"], meta["namespace"]) == ("billing-console", "opendatahub")
         assert meta["ownerReferences"] == [{"apiVersion": "billing.opendatahub.io/v1alpha1",
                                             "kind": "BillingConsole", "name": "default", "uid": "u-1",
                                             "controller": True}]
@@ -70,11 +75,18 @@ def test_image_replicas_host_portal_and_roles() -> None:
         "--billing-admin-group=billing-admins", "--billing-operator-group=billing-ops",
         "--billing-operator-group=sre", "--billing-viewer-group=finance-ro"]
     assert objs["HTTPRoute"]["spec"]["hostnames"] == ["billing.example.com"]
+    # auth.roles as RBAC: each role's ClusterRole bound to its groups.
+    assert {n: [(x["kind"], x["name"]) for x in objs[n]["subjects"]] for n in BINDINGS} == {
+        "billing-console-admin": [("Group", "billing-admins")],
+        "billing-console-operator": [("Group", "billing-ops"), ("Group", "sre")],
+        "billing-console-viewer": [("Group", "finance-ro")]}
+    assert objs["billing-console-admin"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                                        "kind": "ClusterRole", "name": "billing-console-admin"}
 
 
 def test_a_route_when_the_route_api_is_served() -> None:
     objs = objects(spec(route={"host": "b.apps.example.com", "tlsSecretRef": {"name": "b-tls"}}), route_api=True)
-    assert set(objs) == {"Deployment", "Service", "Route"}
+    assert set(objs) == {"Deployment", "Service", "Route", *BINDINGS}
     route = objs["Route"]
     assert route["apiVersion"] == "route.openshift.io/v1"
     assert route["spec"] == {"host": "b.apps.example.com", "to": {"kind": "Service", "name": "billing-console",

@@ -9,6 +9,7 @@ import pytest
 
 from maasctl.billing.cli.billing import settings_from_args
 from maasctl.cli import build_parser
+from maasctl.console.billing import rbac
 from maasctl.testenv import ControlPlane
 from tests.billing.conftest import install_route_crd
 from tests.install.manifests import (
@@ -75,9 +76,25 @@ async def test_the_billing_service_account_is_bounded(billing_cluster: ControlPl
     for verb in ("create", "update", "patch", "delete"):
         assert not can(verb, "billingconsoles.billing.opendatahub.io"), verb
     for question in (("create", "pods", *ns), ("create", "serviceaccounts", *ns), ("create", "rolebindings", *ns),
-                     ("create", "clusterrolebindings"), ("update", "deployments.apps", "--subresource=scale", *ns),
-                     ("list", "secrets", *ns)):
+                     ("update", "deployments.apps", "--subresource=scale", *ns), ("list", "secrets", *ns)):
         assert not can(*question), question
+    # spec.auth.roles: it binds the billing console's three ClusterRoles, and no other role.
+    for role in ("billing-console-viewer", "billing-console-operator", "billing-console-admin"):
+        assert can("bind", f"clusterroles.rbac.authorization.k8s.io/{role}"), role
+        assert can("patch", f"clusterrolebindings.rbac.authorization.k8s.io/{role}"), role
+        assert can("delete", f"clusterrolebindings.rbac.authorization.k8s.io/{role}"), role
+    for other in ("cluster-admin", "billing-controller", "admin", "edit"):
+        assert not can("bind", f"clusterroles.rbac.authorization.k8s.io/{other}"), other
+        assert not can("escalate", f"clusterroles.rbac.authorization.k8s.io/{other}"), other
+        for verb in ("patch", "update", "delete"):
+            assert not can(verb, f"clusterrolebindings.rbac.authorization.k8s.io/{other}"), (verb, other)
+    assert not can("update", "clusterrolebindings.rbac.authorization.k8s.io/billing-console-admin")
+
+
+def test_the_console_roles_are_shipped_as_the_console_defines_them() -> None:
+    shipped = {d["metadata"]["name"]: d["rules"] for d in render(MANIFESTS / "overlays" / "default")
+               if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("billing-console-")}
+    assert shipped == {r["metadata"]["name"]: r["rules"] for r in rbac.cluster_roles()}
 
 
 def test_billing_run_flags_build_the_settings() -> None:

@@ -10,7 +10,7 @@ strongest; a user in none has no billing role and sees no billing page.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 __all__ = [
     "CONSOLE_PORT",
@@ -19,6 +19,8 @@ __all__ = [
     "TENANT_PORTAL_FLAG",
     "Role",
     "at_least",
+    "cluster_role_name",
+    "role_binding",
     "role_of",
 ]
 
@@ -47,3 +49,19 @@ def role_of(groups: Iterable[str], roles: Mapping[Role, Iterable[str]]) -> Role 
 def at_least(role: Role | None, needed: Role) -> bool:
     """Whether `role` includes what `needed` may do (admin > operator > viewer; None: nothing)."""
     return role is not None and ROLES.index(role) >= ROLES.index(needed)
+
+
+def cluster_role_name(role: Role) -> str:
+    """The ClusterRole a role's users hold on the billing kinds (the console acts as them): shipped with the billing
+    operator, bound by it to `spec.auth.roles`' groups (docs/billing-console.md, "Who may do what")."""
+    return f"billing-console-{role}"
+
+
+def role_binding(role: Role, groups: Iterable[str], metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ClusterRoleBinding of a role's ClusterRole to its groups (named like the role; `metadata` adds labels
+    and owner references)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {**(metadata or {}), "name": cluster_role_name(role)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": cluster_role_name(role)},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in groups]}

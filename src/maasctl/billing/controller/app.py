@@ -34,7 +34,12 @@ from maasctl.billing.controller.reconcilers.budget import (
     budget_tenant_key,
     enforcement_changed,
 )
-from maasctl.billing.controller.reconcilers.console import CONSOLE_KINDS, BillingConsoleReconciler, console_of
+from maasctl.billing.controller.reconcilers.console import (
+    CONSOLE_KINDS,
+    OWN_KINDS,
+    BillingConsoleReconciler,
+    console_of,
+)
 from maasctl.billing.controller.reconcilers.context import BillingContext
 from maasctl.billing.controller.reconcilers.costs import ProviderCosts, cost_secret_names
 from maasctl.billing.controller.reconcilers.gpu_meter import GPU_METER_KEY, GpuMeterReconciler, flavor_reader
@@ -95,7 +100,7 @@ def manager_options(settings: BillingSettings) -> ManagerOptions:
         # Generated kinds are cached only for the objects we generate, never the cluster's (MaaS's policies
         # included); a name clash with an object that is not ours is found with a live GET.
         cache_label_selectors={kind: f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
-                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS, *CONSOLE_KINDS)},
+                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS, *OWN_KINDS)},
         # The billing console's objects live in the operator's namespace only (a Role there, not a ClusterRole).
         cache_kind_namespaces={kind: (settings.console_namespace,) for kind in CONSOLE_KINDS},
     )
@@ -296,7 +301,7 @@ def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
 def setup_console(manager: Manager, ctx: BillingContext) -> None:
     """The BillingConsole controller (docs/billing-console.md): the singleton's Deployment, Service and route."""
     builder = manager.controller("billingconsole").for_(BILLING_CONSOLE, predicates=[SPEC_OR_META])
-    for kind in (*CONSOLE_KINDS, HTTP_ROUTE):
+    for kind in (*OWN_KINDS, HTTP_ROUTE):
         builder = builder.watches(kind, map_to=console_of)
     builder.max_concurrent_reconciles(1).complete(BillingConsoleReconciler(ctx))
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from maasctl.billing.api.console import SINGLETON, AuthMode, BillingConsoleSpec
 from maasctl.billing.rules import names
-from maasctl.contract.billing_console import CONSOLE_PORT, ROLE_FLAGS, TENANT_PORTAL_FLAG
+from maasctl.contract.billing_console import CONSOLE_PORT, ROLE_FLAGS, ROLES, TENANT_PORTAL_FLAG, role_binding
 
 __all__ = [
     "BROKER_SECRET",
@@ -39,6 +39,7 @@ __all__ = [
     "not_singleton",
     "oidc_client_secret",
     "public_url",
+    "role_bindings",
     "route_verdict",
 ]
 
@@ -92,8 +93,10 @@ def _labels() -> dict[str, str]:
             "app.kubernetes.io/part-of": "maasctl"}
 
 
-def _meta(inp: ConsoleInput, target: ConsoleTarget) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": CONSOLE_NAME, "namespace": target.namespace, "labels": _labels()}
+def _meta(inp: ConsoleInput, target: ConsoleTarget | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": CONSOLE_NAME, "labels": _labels()}
+    if target is not None:
+        meta["namespace"] = target.namespace
     if inp.uid:
         meta["ownerReferences"] = [{"apiVersion": "billing.opendatahub.io/v1alpha1", "kind": "BillingConsole",
                                     "name": inp.name, "uid": inp.uid, "controller": True}]
@@ -221,10 +224,19 @@ def _http_route(inp: ConsoleInput, target: ConsoleTarget) -> dict[str, Any]:
     return {"apiVersion": HTTP_ROUTE_API_VERSION, "kind": "HTTPRoute", "metadata": _meta(inp, target), "spec": spec}
 
 
+def role_bindings(inp: ConsoleInput) -> list[dict[str, Any]]:
+    """`auth.roles` as RBAC: each role's ClusterRole (shipped with the operator) bound to its groups (none: no
+    subject), so the API server lets each user do what their billing role does, as the console acts as them."""
+    roles = inp.spec.auth.roles if inp.spec.auth is not None else None
+    meta = {k: v for k, v in _meta(inp, None).items() if k != "name"}
+    return [role_binding(role, (getattr(roles, role) or ()) if roles is not None else (), meta) for role in ROLES]
+
+
 def console_objects(inp: ConsoleInput, target: ConsoleTarget) -> list[dict[str, Any]]:
-    """Deployment, Service, and a Route (Route API served) or an HTTPRoute on the configured Gateway."""
+    """Deployment, Service, a Route (Route API served) or an HTTPRoute on the configured Gateway, and the roles'
+    ClusterRoleBindings."""
     route = _route(inp, target) if inp.route_api else _http_route(inp, target)
-    return [_deployment(inp, target), _service(inp, target), route]
+    return [_deployment(inp, target), _service(inp, target), route, *role_bindings(inp)]
 
 
 # -- status ----------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What the billing console's users need on the API server (the console acts as them): one ClusterRole per
 billing role. The console's own role check decides what a page offers and refuses every write of a viewer; these
-rules are what the API server checks in turn. Bind them to the same groups as `spec.auth.roles`
-(docs/billing-console.md, "Who may do what"); `maasctl dev` and the tests apply them with `role_bindings`.
+rules are what the API server checks in turn. The install ships them (manifests/base/billing/console-roles.yaml,
+held equal to these by tests/billing/test_install.py) and the billing operator binds them to `spec.auth.roles`'
+groups (docs/billing-console.md, "Who may do what"); without a BillingConsole, `role_bindings` does the same.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from maasctl.contract.billing_console import ROLES, Role
+from maasctl.contract.billing_console import ROLES, Role, cluster_role_name, role_binding
 
 GROUP: Final = "billing.opendatahub.io"
 READ: Final = ["get", "list", "watch"]
@@ -31,19 +32,11 @@ RULES: Final[Mapping[Role, list[dict[str, Any]]]] = {
 }
 
 
-def role_name(role: Role) -> str:
-    return f"billing-console-{role}"
-
-
 def cluster_roles() -> list[dict[str, Any]]:
-    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role_name(r)},
-             "rules": RULES[r]} for r in ROLES]
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": cluster_role_name(r)}, "rules": RULES[r]} for r in ROLES]
 
 
 def role_bindings(groups: Mapping[Role, Sequence[str]]) -> list[dict[str, Any]]:
-    """One ClusterRoleBinding per role with groups."""
-    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": role_name(role)},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name(role)},
-             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g} for g in gs]}
-            for role, gs in groups.items() if gs]
+    """One ClusterRoleBinding per role with groups (what the billing operator does from a BillingConsole)."""
+    return [role_binding(role, gs) for role, gs in groups.items() if gs]

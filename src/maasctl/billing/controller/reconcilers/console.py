@@ -18,15 +18,24 @@ from pydantic import ValidationError
 
 from maasctl.api import parse
 from maasctl.billing.api.console import SINGLETON, BillingConsole, BillingConsoleSpec
-from maasctl.billing.api.kinds import BILLING_CONSOLE, DEPLOYMENT, HTTP_ROUTE, ROUTE, SECRET, SERVICE
+from maasctl.billing.api.kinds import (
+    BILLING_CONSOLE,
+    CLUSTER_ROLE_BINDING,
+    DEPLOYMENT,
+    HTTP_ROUTE,
+    ROUTE,
+    SECRET,
+    SERVICE,
+)
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
 from maasctl.billing.rules import console, names
 from maasctl.runtime import ApiError, GroupVersionKind, NotFound, Request, Result, set_condition, thaw
 from maasctl.runtime.objects import FrozenObject
 
-__all__ = ["CONSOLE_KINDS", "BillingConsoleReconciler", "console_of", "target_of"]
+__all__ = ["CONSOLE_KINDS", "OWN_KINDS", "BillingConsoleReconciler", "console_of", "target_of"]
 
 CONSOLE_KINDS: Final = (DEPLOYMENT, SERVICE, ROUTE)  # cached in the console namespace, ours only
+OWN_KINDS: Final = (*CONSOLE_KINDS, CLUSTER_ROLE_BINDING)  # cached by our label only
 
 
 def target_of(ctx: BillingContext) -> console.ConsoleTarget:
@@ -39,10 +48,10 @@ def target_of(ctx: BillingContext) -> console.ConsoleTarget:
 
 
 def console_of(obj: FrozenObject) -> list[Request]:
-    """A generated object -> the singleton (only ours: the HTTPRoute informer holds every route)."""
+    """A generated object -> the singleton (only ours, by label: the HTTPRoute informer holds every route)."""
     labels = obj["metadata"].get("labels") or {}
     if labels.get(console.COMPONENT_LABEL) == console.COMPONENT and \
-            labels.get(names.MANAGED_BY_LABEL) == names.MANAGED_BY and obj["metadata"]["name"] == console.CONSOLE_NAME:
+            labels.get(names.MANAGED_BY_LABEL) == names.MANAGED_BY:
         return [Request(None, SINGLETON)]
     return []
 
@@ -86,6 +95,8 @@ class BillingConsoleReconciler:
         else:
             for gvk in (*CONSOLE_KINDS, HTTP_ROUTE):
                 await self._delete(gvk, target.namespace)
+            for binding in console.role_bindings(console.ConsoleInput(req.name, "", spec, route_api)):
+                await self._delete(CLUSTER_ROLE_BINDING, None, binding["metadata"]["name"])
         keys = await self._secret_keys(spec, target.namespace)
         deployment = ctx.cache.get(DEPLOYMENT, console.CONSOLE_NAME, target.namespace)
         service = ctx.cache.get(SERVICE, console.CONSOLE_NAME, target.namespace) is not None
@@ -101,14 +112,14 @@ class BillingConsoleReconciler:
             return Result.requeue_after(ctx.settings.console_recheck_seconds)
         return Result.done()
 
-    async def _delete(self, gvk: GroupVersionKind, namespace: str) -> None:
+    async def _delete(self, gvk: GroupVersionKind, namespace: str | None, name: str = console.CONSOLE_NAME) -> None:
         if self.ctx.missing_apis(gvk):
             return
-        live = self.ctx.cache.get(gvk, console.CONSOLE_NAME, namespace)
+        live = self.ctx.cache.get(gvk, name, namespace)
         if live is None or not console_of(live):
             return  # never a same-named object that is not ours
         with contextlib.suppress(NotFound):
-            await self.ctx.client.delete(gvk, console.CONSOLE_NAME, namespace)
+            await self.ctx.client.delete(gvk, name, namespace)
         log.info("billing console object deleted", kind=gvk.kind, namespace=namespace)
 
     async def _secret_keys(self, spec: BillingConsoleSpec, namespace: str) -> list[str] | None:
