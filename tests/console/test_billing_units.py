@@ -169,3 +169,14 @@ def test_no_float_in_the_billing_pages() -> None:
     offenders = [f"{p.name}:{line}: {what}" for p in sorted(package.rglob("*.py"))
                  for line, what in float_uses(ast.parse(p.read_text(), str(p)))]
     assert offenders == []
+
+
+def test_maasctl_dev_makes_its_administrator_a_billing_admin() -> None:
+    from maasctl.dev import billing_console_args
+
+    args = billing_console_args("0")
+    assert args == ("--billing-admin-group=maas-admins",)  # no billing probe: no metrics URL
+    assert billing_console_args("127.0.0.1:8096")[-1] == "--billing-metrics-url=http://127.0.0.1:8096/metrics"
+    assert billing_console_args(":8096")[-1] == "--billing-metrics-url=http://127.0.0.1:8096/metrics"
+    billing = settings_from_args(build_parser().parse_args(["console", *args])).billing
+    assert billing.role(["maas-admins"]) == "admin"
