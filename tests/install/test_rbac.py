@@ -29,6 +29,10 @@ BILLING = "billing.opendatahub.io"
 MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
 GUARDRAILS_KINDS = ("guardrailssettings", "guardrailconfigs")
 READ = frozenset({"get", "list", "watch"})
+RBAC = "rbac.authorization.k8s.io"
+CONSOLE_ROLES = "billing-console-admin,billing-console-operator,billing-console-viewer"
+BILLING_KINDS = ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconnectors",
+                 "billingconsoles")
 GENERATED = READ | {"create", "patch", "delete"}
 
 # The documented allow-list (docs/install.md, "Permissions"): (role kind, role name) -> {(group, resource): verbs}.
@@ -69,9 +73,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
-        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+        **{(BILLING, r): READ
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         **{(BILLING, f"{r}/status"): frozenset({"patch"})
-           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         ("", "nodes"): READ,
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
@@ -81,8 +86,31 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("gateway.networking.k8s.io", "httproutes"): READ,
         ("", "secrets"): frozenset({"get"}),  # the cost Secrets PriceBooks name, by name only
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+        # spec.auth.roles: bindings of the billing console's three ClusterRoles, and of no other role
+        (RBAC, "clusterrolebindings"): READ | {"create"},
+        (RBAC, f"clusterrolebindings[{CONSOLE_ROLES}]"): frozenset({"patch", "delete"}),
+        (RBAC, f"clusterroles[{CONSOLE_ROLES}]"): frozenset({"bind"}),
     },
-    ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
+    # What the billing console's users do as themselves (console/billing/rbac.py), bound by the billing operator.
+    ("ClusterRole", "billing-console-viewer"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS}, ("events.k8s.io", "events"): frozenset({"get", "list"})},
+    ("ClusterRole", "billing-console-operator"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts"): READ | {"patch"},
+        ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
+    ("ClusterRole", "billing-console-admin"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS},
+        **{(BILLING, r): READ | {"create", "update", "patch", "delete"}
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies")},
+        ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
+    # Its Lease, and the billing console it deploys (BillingConsole), in its own namespace only.
+    ("Role", "billing-controller"): {
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("apps", "deployments"): GENERATED,
+        ("", "services"): GENERATED,
+        ("route.openshift.io", "routes"): GENERATED,
+        ("route.openshift.io", "routes/custom-host"): frozenset({"create"}),
+        ("gateway.networking.k8s.io", "httproutes"): frozenset({"create", "patch", "delete"}),
+    },
     # The payload processor (manifests/base/payload-processor): what the data plane watches, read-only.
     ("ClusterRole", "maas-payload-processor"): {
         ("gateway.networking.k8s.io", "httproutes"): READ,
@@ -110,16 +138,18 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{(BILLING, r): frozenset({"get", "list"}) for r in ("plans", "tenantaccounts")},  # a sub's billing terms
     },
 }
-ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
+ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete", "bind"})
 
 
 def grants(role: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
+    """(group, resource) -> verbs; a rule limited to names is keyed `resource[name,name]`."""
     out: dict[tuple[str, str], frozenset[str]] = {}
     for rule in role["rules"]:
-        assert not rule.get("resourceNames") and not rule.get("nonResourceURLs")
+        assert not rule.get("nonResourceURLs")
+        names = ",".join(sorted(rule.get("resourceNames") or ()))
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                key = (group, resource)
+                key = (group, f"{resource}[{names}]" if names else resource)
                 out[key] = out.get(key, frozenset()) | frozenset(rule["verbs"])
     return out
 

@@ -33,6 +33,8 @@ class CacheOptions:
         only matching objects are cached; every controller sharing that kind sees only those.
     transforms: per kind, a transform applied to every object of that kind before it is cached (after the
         managedFields are stripped), e.g. to keep the key names of a Secret's data without its values.
+    kind_namespaces: per kind, the namespaces to watch instead of ``namespaces`` (a kind the process writes
+        in one namespace only, so its RBAC there can be a Role rather than a ClusterRole).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -41,6 +43,7 @@ class CacheOptions:
     crd_poll_interval: float = 5.0
     label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
     transforms: Mapping[GroupVersionKind, Transform] = field(default_factory=dict)
+    kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _then(first: Transform, second: Transform | None) -> Transform:
@@ -66,7 +69,7 @@ class Cache:
             inf = Informer(
                 self.client,
                 gvk,
-                namespaces=opts.namespaces or None,
+                namespaces=opts.kind_namespaces.get(gvk) or opts.namespaces or None,
                 label_selector=opts.label_selectors.get(gvk),
                 transform=_then(strip_managed_fields(opts.keep_managed_fields_for), opts.transforms.get(gvk)),
                 resync_period=opts.resync_period,

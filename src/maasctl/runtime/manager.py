@@ -51,6 +51,7 @@ class ManagerOptions:
     cache_sync_timeout: seconds to wait for the first LIST of every informer before giving up.
     cache_label_selectors: per kind, cache only objects matching a label selector (see ``CacheOptions``).
     cache_transforms: per kind, a transform of every cached object (see ``CacheOptions``).
+    cache_kind_namespaces: per kind, watch only these namespaces (see ``CacheOptions``).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -65,6 +66,7 @@ class ManagerOptions:
     resync_period: float | None = None
     cache_label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
     cache_transforms: Mapping[GroupVersionKind, Transform] = field(default_factory=dict)
+    cache_kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Manager:
@@ -89,6 +91,7 @@ class Manager:
                 resync_period=opts.resync_period,
                 label_selectors=opts.cache_label_selectors,
                 transforms=opts.cache_transforms,
+                kind_namespaces=opts.cache_kind_namespaces,
             ),
         )
         self.applier = Applier(
