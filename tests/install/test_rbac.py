@@ -28,6 +28,8 @@ MAAS = "maas.opendatahub.io"
 BILLING = "billing.opendatahub.io"
 MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
 GUARDRAILS_KINDS = ("guardrailssettings", "guardrailconfigs")
+INFERENCE = "inference.opendatahub.io"
+INFERENCE_KINDS = ("externalmodels", "externalproviders")
 READ = frozenset({"get", "list", "watch"})
 RBAC = "rbac.authorization.k8s.io"
 CONSOLE_ROLES = "billing-console-admin,billing-console-operator,billing-console-viewer"
@@ -39,8 +41,12 @@ GENERATED = READ | {"create", "patch", "delete"}
 EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("ClusterRole", "maas-controller"): {
         **{(MAAS, r): READ | {"patch"} for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
+        (MAAS, "externalmodels"): GENERATED,  # those generated from the reference's inference.opendatahub.io ones
         **{(MAAS, f"{r}/status"): frozenset({"patch"}) for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
         (MAAS, "maasmodelrefs/finalizers"): frozenset({"update"}),
+        **{(INFERENCE, r): READ for r in INFERENCE_KINDS},
+        **{(INFERENCE, f"{r}/status"): frozenset({"patch"}) for r in INFERENCE_KINDS},
+        (INFERENCE, "externalmodels/finalizers"): frozenset({"update"}),
         ("gateway.networking.k8s.io", "httproutes"): GENERATED,
         ("", "services"): GENERATED,
         ("kuadrant.io", "authpolicies"): GENERATED,
@@ -194,7 +200,10 @@ def test_only_generated_kinds_are_writable_by_the_controller() -> None:
     table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-controller")])
     writable = {res for (_, res), verbs in table.items() if verbs & {"create", "delete", "update"}}
     assert writable == {"httproutes", "services", "authpolicies", "tokenratelimitpolicies", "inferenceobjectives",
-                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers"}
+                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers",
+                        "externalmodels", "externalmodels/finalizers"}
+    assert not table[(INFERENCE, "externalmodels")] & {"create", "patch", "update", "delete"}  # read, never write
+    assert not table[(INFERENCE, "externalproviders")] & {"create", "patch", "update", "delete"}
 
 
 # -- as the API server sees it ------------------------------------------------------------------------------
@@ -289,8 +298,15 @@ async def test_controller_service_account_is_bounded(installed_rbac: ControlPlan
     for verb in ("create", "update", "delete"):
         assert not ctrl(verb, "secrets", "-n", "some-model-ns"), verb
     for plural in MAAS_KINDS:
-        assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+        if plural != "externalmodels":  # the generated ones (from inference.opendatahub.io) are created and deleted
+            assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
         assert not ctrl("update", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+    assert ctrl("create", f"externalmodels.{MAAS}", "-n", "some-model-ns")
+    for plural in INFERENCE_KINDS:  # the reference's kinds: read and status only
+        assert ctrl("watch", f"{plural}.{INFERENCE}", "-n", "some-model-ns")
+        assert ctrl("patch", f"{plural}.{INFERENCE}", "--subresource=status", "-n", "some-model-ns")
+        for verb in ("create", "update", "patch", "delete"):
+            assert not ctrl(verb, f"{plural}.{INFERENCE}", "-n", "some-model-ns"), (verb, plural)
     assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)  # no maas-api admin
     assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", "some-model-ns")
     for verb in ("get", "list", "create", "delete"):  # the cleanup Job's identity has no Kubernetes power at all

@@ -38,6 +38,14 @@ from maasctl.reconcilers.indexes import (
     sources_of_model,
     target_index,
 )
+from maasctl.reconcilers.inference import (
+    PROVIDER_INDEX,
+    ExternalProviderReconciler,
+    InferenceModelReconciler,
+    model_of_modelref,
+    models_of_provider,
+    provider_index,
+)
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     ENVOY_EXTENSION_POLICY,
@@ -47,6 +55,8 @@ from maasctl.reconcilers.kinds import (
     GUARDRAIL_CONFIG,
     GUARDRAILS_SETTINGS,
     HTTP_ROUTE,
+    INFERENCE_EXTERNAL_MODEL,
+    INFERENCE_EXTERNAL_PROVIDER,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
     LLM_INFERENCE_SERVICES,
@@ -117,7 +127,8 @@ def names_guardrails(sub: FrozenObject) -> bool:
 
 
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
-    """Wire the MaaSModelRef, Gateway, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
+    """Wire the MaaSModelRef, Gateway, ExternalModel, the reference's ExternalProvider / ExternalModel,
+    MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
     ctx = Context(cache=cache, client=manager.client, applier=manager.applier,
                   events=manager.event_recorder("maas-controller"), settings=settings)
@@ -126,6 +137,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     cache.add_index(MAAS_AUTH_POLICY, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, PRIORITY_INDEX, priority_index)
+    cache.add_index(INFERENCE_EXTERNAL_MODEL, PROVIDER_INDEX, provider_index)
     in_namespace = models_in_namespace(cache)
 
     models = (manager.controller("maasmodelref")
@@ -175,6 +187,19 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
             EXTERNAL_MODEL, index=(SECRET_INDEX, f"{secret['metadata']['namespace']}/{secret['metadata']['name']}"))),
             map_initial_list=False)
         .complete(ExternalModelReconciler(ctx)))
+
+    # The reference's inference.opendatahub.io kinds: a provider's status (its Secret), and each model converted
+    # into the maas.opendatahub.io ExternalModel it owns (docs/compatibility.md). Its status reads its providers'
+    # status, the generated ExternalModel's status and the route of the MaaSModelRef publishing it.
+    (manager.controller("externalprovider")
+        .for_(INFERENCE_EXTERNAL_PROVIDER, predicates=[SPEC_OR_META])
+        .complete(ExternalProviderReconciler(ctx)))
+    (manager.controller("inferenceexternalmodel")
+        .for_(INFERENCE_EXTERNAL_MODEL, predicates=[SPEC_OR_META])
+        .owns(EXTERNAL_MODEL)
+        .watches(INFERENCE_EXTERNAL_PROVIDER, map_to=models_of_provider(cache), map_initial_list=False)
+        .watches(MAAS_MODEL_REF, map_to=model_of_modelref, map_initial_list=False)
+        .complete(InferenceModelReconciler(ctx)))
 
     # A MaaSAuthPolicy's status summarises every model it names: settle on their bursts (issue 39: 5 policies
     # over 50 models being published were written ~27 times each, once per model becoming ready).
