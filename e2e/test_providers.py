@@ -54,9 +54,38 @@ def _user(text: str) -> list[Any]:
     return [{"role": "user", "content": text}]
 
 
+async def _wait_listed(world: World, model: str, key: str) -> None:
+    async def listed() -> bool:
+        return f"{world.namespace}/{model}" in await world.models(key)
+
+    await eventually(listed, timeout=60, describe=lambda: f"{model} is not listed for its key")
+
+
+async def _listed_only_where_granted(world: World, keys: dict[str, str]) -> None:
+    """maas-api's `GET /v1/models` lists each model (`keys`: model -> alice's key of a subscription with it) for
+    alice and not for bob, whose subscription names the models but whom no MaaSAuthPolicy grants them. Neither
+    kind of model has an OpenAI listing at its provider: maas-api's probe of `<model path>/v1/models` goes through
+    the model's AuthPolicy and the data plane answers it itself, naming the published model and nothing of the
+    provider (docs/providers.md, "The model listing")."""
+    ns, bob = world.namespace, world.token("bob")
+    ungranted = world.name("ungranted")
+    await world.apply(world.subscription(ungranted, {m: [(1_000_000, "1h")] for m in keys}, users=("bob",)))
+    await world.wait_active(ungranted)
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+        for model, key in keys.items():
+            await _wait_listed(world, model, key)
+            answer = await http.get(f"/{ns}/{model}/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert answer.status_code == 200 and [m["id"] for m in answer.json()["data"]] == [model], answer.text
+            assert "gpt-x" not in answer.text and world.stack.upstream_key not in answer.text
+            refused = await http.get(f"/{ns}/{model}/v1/models", headers={"Authorization": f"Bearer {bob}"})
+            assert refused.status_code == 403, refused.text
+    assert not {f"{ns}/{m}" for m in keys} & set(await world.models(bob))
+
+
 async def test_an_openai_client_on_an_anthropic_format_provider(world: World) -> None:
     model, served, errors = world.name("claude"), world.name("claude-served"), world.name("claude-errors")
     keys = await _publish(world, model, served, errors)
+    await _listed_only_where_granted(world, {model: keys[served]})
     client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=keys[served], max_retries=0,
                                 timeout=30)
 
@@ -246,6 +275,8 @@ async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usag
     key = (await world.mint("alice", subscription=sub))["key"]
     down_key = (await world.mint("alice", subscription=down_sub))["key"]
     await world.wait_enforced(model, key)
+    # listed by access, not by health: also the model whose every provider fails
+    await _listed_only_where_granted(world, {model: key, down: down_key})
     client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=key, max_retries=0, timeout=30)
 
     chat = await client.chat.completions.create(model=model, messages=_user("hello"))

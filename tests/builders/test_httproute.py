@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -22,7 +23,7 @@ from maasctl.builders.validation import InvalidInputError
 from maasctl.contract.edge import CREDENTIAL_HEADERS, provider_headers, upstream_headers
 from maasctl.contract.providers import decode_plan
 from maasctl.contract.routing import BASE_INFERENCE_PATHS
-from maasctl.gateway.routes import build_route_table
+from maasctl.gateway.routes import RouteTable, build_route_table
 
 BASE = ExternalRouteInput(
     model=ObjectRef("llm", "gpt-4o"),
@@ -395,21 +396,26 @@ ANTHROPIC = replace(BASE, external_model="claude", host="api.anthropic.com", pro
 
 def test_a_messages_provider_is_served_as_chat_completions_only() -> None:
     """Only chat completions have a Messages counterpart: they and the Messages door, on the model's path and
-    the base URL, go to the provider's `/v1/messages`; no other OpenAI path reaches it (no route: 404)."""
+    the base URL, go to the provider's `/v1/messages`; no other OpenAI path reaches it (no route: 404) but for
+    the model listing (GET only), which the data plane answers (TestModelListingRule)."""
     route = build_external_route(ANTHROPIC)
     annotations = route["metadata"]["annotations"]
     assert annotations["maas.opendatahub.io/api-format"] == "messages"
     assert annotations["maas.opendatahub.io/upstream-auth"] == "x-api-key"
-    rewrites = [(m["path"]["type"], m["path"]["value"], [h["value"] for h in m.get("headers", [])],
+    rewrites = [(m["path"]["type"], m["path"]["value"], m.get("method"), [h["value"] for h in m.get("headers", [])],
                  rule["filters"][0]["urlRewrite"]["path"])
                 for rule in route["spec"]["rules"] for m in rule["matches"]]
     messages = {"type": "ReplaceFullPath", "replaceFullPath": "/v1/messages"}
-    assert rewrites == [("Exact", "/llm/gpt-4o/v1/chat/completions", [], messages),
+    listing = {"type": "ReplaceFullPath", "replaceFullPath": "/v1/models"}
+    assert [r[:2] + r[3:] for r in rewrites] == [
+                        ("Exact", "/llm/gpt-4o/v1/chat/completions", [], messages),
                         ("Exact", "/llm/gpt-4o/v1/messages", [], messages),
+                        ("Exact", "/llm/gpt-4o/v1/models", [], listing),
                         ("Exact", "/v1/chat/completions", ["claude"], messages),
                         ("Exact", "/v1/chat/completions", ["gpt-4o"], messages),
                         ("Exact", "/v1/messages", ["claude"], messages),
                         ("Exact", "/v1/messages", ["gpt-4o"], messages)]
+    assert [r[2] for r in rewrites] == [None, None, "GET", None, None, None, None]
     service, _ = build_external_model_objects(replace(ANTHROPIC, host="localhost", tls=False, port=8000))
     table = build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
     chat = table.match("gw", "/llm/gpt-4o/v1/chat/completions", "POST", {})
@@ -423,9 +429,11 @@ def test_a_messages_provider_is_served_as_chat_completions_only() -> None:
 
 
 def test_a_messages_provider_under_a_base_path() -> None:
+    """Every rule goes to the provider's `<base>/messages`; the listing rule, never forwarded while the payload
+    processor is in the path (it answers), to the provider's own listing, which refuses a request without key."""
     route = build_external_route(replace(ANTHROPIC, base_path="/anthropic/v1"))
-    assert {rule["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] for rule in route["spec"]["rules"]} == {
-        "/anthropic/v1/messages"}
+    assert [rule["filters"][0]["urlRewrite"]["path"]["replaceFullPath"] for rule in route["spec"]["rules"]] == [
+        "/anthropic/v1/messages", "/anthropic/v1/messages", "/anthropic/v1/models", *["/anthropic/v1/messages"] * 2]
 
 
 @pytest.mark.parametrize(("inp", "scheme", "header"), [
@@ -494,8 +502,9 @@ class TestFallbacks:
             route = build_external_route(replace(self.MULTI, processor_sets_authorization=sets))
             rules = route["spec"]["rules"]
             assert [m["path"]["value"] for r in rules for m in r["matches"]] == [
-                "/llm/gpt-4o/v1/chat/completions", "/llm/gpt-4o/v1/messages",
+                "/llm/gpt-4o/v1/chat/completions", "/llm/gpt-4o/v1/messages", "/llm/gpt-4o/v1/models",
                 "/v1/chat/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages"]
+            assert [m.get("method") for r in rules for m in r["matches"]] == [None, None, "GET", *[None] * 4]
             for rule in rules:
                 rewrite, strip = rule["filters"]
                 assert rewrite["urlRewrite"] == {
@@ -545,3 +554,58 @@ class TestFallbacks:
     def test_nonsense_is_refused(self, change: dict[str, object], why: str) -> None:
         with pytest.raises(InvalidInputError, match=why):
             build_external_route(replace(self.MULTI, **change))  # type: ignore[arg-type]
+
+
+class TestModelListingRule:
+    """maas-api lists a model when `GET <model path>/v1/models` answers 2xx/405 through the model's AuthPolicy. A
+    Messages provider and several providers (the relay) have no OpenAI listing: their route gets an Exact,
+    GET-only rule there, which the data plane answers itself (`RouteRule.listing`, `gateway.pipeline`)."""
+
+    ROUTES = [pytest.param(BASE, False, id="openai"), pytest.param(ANTHROPIC, True, id="messages"),
+              pytest.param(TestFallbacks.MULTI, True, id="several-providers")]
+
+    @staticmethod
+    def table(inp: ExternalRouteInput) -> RouteTable:
+        service, route = build_external_model_objects(replace(inp, target_model="provider-model-name"))
+        route["metadata"]["creationTimestamp"] = "2026-01-02T03:04:05Z"
+        return build_route_table([route], lambda ns, name: service, ("maas-default-gateway", "openshift-ingress"))
+
+    @pytest.mark.parametrize(("inp", "answered"), ROUTES)
+    def test_only_a_provider_without_an_openai_listing_gets_the_rule(self, inp: ExternalRouteInput,
+                                                                    answered: bool) -> None:
+        rules = build_external_route(inp)["spec"]["rules"]
+        listing = [m for r in rules for m in r["matches"] if m.get("method")]
+        assert listing == ([{"path": {"type": "Exact", "value": "/llm/gpt-4o/v1/models"}, "method": "GET"}]
+                           if answered else [])
+        match = self.table(inp).match("gw", "/llm/gpt-4o/v1/models", "GET", {})
+        assert match is not None
+        # a single OpenAI provider: its own listing under its base path (the PathPrefix rule), as before
+        assert (match.rule.listing is not None) is answered
+        assert match.rule.path_type == ("Exact" if answered else "PathPrefix")
+
+    @pytest.mark.parametrize(("inp", "answered"), ROUTES[1:])
+    def test_the_answer_names_the_published_model_and_nothing_of_the_provider(self, inp: ExternalRouteInput,
+                                                                             answered: bool) -> None:
+        match = self.table(inp).match("gw", "/llm/gpt-4o/v1/models", "GET", {})
+        assert match is not None and match.rule.listing is not None
+        assert json.loads(match.rule.listing) == {"object": "list", "data": [
+            {"id": inp.external_model, "object": "model", "created": 1767323045, "owned_by": "llm/gpt-4o"}]}
+        text = match.rule.listing.decode()
+        for secret in ("provider-model-name", "claude-x", "gpt-4o-eu", "key", "api.", "https"):
+            assert secret not in text, secret
+        # every other rule of the route: no listing
+        assert [r for r in self.table(inp).rules if r.listing is not None] == [match.rule]
+
+    @pytest.mark.parametrize("inp", [ANTHROPIC, TestFallbacks.MULTI], ids=["messages", "several-providers"])
+    @pytest.mark.parametrize(("method", "path"), [
+        ("POST", "/llm/gpt-4o/v1/models"), ("PUT", "/llm/gpt-4o/v1/models"), ("DELETE", "/llm/gpt-4o/v1/models"),
+        ("PATCH", "/llm/gpt-4o/v1/models"), ("HEAD", "/llm/gpt-4o/v1/models"), ("OPTIONS", "/llm/gpt-4o/v1/models"),
+        ("GET", "/llm/gpt-4o/v1/models/"), ("GET", "/llm/gpt-4o/v1/models/provider-model-name"),
+        ("GET", "/llm/gpt-4o/v1/modelsx"), ("GET", "/llm/gpt-4o/v1/Models"), ("GET", "/llm/gpt-4o/models"),
+        ("GET", "/llm/gpt-4o/v1/models/../chat/completions"), ("GET", "/v1/models"),
+    ])
+    def test_nothing_else_reaches_the_rule(self, inp: ExternalRouteInput, method: str, path: str) -> None:
+        """Other methods and other paths find no rule (404), or (a dot segment the data plane does not resolve
+        here: `contract.edge.canonical_path` does, before matching) not the listing."""
+        match = self.table(inp).match("gw", path, method, {"x-gateway-model-name": inp.external_model})
+        assert match is None or match.rule.listing is None

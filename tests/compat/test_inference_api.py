@@ -2,8 +2,9 @@
 ExternalModel binding both, as the reference's manifests write them, published by a MaaSModelRef of kind
 ExternalModel as the reference publishes it. maasctl serves it through the same code as its own ExternalModel:
 the route, the AuthPolicy and the TokenRateLimitPolicy generated for it equal those of the equivalent
-`maas.opendatahub.io` ExternalModel written by hand, and calls through the gateway fail over from the failing
-provider to the healthy one, metered once and recorded under the provider that served."""
+`maas.opendatahub.io` ExternalModel written by hand, calls through the gateway fail over from the failing
+provider to the healthy one, metered once and recorded under the provider that served, and `GET /v1/models`
+lists the model."""
 
 from __future__ import annotations
 
@@ -141,6 +142,16 @@ async def test_the_newer_model_api_is_served_as_maasctls_own_external_model(worl
     r = await gateway(world, "POST", "/v1/chat/completions", json=chat_body("chat"),
                       headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200 and r.json()["model"] == "chat", r.text
+    # and the listing shows both (several providers: the data plane answers the probe of the model's path),
+    # the converted one at once (its policies are in force), the hand-written one once its are too
+    listing = {"models": await world.models(key)}
+    assert f"{ns}/chat-model" in listing["models"]
+
+    async def both_listed() -> bool:
+        listing["models"] = await world.models(key)
+        return listing["models"] == [f"{ns}/chat-model", f"{ns}/equiv-model"]
+
+    await eventually(both_listed, timeout=60, describe=lambda: f"listed: {listing['models']}")
 
     if not world.stack.missing(Need.MODEL_REQUESTS):
         seen = await world.model_requests()

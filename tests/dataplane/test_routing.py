@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 
 from maasctl.contract.labels import COMPLETION_CEILING_ANNOTATION, completion_ceiling_of
-from maasctl.contract.routing import BASE_INFERENCE_PATHS
+from maasctl.contract.routing import BASE_INFERENCE_PATHS, answers_model_listing, is_model_listing_path
 from maasctl.contract.usage import DEFAULT_COMPLETION_CEILING
 from maasctl.dataplane.body import InvalidBody, bound_completion, prepare_body
 from maasctl.dataplane.charge import completion_ceiling, request_bound
+from maasctl.dataplane.listing import model_list
 from maasctl.dataplane.routing import MAX_MODEL_NAME, NoModel, body_model, is_base_inference_path, match_headers
 
 
@@ -173,3 +175,30 @@ class TestMatchHeaders:
     def test_base_path_without_model_is_refused(self) -> None:
         with pytest.raises(NoModel):
             match_headers("/v1/chat/completions", {}, b'{"messages": []}')
+
+
+class TestModelListing:
+    """The data plane's own `GET <model path>/v1/models` answer (`dataplane.listing`) and which routes get it
+    (`contract.routing`)."""
+
+    def test_the_answer_is_openais_list_read_by_the_sdk(self) -> None:
+        body = json.loads(model_list("claude", "llm/claude-ref", "2026-01-02T03:04:05Z"))
+        assert body["object"] == "list"
+        [model] = [openai.types.Model.model_validate(m) for m in body["data"]]
+        assert (model.id, model.owned_by, model.created) == ("claude", "llm/claude-ref", 1767323045)
+
+    @pytest.mark.parametrize("created", ["", "yesterday", "1969-12-31T23:59:59Z", "2026-13-01T00:00:00Z"])
+    def test_an_unreadable_or_early_creation_time_is_zero(self, created: str) -> None:
+        assert json.loads(model_list("m", "ns/m", created))["data"][0]["created"] == 0
+
+    @pytest.mark.parametrize(("api_format", "relayed", "answers"), [
+        ("openai-chat", False, False), ("messages", False, True), ("openai-chat", True, True), ("messages", True, True),
+        ("bedrock", False, False)])
+    def test_only_providers_without_an_openai_listing(self, api_format: str, relayed: bool, answers: bool) -> None:
+        assert answers_model_listing(api_format, relayed) is answers
+
+    @pytest.mark.parametrize(("path", "listing"), [
+        ("/llm/m/v1/models", True), ("/a/v1/models", True), ("/v1/models", False), ("/llm/m/v1/models/", False),
+        ("/llm/m/v1/modelsx", False), ("/llm/mv1/models", False), ("/llm/m/v1/models/x", False), ("", False)])
+    def test_a_listing_path_is_under_a_model_path(self, path: str, listing: bool) -> None:
+        assert is_model_listing_path(path) is listing

@@ -21,7 +21,8 @@ from maasctl.gateway.pipeline import STAGES, Exchange, Role, _runs
 from maasctl.gateway.routes import RouteMatch, RouteRule
 from maasctl.gateway.usage import MemorySink
 
-ORDER = [("edge", "processor"), ("route", "envoy"), ("auth", "envoy"), ("metering", "processor"),
+ORDER = [("edge", "processor"), ("route", "envoy"), ("auth", "envoy"), ("model listing", "processor"),
+         ("metering", "processor"),
          ("body", "processor"), ("limits valid", "envoy"), ("backend", "envoy"), ("provider key", "processor"),
          ("request limits", "envoy"), ("token reservation", "processor"), ("input guardrails", "processor")]
 

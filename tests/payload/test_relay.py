@@ -98,6 +98,9 @@ async def test_without_the_processors_token_nothing_is_sent(relay: Relay, token:
     ("POST", "/v1/chat/completions/../embeddings", "llm/maas-multi"), ("POST", "/v1/chat/completions", ""),
     ("POST", "/v1/chat/completions", "llm/maas-single"),  # a route with one provider: no plan to follow
     ("POST", "/v1/chat/completions", "other/maas-multi"), ("POST", "/v1/chat/completions", "http://169.254.169.254"),
+    # the model listing is the processor's answer (gateway.pipeline), never the relay's, nor a provider's
+    ("GET", "/v1/models", "llm/maas-multi"), ("GET", "/llm/multi/v1/models", "llm/maas-multi"),
+    ("POST", "/v1/models", "llm/maas-multi"),
 ])
 async def test_only_a_planned_routes_chat_completions_are_relayed(relay: Relay, method: str, path: str,
                                                                   route: str) -> None:

@@ -42,9 +42,11 @@ A `messages` (Anthropic) provider (`apiFormat`, annotation `maas.opendatahub.io/
 chat completions and through the door, nothing else: its route's rules are `<prefix>/chat/completions`,
 `<prefix>/messages` (Exact) and the base URL's two paths, all rewritten in full to the provider's
 `<base>/messages`; the data plane translates the request and the answer. Other OpenAI paths have no Messages
-counterpart and find no route (404). How the provider takes its key rides on the route as
-`maas.opendatahub.io/upstream-auth` (`contract.edge.key_scheme_for`: `x-api-key` for `messages`, `api-key` for
-Azure, `bearer` otherwise).
+counterpart and find no route (404), but for `GET <prefix>/models` (Exact, GET only), which the data plane
+answers itself after the AuthPolicy (`contract.routing.answers_model_listing`, `dataplane.listing`): maas-api's
+`/v1/models` probes it with the caller's credential to list the model. How the provider takes its key rides on the
+route as `maas.opendatahub.io/upstream-auth` (`contract.edge.key_scheme_for`: `x-api-key` for `messages`,
+`api-key` for Azure, `bearer` otherwise).
 
 The upstream key stays in its Secret: the route carries only the Secret's *name* (annotation
 `maas.opendatahub.io/upstream-key-secret`) and the Secret gets the `maas.opendatahub.io/upstream-key` label
@@ -58,7 +60,8 @@ Several providers (`fallbacks`, docs/providers.md "Several providers for one mod
 per request and its retries cannot change the key, the format or the body, so the route of such a model goes to
 the payload processor's provider relay (`relay`: an ExternalName Service naming the relay's Service, plain
 http), which makes the attempts. The route then serves chat completions and the Messages door only (own path and
-base URL, Exact), all rewritten in full to the relay's `/v1/chat/completions`; every caller credential is removed
+base URL, Exact), all rewritten in full to the relay's `/v1/chat/completions`, and `GET <prefix>/models`, which
+the data plane answers as for a `messages` provider; every caller credential is removed
 (the relay sets each provider's key itself); the providers ride on the route as the plan
 (`contract.providers.PROVIDERS_ANNOTATION`: names, base URLs, model names, formats, key schemes, Secret names,
 weights - never a key). The local gateway reads the plan and makes the same attempts in process. Every
@@ -99,7 +102,7 @@ from maasctl.contract.providers import (
     ProviderTarget,
     encode_plan,
 )
-from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER
+from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER, MODELS_LISTING_PATH, answers_model_listing
 from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
 
@@ -403,23 +406,35 @@ def _base_url_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
             for api_path in paths]
 
 
+def _listing_rule(inp: ExternalRouteInput, prefix: str) -> dict[str, Any]:
+    """`GET <prefix>/models` (Exact, GET only) of a model whose provider cannot answer OpenAI's listing
+    (`contract.routing.answers_model_listing`): the data plane answers it after the AuthPolicy, naming the
+    published model (`dataplane.listing`). Its rewrite is where it would go were the payload processor not in
+    the path: the relay's one path (the relay refuses it: no token, or not a POST) or a Messages provider's own
+    listing without a key (refused): the model is then not listed, as it cannot be served either."""
+    target = RELAY_PATH if inp.relayed else _upstream_path(_base_path(inp), MODELS_LISTING_PATH)
+    match = {"path": {"type": "Exact", "value": prefix + MODELS_LISTING_PATH.removeprefix("/v1")}, "method": "GET"}
+    return _rule(inp, [match], _full_path(target))
+
+
 def _own_path_rules(inp: ExternalRouteInput) -> list[dict[str, Any]]:
     """The model's own path: everything under `<prefix>/v1` as the provider has it, and the Messages door
-    (Exact: it wins over the prefix) to the path the provider answers it at. A `messages` provider: chat
-    completions and the door only."""
+    (Exact: it wins over the prefix) to the path the provider answers it at. A `messages` provider or several
+    providers: chat completions and the door only, and the model listing the data plane answers."""
     prefix = public_path_prefix(inp)
+    listing = [_listing_rule(inp, prefix)] if answers_model_listing(inp.api_format, inp.relayed) else []
     if inp.relayed:
-        return [_rule(inp, [{"path": {"type": "Exact", "value": prefix + api_path.removeprefix("/v1")}}],
-                      _full_path(RELAY_PATH)) for api_path in (CHAT_PATH, MESSAGES_PATH)]
+        return [*(_rule(inp, [{"path": {"type": "Exact", "value": prefix + api_path.removeprefix("/v1")}}],
+                        _full_path(RELAY_PATH)) for api_path in (CHAT_PATH, MESSAGES_PATH)), *listing]
     door = _rule(inp, [{"path": {"type": "Exact", "value": prefix + MESSAGES_PATH.removeprefix("/v1")}}],
                  _full_path(_provider_path(inp, MESSAGES_PATH)))
     if inp.api_format == "messages":
         chat = _rule(inp, [{"path": {"type": "Exact", "value": prefix + CHAT_PATH.removeprefix("/v1")}}],
                      _full_path(_provider_path(inp, CHAT_PATH)))
-        return [chat, door]
+        return [chat, door, *listing]
     everything = _rule(inp, [{"path": {"type": "PathPrefix", "value": prefix}}],
                        {"type": "ReplacePrefixMatch", "replacePrefixMatch": _base_path(inp)})
-    return [everything, door]
+    return [everything, door, *listing]
 
 
 def build_external_route(inp: ExternalRouteInput) -> dict[str, Any]:

@@ -15,7 +15,12 @@ request naming it to `<prefix><base path>` instead (`in_cluster_path`; the proce
 Envoy's route cache), so that route's own AuthPolicy and TokenRateLimitPolicy admit and count it - one limit,
 not a second route with a second counter.
 
-`GET /v1/models` on the base URL is maas-api's listing (`MODELS_LISTING_PATH`), routed to maas-api.
+`GET /v1/models` on the base URL is maas-api's listing (`MODELS_LISTING_PATH`), routed to maas-api. maas-api lists a
+model only when `GET <model path>/v1/models` with the caller's credential answers 2xx or 405, through the model's
+own AuthPolicy. An ExternalModel whose provider cannot answer that (`answers_model_listing`: a Messages provider,
+several providers behind the relay) gets an Exact, GET-only rule at that path, and the data plane answers it
+itself, after the AuthPolicy admitted the caller: OpenAI's list naming the published model, no provider called
+(`dataplane.listing`; docs/providers.md, "The model listing").
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ __all__ = [
     "MESSAGES_PATH",
     "MODELS_LISTING_PATH",
     "MODEL_HEADER",
+    "answers_model_listing",
     "endpoint_prefix",
     "in_cluster_path",
+    "is_model_listing_path",
     "valid_prefix",
 ]
 
@@ -77,3 +84,16 @@ def in_cluster_path(prefix: str, path: str) -> str | None:
     model's own path, `<prefix><path>` (`/llm/granite` + `/v1/chat/completions`). None for the Messages door:
     translating it needs a rule of ours on the route (ExternalModels only, docs/providers.md)."""
     return None if path == MESSAGES_PATH else prefix + path
+
+
+def answers_model_listing(api_format: str, relayed: bool) -> bool:
+    """True when the data plane itself answers `GET <model path>/v1/models` on an ExternalModel's route (the
+    generated route then has that rule, Exact and GET only): a Messages provider has no OpenAI listing (its route
+    serves chat completions and the Messages door only), and the provider relay of a model with several providers
+    serves chat completions only. Any other ExternalModel's provider answers it under its base path."""
+    return relayed or api_format == "messages"
+
+
+def is_model_listing_path(path: str) -> bool:
+    """True for `<model path>/v1/models` (a non-empty prefix: the base URL's `/v1/models` is maas-api's)."""
+    return path.endswith(MODELS_LISTING_PATH) and len(path) > len(MODELS_LISTING_PATH)

@@ -6,6 +6,8 @@ runs it in a cluster (`envoy`: Envoy + Authorino + Limitador; `processor`: the p
     edge              processor  forbidden client headers (x-maas-*, ...), canonical path        400
     route             envoy      the HTTPRoute rule for host + path (+ headers)                  404
     auth              envoy      the route's AuthPolicy; no policy is 403 unless allowed         401/403/500/503
+    model listing     processor  `GET <model path>/v1/models` the data plane answers itself      200
+                                 (a Messages provider, several providers: `RouteRule.listing`)
     metering          processor  usage records can be kept (the sink accepts)                    503
     body              processor  body size, read and prepared (stream usage, rename, ceiling)    413/400/404
     limits valid      envoy      the route's TokenRateLimitPolicy compiles                        500
@@ -340,6 +342,23 @@ async def _auth(p: Pipeline, ex: Exchange) -> Refusal | None:
     return Refusal(outcome.status, code, outcome.message, extra, raw_body=raw)
 
 
+async def _model_listing(p: Pipeline, ex: Exchange) -> Refusal | None:
+    """`GET <model path>/v1/models` on the route of a model whose provider cannot answer OpenAI's listing (a
+    Messages provider, several providers: `RouteRule.listing`, `dataplane.listing`) is answered here, once the
+    route's AuthPolicy admitted the caller (Authorino's identity behind Envoy), so maas-api's probe lists the
+    model exactly for the callers who may use it. Nothing is sent to a provider, reserved or recorded: an
+    answer of the data plane, like a refusal (hence a `Refusal` with status 200), before metering. Without an
+    admission (the processor's exchange without Authorino's identity) it does not answer: the request goes on
+    and is refused as any other."""
+    rule = ex.match.rule if ex.match is not None else None
+    if rule is None or rule.listing is None:  # a listing rule matches GET only (gateway.routes)
+        return None
+    if not ex.authorized and not (ex.policy is None and p.plane.settings.serve_routes_without_auth_policy):
+        return None
+    return Refusal(200, "model_listing", "the model this route serves", {"cache-control": "no-store"},
+                   raw_body=rule.listing)
+
+
 async def _metering(p: Pipeline, ex: Exchange) -> Refusal | None:
     if p.plane.sink.accepting():
         return None
@@ -454,6 +473,7 @@ HEAD_STAGES: Final = (
     Stage("edge", "processor", _edge),
     Stage("route", "envoy", _route, shared=True),
     Stage("auth", "envoy", _auth),
+    Stage("model listing", "processor", _model_listing),
     Stage("metering", "processor", _metering),
 )
 BODY_STAGES: Final = (

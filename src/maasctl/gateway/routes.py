@@ -24,6 +24,10 @@ following Gateway API semantics for the features maasctl emits:
   rule's `providers`: the request goes to those providers in turn (`gateway.providers`), not to the backendRef
   (the payload processor's relay, which makes the same attempts for Envoy). A plan that does not read (or
   names a refused destination) leaves the rule without backends: 500.
+- an Exact, GET-only `<model path>/v1/models` rule of an ExternalModel route whose provider cannot answer OpenAI's
+  listing (`contract.routing.answers_model_listing`: a Messages provider, several providers) gets the rule's
+  `listing`: the answer the data plane gives there itself once the AuthPolicy admitted the caller
+  (`dataplane.listing`), never the backend's.
 - the one base URL is plain matching: the generated rules match `x-gateway-model-name` (Exact), which the data
   plane sets from the body's `model` (`dataplane.routing`) before it matches.
 
@@ -54,8 +58,10 @@ from maasctl.contract.labels import (
     completion_ceiling_of,
 )
 from maasctl.contract.providers import InvalidPlan, ProviderPlan, plan_of
+from maasctl.contract.routing import answers_model_listing, is_model_listing_path
 from maasctl.contract.windows import InvalidWindowError, duration_milliseconds
 from maasctl.dataplane.body import ModelRename
+from maasctl.dataplane.listing import model_list
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 
 __all__ = [
@@ -113,6 +119,7 @@ class RouteRule:
     rename: ModelRename | None = None  # published vs provider model name (ExternalModel routes)
     completion_ceiling: int | None = None  # the model's maxCompletionTokens (None: the gateway's default)
     providers: ProviderPlan | None = None  # several providers: the attempts go to these (gateway.providers)
+    listing: bytes | None = None  # `GET <model path>/v1/models` answered by the data plane: this body
     created: str = ""
 
     @functools.cached_property
@@ -379,6 +386,10 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
         providers, plan_error = plan_of(annotations), None
     except InvalidPlan as exc:
         providers, plan_error = None, f"provider plan: {exc}"
+    api_format = str(annotations.get(API_FORMAT_ANNOTATION) or "openai-chat")
+    created = str(meta.get("creationTimestamp", ""))
+    listing = model_list(rename.published, model or f"{ns}/{name}", created) \
+        if rename is not None and answers_model_listing(api_format, providers is not None) else None
     for index, rule in enumerate(rules):
         backends, error = _backends(rule.get("backendRefs") or (), ns, services)
         if plan_error is not None:
@@ -396,12 +407,12 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             and not labels.get(MODEL_LABEL),
             "upstream_key_field": annotations.get(UPSTREAM_KEY_FIELD_ANNOTATION) or "api-key",
             "key_scheme": str(annotations.get(UPSTREAM_AUTH_ANNOTATION) or "bearer"),
-            "api_format": str(annotations.get(API_FORMAT_ANNOTATION) or "openai-chat"),
+            "api_format": api_format,
             "model": model,
             "rename": rename,
             "completion_ceiling": completion_ceiling_of(annotations),
             "providers": providers,
-            "created": str(meta.get("creationTimestamp", "")),
+            "created": created,
             **_filters(rule),
         }
         for match in rule.get("matches") or [{}]:
@@ -412,11 +423,14 @@ def _rules_of(route: Mapping[str, Any], services: ServiceLookup) -> Iterable[Rou
             headers = tuple(
                 (str(h["name"]).lower(), h.get("type", "Exact"), str(h["value"])) for h in match.get("headers") or ()
             )
+            value, method = str(path.get("value", "/")), match.get("method")
+            answered = path_type == "Exact" and method == "GET" and not headers and is_model_listing_path(value)
             yield RouteRule(
                 path_type=path_type,
-                path=str(path.get("value", "/")),
-                method=match.get("method"),
+                path=value,
+                method=method,
                 headers=headers,
+                listing=listing if answered else None,
                 **common,
             )
 

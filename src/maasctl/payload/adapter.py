@@ -10,9 +10,10 @@ is matched by the header the pre filter set (the body stage refuses a body namin
 
 post (after Authorino and Limitador): the route is matched again (the processor needs the rule: model, rename,
 provider key Secret, TRLP), the identity is the one Authorino injected (`x-maas-identity`, `contract.identity`)
-instead of an auth check, then the pipeline's `processor` stages - metering, body, provider key, token
-reservation, input guardrails - plus the two data stages they read (limits valid: the TRLP; backend: the rule's
-backend). Request limits (RateLimitPolicy) stay Limitador's. Every stage is the pipeline's own function, looked
+instead of an auth check, then the pipeline's `processor` stages - the model listing (`GET <model path>/v1/models`
+of a model whose provider cannot answer it, answered here), metering, body, provider key, token reservation,
+input guardrails - plus the two data stages they read (limits valid: the TRLP; backend: the rule's backend).
+Request limits (RateLimitPolicy) stay Limitador's. Every stage is the pipeline's own function, looked
 up by name in `STAGES`: nothing is re-implemented here.
 """
 
@@ -41,8 +42,8 @@ def _stages(*names: str) -> tuple[Stage, ...]:
 
 
 PRE_HEAD: Final = _stages("edge")
-POST_HEAD: Final = _stages("route")  # then the injected identity, then metering
-POST_METERING: Final = _stages("metering")
+POST_HEAD: Final = _stages("route")  # then the injected identity, then the model listing and metering
+POST_ADMITTED: Final = _stages("model listing", "metering")
 POST_BODY: Final = _stages("body", "limits valid", "backend", "provider key", "token reservation", "input guardrails")
 
 
@@ -95,7 +96,7 @@ class ProcessorStages:
 
     async def _post_head(self, ex: Exchange) -> Refusal | None:
         refusal = await self._run(POST_HEAD, ex) or self._identity(ex)
-        return refusal or await self._run(POST_METERING, ex)
+        return refusal or await self._run(POST_ADMITTED, ex)
 
     def _identity(self, ex: Exchange) -> Refusal | None:
         """The auth outcome Authorino decided, as it injected it (`Pipeline.adopt_identity`): the identity filter
