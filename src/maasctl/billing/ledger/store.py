@@ -182,9 +182,9 @@ class Ledger:
                 postings.c.transaction_id <= upto)))).scalar() or 0)
         return upto, records, from_micros(-used)
 
-    async def known(self, keys: Sequence[str]) -> set[str]:
+    async def known(self, keys: Sequence[str], *, conn: AsyncConnection | None = None) -> set[str]:
         """Which of `keys` are recorded entries."""
-        return await present(self.engine, transactions.c.key, keys)
+        return await present(self.engine, transactions.c.key, keys, conn)
 
     async def balance(self, tenant: str) -> Decimal:
         return (await self.balances([tenant]))[tenant]
