@@ -27,6 +27,7 @@ from maasctl.billing.ledger.entries import (
     rerate_adjustment,
     to_micros,
 )
+from maasctl.billing.ledger.rating_book import RatingBook, Unpriced
 from maasctl.billing.ledger.schema import postings, transactions
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
@@ -136,6 +137,40 @@ async def test_a_claimed_firing_has_one_notice_taken_by_one_deliverer(ledger: Le
     assert not await book.settle_notice("k50", "sent", T0 + timedelta(seconds=4))
     assert await book.notice_states("gw/cap") == {"k50": ("sent", 1, "PSPError (http_500)")}
     assert await book.due_notices(TENANT, T0 + timedelta(days=1)) == []
+
+
+async def test_reads_by_key_prefix_and_usage_after_an_entry(ledger: Ledger) -> None:
+    gpu = [usage_charge(f"gpu:{uid}:{start}", TENANT, T0, Decimal("1"), currency="USD", tokens=0,
+                        details={"gpu": {"start": start}})
+           for uid, start in (("u1", 0), ("u1", 60), ("u10", 0), ("u2", 0))]
+    await ledger.post([*gpu, charge("r1", "0.25")])
+    found = await ledger.details_by_prefix(["gpu:u1:", "gpu:u2:", ""])
+    assert sorted(k for k, _ in found) == ["gpu:u1:0", "gpu:u1:60", "gpu:u2:0"]  # u10 is not u1's
+    assert dict(found)["gpu:u1:60"] == {"gpu": {"start": 60}}
+    assert await ledger.details_by_prefix([]) == []
+    upto, records, cost = await ledger.usage_after(TENANT, 0)
+    assert (records, cost) == (5, Decimal("4.25")) and upto == await ledger.last_id()
+    assert await ledger.usage_after(TENANT, upto) == (upto, 0, Decimal("4.25"))  # nothing after it
+    assert await ledger.usage_after("gw/other", 0) == (0, 0, Decimal(0))
+
+
+async def test_the_rating_book_keeps_the_cursor_and_the_unpriced_report_beside_the_money(ledger: Ledger) -> None:
+    book = RatingBook(ledger.engine)
+    assert await book.cursor("usage") is None
+    items = [Unpriced(f"r{i}", TENANT, "team/m", T0 + timedelta(seconds=i), "no SKU") for i in range(3)]
+    async with ledger.engine.begin() as conn:
+        await ledger.post([charge("r9", "1")], conn=conn)
+        await book.mark_unpriced(items, conn=conn)
+        await book.set_cursor("usage", T0, "r9", conn)
+    assert await book.cursor("usage") == (T0, "r9")
+    assert await book.reported(["r0", "r2", "r9"]) == {"r0", "r2"}
+    assert await ledger.known(["usage:r0", "usage:r9"]) == {"usage:r9"}  # the ledger knows its entries only
+    page = await book.unpriced_page([TENANT], (items[0].occurred_at, "r0"), 10)
+    assert [u.record_id for u in page] == ["r1", "r2"]
+    async with ledger.engine.begin() as conn:
+        await book.settle_unpriced(["r1"], conn=conn)
+    count, latest = await book.unpriced(TENANT, limit=1)
+    assert count == 2 and latest[0].record_id == "r2"
 
 
 def test_manual_entries_need_a_reason_and_an_actor() -> None:

@@ -156,7 +156,8 @@ async def test_a_rater_killed_mid_batch_never_double_charges(billing_pg: Postgre
         path = tmp_path / "objects.json"
         path.write_text(json.dumps(objects()))
         argv = [sys.executable, "-m", "tests.billing.rate_process", url, url, str(path), "20"]
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        root = Path(__file__).parents[2]  # the test's module, and this checkout's maasctl (as the test imports it)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "src")])}
         kills = 0
         for _ in range(2):  # kill it twice, at different points, mid-way through
             proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.DEVNULL,

@@ -41,7 +41,6 @@ from maasctl.billing.connector.schema import (
 from maasctl.billing.ledger import Ledger, Posting, Transaction, credit, wallet
 from maasctl.billing.ledger.db import create_tables, dialect_insert
 from maasctl.billing.ledger.entries import FUNDING, from_micros, to_micros
-from maasctl.billing.ledger.schema import postings, transactions
 from maasctl.billing.rules.psp_events import Inbound
 from maasctl.billing.rules.reload import DAY, month_start
 
@@ -356,13 +355,8 @@ class UsageBook:
                 usage_pushes.c.tenant == tenant))).scalar() or 0)
             pushed = int((await conn.execute(select(func.sum(usage_pushes.c.amount_micros)).where(
                 usage_pushes.c.tenant == tenant))).scalar() or 0)
-            row = (await conn.execute(select(func.max(transactions.c.id), func.count()).where(and_(
-                transactions.c.tenant == tenant, transactions.c.kind == "usage", transactions.c.id > cursor)))).first()
-            upto, records = (int(row[0] or cursor), int(row[1] or 0)) if row is not None else (cursor, 0)
-            used = int((await conn.execute(select(func.sum(postings.c.amount_micros)).where(and_(
-                postings.c.account == wallet(tenant), postings.c.kind == "usage",
-                postings.c.transaction_id <= upto)))).scalar() or 0)
-        return cursor, upto, records, from_micros(-used - pushed)
+        upto, records, used = await self.payments.ledger.usage_after(tenant, cursor)
+        return cursor, upto, records, used - from_micros(pushed)
 
     async def record(self, key: str, connector: str, tenant: str, upto: int, records: int, amount: Decimal,
                      currency: str, external_id: str, now: datetime) -> None:

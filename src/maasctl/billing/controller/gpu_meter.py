@@ -21,11 +21,9 @@ from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
-from sqlalchemy import and_, or_, select
 
 from maasctl.billing.ledger import entries
 from maasctl.billing.ledger.rating_book import RatingBook, Unpriced
-from maasctl.billing.ledger.schema import transactions
 from maasctl.billing.ledger.store import Ledger
 from maasctl.billing.rules import gpu_metering as gm
 from maasctl.billing.rules import names, rating
@@ -35,7 +33,6 @@ from maasctl.billing.rules.catalog import Catalog, TenantRef
 __all__ = ["GpuMeter", "GpuMeterMetrics", "GpuReport"]
 
 log = structlog.get_logger("maasctl.billing.gpu")
-_CHUNK = 200
 
 
 class GpuMeterMetrics:
@@ -89,17 +86,11 @@ class GpuMeter:
     async def charged(self, uids: Sequence[str]) -> dict[str, list[gm.Charged]]:
         """The GPU segments the ledger holds per Workload uid (a key range per uid: the unique key's index)."""
         out: dict[str, list[gm.Charged]] = {u: [] for u in uids}
-        t = transactions
-        async with self.ledger.engine.connect() as conn:
-            for i in range(0, len(uids), _CHUNK):
-                part = uids[i: i + _CHUNK]
-                ranges = [and_(t.c.key >= f"gpu:{u}:", t.c.key < f"gpu:{u};") for u in part]
-                rows = (await conn.execute(select(t.c.key, t.c.details).where(or_(*ranges)))).all()
-                for key, details in rows:
-                    c = gm.charged_of((details or {}).get("gpu") or {})
-                    uid = str(key).split(":")[1]
-                    if c is not None and uid in out:
-                        out[uid].append(c)
+        for key, details in await self.ledger.details_by_prefix([f"gpu:{u}:" for u in uids]):
+            c = gm.charged_of(details.get("gpu") or {})
+            uid = key.split(":")[1]
+            if c is not None and uid in out:
+                out[uid].append(c)
         return out
 
     async def run_once(self) -> GpuReport:

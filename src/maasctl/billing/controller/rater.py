@@ -164,8 +164,9 @@ class Rater:
 
     async def _rate_page(self, rows: Sequence[UsageRow], months: dict[tuple[str, datetime], int]) -> _Page:
         page = _Page()
-        known = await self.ledger.known([f"usage:{r.id}" for r in rows])
-        known |= {f"usage:{i}" for i in await self.book.reported([r.id for r in rows])}
+        async with self.ledger.engine.connect() as conn:  # charged, or reported unpriced: known either way
+            known = await self.ledger.known([f"usage:{r.id}" for r in rows], conn=conn)
+            known |= {f"usage:{i}" for i in await self.book.reported([r.id for r in rows], conn=conn)}
         catalog = self.catalog()
         for row in rows:
             if f"usage:{row.id}" in known:

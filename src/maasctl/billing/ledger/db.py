@@ -58,10 +58,14 @@ def chunks(rows: Sequence[Any], size: int = CHUNK) -> Iterable[Sequence[Any]]:
         yield rows[i: i + size]
 
 
-async def present(engine: AsyncEngine, column: Column[Any], values: Sequence[str]) -> set[str]:
-    """Which of `values` are in `column` (a unique key: the ledger's entry keys, the unpriced record ids)."""
+async def present(engine: AsyncEngine, column: Column[Any], values: Sequence[str],
+                  conn: AsyncConnection | None = None) -> set[str]:
+    """Which of `values` are in `column` (a unique key: the ledger's entry keys, the unpriced record ids). With
+    `conn`, on the caller's connection (the rater asks the ledger and the rating book on one)."""
+    if conn is None:
+        async with engine.connect() as own:
+            return await present(engine, column, values, own)
     out: set[str] = set()
-    async with engine.connect() as conn:
-        for part in chunks(list(values)):
-            out.update(str(r[0]) for r in await conn.execute(select(column).where(column.in_(list(part)))))
+    for part in chunks(list(values)):
+        out.update(str(r[0]) for r in await conn.execute(select(column).where(column.in_(list(part)))))
     return out

@@ -98,9 +98,9 @@ class RatingBook:
         for part in chunks(list(record_ids)):
             await conn.execute(delete(unpriced).where(unpriced.c.record_id.in_(list(part))))
 
-    async def reported(self, record_ids: Sequence[str]) -> set[str]:
+    async def reported(self, record_ids: Sequence[str], *, conn: AsyncConnection | None = None) -> set[str]:
         """Which of `record_ids` are reported unpriced."""
-        return await present(self.engine, unpriced.c.record_id, record_ids)
+        return await present(self.engine, unpriced.c.record_id, record_ids, conn)
 
     async def unpriced(self, tenant: str, limit: int = 20) -> tuple[int, list[Unpriced]]:
         """How many of the tenant's records no SKU priced, and the latest few."""

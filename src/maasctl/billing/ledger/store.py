@@ -27,6 +27,7 @@ from maasctl.billing.money import parse_signed
 __all__ = ["Entry", "Ledger", "PostResult"]
 
 log = structlog.get_logger("maasctl.billing.ledger")
+_PREFIXES = 200  # key ranges per SELECT
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,35 @@ class Ledger:
 
     # -- reading -------------------------------------------------------------------------------------------
 
-    async def known(self, keys: Sequence[str]) -> set[str]:
+    async def details_by_prefix(self, prefixes: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(key, details) of the entries whose key starts with one of `prefixes`, each a key range on the unique
+        key's index (the GPU meter: the segments charged per Workload, `gpu:<uid>:`)."""
+        t = transactions
+        out: list[tuple[str, dict[str, Any]]] = []
+        async with self.engine.connect() as conn:
+            for part in chunks([p for p in prefixes if p], _PREFIXES):
+                ranges = [and_(t.c.key >= p, t.c.key < p[:-1] + chr(ord(p[-1]) + 1)) for p in part]
+                rows = (await conn.execute(select(t.c.key, t.c.details).where(or_(*ranges)))).all()
+                out += [(str(key), dict(details or {})) for key, details in rows]
+        return out
+
+    async def usage_after(self, tenant: str, after_id: int) -> tuple[int, int, Decimal]:
+        """(the tenant's newest usage entry id, at least `after_id`; how many usage entries came after `after_id`;
+        what its usage up to that newest entry cost it): the psp-connector's usage sync pushes the difference to
+        what it pushed before."""
+        t = transactions
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(func.max(t.c.id), func.count()).where(and_(
+                t.c.tenant == tenant, t.c.kind == "usage", t.c.id > after_id)))).first()
+            upto, records = (int(row[0] or after_id), int(row[1] or 0)) if row is not None else (after_id, 0)
+            used = int((await conn.execute(select(func.sum(postings.c.amount_micros)).where(and_(
+                postings.c.account == wallet(tenant), postings.c.kind == "usage",
+                postings.c.transaction_id <= upto)))).scalar() or 0)
+        return upto, records, from_micros(-used)
+
+    async def known(self, keys: Sequence[str], *, conn: AsyncConnection | None = None) -> set[str]:
         """Which of `keys` are recorded entries."""
-        return await present(self.engine, transactions.c.key, keys)
+        return await present(self.engine, transactions.c.key, keys, conn)
 
     async def balance(self, tenant: str) -> Decimal:
         return (await self.balances([tenant]))[tenant]
