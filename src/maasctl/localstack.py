@@ -69,6 +69,8 @@ class StackOptions:
     # The gateway plays Envoy + Authorino + Limitador only and hands the payload stages to a `maasctl
     # payload-processor` process over gRPC (ext_proc), as in a cluster; False runs every stage in the gateway.
     payload_processor: bool = False
+    # worker processes of the gateway (and of the payload processor): more than 1 needs `redis_url`
+    workers: int = 1
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -177,7 +179,7 @@ class LocalStack:
         if opts.payload_processor:
             grpc_port, metrics_port, relay_port = free_port(), free_port(), free_port()
             self.processor_health_url = f"http://127.0.0.1:{metrics_port}"
-            argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url)
+            argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url, workers=opts.workers)
             argv[0] = "payload-processor"
             self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}", f"--relay-port={relay_port}")
             # models with several providers are routed to the processor's provider relay
@@ -186,7 +188,8 @@ class LocalStack:
                           f"--payload-processor-metrics-url={self.processor_health_url}/metrics",
                           *(f"--payload-processor-bypass-route={r}"
                             for r in self.settings.payload_processor_bypass_routes)]
-        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url), *processor)
+        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url, workers=opts.workers),
+                    *processor)
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -211,7 +214,7 @@ class LocalStack:
         return self.directory / "usage-spool" / name
 
     def _gateway_argv(self, name: str, port: int, redis_url: str | None, usage_url: str | None = None,
-                      gateway: tuple[str, str] | None = None) -> list[str]:
+                      gateway: tuple[str, str] | None = None, workers: int = 1) -> list[str]:
         gw_namespace, gw_name = gateway or (self.settings.gateway_namespace, self.settings.gateway_name)
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
                 f"--gateway-name={gw_name}", f"--gateway-namespace={gw_namespace}",
@@ -221,18 +224,20 @@ class LocalStack:
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
         if self.engine is not None:
             argv.append(f"--guardrails-url={self.engine.url}")
+        if workers > 1:
+            argv.append(f"--workers={workers}")
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
     async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None,
-                          gateway: tuple[str, str] | None = None) -> str:
+                          gateway: tuple[str, str] | None = None, workers: int = 1) -> str:
         """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
         Replicas given the same `redis_url` share token counters, as in a scaled-out deployment. `usage_url`
         replaces maas-api's URL for usage records only (e.g. an unreachable one); the replica's usage spool is
         `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left.
         `gateway` (namespace, name) makes it the data plane of another (tenant) Gateway instead: one listener
-        per Gateway."""
+        per Gateway. `workers`: that many worker processes on its port (needs `redis_url`)."""
         port = free_port()
-        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway))
+        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway, workers))
         url = f"http://127.0.0.1:{port}"
         await self._wait_http(f"{url}/_gateway/readyz", name)
         return url

@@ -1,0 +1,47 @@
+"""Which settings may run several worker processes (`config.workers_problem`): never without a shared counter
+store, whose absence would multiply every limit by the number of workers."""
+
+from __future__ import annotations
+
+import pytest
+
+from maasctl.cli import main
+from maasctl.gateway.config import GatewaySettings, workers_problem
+from maasctl.gateway.workers import WorkerPool, WorkersRefused
+
+
+@pytest.mark.parametrize("workers", [2, 3, 64])
+def test_several_workers_without_redis_are_refused(workers: int) -> None:
+    problem = workers_problem(GatewaySettings(workers=workers))
+    assert problem is not None and "--redis-url" in problem and f"{workers} times" in problem
+
+
+@pytest.mark.parametrize("workers", [0, -1, 65])
+def test_a_worker_count_out_of_range_is_refused(workers: int) -> None:
+    assert "between 1 and 64" in str(workers_problem(GatewaySettings(workers=workers, redis_url="redis://r")))
+
+
+@pytest.mark.parametrize("settings", [GatewaySettings(), GatewaySettings(workers=1, usage_spool_dir="/x"),
+                                      GatewaySettings(workers=2, redis_url="redis://r")])
+def test_one_worker_or_a_shared_store_is_accepted(settings: GatewaySettings) -> None:
+    assert workers_problem(settings) is None
+
+
+def test_the_pool_itself_refuses_too() -> None:
+    with pytest.raises(WorkersRefused):
+        WorkerPool(GatewaySettings(workers=2), _never_run)
+
+
+@pytest.mark.parametrize("command", ["gateway", "payload-processor"])
+def test_both_commands_refuse_to_start_with_a_clear_message(
+        command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAASCTL_REDIS_URL", raising=False)
+    assert main([command, "--workers", "2"]) == 2
+    assert "--workers 2 needs --redis-url" in capsys.readouterr().err
+    monkeypatch.setenv("MAASCTL_WORKERS", "3")  # the environment fallback, as for every flag
+    assert main([command]) == 2
+    assert "--workers 3 needs --redis-url" in capsys.readouterr().err
+
+
+async def _never_run(settings: GatewaySettings, worker: object) -> int:
+    raise AssertionError("never spawned")
