@@ -30,6 +30,11 @@ all C clients send at the same instant and, the model answering each in the same
 every process on the path receives bursts of C requests at once, and the last of a burst waits for the other
 C - 1 to be processed (for the gateway: C x its CPU time per request, on one core).
 
+``--workers 1,2`` measures the gateway with each number of worker processes (`maasctl gateway --workers N`),
+interleaved like ``--compare``: every round runs each count, in alternating order. The gateway's counters are then
+in a real Redis server for every count (more than one worker needs it), so the counts differ only in their
+processes; the gateway's CPU is the sum over its parent and workers.
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -65,6 +70,7 @@ from overshoot_bench import (
 )
 
 from maasctl.localstack import LocalStack, StackOptions
+from maasctl.testenv.redis import start_redis
 
 
 async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], clients: int,
@@ -91,6 +97,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid` and of its live children (a gateway's worker processes)."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+    return cpu_seconds(pid) + sum(cpu_seconds(c) for c in children)
+
+
 def pid_of(stack: LocalStack, name: str) -> int:
     popen = stack.processes[name].popen
     assert popen is not None
@@ -105,13 +118,15 @@ def usage_posts(stack: LocalStack) -> int:
 
 
 async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None,
-              staggered: bool) -> dict[str, Any]:
+              staggered: bool, workers: int | None = None) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
+    redis = start_redis() if workers is not None else None
+    pooled = {"workers": workers, "redis_url": redis.url} if redis is not None and workers is not None else {}
     stagger = model_latency if staggered else 0.0
     if gateway_core is not None:  # children inherit the affinity: the whole stack leaves the gateway's core free
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
     latency = {"model_latency": model_latency} if model_latency > 0 else {}
-    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency))
+    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency, **pooled))
     try:
         await stack.start()
         gateway_pid, model_pid = pid_of(stack, "gateway"), pid_of(stack, "testmodel")
@@ -141,9 +156,9 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
                 await request_ok(http, gateway, {"Authorization": f"Bearer {key}"})
                 first = (time.perf_counter() - sent) * 1000
                 await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
-                posts, gateway_cpu = usage_posts(stack), cpu_seconds(gateway_pid)
+                posts, gateway_cpu = usage_posts(stack), tree_cpu_seconds(gateway_pid)
                 g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds, stagger)
-                gateway_cpu = cpu_seconds(gateway_pid) - gateway_cpu
+                gateway_cpu = tree_cpu_seconds(gateway_pid) - gateway_cpu
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
                 rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
@@ -154,10 +169,12 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
         return {"rows": rows}
     finally:
         await stack.stop()
+        if redis is not None:
+            redis.stop()
         tmp.cleanup()
 
 
-def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any]:
+def one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -165,7 +182,8 @@ def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any
     out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
                           "--seconds", str(args.seconds), "--model-latency", str(args.model_latency),
                           *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else []),
-                          *(["--stagger"] if args.stagger else [])],
+                          *(["--stagger"] if args.stagger else []),
+                          *(["--workers", str(workers)] if workers is not None else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -182,20 +200,27 @@ def main() -> None:
     parser.add_argument("--gateway-core", type=int, help="pin the gateway to this core, everything else elsewhere")
     parser.add_argument("--stagger", action="store_true",
                         help="spread the clients' first requests over the model latency (no synchronized bursts)")
+    parser.add_argument("--workers", help="worker counts of the gateway to interleave, e.g. 1,2 (Redis counters)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger))
+        workers = int(args.workers) if args.workers else None
+        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger,
+                                 workers))
         print(json.dumps(result), flush=True)
         return
-    versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
+    versions: list[tuple[str, str | None, int | None]] = [("this checkout", None, None)]
+    if args.compare:
+        versions.append(("compared", args.compare, None))
+    if args.workers:
+        versions = [(f"{n} worker{'s' if n > 1 else ''}", None, n) for n in map(int, args.workers.split(","))]
     print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
           "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) | "
           "CPU per request: gateway / model / load generator (µs) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(args.rounds):
-        for name, path in (versions if rnd % 2 == 0 else versions[::-1]):
-            r = one_round(args, path)
+        for name, path, workers in (versions if rnd % 2 == 0 else versions[::-1]):
+            r = one_round(args, path, workers)
             for row in r["rows"]:
                 print(f"| {name} | {rnd + 1} | {r['load']} | {row['clients']} | {row['direct_rps']:.0f} | "
                       f"{row['direct_p50']:.2f} / {row['direct_p99']:.2f} | {row['rps']:.0f} | "

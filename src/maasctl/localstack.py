@@ -73,6 +73,23 @@ class StackOptions:
     workers: int = 1
 
 
+@dataclass(frozen=True)
+class ProcessorEndpoints:
+    """The ports of a `maasctl payload-processor` started by the stack (loopback)."""
+
+    grpc_port: int
+    metrics_port: int
+    relay_port: int
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def relay(self) -> str:
+        return f"127.0.0.1:{self.relay_port}"
+
+
 def maasctl_argv(*args: str) -> list[str]:
     return [str(Path(sys.executable).with_name("maasctl")), *args]
 
@@ -177,17 +194,11 @@ class LocalStack:
                     "--log-format=json")
         processor: list[str] = []
         if opts.payload_processor:
-            grpc_port, metrics_port, relay_port = free_port(), free_port(), free_port()
-            self.processor_health_url = f"http://127.0.0.1:{metrics_port}"
-            argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url, workers=opts.workers)
-            argv[0] = "payload-processor"
-            self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}", f"--relay-port={relay_port}")
+            endpoints = self._spawn_processor("payload-processor", opts.redis_url, opts.workers)
+            self.processor_health_url = endpoints.health_url
             # models with several providers are routed to the processor's provider relay
-            self.settings = dataclasses.replace(self.settings, provider_relay=f"127.0.0.1:{relay_port}")
-            processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
-                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics",
-                          *(f"--payload-processor-bypass-route={r}"
-                            for r in self.settings.payload_processor_bypass_routes)]
+            self.settings = dataclasses.replace(self.settings, provider_relay=endpoints.relay)
+            processor = self._front_argv(endpoints)
         self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url, workers=opts.workers),
                     *processor)
         if opts.controller_process:
@@ -229,18 +240,41 @@ class LocalStack:
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
     async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None,
-                          gateway: tuple[str, str] | None = None, workers: int = 1) -> str:
+                          gateway: tuple[str, str] | None = None, workers: int = 1,
+                          processor: ProcessorEndpoints | None = None) -> str:
         """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
         Replicas given the same `redis_url` share token counters, as in a scaled-out deployment. `usage_url`
         replaces maas-api's URL for usage records only (e.g. an unreachable one); the replica's usage spool is
         `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left.
         `gateway` (namespace, name) makes it the data plane of another (tenant) Gateway instead: one listener
-        per Gateway. `workers`: that many worker processes on its port (needs `redis_url`)."""
+        per Gateway. `workers`: that many worker processes on its port (needs `redis_url`). `processor`: it plays
+        Envoy in front of that payload processor (`add_processor`)."""
         port = free_port()
-        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway, workers))
+        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway, workers),
+                    *(self._front_argv(processor) if processor is not None else ()))
         url = f"http://127.0.0.1:{port}"
         await self._wait_http(f"{url}/_gateway/readyz", name)
         return url
+
+    def _spawn_processor(self, name: str, redis_url: str | None, workers: int = 1) -> ProcessorEndpoints:
+        endpoints = ProcessorEndpoints(free_port(), free_port(), free_port())
+        argv = self._gateway_argv(name, endpoints.grpc_port, redis_url, workers=workers)
+        argv[0] = "payload-processor"
+        self._spawn(name, *argv, f"--metrics-port={endpoints.metrics_port}", f"--relay-port={endpoints.relay_port}")
+        return endpoints
+
+    def _front_argv(self, endpoints: ProcessorEndpoints) -> list[str]:
+        """The flags of a gateway that plays Envoy in front of the processor at `endpoints`."""
+        return [f"--payload-processor=grpc://127.0.0.1:{endpoints.grpc_port}",
+                f"--payload-processor-metrics-url={endpoints.health_url}/metrics",
+                *(f"--payload-processor-bypass-route={r}" for r in self.settings.payload_processor_bypass_routes)]
+
+    async def add_processor(self, name: str, redis_url: str | None = None, *, workers: int = 1) -> ProcessorEndpoints:
+        """Another payload processor for the stack's Gateway (its usage spool `spool_dir(name)`), once ready;
+        `add_gateway(..., processor=...)` puts a gateway in front of it."""
+        endpoints = self._spawn_processor(name, redis_url, workers)
+        await self._wait_http(f"{endpoints.health_url}/readyz", name)
+        return endpoints
 
     async def _identities(self) -> tuple[Path, Path]:
         """Token files of two ServiceAccounts: the key cleanup Job's (no RBAC at all: maas-api lets it revoke

@@ -7,6 +7,7 @@ import pytest
 
 from maasctl.cli import main
 from maasctl.gateway.config import GatewaySettings, workers_problem
+from maasctl.gateway.providers import relay_token
 from maasctl.gateway.workers import WorkerPool, WorkersRefused
 
 
@@ -45,3 +46,20 @@ def test_both_commands_refuse_to_start_with_a_clear_message(
 
 async def _never_run(settings: GatewaySettings, worker: object) -> int:
     raise AssertionError("never spawned")
+
+
+def test_the_pool_draws_one_relay_secret_for_all_its_workers_without_a_gateway_token() -> None:
+    """The post stage of one worker and the provider relay of another must agree on the relay token."""
+    pool = WorkerPool(GatewaySettings(workers=2, redis_url="redis://r", port=0), _never_run)
+    bound = pool.start()
+    try:
+        assert bound.relay_secret and bound.port > 0  # the port the workers will all bind
+        assert relay_token(bound.maas_api_token or bound.relay_secret) != relay_token(None)  # not per process
+        assert bound.relay_secret not in repr(bound)
+    finally:
+        pool.close()
+    with_token = WorkerPool(GatewaySettings(workers=2, redis_url="redis://r", port=0, maas_api_token="t"), _never_run)
+    try:
+        assert with_token.start().relay_secret is None  # every replica derives it from the install's token
+    finally:
+        with_token.close()

@@ -1,7 +1,9 @@
 """A gateway of two worker processes (`maasctl gateway --workers 2`, one port, SO_REUSEPORT) next to the local
 stack, its counters in a real Redis: a token limit is one limit whichever worker serves a request, a worker
 killed outright loses none of its spooled usage records and is started again by its parent (whose pool is
-unready meanwhile), and SIGTERM drains in-flight requests with their records. Real processes throughout."""
+unready meanwhile), and SIGTERM drains in-flight requests with their records. The payload processor's pool
+(`maasctl payload-processor --workers 2`) behind a gateway: served, a killed worker started again, SIGTERM.
+Real processes throughout."""
 
 from __future__ import annotations
 
@@ -59,17 +61,17 @@ def parent_pid(world: World, name: str) -> int:
     return popen.pid
 
 
-async def metrics(gateway: str) -> dict[str, float]:
+async def metrics(gateway: str, path: str = "/_gateway/metrics") -> dict[str, float]:
     """`/_gateway/metrics` as {sample with labels: value} (any worker answers: the pool's sum)."""
     async with httpx.AsyncClient(timeout=10) as http:
-        text = (await http.get(f"{gateway}/_gateway/metrics")).text
+        text = (await http.get(f"{gateway}{path}")).text
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line and not line.startswith("#")}
 
 
-async def readyz(gateway: str) -> tuple[int, dict[str, Any]]:
+async def readyz(gateway: str, path: str = "/_gateway/readyz") -> tuple[int, dict[str, Any]]:
     async with httpx.AsyncClient(timeout=10) as http:
-        r = await http.get(f"{gateway}/_gateway/readyz")
+        r = await http.get(f"{gateway}{path}")
     return r.status_code, r.json()
 
 
@@ -266,3 +268,42 @@ async def test_sigterm_drains_the_workers_in_flight_requests_and_their_records(
                 await chat(gateway, world, key)
         finally:
             await stop_gateway(world, name)
+
+
+async def test_a_processor_of_two_workers_serves_and_starts_a_killed_worker_again(
+        world: World, redis_server: RedisServer) -> None:
+    world.require(Need.LOCAL_STACK)
+    local = world.stack.local
+    assert local is not None
+    key, _, _ = await setup(world)
+    name, front = world.name("pool-pp"), world.name("pool-pp-gw")
+    try:
+        processor = await local.add_processor(name, redis_server.url, workers=2)
+        health = processor.health_url  # the parent's: every worker ready
+        assert (await metrics(health, "/metrics"))['maas_workers{state="ready"}'] == 2
+        gateway = await local.add_gateway(front, redis_server.url, processor=processor)
+        await eventually(lambda: _served(gateway, world, key), timeout=30)
+        for _ in range(5):
+            assert await chat(gateway, world, key) == 200
+        taken = await metrics(health, "/metrics")  # both filters' streams, whichever worker took them
+        assert sum(v for k, v in taken.items() if k.startswith("maas_worker_requests_total")) >= 12
+        pids = worker_pids(parent_pid(world, name))
+        assert len(pids) == 2, pids
+        os.kill(pids[0], signal.SIGKILL)
+        seen: list[int] = []
+
+        async def restarted() -> bool:
+            status, _ = await readyz(health, "/readyz")
+            seen.append(status)
+            return status == 200 and 503 in seen
+
+        await eventually(restarted, timeout=60)
+        assert (await metrics(health, "/metrics"))["maas_worker_restarts_total"] == 1
+        await eventually(lambda: _served(gateway, world, key), timeout=30)  # Envoy's side reconnects
+        parent = local.processes[name].popen
+        assert parent is not None
+        parent.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(parent.wait, 30) == 0
+    finally:
+        await stop_gateway(world, front)
+        await stop_gateway(world, name)
