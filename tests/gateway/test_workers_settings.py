@@ -3,12 +3,16 @@ store, whose absence would multiply every limit by the number of workers."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from maasctl.cli import main
 from maasctl.gateway.config import GatewaySettings, workers_problem
 from maasctl.gateway.providers import relay_token
 from maasctl.gateway.workers import WorkerPool, WorkersRefused
+from maasctl.localstack import maasctl_argv
 
 
 @pytest.mark.parametrize("workers", [2, 3, 64])
@@ -63,3 +67,14 @@ def test_the_pool_draws_one_relay_secret_for_all_its_workers_without_a_gateway_t
         assert with_token.start().relay_secret is None  # every replica derives it from the install's token
     finally:
         with_token.close()
+
+
+def test_a_pool_whose_workers_cannot_start_exits_1_instead_of_serving_fewer(tmp_path: Path) -> None:
+    """A worker that dies before it was ever ready (here: no cluster to watch) is a configuration problem, as it
+    would be for one process: the parent stops and says so, it never keeps a smaller pool running."""
+    missing = tmp_path / "no-such-kubeconfig"
+    done = subprocess.run([*maasctl_argv("gateway", "--workers", "2", "--redis-url", "redis://127.0.0.1:1/0",
+                                         "--port", "0", f"--kubeconfig={missing}", "--log-format", "json")],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "before it was ready: stopping" in done.stderr

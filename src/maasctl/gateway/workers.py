@@ -229,22 +229,21 @@ class WorkerPool:
     async def _shutdown(self) -> None:
         """SIGTERM to every worker, wait up to `grace` seconds for them to drain, SIGKILL what is left."""
         self._stopping = True
-        live = [p for p in self._procs if p is not None and p.pid in self._ended]
-        for proc in live:
+        live = {self._ended[p.pid]: p for p in self._procs if p is not None and p.pid in self._ended}
+        for proc in live.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
-        ended = [self._ended[p.pid] for p in live]
-        if ended:
-            await asyncio.wait(ended, timeout=self.grace)
-        for proc in live:
-            if proc.is_alive():
-                log.error("worker pid %d did not stop within %.0f s: killed (its spool keeps its records)",
-                          proc.pid, self.grace)
-                proc.kill()
+        _, late = await asyncio.wait(live, timeout=self.grace) if live else (set(), set())
+        for ended in late:
+            proc = live[ended]
+            log.error("worker pid %d did not stop within %.0f s: killed (its spool keeps its records)",
+                      proc.pid, self.grace)
+            asyncio.get_running_loop().remove_reader(proc.sentinel)
+            self._ended.pop(proc.pid, None)
+            ended.cancel()
+            proc.kill()
+        for proc in live.values():
             proc.join(5)
-            if proc.pid in self._ended:
-                asyncio.get_running_loop().remove_reader(proc.sentinel)
-                self._ended.pop(proc.pid).cancel()
 
     def close(self) -> None:
         """Release the ports, the spool root and the metrics directory."""
