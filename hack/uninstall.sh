@@ -34,6 +34,8 @@ while [[ $# -gt 0 ]]; do
 done
 
 MAAS_KINDS="maassubscriptions.maas.opendatahub.io,maasauthpolicies.maas.opendatahub.io,maasmodelrefs.maas.opendatahub.io,externalmodels.maas.opendatahub.io"
+# The reference's kinds maasctl converts: deleted first, or the controller generates their ExternalModels again.
+INFERENCE_KINDS="externalmodels.inference.opendatahub.io,externalproviders.inference.opendatahub.io"
 
 overlay_dir="$(resolve_overlay "$overlay")"
 rendered="$(mktemp)"
@@ -59,6 +61,9 @@ fi
 
 if [[ $all -eq 1 && $api_installed -eq 1 ]]; then
   log "deleting every MaaS resource"
+  if k get crd externalmodels.inference.opendatahub.io >/dev/null 2>&1; then
+    k delete "$INFERENCE_KINDS" --all -A --ignore-not-found >/dev/null
+  fi
   k delete "$MAAS_KINDS" --all -A --wait=false --ignore-not-found >/dev/null
   available="$(k get deployment maas-controller -n "$controller_ns" --ignore-not-found \
     -o jsonpath='{.status.availableReplicas}')"

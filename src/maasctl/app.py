@@ -8,8 +8,10 @@ import structlog
 from kubernetes_asyncio import client as k8s
 
 from maasctl.builders.names import FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, STATUS_FIELD_MANAGER
+from maasctl.contract.labels import UPSTREAM_KEY_SELECTOR
 from maasctl.reconcilers.cleanup import JOB
-from maasctl.reconcilers.kinds import SERVICE
+from maasctl.reconcilers.externalmodel import secret_keys_only
+from maasctl.reconcilers.kinds import SECRET, SERVICE
 from maasctl.reconcilers.setup import setup_controllers
 from maasctl.runtime import LeaderElectionOptions, Lifetime, Manager, ManagerOptions, run_manager
 from maasctl.runtime import stop_on_signals as runtime_stop_on_signals
@@ -36,8 +38,11 @@ def manager_options(settings: ControllerSettings) -> ManagerOptions:
         max_concurrent_reconciles=settings.max_concurrent_reconciles,
         field_manager=FIELD_MANAGER,
         status_field_manager=STATUS_FIELD_MANAGER,
-        # Services and Jobs are watched only for the ones we generate: never the whole cluster's.
-        cache_label_selectors={kind: f"{MANAGED_BY_LABEL}={MANAGED_BY}" for kind in (SERVICE, JOB)},
+        # Services and Jobs are watched only for the ones we generate: never the whole cluster's. Secrets only
+        # for the provider keys the ExternalModel controller labelled, and never with their values.
+        cache_label_selectors={**{kind: f"{MANAGED_BY_LABEL}={MANAGED_BY}" for kind in (SERVICE, JOB)},
+                               SECRET: UPSTREAM_KEY_SELECTOR},
+        cache_transforms={SECRET: secret_keys_only},
     )
 
 

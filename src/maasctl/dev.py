@@ -16,7 +16,9 @@ import structlog
 from maasctl import samples
 from maasctl.app import run_controller, stop_on_signals
 from maasctl.billing.dev.stack import start_billing
+from maasctl.console.billing import rbac as billing_rbac
 from maasctl.console.localrun import start_console
+from maasctl.contract.billing_console import ROLE_FLAGS, Role
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.reconcilers.kinds import GATEWAY, LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
@@ -28,6 +30,8 @@ log = structlog.get_logger("maasctl.dev")
 FIELD_MANAGER = "maasctl-dev"
 DEV_ADMIN = "admin"  # a token-file user in the console's administrator group
 ADMIN_GROUP = "maas-admins"
+# The console's billing pages (docs/billing-console.md): the dev administrator is a billing admin.
+BILLING_ROLES: dict[Role, tuple[str, ...]] = {"admin": (ADMIN_GROUP,)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +68,16 @@ def write_tokens(stack: LocalStack, path: Path) -> None:
     path.chmod(0o600)
 
 
+def billing_console_args(probe_address: str) -> tuple[str, ...]:
+    """The console's billing flags in `maasctl dev`: the roles, and the billing operator's /metrics when it is
+    served (`--billing-probe-address`; without it the metering health page says the rater's figures are missing)."""
+    args = tuple(f"{ROLE_FLAGS[role]}={g}" for role, groups in BILLING_ROLES.items() for g in groups)
+    if probe_address and probe_address != "0":
+        host, _, port = probe_address.rpartition(":")
+        args += (f"--billing-metrics-url=http://{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{port}/metrics",)
+    return args
+
+
 def banner(stack: LocalStack, directory: Path, console_url: str, billing: str = "") -> str:
     kubeconfig, tokens = directory / "kubeconfig", directory / "tokens.env"
     ns = samples.MODEL_NAMESPACE
@@ -77,6 +91,7 @@ maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {
   maas-api   {stack.api_url}
   gateway    {stack.gateway_url}
   console    {console_url}    # sign in with $ADMIN_TOKEN (a MaaS administrator) or $ALICE_TOKEN
+  billing    {console_url}/billing    # $ADMIN_TOKEN is a billing admin too: tenants, budgets, metering health
 
   # mint an API key bound to alice's best subscription, then call a model through the gateway:
   KEY=$(curl -s -X POST {stack.api_url}/v1/api-keys -H "Authorization: Bearer $ALICE_TOKEN" \\
@@ -124,7 +139,10 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
                                       stack.settings.gateway_name, stop, samples_on=options.samples,
                                       probe_address=options.billing_probe_address)
+        await apply_all(Client(stack.api), [*billing_rbac.cluster_roles(), *billing_rbac.role_bindings(BILLING_ROLES)],
+                        field_manager=FIELD_MANAGER)  # as the operator binds them from a BillingConsole
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
+                                          extra_args=billing_console_args(options.billing_probe_address),
                                           model_namespace=samples.MODEL_NAMESPACE)
         print(banner(stack, directory, console_url, billing.hints), flush=True)
         try:

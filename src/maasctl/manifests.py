@@ -27,7 +27,8 @@ def render_all(subscription_namespace: str | None = None) -> dict[str, str]:
     ``subscription_namespace`` overrides the namespace the admission policy accepts subscriptions and auth
     policies in (the checked-in files use the default).
     """
-    files = {crdgen.crd_file_name(kind): crdgen.to_yaml(crdgen.crd(kind)) for kind in (*crdgen.KINDS, *BILLING_KINDS)}
+    kinds = (*crdgen.KINDS, *crdgen.REFERENCE_KINDS, *BILLING_KINDS)
+    files = {crdgen.crd_file_name(kind): crdgen.to_yaml(crdgen.crd(kind)) for kind in kinds}
     docs = admission.manifests(subscription_namespace)
     files[f"{crdgen.ADMISSION_DIR}/{admission.FILE_NAME}"] = crdgen.to_yaml(*docs)
     files[f"{crdgen.FINALIZER_DIR}/{admission.FINALIZER_FILE_NAME}"] = crdgen.to_yaml(*admission.finalizer_manifests())

@@ -20,7 +20,8 @@ from maasctl.api._fields import ENDPOINT_PATTERN, WINDOW_PATTERN, Matches, safe
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-CRDS = {doc["spec"]["names"]["kind"]: doc for doc in crdgen.crd_manifests()}
+CRDS = {doc["spec"]["names"]["kind"]: doc for doc in map(crdgen.crd, crdgen.KINDS)}
+"""Our maas.opendatahub.io kinds (the reference's inference.opendatahub.io ones: tests/api/test_inference_crds.py)."""
 
 
 def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

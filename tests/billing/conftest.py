@@ -23,6 +23,7 @@ from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from maasctl.testenv.crds import apply_documents, load_documents, wait_established
 from maasctl.testenv.postgres import PostgresServer, start_postgres
 from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api
 
@@ -185,6 +186,15 @@ async def wait_event(api: k8s.ApiClient, namespace: str, name: str, reason: str,
 
     note: str = await eventually(found)
     return note
+
+
+ROUTE_CRD = Path(__file__).parent / "data" / "routes.route.openshift.io.yaml"
+
+
+def install_route_crd(cp: ControlPlane) -> None:
+    """A minimal OpenShift Route CRD (test data): the Route API served, as on OpenShift."""
+    with cp.http_client() as http:
+        wait_established(http, apply_documents(http, load_documents([ROUTE_CRD]), field_manager="tests"))
 
 
 # -- the ledger on SQLite and on a real PostgreSQL server -------------------------------------------------------

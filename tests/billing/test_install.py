@@ -3,11 +3,15 @@ ServiceAccount whose permissions are bounded as the API server sees them, and `m
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from maasctl.billing.cli.billing import settings_from_args
 from maasctl.cli import build_parser
+from maasctl.console.billing import rbac
 from maasctl.testenv import ControlPlane
+from tests.billing.conftest import install_route_crd
 from tests.install.manifests import (
     DEFAULT_CONTROLLER_NS,
     DEFAULT_SUBSCRIPTION_NS,
@@ -56,6 +60,41 @@ async def test_the_billing_service_account_is_bounded(billing_cluster: ControlPl
     assert not can("create", "leases.coordination.k8s.io", "-n", "tenants")
     assert not can("patch", "httproutes.gateway.networking.k8s.io", "-n", "tenants")
     assert not can("patch", "maassubscriptions.maas.opendatahub.io", "-n", DEFAULT_SUBSCRIPTION_NS)
+    # The billing console (BillingConsole): its objects in the operator's namespace only, the resource's status.
+    # (kubectl asks about routes.route.openshift.io only where the Route API is served.)
+    await asyncio.to_thread(install_route_crd, cp)
+    ns = ("-n", DEFAULT_CONTROLLER_NS)
+    for resource in ("deployments.apps", "services", "routes.route.openshift.io"):
+        for verb in ("get", "list", "watch", "create", "patch", "delete"):
+            assert can(verb, resource, *ns), (verb, resource)
+        for verb in ("list", "watch", "create", "patch", "delete"):
+            assert not can(verb, resource, "-n", "tenants"), (verb, resource)
+        assert not can("list", resource, "-A"), resource
+    assert can("create", "routes.route.openshift.io", "--subresource=custom-host", *ns)
+    assert can("patch", "httproutes.gateway.networking.k8s.io", *ns)
+    assert can("patch", "billingconsoles.billing.opendatahub.io", "--subresource=status")
+    for verb in ("create", "update", "patch", "delete"):
+        assert not can(verb, "billingconsoles.billing.opendatahub.io"), verb
+    for question in (("create", "pods", *ns), ("create", "serviceaccounts", *ns), ("create", "rolebindings", *ns),
+                     ("update", "deployments.apps", "--subresource=scale", *ns), ("list", "secrets", *ns)):
+        assert not can(*question), question
+    # spec.auth.roles: it binds the billing console's three ClusterRoles, and no other role.
+    for role in ("billing-console-viewer", "billing-console-operator", "billing-console-admin"):
+        assert can("bind", f"clusterroles.rbac.authorization.k8s.io/{role}"), role
+        assert can("patch", f"clusterrolebindings.rbac.authorization.k8s.io/{role}"), role
+        assert can("delete", f"clusterrolebindings.rbac.authorization.k8s.io/{role}"), role
+    for other in ("cluster-admin", "billing-controller", "admin", "edit"):
+        assert not can("bind", f"clusterroles.rbac.authorization.k8s.io/{other}"), other
+        assert not can("escalate", f"clusterroles.rbac.authorization.k8s.io/{other}"), other
+        for verb in ("patch", "update", "delete"):
+            assert not can(verb, f"clusterrolebindings.rbac.authorization.k8s.io/{other}"), (verb, other)
+    assert not can("update", "clusterrolebindings.rbac.authorization.k8s.io/billing-console-admin")
+
+
+def test_the_console_roles_are_shipped_as_the_console_defines_them() -> None:
+    shipped = {d["metadata"]["name"]: d["rules"] for d in render(MANIFESTS / "overlays" / "default")
+               if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("billing-console-")}
+    assert shipped == {r["metadata"]["name"]: r["rules"] for r in rbac.cluster_roles()}
 
 
 def test_billing_run_flags_build_the_settings() -> None:
@@ -67,3 +106,15 @@ def test_billing_run_flags_build_the_settings() -> None:
     assert settings.kubeconfig == "/k" and settings.namespaces == ("a", "b") and settings.leader_elect
     assert settings.metrics_bind_address == "0" and settings.max_concurrent_reconciles == 3
     assert settings.gpu_flavor == "h200" and settings.dependency_recheck_seconds == 5
+
+
+def test_billing_run_console_flags() -> None:
+    args = build_parser().parse_args([
+        "billing", "run", "--console-gateway-name", "gw", "--console-gateway-namespace", "edge",
+        "--console-metrics-url", "http://m:8080/metrics", "--console-maas-api-url", "http://api:8080",
+        "--leader-election-namespace", "billing-system"])
+    settings = settings_from_args(args)
+    assert (settings.console_gateway_name, settings.console_gateway_namespace) == ("gw", "edge")
+    assert settings.console_metrics_url == "http://m:8080/metrics"
+    assert settings.console_maas_api_url == "http://api:8080"
+    assert settings.console_namespace == "billing-system"  # the operator's own namespace

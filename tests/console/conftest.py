@@ -29,7 +29,7 @@ from maasctl.runtime import Client
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import TestUser
 from maasctl.testenv.redis import RedisServer, start_redis
-from tests.console import oidc_provider
+from tests.console import billing_world, oidc_provider
 from tests.console.browser import Browser
 from tests.console.oidc_provider import OidcProvider
 
@@ -95,7 +95,7 @@ async def world() -> AsyncIterator[ConsoleWorld]:
                 stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
                 oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,
                                client_secret_file=provider.client_secret_file, ca_file=provider.ca_file),
-                redis_url=redis.url)
+                redis_url=redis.url, extra_args=billing_world.console_args())
             yield ConsoleWorld(stack, url, provider, redis)
         finally:
             await stack.stop()

@@ -28,15 +28,25 @@ MAAS = "maas.opendatahub.io"
 BILLING = "billing.opendatahub.io"
 MAAS_KINDS = ("maasmodelrefs", "externalmodels", "maasauthpolicies", "maassubscriptions")
 GUARDRAILS_KINDS = ("guardrailssettings", "guardrailconfigs")
+INFERENCE = "inference.opendatahub.io"
+INFERENCE_KINDS = ("externalmodels", "externalproviders")
 READ = frozenset({"get", "list", "watch"})
+RBAC = "rbac.authorization.k8s.io"
+CONSOLE_ROLES = "billing-console-admin,billing-console-operator,billing-console-viewer"
+BILLING_KINDS = ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconnectors",
+                 "billingconsoles")
 GENERATED = READ | {"create", "patch", "delete"}
 
 # The documented allow-list (docs/install.md, "Permissions"): (role kind, role name) -> {(group, resource): verbs}.
 EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("ClusterRole", "maas-controller"): {
         **{(MAAS, r): READ | {"patch"} for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
+        (MAAS, "externalmodels"): GENERATED,  # those generated from the reference's inference.opendatahub.io ones
         **{(MAAS, f"{r}/status"): frozenset({"patch"}) for r in (*MAAS_KINDS, *GUARDRAILS_KINDS)},
         (MAAS, "maasmodelrefs/finalizers"): frozenset({"update"}),
+        **{(INFERENCE, r): READ for r in INFERENCE_KINDS},
+        **{(INFERENCE, f"{r}/status"): frozenset({"patch"}) for r in INFERENCE_KINDS},
+        (INFERENCE, "externalmodels/finalizers"): frozenset({"update"}),
         ("gateway.networking.k8s.io", "httproutes"): GENERATED,
         ("", "services"): GENERATED,
         ("kuadrant.io", "authpolicies"): GENERATED,
@@ -49,7 +59,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("serving.kserve.io", "llminferenceservices"): READ,
         ("inference.networking.k8s.io", "inferencepools"): READ,
         ("batch", "jobs"): READ,
-        ("", "secrets"): frozenset({"get", "patch"}),
+        ("", "secrets"): frozenset({"get", "list", "watch", "patch"}),  # list/watch: labelled keys, values dropped
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     ("Role", "maas-controller"): {
@@ -69,9 +79,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
     ("Role", "maas-api-organizations"): {("", "configmaps"): READ},
     # The billing operator (manifests/base/billing); tests/billing run it as this ServiceAccount.
     ("ClusterRole", "billing-controller"): {
-        **{(BILLING, r): READ for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+        **{(BILLING, r): READ
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         **{(BILLING, f"{r}/status"): frozenset({"patch"})
-           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations")},
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconsoles")},
         ("", "nodes"): READ,
         **{("kuadrant.io", r): GENERATED for r in ("authpolicies", "ratelimitpolicies", "tokenratelimitpolicies")},
         ("kueue.x-k8s.io", "clusterqueues"): GENERATED,
@@ -81,8 +92,31 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("gateway.networking.k8s.io", "httproutes"): READ,
         ("", "secrets"): frozenset({"get"}),  # the cost Secrets PriceBooks name, by name only
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
+        # spec.auth.roles: bindings of the billing console's three ClusterRoles, and of no other role
+        (RBAC, "clusterrolebindings"): READ | {"create"},
+        (RBAC, f"clusterrolebindings[{CONSOLE_ROLES}]"): frozenset({"patch", "delete"}),
+        (RBAC, f"clusterroles[{CONSOLE_ROLES}]"): frozenset({"bind"}),
     },
-    ("Role", "billing-controller"): {("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"})},
+    # What the billing console's users do as themselves (console/billing/rbac.py), bound by the billing operator.
+    ("ClusterRole", "billing-console-viewer"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS}, ("events.k8s.io", "events"): frozenset({"get", "list"})},
+    ("ClusterRole", "billing-console-operator"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts"): READ | {"patch"},
+        ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
+    ("ClusterRole", "billing-console-admin"): {
+        **{(BILLING, r): READ for r in BILLING_KINDS},
+        **{(BILLING, r): READ | {"create", "update", "patch", "delete"}
+           for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies")},
+        ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
+    # Its Lease, and the billing console it deploys (BillingConsole), in its own namespace only.
+    ("Role", "billing-controller"): {
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("apps", "deployments"): GENERATED,
+        ("", "services"): GENERATED,
+        ("route.openshift.io", "routes"): GENERATED,
+        ("route.openshift.io", "routes/custom-host"): frozenset({"create"}),
+        ("gateway.networking.k8s.io", "httproutes"): frozenset({"create", "patch", "delete"}),
+    },
     # The payload processor (manifests/base/payload-processor): what the data plane watches, read-only.
     ("ClusterRole", "maas-payload-processor"): {
         ("gateway.networking.k8s.io", "httproutes"): READ,
@@ -110,16 +144,18 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{(BILLING, r): frozenset({"get", "list"}) for r in ("plans", "tenantaccounts")},  # a sub's billing terms
     },
 }
-ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete"})
+ALLOWED_VERBS = frozenset({"get", "list", "watch", "create", "patch", "update", "delete", "bind"})
 
 
 def grants(role: dict[str, Any]) -> dict[tuple[str, str], frozenset[str]]:
+    """(group, resource) -> verbs; a rule limited to names is keyed `resource[name,name]`."""
     out: dict[tuple[str, str], frozenset[str]] = {}
     for rule in role["rules"]:
-        assert not rule.get("resourceNames") and not rule.get("nonResourceURLs")
+        assert not rule.get("nonResourceURLs")
+        names = ",".join(sorted(rule.get("resourceNames") or ()))
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                key = (group, resource)
+                key = (group, f"{resource}[{names}]" if names else resource)
                 out[key] = out.get(key, frozenset()) | frozenset(rule["verbs"])
     return out
 
@@ -164,7 +200,10 @@ def test_only_generated_kinds_are_writable_by_the_controller() -> None:
     table = grants(roles(MANIFESTS / "overlays" / "default")[("ClusterRole", "maas-controller")])
     writable = {res for (_, res), verbs in table.items() if verbs & {"create", "delete", "update"}}
     assert writable == {"httproutes", "services", "authpolicies", "tokenratelimitpolicies", "inferenceobjectives",
-                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers"}
+                        "envoyfilters", "envoyextensionpolicies", "events", "maasmodelrefs/finalizers",
+                        "externalmodels", "externalmodels/finalizers"}
+    assert not table[(INFERENCE, "externalmodels")] & {"create", "patch", "update", "delete"}  # read, never write
+    assert not table[(INFERENCE, "externalproviders")] & {"create", "patch", "update", "delete"}
 
 
 # -- as the API server sees it ------------------------------------------------------------------------------
@@ -256,11 +295,18 @@ async def test_controller_service_account_is_bounded(installed_rbac: ControlPlan
     assert not ctrl("create", "jobs.batch", "-n", "some-model-ns")
     assert not ctrl("create", "leases.coordination.k8s.io", "-n", "some-model-ns")
     assert ctrl("get", "secrets", "-n", "some-model-ns") and ctrl("patch", "secrets", "-n", "some-model-ns")
-    for verb in ("list", "watch", "create", "update", "delete"):
+    for verb in ("create", "update", "delete"):
         assert not ctrl(verb, "secrets", "-n", "some-model-ns"), verb
     for plural in MAAS_KINDS:
-        assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+        if plural != "externalmodels":  # the generated ones (from inference.opendatahub.io) are created and deleted
+            assert not ctrl("delete", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
         assert not ctrl("update", f"{plural}.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS), plural
+    assert ctrl("create", f"externalmodels.{MAAS}", "-n", "some-model-ns")
+    for plural in INFERENCE_KINDS:  # the reference's kinds: read and status only
+        assert ctrl("watch", f"{plural}.{INFERENCE}", "-n", "some-model-ns")
+        assert ctrl("patch", f"{plural}.{INFERENCE}", "--subresource=status", "-n", "some-model-ns")
+        for verb in ("create", "update", "patch", "delete"):
+            assert not ctrl(verb, f"{plural}.{INFERENCE}", "-n", "some-model-ns"), (verb, plural)
     assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", DEFAULT_SUBSCRIPTION_NS)  # no maas-api admin
     assert not ctrl("create", f"maasauthpolicies.{MAAS}", "-n", "some-model-ns")
     for verb in ("get", "list", "create", "delete"):  # the cleanup Job's identity has no Kubernetes power at all

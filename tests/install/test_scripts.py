@@ -82,6 +82,8 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     crd = live(cp, "crd", f"maassubscriptions.{MAAS}")
     assert crd is not None
     assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
+    for plural in ("externalmodels", "externalproviders"):  # the reference's newer model API, installed with ours
+        assert live(cp, "crd", f"{plural}.inference.opendatahub.io") is not None, plural
     deployments = {d: version(cp, "deployment", d, "opendatahub")
                    for d in ("maas-controller", "maas-api", "billing-controller", "psp-connector",
                              "maas-payload-processor", "maas-console")}
@@ -155,8 +157,14 @@ def test_deploy_examples_uninstall_are_idempotent(cluster: ControlPlane) -> None
     # --all: MaaS resources go too, even one holding the controller's finalizer with no controller running.
     kubectl("patch", "maassubscription", "free", "-n", DEFAULT_SUBSCRIPTION_NS, "--type=merge",
             "-p", '{"metadata":{"finalizers":["maas.opendatahub.io/finalizer"]}}', kubeconfig=cp.kubeconfig)
+    # and the reference's kinds (deleted first: a running controller would generate ExternalModels from them)
+    kubectl("apply", "-f", "-", kubeconfig=cp.kubeconfig, stdin=(
+        "apiVersion: inference.opendatahub.io/v1alpha1\nkind: ExternalProvider\n"
+        "metadata: {name: openai, namespace: llm}\nspec: {provider: openai, endpoint: api.openai.com, "
+        "auth: {type: simple, secretRef: {name: openai-upstream-key}}}\n"))
     script(cp, "uninstall.sh", "--all", "--timeout", "60")
     assert live(cp, "crd", f"maassubscriptions.{MAAS}") is None
+    assert live(cp, "crd", "externalproviders.inference.opendatahub.io") is None
     assert live(cp, "validatingadmissionpolicy", "maas-subscription-namespace") is None
     assert live(cp, "namespace", DEFAULT_SUBSCRIPTION_NS) is None
     script(cp, "uninstall.sh", "--all")

@@ -82,7 +82,9 @@ async def _seen(model_url: str) -> list[dict[str, Any]]:
 BODY = {"model": "multi", "messages": [{"role": "user", "content": "hi"}]}
 
 
-@pytest.mark.parametrize("token", [None, "", "x", relay_token("another-install"), relay_token(None)])
+@pytest.mark.parametrize("token", [None, "", "x", relay_token("another-install"), relay_token(None)],
+                         ids=["absent", "empty", "short", "another-install", "another-process"])  # the last is
+# random per process: ids keep the test's name the same on every xdist worker
 async def test_without_the_processors_token_nothing_is_sent(relay: Relay, token: str | None) -> None:
     headers = {"x-maas-relay-route": "llm/maas-multi", **({"x-maas-relay-token": token} if token is not None else {})}
     async with httpx.AsyncClient(base_url=relay.url) as http:

@@ -8,9 +8,13 @@ import contextlib
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
 
+from maasctl.reconcilers.externalmodel import secret_keys_only
+from maasctl.reconcilers.kinds import SECRET
+from maasctl.runtime import Client, GroupVersionKind
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import (
@@ -109,6 +113,27 @@ async def test_external_model_is_published_through_a_generated_route(
             await objs.get("MaaSModelRef", namespace, "gpt") is None
 
     await eventually(route_gone)
+
+
+async def test_a_key_removed_from_its_secret_fails_the_model_at_once(
+    controller: RunningController, objs: Objects, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """The labelled Secret is watched: its key going away is seen from the Secret's own event, not at the next
+    recheck of a failing credential (30 s)."""
+    await publish_external(objs, kube, namespace, "watched")
+
+    async def phase(want: str) -> dict[str, Any] | None:
+        em = await objs.get("ExternalModel", namespace, "provider")
+        return em if em and (em.get("status") or {}).get("phase") == want else None
+
+    await eventually(lambda: phase("Ready"))
+    await k8s.CoreV1Api(kube).patch_namespaced_secret(
+        "provider-key", namespace, {"data": {"api-key": None, "other": "eA=="}})
+    em = await eventually(lambda: phase("Failed"), timeout=20)
+    ready = next(c for c in em["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "CredentialKeyMissing"
+    await k8s.CoreV1Api(kube).patch_namespaced_secret("provider-key", namespace, {"data": {"api-key": "eA=="}})
+    await eventually(lambda: phase("Ready"), timeout=20)
 
 
 async def test_missing_credential_secret_fails_the_external_model(
@@ -262,8 +287,12 @@ async def test_model_published_after_its_subscription_is_picked_up(
     await objs.delete("MaaSSubscription", SUB_NS, sub)
 
 
-async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: ControlPlane) -> None:
-    """On a cluster of its own: leftovers of other tests (e.g. terminating namespaces) would be real work."""
+async def test_restart_after_convergence_writes_nothing(
+    fresh_maas_cluster: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster of its own: leftovers of other tests (e.g. terminating namespaces) would be real work. The
+    restarted controller also reads no Secret live: the provider key's Secret, labelled by the first, comes from
+    the cache, which holds the names of its data's keys and none of the values."""
     kube = await connect(str(fresh_maas_cluster.kubeconfig))
     objs = Objects(kube)
     namespace = "steady-models"
@@ -304,6 +333,15 @@ async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: Cont
         return out
 
     before = await versions()
+    secret_reads: list[str] = []
+    live_get = Client.get
+
+    async def counting_get(self: Client, gvk: GroupVersionKind, name: str, namespace: str | None = None) -> Any:
+        if gvk == SECRET:
+            secret_reads.append(f"{namespace}/{name}")
+        return await live_get(self, gvk, name, namespace)
+
+    monkeypatch.setattr(Client, "get", counting_get)
     second = await start_controller(fresh_maas_cluster)
     try:
         await asyncio.sleep(1)
@@ -311,6 +349,10 @@ async def test_restart_after_convergence_writes_nothing(fresh_maas_cluster: Cont
         await asyncio.sleep(3)  # let every initial-list reconcile run
         assert second.manager.applier.writes == 0
         assert await versions() == before
+        assert secret_reads == []
+        cached = second.manager.cache.get(SECRET, "provider-key", namespace)
+        assert cached is not None and dict(cached["data"]) == {"api-key": ""}
+        assert "sk-upstream-secret" not in str(cached)
     finally:
         await second.stop()
         await kube.close()
@@ -344,3 +386,11 @@ async def test_publishing_writes_no_status_while_the_cache_lags_the_generated_ro
 
 async def _async(value: bool) -> bool:
     return value
+
+
+def test_secret_keys_only_keeps_the_key_names_and_drops_every_value() -> None:
+    obj = {"metadata": {"name": "s"}, "type": "Opaque", "data": {"api-key": "c2stb2FpLXNlY3JldA==", "b": "eA=="},
+           "stringData": {"c": "plain"}}
+    out = secret_keys_only(obj)
+    assert out == {"metadata": {"name": "s"}, "type": "Opaque", "data": {"api-key": "", "b": ""}}
+    assert secret_keys_only({"metadata": {"name": "empty"}}) == {"metadata": {"name": "empty"}}

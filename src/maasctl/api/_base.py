@@ -199,7 +199,8 @@ class CrdInfo:
     """Names and presentation of a kind, beyond what its pydantic model says.
 
     `group`, `scope` and `root_rules` (CEL on the whole object, e.g. about `metadata.name`) let other API
-    groups (the billing kinds) use the same generator.
+    groups (the billing kinds) use the same generator; `kind` names a kind whose Python class cannot carry its
+    name (the reference's `inference.opendatahub.io` ExternalModel beside ours).
     """
 
     plural: str
@@ -209,6 +210,7 @@ class CrdInfo:
     group: str = GROUP
     scope: Literal["Namespaced", "Cluster"] = "Namespaced"
     root_rules: tuple[Rule, ...] = ()
+    kind: str | None = None
 
 
 AGE_COLUMN = PrinterColumn("Age", ".metadata.creationTimestamp", "date")

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from maasctl.console.billing import flags as billing_flags
 from maasctl.console.settings import DEFAULT_SCOPES, ConsoleSettings, OidcSettings
 from maasctl.settings import env_default
 
@@ -52,6 +53,7 @@ def register(sub: Any) -> None:
                    help="CA bundle for the issuer's TLS certificate")
     p.add_argument("--oidc-scope", dest="oidc_scopes", action="append", default=[],
                    help="scope to request (repeatable; default: openid profile groups)")
+    billing_flags.register(p)
     p.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     p.add_argument("--log-level", default=env_default("log_level", "info"))
 
@@ -80,6 +82,7 @@ def settings_from_args(args: argparse.Namespace) -> ConsoleSettings:
         subscription_namespace=args.subscription_namespace, model_namespace=args.model_namespace,
         admin_groups=_repeated(args.admin_groups, "admin_group") or ConsoleSettings().admin_groups,
         session_secret=secret, oidc=oidc, redis_url=args.redis_url, default_gateway=args.default_gateway,
+        billing=billing_flags.settings_from_args(args),
     )
 
 

@@ -50,10 +50,11 @@ async def console_kubeconfig(stack: LocalStack, path: Path) -> Path:
 async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str, ...] = rbac.DEFAULT_ADMIN_GROUPS,
                         rbac_groups: tuple[str, ...] | None = None, oidc: OidcFlags | None = None,
                         model_namespace: str = "llm", redis_url: str | None = None, name: str = "console",
-                        public_url: str | None = None) -> str:
+                        public_url: str | None = None, extra_args: tuple[str, ...] = ()) -> str:
     """Spawn a console process (as `stack.processes[name]`); return its URL once it answers.
     `rbac_groups` (default: the admin groups) are bound to the administrators' ClusterRole. Consoles of one
-    stack share the session secret, so those given the same `redis_url` are replicas serving one session."""
+    stack share the session secret, so those given the same `redis_url` are replicas serving one session.
+    `extra_args` go to `maasctl console` as they are (e.g. the billing pages' flags)."""
     client = Client(stack.api)
     for obj in rbac.admin_access(admin_groups if rbac_groups is None else rbac_groups):
         await client.apply(obj, field_manager="maasctl-console-setup")
@@ -68,7 +69,7 @@ async def start_console(stack: LocalStack, port: int, *, admin_groups: tuple[str
             f"--subscription-namespace={stack.settings.subscription_namespace}",
             f"--default-gateway={stack.settings.gateway_namespace}/{stack.settings.gateway_name}",
             f"--model-namespace={model_namespace}", f"--session-secret-file={secret}", "--log-format=json",
-            *(f"--admin-group={g}" for g in admin_groups)]
+            *(f"--admin-group={g}" for g in admin_groups), *extra_args]
     if oidc is not None:
         args += [f"--oidc-issuer-url={oidc.issuer}", f"--oidc-client-id={oidc.client_id}",
                  f"--oidc-client-secret-file={oidc.client_secret_file}", f"--oidc-ca-file={oidc.ca_file}"]

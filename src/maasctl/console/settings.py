@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from maasctl.console.billing.settings import BillingPagesSettings
+
 DEFAULT_SCOPES = ("openid", "profile", "groups")
 
 
@@ -56,6 +58,7 @@ class ConsoleSettings:
     default_gateway: str = "openshift-ingress/maas-default-gateway"
     oidc: OidcSettings | None = None
     redis_url: str | None = field(default=None, repr=False)  # may hold a password
+    billing: BillingPagesSettings = field(default_factory=BillingPagesSettings)  # docs/billing-console.md
 
     @property
     def secure_cookies(self) -> bool:

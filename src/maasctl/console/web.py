@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from maasctl.console import nav
+from maasctl.console.billing import nav as billing_nav
 from maasctl.console.kube import Kube, UserKube
 from maasctl.console.maasapi_client import MaasApi, UserMaasApi
 from maasctl.console.oidc import OidcClient
@@ -118,6 +119,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         "identity": identity,
         "is_admin": admin,
         "nav": nav.items(admin) if identity is not None else [],
+        "billing_nav": billing_nav.section(ctx.settings.billing, identity),
         "csrf_token": session.csrf,
         "flashes": session.take_flashes(),
         "path": request.url.path,

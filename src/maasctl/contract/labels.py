@@ -29,6 +29,7 @@ __all__ = [
     "UPSTREAM_KEY_FIELD_ANNOTATION",
     "UPSTREAM_KEY_LABEL",
     "UPSTREAM_KEY_SECRET_ANNOTATION",
+    "UPSTREAM_KEY_SELECTOR",
     "completion_ceiling_of",
 ]
 
@@ -37,6 +38,8 @@ MANAGED_BY: Final = "maas-controller"
 MODEL_LABEL: Final = "maas.opendatahub.io/model"
 MODEL_NAMESPACE_LABEL: Final = "maas.opendatahub.io/model-namespace"
 UPSTREAM_KEY_LABEL: Final = "maas.opendatahub.io/upstream-key"
+UPSTREAM_KEY_SELECTOR: Final = f"{UPSTREAM_KEY_LABEL}=true"
+"""The Secrets holding a provider key: the only Secrets the controller and the data plane cache."""
 """On an ExternalModel's credential Secret: the gateway component that injects upstream keys watches these."""
 UPSTREAM_KEY_SECRET_ANNOTATION: Final = "maas.opendatahub.io/upstream-key-secret"
 """On an ExternalModel's HTTPRoute: the name (never the value) of the Secret holding the provider key."""

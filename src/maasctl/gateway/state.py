@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from maasctl.contract.labels import UPSTREAM_KEY_LABEL
+from maasctl.contract.labels import UPSTREAM_KEY_SELECTOR
 from maasctl.contract.routing import BASE_URL_MODEL_ANNOTATION, BASE_URL_PREFIX_ANNOTATION, valid_prefix
 from maasctl.gateway import attachment  # Kuadrant's defaults/overrides + merge (gateway/attachment.py)
 from maasctl.gateway.authpolicy import CompiledAuthPolicy, compile_auth_policy
@@ -55,7 +55,6 @@ RATE_LIMIT_POLICY: Final = GroupVersionKind("kuadrant.io", "v1", "RateLimitPolic
 SERVICE: Final = GroupVersionKind("", "v1", "Service")
 SECRET: Final = GroupVersionKind("", "v1", "Secret")
 WATCHED: Final = (HTTP_ROUTE, AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY, SERVICE, SECRET, RATE_LIMIT_POLICY)
-UPSTREAM_KEY_SELECTOR: Final = f"{UPSTREAM_KEY_LABEL}=true"
 UPSTREAM_KEY_FIELD: Final = "api-key"
 
 P = TypeVar("P")

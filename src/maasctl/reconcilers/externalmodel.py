@@ -5,8 +5,10 @@ model names); this reconciler only owns the credentials' injection label and the
 finalizer (which releases the label) is added only to an ExternalModel naming a credential. With fallbacks
 every provider is checked (endpoint, credential), each one's Secret labelled, and `status.providers` lists
 each; the model is Ready only when all are (the first failing one is the Ready condition's reason).
-Secrets are never cached by the controller, so the credential check is a live GET; the key material is never
-read into logs, events or status.
+The Secrets it labelled are cached (label `maas.opendatahub.io/upstream-key=true`; `secret_keys_only` keeps the
+key names of their data and drops the values), so a restart checks every credential without a read; a Secret
+not (or no longer) labelled is read live once, then labelled. The key material is never kept, nor written to
+logs, events or status.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from maasctl.runtime import (
 )
 
 RECHECK_MISSING_SECRET = 30.0
+SECRET_INDEX = "maas.secret"
+"""Index on ExternalModel: `namespace/secret` of each credential Secret it names (`secret_index`)."""
 
 
 class ExternalModelReconciler:
@@ -123,6 +127,10 @@ class ExternalModelReconciler:
         return _Checked(provider, "Ready", f"provider {provider}, credentials from Secret {secret_name}")
 
     async def _secret(self, name: str, namespace: str) -> Mapping[str, Any] | None:
+        """The Secret from the cache of labelled Secrets, else a live GET (a Secret not labelled yet)."""
+        cached = self.ctx.cache.get(SECRET, name, namespace)
+        if cached is not None:
+            return cached
         try:
             return await self.ctx.client.get(SECRET, name, namespace)
         except NotFound:
@@ -154,6 +162,20 @@ class _Checked:
     name: str
     reason: str  # Ready | InvalidEndpoint | CredentialNotFound | CredentialKeyMissing
     message: str
+
+
+def secret_keys_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """Cache transform for Secrets: the names of the data's keys stay (a credential check asks for one), their
+    values never enter the cache."""
+    obj.pop("stringData", None)
+    if isinstance(obj.get("data"), dict):
+        obj["data"] = dict.fromkeys(obj["data"], "")
+    return obj
+
+
+def secret_index(obj: Mapping[str, Any]) -> list[str]:
+    """`namespace/secret` of each credential Secret an ExternalModel names (a Secret's change finds its models)."""
+    return [f"{obj['metadata']['namespace']}/{name}" for name in sorted(_secret_names(obj))]
 
 
 def _secret_names(obj: Mapping[str, Any]) -> set[str]:

@@ -17,6 +17,9 @@ MAAS_MODEL_REF: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSModelRef
 EXTERNAL_MODEL: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "ExternalModel")
 MAAS_AUTH_POLICY: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSAuthPolicy")
 MAAS_SUBSCRIPTION: Final = GroupVersionKind(MAAS_GROUP, MAAS_VERSION, "MaaSSubscription")
+INFERENCE_EXTERNAL_MODEL: Final = GroupVersionKind("inference.opendatahub.io", "v1alpha1", "ExternalModel")
+"""The reference's newer ExternalModel (`api.inference`), converted into ours (`reconcilers.inference`)."""
+INFERENCE_EXTERNAL_PROVIDER: Final = GroupVersionKind("inference.opendatahub.io", "v1alpha1", "ExternalProvider")
 
 HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")
 GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")

@@ -18,7 +18,7 @@ from maasctl.builders.payloadwiring import wiring_name
 from maasctl.reconcilers.authpolicy import AuthPolicyReconciler
 from maasctl.reconcilers.cleanup import JOB
 from maasctl.reconcilers.context import Context
-from maasctl.reconcilers.externalmodel import ExternalModelReconciler
+from maasctl.reconcilers.externalmodel import SECRET_INDEX, ExternalModelReconciler, secret_index
 from maasctl.reconcilers.gateway import GatewayReconciler
 from maasctl.reconcilers.guardrails import GuardrailsReconciler, singleton_request
 from maasctl.reconcilers.indexes import (
@@ -38,6 +38,14 @@ from maasctl.reconcilers.indexes import (
     sources_of_model,
     target_index,
 )
+from maasctl.reconcilers.inference import (
+    PROVIDER_INDEX,
+    ExternalProviderReconciler,
+    InferenceModelReconciler,
+    model_of_modelref,
+    models_of_provider,
+    provider_index,
+)
 from maasctl.reconcilers.kinds import (
     AUTH_POLICY,
     ENVOY_EXTENSION_POLICY,
@@ -47,12 +55,15 @@ from maasctl.reconcilers.kinds import (
     GUARDRAIL_CONFIG,
     GUARDRAILS_SETTINGS,
     HTTP_ROUTE,
+    INFERENCE_EXTERNAL_MODEL,
+    INFERENCE_EXTERNAL_PROVIDER,
     INFERENCE_OBJECTIVE,
     INFERENCE_POOL,
     LLM_INFERENCE_SERVICES,
     MAAS_AUTH_POLICY,
     MAAS_MODEL_REF,
     MAAS_SUBSCRIPTION,
+    SECRET,
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
 )
@@ -116,7 +127,8 @@ def names_guardrails(sub: FrozenObject) -> bool:
 
 
 def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context:
-    """Wire the MaaSModelRef, Gateway, ExternalModel, MaaSAuthPolicy and MaaSSubscription controllers."""
+    """Wire the MaaSModelRef, Gateway, ExternalModel, the reference's ExternalProvider / ExternalModel,
+    MaaSAuthPolicy and MaaSSubscription controllers."""
     cache = manager.cache
     ctx = Context(cache=cache, client=manager.client, applier=manager.applier,
                   events=manager.event_recorder("maas-controller"), settings=settings)
@@ -125,6 +137,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     cache.add_index(MAAS_AUTH_POLICY, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, MODEL_INDEX, model_index)
     cache.add_index(MAAS_SUBSCRIPTION, PRIORITY_INDEX, priority_index)
+    cache.add_index(INFERENCE_EXTERNAL_MODEL, PROVIDER_INDEX, provider_index)
     in_namespace = models_in_namespace(cache)
 
     models = (manager.controller("maasmodelref")
@@ -166,9 +179,27 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
             f"{route['metadata']['namespace']}/{route['metadata']['name']}" in bypass) else [])
         .complete(GatewayReconciler(ctx)))
 
+    # A labelled credential Secret (the only Secrets cached) changed: the ExternalModels naming it check again.
+    cache.add_index(EXTERNAL_MODEL, SECRET_INDEX, secret_index)
     (manager.controller("externalmodel")
         .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META])
+        .watches(SECRET, map_to=lambda secret: requests(cache.list(
+            EXTERNAL_MODEL, index=(SECRET_INDEX, f"{secret['metadata']['namespace']}/{secret['metadata']['name']}"))),
+            map_initial_list=False)
         .complete(ExternalModelReconciler(ctx)))
+
+    # The reference's inference.opendatahub.io kinds: a provider's status (its Secret), and each model converted
+    # into the maas.opendatahub.io ExternalModel it owns (docs/compatibility.md). Its status reads its providers'
+    # status, the generated ExternalModel's status and the route of the MaaSModelRef publishing it.
+    (manager.controller("externalprovider")
+        .for_(INFERENCE_EXTERNAL_PROVIDER, predicates=[SPEC_OR_META])
+        .complete(ExternalProviderReconciler(ctx)))
+    (manager.controller("inferenceexternalmodel")
+        .for_(INFERENCE_EXTERNAL_MODEL, predicates=[SPEC_OR_META])
+        .owns(EXTERNAL_MODEL)
+        .watches(INFERENCE_EXTERNAL_PROVIDER, map_to=models_of_provider(cache), map_initial_list=False)
+        .watches(MAAS_MODEL_REF, map_to=model_of_modelref, map_initial_list=False)
+        .complete(InferenceModelReconciler(ctx)))
 
     # A MaaSAuthPolicy's status summarises every model it names: settle on their bursts (issue 39: 5 policies
     # over 50 models being published were written ~27 times each, once per model becoming ready).

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from maasctl.runtime.client import Client
 from maasctl.runtime.gvk import GroupVersionKind
-from maasctl.runtime.informer import Informer, InformerState, strip_managed_fields
+from maasctl.runtime.informer import Informer, InformerState, Transform, strip_managed_fields
 from maasctl.runtime.objects import FrozenObject, labels_match
 from maasctl.runtime.store import IndexFunc
 
@@ -31,6 +31,10 @@ class CacheOptions:
     crd_poll_interval: seconds between discovery checks for kinds that are not served yet.
     label_selectors: per kind, a server-side label selector (e.g. ``app.kubernetes.io/managed-by=x``) so
         only matching objects are cached; every controller sharing that kind sees only those.
+    transforms: per kind, a transform applied to every object of that kind before it is cached (after the
+        managedFields are stripped), e.g. to keep the key names of a Secret's data without its values.
+    kind_namespaces: per kind, the namespaces to watch instead of ``namespaces`` (a kind the process writes
+        in one namespace only, so its RBAC there can be a Role rather than a ClusterRole).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -38,6 +42,14 @@ class CacheOptions:
     resync_period: float | None = None
     crd_poll_interval: float = 5.0
     label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
+    transforms: Mapping[GroupVersionKind, Transform] = field(default_factory=dict)
+    kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _then(first: Transform, second: Transform | None) -> Transform:
+    if second is None:
+        return first
+    return lambda obj: second(first(obj))
 
 
 class Cache:
@@ -57,9 +69,9 @@ class Cache:
             inf = Informer(
                 self.client,
                 gvk,
-                namespaces=opts.namespaces or None,
+                namespaces=opts.kind_namespaces.get(gvk) or opts.namespaces or None,
                 label_selector=opts.label_selectors.get(gvk),
-                transform=strip_managed_fields(opts.keep_managed_fields_for),
+                transform=_then(strip_managed_fields(opts.keep_managed_fields_for), opts.transforms.get(gvk)),
                 resync_period=opts.resync_period,
                 crd_poll_interval=opts.crd_poll_interval,
             )

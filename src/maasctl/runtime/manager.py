@@ -28,7 +28,7 @@ from maasctl.runtime.controller import Controller, ControllerBuilder
 from maasctl.runtime.errors import LeaderElectionLost
 from maasctl.runtime.events import EventRecorder
 from maasctl.runtime.gvk import GroupVersionKind
-from maasctl.runtime.informer import InformerState
+from maasctl.runtime.informer import InformerState, Transform
 from maasctl.runtime.leaderelection import LeaderElectionOptions, LeaderElector
 from maasctl.runtime.metrics import Metrics
 from maasctl.runtime.probes import Check, HttpServer, named, parse_bind_address
@@ -50,6 +50,8 @@ class ManagerOptions:
     graceful_shutdown_timeout: seconds in-flight reconciles get to finish on shutdown.
     cache_sync_timeout: seconds to wait for the first LIST of every informer before giving up.
     cache_label_selectors: per kind, cache only objects matching a label selector (see ``CacheOptions``).
+    cache_transforms: per kind, a transform of every cached object (see ``CacheOptions``).
+    cache_kind_namespaces: per kind, watch only these namespaces (see ``CacheOptions``).
     """
 
     namespaces: tuple[str, ...] = ()
@@ -63,6 +65,8 @@ class ManagerOptions:
     cache_sync_timeout: float = 120.0
     resync_period: float | None = None
     cache_label_selectors: Mapping[GroupVersionKind, str] = field(default_factory=dict)
+    cache_transforms: Mapping[GroupVersionKind, Transform] = field(default_factory=dict)
+    cache_kind_namespaces: Mapping[GroupVersionKind, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Manager:
@@ -86,6 +90,8 @@ class Manager:
                 keep_managed_fields_for=frozenset({opts.field_manager, opts.status_field_manager}),
                 resync_period=opts.resync_period,
                 label_selectors=opts.cache_label_selectors,
+                transforms=opts.cache_transforms,
+                kind_namespaces=opts.cache_kind_namespaces,
             ),
         )
         self.applier = Applier(

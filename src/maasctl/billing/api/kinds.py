@@ -12,7 +12,13 @@ PLAN: Final = GroupVersionKind(GROUP, VERSION, "Plan")
 TENANT_ACCOUNT: Final = GroupVersionKind(GROUP, VERSION, "TenantAccount")
 BUDGET_POLICY: Final = GroupVersionKind(GROUP, VERSION, "BudgetPolicy")
 RESERVATION: Final = GroupVersionKind(GROUP, VERSION, "Reservation")
+BILLING_CONSOLE: Final = GroupVersionKind(GROUP, VERSION, "BillingConsole")
 NODE: Final = GroupVersionKind("", "v1", "Node")
+SECRET: Final = GroupVersionKind("", "v1", "Secret")
+SERVICE: Final = GroupVersionKind("", "v1", "Service")
+DEPLOYMENT: Final = GroupVersionKind("apps", "v1", "Deployment")
+ROUTE: Final = GroupVersionKind("route.openshift.io", "v1", "Route")  # OpenShift only: the console's Route
+CLUSTER_ROLE_BINDING: Final = GroupVersionKind("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding")
 
 GATEWAY: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "Gateway")
 HTTP_ROUTE: Final = GroupVersionKind("gateway.networking.k8s.io", "v1", "HTTPRoute")

@@ -59,6 +59,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--gpu-segment-seconds", type=int,
                      default=int(env_default("billing_gpu_segment_seconds", str(d.gpu_segment_seconds))),
                      help="a running Workload's GPU time is charged in segments at least this long")
+    run.add_argument("--console-gateway-name", default=env_default("billing_console_gateway_name",
+                                                                   d.console_gateway_name),
+                     help="Gateway of the billing console's HTTPRoute (where the OpenShift Route API is not served)")
+    run.add_argument("--console-gateway-namespace", default=env_default("billing_console_gateway_namespace",
+                                                                        d.console_gateway_namespace))
+    run.add_argument("--console-metrics-url", default=env_default("billing_console_metrics_url", "") or None,
+                     help="this operator's /metrics as the billing console reaches it (default: the "
+                          "billing-controller-metrics Service of the leader election namespace)")
+    run.add_argument("--console-maas-api-url", default=env_default("billing_console_maas_api_url", "") or None,
+                     help="maas-api as the billing console reaches it (default: the console's)")
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
@@ -86,6 +96,10 @@ def settings_from_args(args: argparse.Namespace) -> BillingSettings:
         rater_stall_seconds=args.rater_stall_seconds,
         gpu_meter_seconds=args.gpu_meter_seconds,
         gpu_segment_seconds=args.gpu_segment_seconds,
+        console_gateway_name=args.console_gateway_name,
+        console_gateway_namespace=args.console_gateway_namespace,
+        console_metrics_url=args.console_metrics_url,
+        console_maas_api_url=args.console_maas_api_url,
     )
 
 

@@ -12,6 +12,7 @@ import structlog
 from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.api.kinds import (
+    BILLING_CONSOLE,
     BUDGET_POLICY,
     GATEWAY,
     HTTP_ROUTE,
@@ -32,6 +33,12 @@ from maasctl.billing.controller.reconcilers.budget import (
     BudgetReconciler,
     budget_tenant_key,
     enforcement_changed,
+)
+from maasctl.billing.controller.reconcilers.console import (
+    CONSOLE_KINDS,
+    OWN_KINDS,
+    BillingConsoleReconciler,
+    console_of,
 )
 from maasctl.billing.controller.reconcilers.context import BillingContext
 from maasctl.billing.controller.reconcilers.costs import ProviderCosts, cost_secret_names
@@ -93,7 +100,9 @@ def manager_options(settings: BillingSettings) -> ManagerOptions:
         # Generated kinds are cached only for the objects we generate, never the cluster's (MaaS's policies
         # included); a name clash with an object that is not ours is found with a live GET.
         cache_label_selectors={kind: f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
-                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS)},
+                               for kind in (*KUADRANT_KINDS, *KUEUE_KINDS, *OWN_KINDS)},
+        # The billing console's objects live in the operator's namespace only (a Role there, not a ClusterRole).
+        cache_kind_namespaces={kind: (settings.console_namespace,) for kind in CONSOLE_KINDS},
     )
 
 
@@ -254,6 +263,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     builder = builder.watches(BUDGET_POLICY, map_to=_plans_of_namespace(cache), predicates=[enforcement_changed])
     builder.complete(PlanReconciler(ctx))
     setup_reservations(manager, ctx)
+    setup_console(manager, ctx)
     if ledger is not None:
         setup_wallets(manager, ctx, ledger, reader, costs)
     return ctx
@@ -286,6 +296,14 @@ def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
            .max_concurrent_reconciles(1)
            .complete(ReservationReconciler(ctx, ctx.ledger, catalog_from_cache(cache), timers)))
     timers.bind(ctl.queue)
+
+
+def setup_console(manager: Manager, ctx: BillingContext) -> None:
+    """The BillingConsole controller (docs/billing-console.md): the singleton's Deployment, Service and route."""
+    builder = manager.controller("billingconsole").for_(BILLING_CONSOLE, predicates=[SPEC_OR_META])
+    for kind in (*OWN_KINDS, HTTP_ROUTE):
+        builder = builder.watches(kind, map_to=console_of)
+    builder.max_concurrent_reconciles(1).complete(BillingConsoleReconciler(ctx))
 
 
 TARGET_INDEX = "billing.target"

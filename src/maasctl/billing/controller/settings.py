@@ -45,3 +45,19 @@ class BillingSettings:
     """How often Kueue Workloads' GPU time is metered (also on every Workload change)."""
     gpu_segment_seconds: int = 3600
     """A running Workload's GPU time is charged in segments of at least this long (and when it ends)."""
+    console_gateway_name: str = "maas-default-gateway"
+    console_gateway_namespace: str = "openshift-ingress"
+    """The Gateway the billing console's HTTPRoute attaches to where the OpenShift Route API is not served."""
+    console_metrics_url: str | None = None
+    """The billing operator's /metrics as the console reaches it (its metering health page); None: the
+    billing-controller-metrics Service of the operator's namespace."""
+    console_maas_api_url: str | None = None
+    """maas-api as the console reaches it; None: the console's default."""
+    console_recheck_seconds: int = 30
+    """How often the BillingConsole is looked at again for what is not watched: its OIDC client Secret (read
+    by name) and whether the OpenShift Route API has appeared."""
+
+    @property
+    def console_namespace(self) -> str:
+        """The billing console runs in the operator's own namespace (its Role there lets it write it)."""
+        return self.leader_election_namespace

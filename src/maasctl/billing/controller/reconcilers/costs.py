@@ -24,14 +24,14 @@ from typing import Any, Final
 
 import structlog
 
+from maasctl.billing.api.kinds import SECRET
 from maasctl.billing.rules import rating
-from maasctl.runtime import Client, GroupVersionKind
+from maasctl.runtime import Client
 from maasctl.runtime.errors import ApiError, Forbidden, NotFound
 
 __all__ = ["COST_RECHECK_SECONDS", "SECRET", "CostState", "ProviderCosts", "cost_secret_names", "unit_mismatches"]
 
 log = structlog.get_logger("maasctl.billing.costs")
-SECRET: Final = GroupVersionKind("", "v1", "Secret")
 COST_RECHECK_SECONDS: Final = 60
 
 

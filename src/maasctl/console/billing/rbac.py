@@ -1,0 +1,42 @@
+"""What the billing console's users need on the API server (the console acts as them): one ClusterRole per
+billing role. The console's own role check decides what a page offers and refuses every write of a viewer; these
+rules are what the API server checks in turn. The install ships them (manifests/base/billing/console-roles.yaml,
+held equal to these by tests/billing/test_install.py) and the billing operator binds them to `spec.auth.roles`'
+groups (docs/billing-console.md, "Who may do what"); without a BillingConsole, `role_bindings` does the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from maasctl.contract.billing_console import ROLES, Role, cluster_role_name, role_binding
+
+GROUP: Final = "billing.opendatahub.io"
+READ: Final = ["get", "list", "watch"]
+_KINDS: Final = ["pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconnectors",
+                 "billingconsoles"]
+RULES: Final[Mapping[Role, list[dict[str, Any]]]] = {
+    # Every billing page, and the tenants' Events (their history).
+    "viewer": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list"]}],
+    # Freeze and unfreeze: a TenantAccount's annotations, and the Event recording who and why.
+    "operator": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+                 {"apiGroups": [GROUP], "resources": ["tenantaccounts"], "verbs": ["patch"]},
+                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],
+    # PriceBooks, Plans and TenantAccounts (authoring; the lifecycle rules are the API server's and controller's).
+    "admin": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+              {"apiGroups": [GROUP], "resources": ["pricebooks", "plans", "tenantaccounts", "budgetpolicies"],
+               "verbs": ["create", "update", "patch", "delete"]},
+              {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],
+}
+
+
+def cluster_roles() -> list[dict[str, Any]]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": cluster_role_name(r)}, "rules": RULES[r]} for r in ROLES]
+
+
+def role_bindings(groups: Mapping[Role, Sequence[str]]) -> list[dict[str, Any]]:
+    """One ClusterRoleBinding per role with groups (what the billing operator does from a BillingConsole)."""
+    return [role_binding(role, gs) for role, gs in groups.items() if gs]
