@@ -97,11 +97,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree(pid: int) -> list[int]:
+    """Process `pid` and its live children (a gateway's worker processes)."""
+    return [pid, *(int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                   for c in (task / "children").read_text().split())]
+
+
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of process `pid` and of its live children (a gateway's worker processes)."""
-    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-                for c in (task / "children").read_text().split()]
-    return cpu_seconds(pid) + sum(cpu_seconds(c) for c in children)
+    return sum(cpu_seconds(p) for p in tree(pid))
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` and its children (VmRSS), MiB."""
+    return sum(int(line.split()[1]) for p in tree(pid) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+               if line.startswith("VmRSS:")) / 1024
 
 
 def pid_of(stack: LocalStack, name: str) -> int:
@@ -165,7 +174,8 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
                              "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
                              "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g),
                              "first_after_idle_ms": first, "gateway_cpu_us": gateway_cpu / len(g) * 1e6,
-                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6})
+                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6,
+                             "gateway_rss_mb": tree_rss_mb(gateway_pid)})
         return {"rows": rows}
     finally:
         await stack.stop()
@@ -175,6 +185,17 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
 
 
 def one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | None = None) -> dict[str, Any]:
+    for attempt in range(3):  # on a machine shared with other work a stack may not start in time: try again
+        try:
+            return _one_round(args, pythonpath, workers)
+        except RuntimeError as exc:
+            if attempt == 2 or "not ready" not in str(exc):
+                raise
+            print(f"round failed to start ({str(exc).splitlines()[-1][:200]}), once more", file=sys.stderr)
+    raise AssertionError
+
+
+def _one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | None) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -216,8 +237,8 @@ def main() -> None:
         versions = [(f"{n} worker{'s' if n > 1 else ''}", None, n) for n in map(int, args.workers.split(","))]
     print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
           "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) | "
-          "CPU per request: gateway / model / load generator (µs) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU per request: gateway / model / load generator (µs) | gateway RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(args.rounds):
         for name, path, workers in (versions if rnd % 2 == 0 else versions[::-1]):
             r = one_round(args, path, workers)
@@ -228,7 +249,8 @@ def main() -> None:
                       f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} | "
                       f"{row.get('first_after_idle_ms', float('nan')):.1f} | "
                       f"{row.get('gateway_cpu_us', float('nan')):.0f} / {row.get('model_cpu_us', float('nan')):.0f} / "
-                      f"{row.get('load_cpu_us', float('nan')):.0f} |", flush=True)
+                      f"{row.get('load_cpu_us', float('nan')):.0f} | {row.get('gateway_rss_mb', float('nan')):.0f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
