@@ -35,6 +35,11 @@ interleaved like ``--compare``: every round runs each count, in alternating orde
 in a real Redis server for every count (more than one worker needs it), so the counts differ only in their
 processes; the gateway's CPU is the sum over its parent and workers.
 
+``--fast-model`` puts the model behind the gateway on a minimal HTTP server (a canned chat completion with its
+usage, ~0.1 ms of CPU a request, in a process of its own) instead of the test model (~1 ms): on two cores the
+test model, the load generator and the gateway together saturate the machine before one gateway process does,
+so only with a cheap model does the gateway's own capacity decide the requests per second.
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -70,6 +75,7 @@ from overshoot_bench import (
 )
 
 from maasctl.localstack import LocalStack, StackOptions
+from maasctl.testenv.controlplane import free_port
 from maasctl.testenv.redis import start_redis
 
 
@@ -126,8 +132,45 @@ def usage_posts(stack: LocalStack) -> int:
         if log.exists() else 0
 
 
+_CANNED = json.dumps({"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "gpt-x",
+                      "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                   "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+_ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+           + str(len(_CANNED)).encode() + b"\r\n\r\n" + _CANNED)
+
+
+class _CannedModel(asyncio.Protocol):
+    """HTTP/1.1 keep-alive: every request (its body read by content-length) gets the canned completion."""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].lower()
+            at = head.find(b"content-length:")
+            length = int(head[at + 15:].split(b"\r\n", 1)[0]) if at >= 0 else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length:]
+            self.transport.write(_ANSWER)
+
+
+def serve_fast_model(port: int) -> None:
+    import uvloop
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_CannedModel, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
 async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None,
-              staggered: bool, workers: int | None = None) -> dict[str, Any]:
+              staggered: bool, workers: int | None = None, fast_model: bool = False) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
     redis = start_redis() if workers is not None else None
     pooled = {"workers": workers, "redis_url": redis.url} if redis is not None and workers is not None else {}
@@ -136,14 +179,22 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
     latency = {"model_latency": model_latency} if model_latency > 0 else {}
     stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency, **pooled))
+    fast = None
     try:
         await stack.start()
         gateway_pid, model_pid = pid_of(stack, "gateway"), pid_of(stack, "testmodel")
+        model_url = stack.model_url
+        if fast_model:
+            port = free_port()
+            fast = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve-fast-model", str(port))
+            model_url, model_pid = f"http://127.0.0.1:{port}", fast.pid
         if gateway_core is not None:
             os.sched_setaffinity(gateway_pid, {gateway_core})
         client = await accept_gateway(stack)
         await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
         for obj in model_objects(stack, stack.settings.subscription_namespace, []):
+            if obj["kind"] == "ExternalModel":
+                obj["spec"]["endpoint"] = f"{model_url}/v1"
             await client.apply(obj, field_manager="bench")
         await wait_active(stack, ["unlimited"])
         rows = []
@@ -152,7 +203,7 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
             key = await mint(http, stack, "bob", "unlimited")
             gateway = f"{stack.gateway_url}/{NS}/gpt/v1/chat/completions"
             await served_once(http, stack.gateway_url, key)
-            direct = (f"{stack.model_url}/v1/chat/completions",
+            direct = (f"{model_url}/v1/chat/completions",
                       {"Authorization": f"Bearer {stack.options.upstream_key}"})
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
             for c in clients:
@@ -178,6 +229,9 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
                              "gateway_rss_mb": tree_rss_mb(gateway_pid)})
         return {"rows": rows}
     finally:
+        if fast is not None:
+            fast.kill()
+            await fast.wait()
         await stack.stop()
         if redis is not None:
             redis.stop()
@@ -204,7 +258,8 @@ def _one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | 
                           "--seconds", str(args.seconds), "--model-latency", str(args.model_latency),
                           *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else []),
                           *(["--stagger"] if args.stagger else []),
-                          *(["--workers", str(workers)] if workers is not None else [])],
+                          *(["--workers", str(workers)] if workers is not None else []),
+                          *(["--fast-model"] if args.fast_model else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -222,12 +277,17 @@ def main() -> None:
     parser.add_argument("--stagger", action="store_true",
                         help="spread the clients' first requests over the model latency (no synchronized bursts)")
     parser.add_argument("--workers", help="worker counts of the gateway to interleave, e.g. 1,2 (Redis counters)")
+    parser.add_argument("--fast-model", action="store_true", help="a minimal model server instead of the test model")
+    parser.add_argument("--serve-fast-model", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_fast_model:
+        serve_fast_model(args.serve_fast_model)
+        return
     if args.one:
         workers = int(args.workers) if args.workers else None
         result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger,
-                                 workers))
+                                 workers, args.fast_model))
         print(json.dumps(result), flush=True)
         return
     versions: list[tuple[str, str | None, int | None]] = [("this checkout", None, None)]
