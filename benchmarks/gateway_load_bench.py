@@ -30,6 +30,16 @@ all C clients send at the same instant and, the model answering each in the same
 every process on the path receives bursts of C requests at once, and the last of a burst waits for the other
 C - 1 to be processed (for the gateway: C x its CPU time per request, on one core).
 
+``--workers 1,2`` measures the gateway with each number of worker processes (`maasctl gateway --workers N`),
+interleaved like ``--compare``: every round runs each count, in alternating order. The gateway's counters are then
+in a real Redis server for every count (more than one worker needs it), so the counts differ only in their
+processes; the gateway's CPU is the sum over its parent and workers.
+
+``--fast-model`` puts the model behind the gateway on a minimal HTTP server (a canned chat completion with its
+usage, ~0.1 ms of CPU a request, in a process of its own) instead of the test model (~1 ms): on two cores the
+test model, the load generator and the gateway together saturate the machine before one gateway process does,
+so only with a cheap model does the gateway's own capacity decide the requests per second.
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -65,6 +75,8 @@ from overshoot_bench import (
 )
 
 from maasctl.localstack import LocalStack, StackOptions
+from maasctl.testenv.controlplane import free_port
+from maasctl.testenv.redis import start_redis
 
 
 async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], clients: int,
@@ -91,6 +103,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree(pid: int) -> list[int]:
+    """Process `pid` and its live children (a gateway's worker processes)."""
+    return [pid, *(int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                   for c in (task / "children").read_text().split())]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    return sum(cpu_seconds(p) for p in tree(pid))
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` and its children (VmRSS), MiB."""
+    return sum(int(line.split()[1]) for p in tree(pid) for line in Path(f"/proc/{p}/status").read_text().splitlines()
+               if line.startswith("VmRSS:")) / 1024
+
+
 def pid_of(stack: LocalStack, name: str) -> int:
     popen = stack.processes[name].popen
     assert popen is not None
@@ -104,22 +132,69 @@ def usage_posts(stack: LocalStack) -> int:
         if log.exists() else 0
 
 
+_CANNED = json.dumps({"id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "gpt-x",
+                      "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                   "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+_ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+           + str(len(_CANNED)).encode() + b"\r\n\r\n" + _CANNED)
+
+
+class _CannedModel(asyncio.Protocol):
+    """HTTP/1.1 keep-alive: every request (its body read by content-length) gets the canned completion."""
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].lower()
+            at = head.find(b"content-length:")
+            length = int(head[at + 15:].split(b"\r\n", 1)[0]) if at >= 0 else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length:]
+            self.transport.write(_ANSWER)
+
+
+def serve_fast_model(port: int) -> None:
+    import uvloop
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_CannedModel, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
 async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None,
-              staggered: bool) -> dict[str, Any]:
+              staggered: bool, workers: int | None = None, fast_model: bool = False) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
+    redis = start_redis() if workers is not None else None
+    pooled = {"workers": workers, "redis_url": redis.url} if redis is not None and workers is not None else {}
     stagger = model_latency if staggered else 0.0
     if gateway_core is not None:  # children inherit the affinity: the whole stack leaves the gateway's core free
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
     latency = {"model_latency": model_latency} if model_latency > 0 else {}
-    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency))
+    stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency, **pooled))
+    fast = None
     try:
         await stack.start()
         gateway_pid, model_pid = pid_of(stack, "gateway"), pid_of(stack, "testmodel")
+        model_url = stack.model_url
+        if fast_model:
+            port = free_port()
+            fast = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve-fast-model", str(port))
+            model_url, model_pid = f"http://127.0.0.1:{port}", fast.pid
         if gateway_core is not None:
             os.sched_setaffinity(gateway_pid, {gateway_core})
         client = await accept_gateway(stack)
         await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
         for obj in model_objects(stack, stack.settings.subscription_namespace, []):
+            if obj["kind"] == "ExternalModel":
+                obj["spec"]["endpoint"] = f"{model_url}/v1"
             await client.apply(obj, field_manager="bench")
         await wait_active(stack, ["unlimited"])
         rows = []
@@ -128,7 +203,7 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
             key = await mint(http, stack, "bob", "unlimited")
             gateway = f"{stack.gateway_url}/{NS}/gpt/v1/chat/completions"
             await served_once(http, stack.gateway_url, key)
-            direct = (f"{stack.model_url}/v1/chat/completions",
+            direct = (f"{model_url}/v1/chat/completions",
                       {"Authorization": f"Bearer {stack.options.upstream_key}"})
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
             for c in clients:
@@ -141,23 +216,40 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
                 await request_ok(http, gateway, {"Authorization": f"Bearer {key}"})
                 first = (time.perf_counter() - sent) * 1000
                 await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
-                posts, gateway_cpu = usage_posts(stack), cpu_seconds(gateway_pid)
+                posts, gateway_cpu = usage_posts(stack), tree_cpu_seconds(gateway_pid)
                 g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds, stagger)
-                gateway_cpu = cpu_seconds(gateway_pid) - gateway_cpu
+                gateway_cpu = tree_cpu_seconds(gateway_pid) - gateway_cpu
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
                 rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
                              "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
                              "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g),
                              "first_after_idle_ms": first, "gateway_cpu_us": gateway_cpu / len(g) * 1e6,
-                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6})
+                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6,
+                             "gateway_rss_mb": tree_rss_mb(gateway_pid)})
         return {"rows": rows}
     finally:
+        if fast is not None:
+            fast.kill()
+            await fast.wait()
         await stack.stop()
+        if redis is not None:
+            redis.stop()
         tmp.cleanup()
 
 
-def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any]:
+def one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | None = None) -> dict[str, Any]:
+    for attempt in range(3):  # on a machine shared with other work a stack may not start in time: try again
+        try:
+            return _one_round(args, pythonpath, workers)
+        except RuntimeError as exc:
+            if attempt == 2 or "not ready" not in str(exc):
+                raise
+            print(f"round failed to start ({str(exc).splitlines()[-1][:200]}), once more", file=sys.stderr)
+    raise AssertionError
+
+
+def _one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | None) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -165,7 +257,9 @@ def one_round(args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any
     out = subprocess.run([sys.executable, __file__, "--one", "--clients", ",".join(map(str, args.clients)),
                           "--seconds", str(args.seconds), "--model-latency", str(args.model_latency),
                           *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else []),
-                          *(["--stagger"] if args.stagger else [])],
+                          *(["--stagger"] if args.stagger else []),
+                          *(["--workers", str(workers)] if workers is not None else []),
+                          *(["--fast-model"] if args.fast_model else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -182,20 +276,32 @@ def main() -> None:
     parser.add_argument("--gateway-core", type=int, help="pin the gateway to this core, everything else elsewhere")
     parser.add_argument("--stagger", action="store_true",
                         help="spread the clients' first requests over the model latency (no synchronized bursts)")
+    parser.add_argument("--workers", help="worker counts of the gateway to interleave, e.g. 1,2 (Redis counters)")
+    parser.add_argument("--fast-model", action="store_true", help="a minimal model server instead of the test model")
+    parser.add_argument("--serve-fast-model", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_fast_model:
+        serve_fast_model(args.serve_fast_model)
+        return
     if args.one:
-        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger))
+        workers = int(args.workers) if args.workers else None
+        result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger,
+                                 workers, args.fast_model))
         print(json.dumps(result), flush=True)
         return
-    versions = [("this checkout", None)] + ([("compared", args.compare)] if args.compare else [])
+    versions: list[tuple[str, str | None, int | None]] = [("this checkout", None, None)]
+    if args.compare:
+        versions.append(("compared", args.compare, None))
+    if args.workers:
+        versions = [(f"{n} worker{'s' if n > 1 else ''}", None, n) for n in map(int, args.workers.split(","))]
     print("| version | round | load at start | clients | direct req/s | direct p50 / p99 (ms) | gateway req/s | "
           "gateway p50 / p99 (ms) | added p50 / p99 (ms) | usage POSTs/s | first request after idle (ms) | "
-          "CPU per request: gateway / model / load generator (µs) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU per request: gateway / model / load generator (µs) | gateway RSS (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rnd in range(args.rounds):
-        for name, path in (versions if rnd % 2 == 0 else versions[::-1]):
-            r = one_round(args, path)
+        for name, path, workers in (versions if rnd % 2 == 0 else versions[::-1]):
+            r = one_round(args, path, workers)
             for row in r["rows"]:
                 print(f"| {name} | {rnd + 1} | {r['load']} | {row['clients']} | {row['direct_rps']:.0f} | "
                       f"{row['direct_p50']:.2f} / {row['direct_p99']:.2f} | {row['rps']:.0f} | "
@@ -203,7 +309,8 @@ def main() -> None:
                       f"{row['p99'] - row['direct_p99']:.2f} | {row['usage_posts_per_s']:.1f} | "
                       f"{row.get('first_after_idle_ms', float('nan')):.1f} | "
                       f"{row.get('gateway_cpu_us', float('nan')):.0f} / {row.get('model_cpu_us', float('nan')):.0f} / "
-                      f"{row.get('load_cpu_us', float('nan')):.0f} |", flush=True)
+                      f"{row.get('load_cpu_us', float('nan')):.0f} | {row.get('gateway_rss_mb', float('nan')):.0f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,17 @@ round-robin over its replicas. Each reserves its own bound (prompt estimate plus
 completion ceiling when the request states none), at most one more than the limit. Overshoot = tokens served in
 the window beyond the limit.
 
+``--workers N`` adds a replica of N worker processes (`maasctl gateway --workers N`, one port) sharing the same
+Redis, and two setups: that replica alone (the kernel spreads the burst's connections over its workers) and it
+next to the first Redis replica; each such row also says how many of the burst's requests each worker took
+(`maas_worker_requests_total`). ``--only-workers`` runs only those setups and skips the latency part.
+
 Then what the gateway costs (API key auth, subscription selection by maas-api, reservation on every rate,
 settlement, usage record to maas-api) on an unlimited subscription: N sequential requests to the test model
 directly and through the gateway with each counter store (p50/p99), and requests/s with C concurrent clients.
 
     .venv/bin/python benchmarks/overshoot_bench.py [--concurrency 10,50,100] [--requests 300] [--clients 16]
-        [--max-seconds 30] [--max-tokens N] [--json]
+        [--max-seconds 30] [--max-tokens N] [--workers N [--only-workers]] [--json]
 """
 
 from __future__ import annotations
@@ -146,12 +151,24 @@ async def charged(http: aiohttp.ClientSession, stack: LocalStack, subscription: 
         await asyncio.sleep(0.2)
 
 
+async def worker_requests(http: aiohttp.ClientSession, base: str) -> dict[str, float]:
+    """`maas_worker_requests_total` of a gateway, by worker index (its workers' sum, whichever answers)."""
+    async with http.get(f"{base}/_gateway/metrics") as resp:
+        text = await resp.text()
+    prefix = 'maas_worker_requests_total{worker="'
+    return {line[len(prefix):].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
 async def burst(http: aiohttp.ClientSession, stack: LocalStack, urls: dict[str, str], scenario: Scenario,
                 key: str, max_tokens: int | None = None) -> dict[str, Any]:
     for name in scenario.gateways:
         await served_once(http, urls[name], key)
+    pooled = "workers" in scenario.gateways
+    before = await worker_requests(http, urls["workers"]) if pooled else {}
     bases = [urls[scenario.gateways[i % len(scenario.gateways)]] for i in range(scenario.concurrency)]
     statuses = await asyncio.gather(*(chat(http, base, key, max_tokens) for base in bases))
+    after = await worker_requests(http, urls["workers"]) if pooled else {}
     served = statuses.count(200)
     other = [s for s in statuses if s not in (200, 429)]
     if other:
@@ -159,7 +176,8 @@ async def burst(http: aiohttp.ClientSession, stack: LocalStack, urls: dict[str, 
     used = await charged(http, stack, scenario.subscription, served + len(scenario.gateways))
     return {"setup": scenario.label, "replicas": len(scenario.gateways), "concurrency": scenario.concurrency,
             "served_in_burst": served, "refused": statuses.count(429), "tokens_used": used,
-            "overshoot_tokens": max(0, used - LIMIT)}
+            "overshoot_tokens": max(0, used - LIMIT),
+            "per_worker": [int(after[w] - before.get(w, 0)) for w in sorted(after)]}
 
 
 async def request_ok(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> None:
@@ -217,12 +235,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await stack.start()
         client = await accept_gateway(stack)
-        urls = {"redis-1": stack.gateway_url,
-                "redis-2": await stack.add_gateway("gateway-2", redis.url),
-                "in-process": await stack.add_gateway("gateway-local")}
-        setups = {"in-process counters, 1 replica": ("in-process",),
-                  "Redis counters, 1 replica": ("redis-1",),
-                  "Redis counters, 2 replicas": ("redis-1", "redis-2")}
+        urls = {"redis-1": stack.gateway_url}
+        setups: dict[str, tuple[str, ...]] = {}
+        if not args.only_workers:
+            urls |= {"redis-2": await stack.add_gateway("gateway-2", redis.url),
+                     "in-process": await stack.add_gateway("gateway-local")}
+            setups |= {"in-process counters, 1 replica": ("in-process",),
+                       "Redis counters, 1 replica": ("redis-1",),
+                       "Redis counters, 2 replicas": ("redis-1", "redis-2")}
+        if args.workers > 1:
+            urls["workers"] = await stack.add_gateway("gateway-workers", redis.url, workers=args.workers)
+            setups |= {f"Redis counters, 1 replica of {args.workers} workers": ("workers",),
+                       f"Redis counters, 2 replicas (1 process + {args.workers} workers)": ("redis-1", "workers")}
         scenarios = [Scenario(f"s{i}", gws, c) for i, gws in enumerate(setups.values()) for c in args.concurrency]
         labels = {f"s{i}": label for i, label in enumerate(setups)}
         await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
@@ -236,10 +260,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             rows = []
             for scenario in scenarios:
                 key = await mint(http, stack, "alice", scenario.subscription)
-                row = await burst(http, stack, urls, scenario, key, args.max_tokens)
+                # a session of its own: no connection kept from an earlier burst decides which worker serves
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                                 timeout=aiohttp.ClientTimeout(total=60)) as fresh:
+                    row = await burst(fresh, stack, urls, scenario, key, args.max_tokens)
                 row["setup"] = labels[scenario.label]
                 rows.append(row)
                 print(row, file=sys.stderr)
+            if args.only_workers:
+                return {"limit_tokens": LIMIT, "tokens_per_request": per_request, "bursts": rows}
             bob = await mint(http, stack, "bob", "unlimited")
             for name in ("redis-1", "in-process"):
                 await served_once(http, urls[name], bob)
@@ -274,8 +303,11 @@ def render(result: dict[str, Any]) -> str:
              "", "| setup | concurrency | served in burst | refused | tokens used | overshoot |",
              "|---|---|---|---|---|---|"]
     for r in result["bursts"]:
+        taken = f" (requests per worker: {' / '.join(map(str, r['per_worker']))})" if r["per_worker"] else ""
         lines.append(f"| {r['setup']} | {r['concurrency']} | {r['served_in_burst']} | {r['refused']} | "
-                     f"{r['tokens_used']} | {r['overshoot_tokens']} |")
+                     f"{r['tokens_used']} | {r['overshoot_tokens']}{taken} |")
+    if "latency_ms" not in result:
+        return "\n".join(lines)
     lines += ["", f"| path | p50 ms | p99 ms | requests/s ({result['clients']} clients) |", "|---|---|---|---|"]
     for name, v in result["latency_ms"].items():
         lines.append(f"| {name} | {v['p50']} | {v['p99']} | {result['requests_per_second'][name]} |")
@@ -290,6 +322,8 @@ if __name__ == "__main__":
     parser.add_argument("--max-seconds", type=float, default=30, help="time bound of each requests/s run")
     parser.add_argument("--max-tokens", type=int, help="max_tokens of the burst requests (default: none stated, "
                         "so each reserves the completion ceiling, at most the limit)")
+    parser.add_argument("--workers", type=int, default=0, help="add a replica of this many worker processes")
+    parser.add_argument("--only-workers", action="store_true", help="only the setups with the workers' replica")
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
     out = asyncio.run(main(ns))

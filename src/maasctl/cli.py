@@ -251,7 +251,11 @@ def _add_data_plane_flags(gw: Any) -> None:
                     help="streamed answers are checked every this many characters (0: only at the end)")
     gw.add_argument("--guardrails-caller-in-flight", type=int,
                     default=int(env_default("guardrails_caller_in_flight", "4")),
-                    help="guarded requests one user may have in flight on this gateway (0: unbounded)")
+                    help="guarded requests one user may have in flight on this gateway (0: unbounded; per "
+                    "worker process)")
+    gw.add_argument("--workers", type=int, default=int(env_default("workers", "1")),
+                    help="worker processes serving the same ports (SO_REUSEPORT), at most one per core is useful; "
+                    "more than 1 needs --redis-url (default 1: everything in this process)")
     _add_logging_flags(gw)
 
 
@@ -408,18 +412,30 @@ def _data_plane_settings(args: argparse.Namespace, **extra: Any) -> Any:
         guardrails_url=args.guardrails_url, guardrails_stream_chunk_chars=args.guardrails_stream_chunk_chars,
         guardrails_caller_in_flight=args.guardrails_caller_in_flight,
         provider_breaker_failures=args.provider_breaker_failures,
-        provider_breaker_cooldown=args.provider_breaker_cooldown, **extra,
+        provider_breaker_cooldown=args.provider_breaker_cooldown, workers=args.workers,
+        logging=(args.log_format, args.log_level), **extra,
     )
+
+
+def _refused(settings: Any) -> bool:
+    """Print why `settings` cannot run (several workers without a shared counter store, ...): True then."""
+    from maasctl.gateway.config import workers_problem
+
+    problem = workers_problem(settings)
+    if problem is not None:
+        print(f"maasctl: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def _gateway(args: argparse.Namespace) -> int:
     from maasctl.gateway.server import run_gateway
 
     _configure_logging(args)
-    return _run_async(run_gateway(_data_plane_settings(
+    settings = _data_plane_settings(
         args, payload_processor=args.payload_processor,
         payload_processor_metrics_url=args.payload_processor_metrics_url,
-        payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes))))
+        payload_processor_bypass_routes=_bypass_routes(args.payload_processor_bypass_routes))
+    return 2 if _refused(settings) else _run_async(run_gateway(settings))
 
 
 def _payload_processor(args: argparse.Namespace) -> int:
@@ -427,7 +443,8 @@ def _payload_processor(args: argparse.Namespace) -> int:
 
     _configure_logging(args)
     relay = args.relay_port if args.relay_port >= 0 else None
-    return _run_async(run_processor(_data_plane_settings(args, relay_port=relay), args.metrics_port))
+    settings = _data_plane_settings(args, relay_port=relay)
+    return 2 if _refused(settings) else _run_async(run_processor(settings, args.metrics_port))
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -69,6 +69,25 @@ class StackOptions:
     # The gateway plays Envoy + Authorino + Limitador only and hands the payload stages to a `maasctl
     # payload-processor` process over gRPC (ext_proc), as in a cluster; False runs every stage in the gateway.
     payload_processor: bool = False
+    # worker processes of the gateway (and of the payload processor): more than 1 needs `redis_url`
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class ProcessorEndpoints:
+    """The ports of a `maasctl payload-processor` started by the stack (loopback)."""
+
+    grpc_port: int
+    metrics_port: int
+    relay_port: int
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    @property
+    def relay(self) -> str:
+        return f"127.0.0.1:{self.relay_port}"
 
 
 def maasctl_argv(*args: str) -> list[str]:
@@ -175,18 +194,13 @@ class LocalStack:
                     "--log-format=json")
         processor: list[str] = []
         if opts.payload_processor:
-            grpc_port, metrics_port, relay_port = free_port(), free_port(), free_port()
-            self.processor_health_url = f"http://127.0.0.1:{metrics_port}"
-            argv = self._gateway_argv("payload-processor", grpc_port, opts.redis_url)
-            argv[0] = "payload-processor"
-            self._spawn("payload-processor", *argv, f"--metrics-port={metrics_port}", f"--relay-port={relay_port}")
+            endpoints = self._spawn_processor("payload-processor", opts.redis_url, opts.workers)
+            self.processor_health_url = endpoints.health_url
             # models with several providers are routed to the processor's provider relay
-            self.settings = dataclasses.replace(self.settings, provider_relay=f"127.0.0.1:{relay_port}")
-            processor += [f"--payload-processor=grpc://127.0.0.1:{grpc_port}",
-                          f"--payload-processor-metrics-url={self.processor_health_url}/metrics",
-                          *(f"--payload-processor-bypass-route={r}"
-                            for r in self.settings.payload_processor_bypass_routes)]
-        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url), *processor)
+            self.settings = dataclasses.replace(self.settings, provider_relay=endpoints.relay)
+            processor = self._front_argv(endpoints)
+        self._spawn("gateway", *self._gateway_argv("gateway", ports["gateway"], opts.redis_url, workers=opts.workers),
+                    *processor)
         if opts.controller_process:
             health = free_port()
             self.health_url = f"http://127.0.0.1:{health}"
@@ -211,7 +225,7 @@ class LocalStack:
         return self.directory / "usage-spool" / name
 
     def _gateway_argv(self, name: str, port: int, redis_url: str | None, usage_url: str | None = None,
-                      gateway: tuple[str, str] | None = None) -> list[str]:
+                      gateway: tuple[str, str] | None = None, workers: int = 1) -> list[str]:
         gw_namespace, gw_name = gateway or (self.settings.gateway_namespace, self.settings.gateway_name)
         argv = ["gateway", f"--port={port}", f"--kubeconfig={self.kubeconfig}",
                 f"--gateway-name={gw_name}", f"--gateway-namespace={gw_namespace}",
@@ -221,21 +235,46 @@ class LocalStack:
                 f"--maas-api-token-file={self._gateway_token}", "--log-format=json"]
         if self.engine is not None:
             argv.append(f"--guardrails-url={self.engine.url}")
+        if workers > 1:
+            argv.append(f"--workers={workers}")
         return [*argv, f"--redis-url={redis_url}"] if redis_url else argv
 
     async def add_gateway(self, name: str, redis_url: str | None = None, *, usage_url: str | None = None,
-                          gateway: tuple[str, str] | None = None) -> str:
+                          gateway: tuple[str, str] | None = None, workers: int = 1,
+                          processor: ProcessorEndpoints | None = None) -> str:
         """Another gateway replica for the same Gateway (same policies, same maas-api); its URL once ready.
         Replicas given the same `redis_url` share token counters, as in a scaled-out deployment. `usage_url`
         replaces maas-api's URL for usage records only (e.g. an unreachable one); the replica's usage spool is
         `spool_dir(name)`, so a replica started again under the same name sends what the earlier one left.
         `gateway` (namespace, name) makes it the data plane of another (tenant) Gateway instead: one listener
-        per Gateway."""
+        per Gateway. `workers`: that many worker processes on its port (needs `redis_url`). `processor`: it plays
+        Envoy in front of that payload processor (`add_processor`)."""
         port = free_port()
-        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway))
+        self._spawn(name, *self._gateway_argv(name, port, redis_url, usage_url, gateway, workers),
+                    *(self._front_argv(processor) if processor is not None else ()))
         url = f"http://127.0.0.1:{port}"
         await self._wait_http(f"{url}/_gateway/readyz", name)
         return url
+
+    def _spawn_processor(self, name: str, redis_url: str | None, workers: int = 1) -> ProcessorEndpoints:
+        endpoints = ProcessorEndpoints(free_port(), free_port(), free_port())
+        argv = self._gateway_argv(name, endpoints.grpc_port, redis_url, workers=workers)
+        argv[0] = "payload-processor"
+        self._spawn(name, *argv, f"--metrics-port={endpoints.metrics_port}", f"--relay-port={endpoints.relay_port}")
+        return endpoints
+
+    def _front_argv(self, endpoints: ProcessorEndpoints) -> list[str]:
+        """The flags of a gateway that plays Envoy in front of the processor at `endpoints`."""
+        return [f"--payload-processor=grpc://127.0.0.1:{endpoints.grpc_port}",
+                f"--payload-processor-metrics-url={endpoints.health_url}/metrics",
+                *(f"--payload-processor-bypass-route={r}" for r in self.settings.payload_processor_bypass_routes)]
+
+    async def add_processor(self, name: str, redis_url: str | None = None, *, workers: int = 1) -> ProcessorEndpoints:
+        """Another payload processor for the stack's Gateway (its usage spool `spool_dir(name)`), once ready;
+        `add_gateway(..., processor=...)` puts a gateway in front of it."""
+        endpoints = self._spawn_processor(name, redis_url, workers)
+        await self._wait_http(f"{endpoints.health_url}/readyz", name)
+        return endpoints
 
     async def _identities(self) -> tuple[Path, Path]:
         """Token files of two ServiceAccounts: the key cleanup Job's (no RBAC at all: maas-api lets it revoke

@@ -11,8 +11,11 @@ from typing import BinaryIO
 import httpx
 import pytest
 
-from maasctl.gateway.spool import NOT_SPOOLED, SpoolLocked, UsageSpool
+from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.pool import Worker
+from maasctl.gateway.spool import NOT_SPOOLED, SpoolLocked, UsageSpool, worker_directories, worker_directory
 from maasctl.gateway.usage import HttpBatchSink, UsageRecord
+from maasctl.gateway.workers import WorkerPool
 
 
 def record(i: int) -> UsageRecord:
@@ -203,3 +206,61 @@ async def test_at_close_a_record_the_spool_could_not_take_is_counted_undelivered
         assert sink.pending == 2 and spool.write_failures == 1  # kept in memory all the same
         await sink.aclose()
     assert sink.kept == 1 and sink.undelivered == 1
+
+
+def spool_with(directory: Path, *ids: int) -> None:
+    """A spool that a killed (or stopped) process left in `directory`, holding records `ids`."""
+    spool = UsageSpool(directory)
+    spool.recover()
+    for i in ids:
+        spool.append(record(i))
+    spool.close()
+
+
+def recovered(directory: Path) -> list[str]:
+    spool = UsageSpool(directory)
+    try:
+        return sorted(s.record.request_id for s in spool.recover())
+    finally:
+        spool.close()
+
+
+def test_one_process_on_a_pools_spool_sends_what_every_worker_left(tmp_path: Path) -> None:
+    spool_with(tmp_path, 1)
+    spool_with(worker_directory(tmp_path, 0), 2, 3)
+    spool_with(worker_directory(tmp_path, 3), 4)
+    assert recovered(tmp_path) == ["r1", "r2", "r3", "r4"]  # --workers 4, then 1: nothing left behind
+    assert worker_directories(tmp_path) == []  # the emptied worker directories are gone
+    assert recovered(tmp_path) == ["r1", "r2", "r3", "r4"]  # still there until forgotten, once each
+
+
+def test_a_pool_gives_every_record_under_its_spool_to_one_of_its_workers(tmp_path: Path) -> None:
+    spool_with(tmp_path, 1)  # a one-process run
+    for index, ids in ((0, (2,)), (1, (3, 4)), (2, (5,)), (3, (6,))):  # a run of four workers
+        spool_with(worker_directory(tmp_path, index), *ids)
+    pool = WorkerPool(GatewaySettings(workers=2, redis_url="redis://unused", usage_spool_dir=str(tmp_path)),
+                      _never_run)
+    pool.start()
+    try:
+        with pytest.raises(SpoolLocked):  # the root is the pool's while it runs
+            UsageSpool(tmp_path)
+        assert [i for i, _ in worker_directories(tmp_path)] == [0, 1]
+        assert recovered(worker_directory(tmp_path, 0)) == ["r1", "r2", "r5"]
+        assert recovered(worker_directory(tmp_path, 1)) == ["r3", "r4", "r6"]
+    finally:
+        pool.close()
+    assert recovered(tmp_path) == [f"r{i}" for i in range(1, 7)]  # and back to one process: all of them
+
+
+def test_a_worker_directory_a_live_process_writes_is_never_taken(tmp_path: Path) -> None:
+    live = UsageSpool(worker_directory(tmp_path, 1))
+    live.recover()
+    live.append(record(1))
+    with pytest.raises(SpoolLocked):
+        UsageSpool(tmp_path)
+    live.close()
+    assert recovered(tmp_path) == ["r1"]
+
+
+async def _never_run(settings: GatewaySettings, worker: Worker) -> int:
+    raise AssertionError("no worker is spawned here")

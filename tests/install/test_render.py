@@ -83,6 +83,8 @@ def test_overlay_moves_every_configured_name(overlay: Any) -> None:
     assert processor["MAASCTL_USAGE_URL"] == f"http://maas-api.{ctrl_ns}.svc.cluster.local:8080"
     assert processor["MAASCTL_REDIS_URL"] == {"secretKeyRef": {"name": "maas-payload-processor-redis",
                                                                "key": "redis-url"}}
+    assert processor["MAASCTL_WORKERS"] == {"resourceFieldRef": {  # a worker per core of the limit, on Redis
+        "containerName": "processor", "resource": "limits.cpu", "divisor": "1"}}
     policy = find(docs, "NetworkPolicy", "maas-payload-processor")["spec"]["ingress"][0]["from"]
     assert policy[0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": cfg["gatewayNamespace"]}
     assert policy[1]["podSelector"]["matchLabels"] == {

@@ -6,12 +6,14 @@ these fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from maasctl.contract.processor_stages import DEFAULT_BYPASS_ROUTES
 
-__all__ = ["LOCAL_URL_ANNOTATION", "GatewaySettings"]
+__all__ = ["LOCAL_URL_ANNOTATION", "MAX_WORKERS", "GatewaySettings", "workers_problem"]
+
+MAX_WORKERS: Final = 64
 
 LOCAL_URL_ANNOTATION: Final = "maasctl.opendatahub.io/local-url"
 """On a Service (any type): the base URL (`http://127.0.0.1:8000`) the local gateway uses for it.
@@ -77,6 +79,10 @@ class GatewaySettings:
         circuit breaker opens after this many consecutive failures and lets a trial request through after
         this many seconds (`dataplane.failover`; per process).
     relay_port: `maasctl payload-processor` only: the provider relay's HTTP port (0: a free one; None: none).
+    workers: worker processes serving the same ports (`maasctl.gateway.workers`); 1 runs everything in this
+        process. More than one needs `redis_url` (`workers_problem`).
+    relay_secret: set by a pool's parent for its workers when there is no `maas_api_token`: the secret the
+        provider relay's token is derived from must be the same in every worker (never logged).
     """
 
     host: str = "127.0.0.1"
@@ -118,4 +124,20 @@ class GatewaySettings:
     provider_breaker_failures: int = 5
     provider_breaker_cooldown: float = 30.0
     relay_port: int | None = None
-    log_level: str = "info"
+    workers: int = 1
+    relay_secret: str | None = field(default=None, repr=False)
+    log_level: str = "info"  # uvicorn's
+    logging: tuple[str, str] = ("auto", "info")  # the CLI's --log-format and --log-level: a pool's workers' too
+
+
+def workers_problem(settings: GatewaySettings) -> str | None:
+    """Why these settings cannot run `settings.workers` worker processes, or None. Each process has its own
+    in-process counters, so N workers without a shared counter store would let every token and request limit
+    through N times: more than one worker needs Redis."""
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        return f"--workers must be between 1 and {MAX_WORKERS}, not {settings.workers}"
+    if settings.workers > 1 and not settings.redis_url:
+        return (f"--workers {settings.workers} needs --redis-url (MAASCTL_REDIS_URL): every worker process would "
+                f"count in its own memory, and each token and request limit would let {settings.workers} times its "
+                "amount through")
+    return None

@@ -85,7 +85,8 @@ _INTERNAL_ERROR_INTENT: Final = "inform internal error occurred"
 CHECKS = Counter("maas_gateway_guardrails_checks_total", "Guardrails checks by configuration, rail type and outcome",
                  ["config", "rails", "outcome"])
 LATENCY = Histogram("maas_gateway_guardrails_check_seconds", "Guardrails engine round trip", ["rails"])
-IN_FLIGHT = Gauge("maas_gateway_guardrails_in_flight", "Guarded requests holding an engine slot")
+IN_FLIGHT = Gauge("maas_gateway_guardrails_in_flight", "Guarded requests holding an engine slot",
+                  multiprocess_mode="livesum")
 
 
 @dataclass(frozen=True)

@@ -718,7 +718,7 @@ class Pipeline:
 
     def __init__(self, plane: Plane) -> None:
         self.plane = plane
-        self.relay_token = relay_token(plane.settings.maas_api_token)
+        self.relay_token = relay_token(plane.settings.maas_api_token or plane.settings.relay_secret)
 
     def exchange(self, method: str, raw_path: bytes, query: str, headers: list[tuple[str, str]],
                  scheme: str = "http", *, dry: bool = False) -> Exchange:

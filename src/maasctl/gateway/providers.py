@@ -56,8 +56,9 @@ ATTEMPTS = Counter("maas_provider_attempts_total", "Requests sent to (or passed 
                    "with several, by outcome", ["route", "provider", "outcome"])
 FAILOVERS = Counter("maas_provider_failovers_total", "A provider failed a request and the next one was tried",
                     ["route", "provider"])
-BREAKER_STATE = Gauge("maas_provider_breaker_state", "A provider's circuit breaker: 0 closed, 1 half-open, 2 open",
-                      ["route", "provider"])
+BREAKER_STATE = Gauge("maas_provider_breaker_state", "A provider's circuit breaker: 0 closed, 1 half-open, 2 open "
+                      "(several worker processes: the most open of theirs)", ["route", "provider"],
+                      multiprocess_mode="livemax")
 _DROPPED = CREDENTIAL_HEADERS | {"host", "content-length", "content-type", "accept-encoding", "transfer-encoding"}
 
 
@@ -67,8 +68,9 @@ _PROCESS_SECRET = secrets.token_hex(32)
 def relay_token(install_secret: str | None) -> str:
     """The token the payload processor sets on a relayed request and the relay demands: derived from a secret
     every processor replica of the install holds (the gateway token it presents to maas-api; the token itself
-    never leaves the process), else this process's own random one (one replica: the processor and its relay are
-    the same process)."""
+    never leaves the process), else the one a pool's parent drew for its workers (`GatewaySettings.relay_secret`:
+    the post stage and the relay may be two workers), else this process's own random one (one replica of one
+    process: the processor and its relay are the same process)."""
     secret = install_secret or _PROCESS_SECRET
     return hmac.new(secret.encode(), b"maasctl provider relay v1", hashlib.sha256).hexdigest()
 

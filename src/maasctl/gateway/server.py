@@ -44,6 +44,7 @@ from maasctl.gateway.config import GatewaySettings
 from maasctl.gateway.counters import counter_store
 from maasctl.gateway.guardrails import GuardrailsClient
 from maasctl.gateway.pipeline import Exchange, Pipeline, Role, UpstreamRequest
+from maasctl.gateway.pool import WORKER_REQUESTS, Worker, metrics_registry, reuse_port_socket
 from maasctl.gateway.providers import ChatAnswer, ProviderCaller
 from maasctl.gateway.ratelimit import TokenRateLimiter
 from maasctl.gateway.requestlimit import RequestLimiter
@@ -52,6 +53,7 @@ from maasctl.gateway.spool import UsageSpool
 from maasctl.gateway.state import SECRET, UPSTREAM_KEY_SELECTOR, WATCHED, GatewayState
 from maasctl.gateway.telemetry import SubscriptionTelemetry
 from maasctl.gateway.usage import HttpBatchSink, LogSink, UsageSink
+from maasctl.gateway.workers import WorkerPool
 from maasctl.httpguard import HttpGuard, HttpLimits, uvicorn_options
 from maasctl.runtime import ApiError, Cache, CacheOptions, Client
 from maasctl.runtime.connect import connect
@@ -122,9 +124,13 @@ class Gateway:
         sink: UsageSink | None = None,
         limiter: TokenRateLimiter | None = None,
         callbacks: httpx.AsyncClient | None = None,
+        worker: Worker | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
+        self.worker = worker  # this process is one worker of a pool (`gateway.workers`)
+        self.metrics = metrics_registry(worker.state if worker else None, worker.metrics_dir if worker else None)
+        self.taken = WORKER_REQUESTS.labels(str(worker.index) if worker else "0")
         self.cache = Cache(client, CacheOptions(label_selectors={SECRET: UPSTREAM_KEY_SELECTOR}))
         self.state = GatewayState(self.cache, settings)
         self.limiter = limiter or TokenRateLimiter(counter_store(settings.redis_url, settings.usage_spool_dir))
@@ -235,12 +241,11 @@ class Gateway:
         if path == "/_gateway/healthz":
             await _respond(send, 200, b'{"status":"ok"}')
         elif path == "/_gateway/readyz":
-            synced = all(self.cache.informer(g).has_synced for g in WATCHED)
-            await _respond(send, 200 if synced else 503, json.dumps({"synced": synced}).encode())
+            await self._ready(send)
         elif path == "/_gateway/metrics":  # Prometheus text format (guardrails counters among them)
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            payload = await self.front.metrics() if self.front is not None else generate_latest()
+            payload = await self.front.metrics() if self.front is not None else generate_latest(self.metrics)
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", CONTENT_TYPE_LATEST.encode()), (b"content-length", str(len(payload)).encode())]})
             await send({"type": "http.response.body", "body": payload})
@@ -265,8 +270,19 @@ class Gateway:
         else:
             await _respond(send, 404, error_body(404, "not found", "not_found"))
 
+    async def _ready(self, send: Send) -> None:
+        """Informers synced; in a pool, every worker ready too (a dead or restarting one fails the pool's)."""
+        synced = all(self.cache.informer(g).has_synced for g in WATCHED)
+        report: dict[str, Any] = {"synced": synced}
+        ready = synced
+        if self.worker is not None:
+            report["workers"] = {"configured": self.worker.state.workers, "ready": self.worker.state.ready_count()}
+            ready = ready and self.worker.pool_ready()
+        await _respond(send, 200 if ready else 503, json.dumps(report).encode())
+
     async def _proxy(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The HTTP front of the pipeline (`gateway.pipeline`): it reads the body, forwards and streams back."""
+        self.taken.inc()
         # with a payload processor the payload stages run there, over ext_proc; a route Envoy serves without it
         # (maas-api's: `bypasses`) runs Envoy's stages only, here (role "envoy": nothing metered or recorded)
         if self.front is not None and not self.front.bypasses(scope):
@@ -448,9 +464,9 @@ class HttpServer:
 
 
 async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-                     limits: HttpLimits | None = None) -> HttpServer:
+                     limits: HttpLimits | None = None, *, reuse_port: bool = False) -> HttpServer:
     """Serve an ASGI app on `host:port` (0: a free port) in the running loop, behind `HttpGuard`; returns its
-    base URL."""
+    base URL. `reuse_port`: on a socket bound with SO_REUSEPORT, as every worker of a pool binds its ports."""
     limits = limits or HttpLimits()
     # proxy_headers=False: this is the edge, so the client address and scheme are the connection's; uvicorn's
     # default would take them from a loopback caller's X-Forwarded-For / X-Forwarded-Proto (request.scheme in
@@ -459,7 +475,7 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
                             lifespan="off", timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
                             **uvicorn_options(limits))
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve([reuse_port_socket(host, port)] if reuse_port else None))
     while not server.started:
         if task.done():
             await task
@@ -469,31 +485,49 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     return HttpServer(server, task, f"http://{sock[0]}:{sock[1]}")
 
 
-async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
-    """Run the gateway on `settings.host:port` until `stop` is set."""
+async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None, worker: Worker | None = None) -> None:
+    """Run the gateway on `settings.host:port` until `stop` is set (as `worker` of a pool: on its shared port)."""
     stop = stop or asyncio.Event()
     api = await connect(settings.kubeconfig)
-    gateway = Gateway(settings, Client(api))
+    gateway = Gateway(settings, Client(api), worker=worker)
     try:
         await gateway.start()
         tune_gc()  # after the caches' initial lists: those objects live as long as the process
-        http = await start_http(gateway, settings.host, settings.port, settings.log_level)
-        log.info("gateway %s/%s serving on %s", settings.gateway_namespace, settings.gateway_name, http.url)
+        http = await start_http(gateway, settings.host, settings.port, settings.log_level, reuse_port=bool(worker))
+        log.info("gateway %s/%s serving on %s%s", settings.gateway_namespace, settings.gateway_name, http.url,
+                 f" (worker {worker.index})" if worker else "")
+        if worker is not None:
+            worker.set_ready(True)
         try:
             await stop.wait()
         finally:
+            if worker is not None:
+                worker.set_ready(False)  # draining: the pool is not ready any more
             await http.stop()
     finally:
         await gateway.stop()
         await api.close()
 
 
-async def run_gateway(settings: GatewaySettings, stop: asyncio.Event | None = None) -> int:
-    """`maasctl gateway`: serve until SIGINT/SIGTERM (or `stop`); exit code 0."""
+async def run_gateway(settings: GatewaySettings, stop: asyncio.Event | None = None, worker: Worker | None = None
+                      ) -> int:
+    """`maasctl gateway`: serve until SIGINT/SIGTERM (or `stop`); exit code 0. With `settings.workers` > 1 this
+    process is the parent of that many workers (`gateway.workers`), each running this function as `worker`."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    await serve(settings, stop)
+    if settings.workers > 1 and worker is None:
+        pool = WorkerPool(settings, _gateway_worker)
+        bound = pool.start()
+        log.info("gateway %s/%s: %d worker processes on %s:%d", settings.gateway_namespace, settings.gateway_name,
+                 settings.workers, bound.host, bound.port)
+        return await pool.run(stop)
+    await serve(settings, stop, worker)
     return 0
+
+
+async def _gateway_worker(settings: GatewaySettings, worker: Worker) -> int:
+    """A worker of the gateway's pool (spawned by `WorkerPool`)."""
+    return await run_gateway(settings, worker=worker)

@@ -28,6 +28,12 @@ The append happens on the event loop: one small buffered write of a few hundred 
 less than encoding the record, and doing it inline is what makes "counted as recorded" mean "on disk" without
 a queue whose contents a kill would lose again. Segment deletion (one unlink per segment) is equally small.
 Records carry no secrets (no API keys), so the files hold none either.
+
+Worker processes (`--workers N`, `maasctl.gateway.workers`): each worker spools in its own `worker-<i>`
+directory under the spool root, whose lock the parent holds; a killed worker is started again on its directory
+and recovers it. Nothing is ever left behind when the number of workers changes: the parent moves the segments
+of the root (a one-process run) into worker 0's and those of a worker beyond the new count into a remaining
+worker's before it starts them, and a one-process spool moves every `worker-<i>` beneath it into itself.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ from pydantic import ValidationError
 
 from maasctl.contract.usage import UsageRecord
 
-__all__ = ["SPOOL_RECORDS", "SpoolLocked", "Spooled", "UsageSpool"]
+__all__ = ["SPOOL_RECORDS", "SpoolLocked", "Spooled", "UsageSpool", "adopt_directory", "lock_directory",
+           "move_segments", "worker_directories", "worker_directory"]
 
 log = logging.getLogger("maasctl.gateway.spool")
 
@@ -57,11 +64,72 @@ SPOOL_RECORDS = Counter(
     ["outcome"])
 
 _SEGMENT = re.compile(r"^usage-(\d{12})\.jsonl$")
+_WORKER_PREFIX = "worker-"
+_WORKER = re.compile(r"^worker-(\d{1,6})$")
 NOT_SPOOLED = 0  # the segment of a record that is not in the spool (its append failed)
 
 
 class SpoolLocked(RuntimeError):
     """Another live process uses the spool directory (two gateways must never share one)."""
+
+
+def lock_directory(directory: Path) -> int:
+    """Create `directory` if needed and take its lock (released by closing the returned descriptor, or by the
+    process's death); SpoolLocked when another live process holds it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpoolLocked(f"usage spool {directory} is in use by another process") from None
+    return fd
+
+
+def _segments(directory: Path) -> list[int]:
+    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT.match(p.name)))
+
+
+def worker_directory(root: Path, index: int) -> Path:
+    """The spool of worker `index` of a gateway (or processor) running several worker processes on `root`."""
+    return root / f"{_WORKER_PREFIX}{index}"
+
+
+def worker_directories(root: Path) -> list[tuple[int, Path]]:
+    """The worker spools under `root` (an earlier pool's included), by index."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _WORKER.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def move_segments(source: Path, target: Path) -> int:
+    """Move the segment files of `source` into `target`, numbered after `target`'s own, so that the process that
+    recovers `target` sends them; returns how many moved. The caller holds both directories' locks. A rename is
+    atomic: a kill mid-way leaves each segment in one of the two directories, recovered from there."""
+    taken = _segments(target)
+    number = (taken[-1] + 1) if taken else 1
+    moved = 0
+    for segment in _segments(source):
+        os.rename(source / f"usage-{segment:012d}.jsonl", target / f"usage-{number:012d}.jsonl")
+        number, moved = number + 1, moved + 1
+    if moved:
+        log.warning("usage spool %s: %d segment files of %s moved here to be sent", target, moved, source)
+    return moved
+
+
+def adopt_directory(source: Path, target: Path) -> int:
+    """Move a worker directory's segments into `target` (whose lock the caller holds) and delete the emptied
+    directory; `source` is locked meanwhile (SpoolLocked when a live process still writes it)."""
+    fd = lock_directory(source)
+    try:
+        moved = move_segments(source, target)
+        if not any(p.name != "lock" for p in source.iterdir()):
+            (source / "lock").unlink(missing_ok=True)
+            source.rmdir()
+    finally:
+        os.close(fd)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -82,15 +150,15 @@ class UsageSpool:
     def __init__(self, directory: Path, *, segment_records: int = 1000) -> None:
         self.directory = directory
         self._segment_records = max(1, segment_records)
-        directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = lock_directory(directory)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            for _, worker in worker_directories(directory):  # what the workers of an earlier pool left beneath
+                adopt_directory(worker, directory)
+        except BaseException:
             os.close(self._lock_fd)
-            raise SpoolLocked(f"usage spool {directory} is in use by another process") from None
+            raise
         self._live: dict[int, int] = {}  # segment -> records not yet forgotten
-        self._found = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT.match(p.name)))
+        self._found = _segments(directory)
         self._next = (self._found[-1] + 1) if self._found else 1
         self._file: BinaryIO | None = None
         self._active = NOT_SPOOLED

@@ -95,7 +95,8 @@ RECORDS = Counter("maas_gateway_usage_records_total",
                   "Usage records by outcome: sent (stored by maas-api), dropped (buffer full), rejected "
                   "(malformed), undelivered (still buffered when the gateway stopped)", ["outcome"])
 POSTS = Counter("maas_gateway_usage_posts_total", "Usage batch POSTs to maas-api by result", ["result"])
-BUFFERED = Gauge("maas_gateway_usage_buffered", "Usage records waiting for delivery to maas-api")
+BUFFERED = Gauge("maas_gateway_usage_buffered", "Usage records waiting for delivery to maas-api",
+                 multiprocess_mode="livesum")  # several workers: their sum
 
 
 def _refused_in(response: httpx.Response) -> int:

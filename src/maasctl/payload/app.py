@@ -19,12 +19,14 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from maasctl.eventloop import tune_gc
 from maasctl.gateway.config import GatewaySettings
+from maasctl.gateway.pool import Worker, metrics_registry
 from maasctl.gateway.server import Gateway, start_http
 from maasctl.gateway.state import WATCHED
+from maasctl.gateway.workers import WorkerPool
 from maasctl.payload.adapter import ProcessorStages
 from maasctl.payload.relay import ProviderRelay
 from maasctl.payload.server import start_processor
@@ -37,10 +39,12 @@ log = logging.getLogger("maasctl.payload")
 
 
 class HealthApp:
-    """`/healthz` (the process runs), `/readyz` (informers synced: 503 until then) and `/metrics`."""
+    """`/healthz` (the process runs), `/readyz` (informers synced, or in a pool every worker ready: 503 until
+    then) and `/metrics` (this process's registry, or in a pool the sum over its workers)."""
 
-    def __init__(self, ready: Callable[[], bool]) -> None:
+    def __init__(self, ready: Callable[[], bool], registry: CollectorRegistry = REGISTRY) -> None:
         self.ready = ready
+        self.registry = registry
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -52,7 +56,7 @@ class HealthApp:
             synced = self.ready()
             status, body, kind = (200 if synced else 503), json.dumps({"synced": synced}).encode(), "application/json"
         elif path == "/metrics":
-            status, body, kind = 200, generate_latest(), CONTENT_TYPE_LATEST
+            status, body, kind = 200, generate_latest(self.registry), CONTENT_TYPE_LATEST
         else:
             status, body, kind = 404, b'{"error":"not found"}', "application/json"
         await send({"type": "http.response.start", "status": status, "headers": [
@@ -61,46 +65,75 @@ class HealthApp:
 
 
 async def serve_processor(settings: GatewaySettings, metrics_port: int, stop: asyncio.Event,
-                          started: Callable[[int, str], None] | None = None) -> None:
-    """Serve the processor on `settings.host:settings.port` (gRPC) and `metrics_port` (HTTP) until `stop`."""
+                          started: Callable[[int, str], None] | None = None, worker: Worker | None = None) -> None:
+    """Serve the processor on `settings.host:settings.port` (gRPC) and `metrics_port` (HTTP) until `stop`. As
+    `worker` of a pool: the gRPC port and the relay's are shared with the other workers, and the health and
+    metrics port is the parent's."""
     api = await connect(settings.kubeconfig)
-    plane = Gateway(settings, Client(api))
+    plane = Gateway(settings, Client(api), worker=worker)
 
     def ready() -> bool:
         return all(plane.cache.informer(g).has_synced for g in WATCHED)
 
-    http = await start_http(HealthApp(ready), settings.host, metrics_port, settings.log_level)
+    http = await start_http(HealthApp(ready), settings.host, metrics_port, settings.log_level) if worker is None \
+        else None
     relay = None
     grpc_server = None
     try:
         if settings.relay_port is not None:  # models with several providers are routed here (payload.relay)
-            relay = await start_http(ProviderRelay(plane), settings.host, settings.relay_port, settings.log_level)
+            relay = await start_http(ProviderRelay(plane, plane.taken), settings.host, settings.relay_port,
+                                     settings.log_level, reuse_port=worker is not None)
         await plane.start()
         tune_gc()
         grpc_server = await start_processor(ProcessorStages(plane.pipeline), host=settings.host, port=settings.port,
-                                            max_request_bytes=settings.max_request_bytes, ready=ready)
-        log.info("payload processor for %s/%s: gRPC on %s:%d, health and metrics on %s, provider relay on %s",
-                 settings.gateway_namespace, settings.gateway_name, settings.host, grpc_server.port, http.url,
-                 relay.url if relay is not None else "none")
+                                            max_request_bytes=settings.max_request_bytes, ready=ready,
+                                            taken=plane.taken)
+        log.info("payload processor for %s/%s: gRPC on %s:%d, health and metrics on %s, provider relay on %s%s",
+                 settings.gateway_namespace, settings.gateway_name, settings.host, grpc_server.port,
+                 http.url if http is not None else "the parent's", relay.url if relay is not None else "none",
+                 f" (worker {worker.index})" if worker is not None else "")
         if started is not None:
-            started(grpc_server.port, http.url)
+            started(grpc_server.port, http.url if http is not None else "")
+        if worker is not None:
+            worker.set_ready(True)
         await stop.wait()
     finally:
+        if worker is not None:
+            worker.set_ready(False)  # draining: the pool is not ready any more
         if grpc_server is not None:
             await grpc_server.stop(5)
         if relay is not None:
             await relay.stop()
-        await http.stop()
+        if http is not None:
+            await http.stop()
         await plane.stop()
         await api.close()
 
 
-async def run_processor(settings: GatewaySettings, metrics_port: int, stop: asyncio.Event | None = None) -> int:
-    """`maasctl payload-processor`: serve until SIGINT/SIGTERM."""
+async def run_processor(settings: GatewaySettings, metrics_port: int, stop: asyncio.Event | None = None,
+                        worker: Worker | None = None) -> int:
+    """`maasctl payload-processor`: serve until SIGINT/SIGTERM. With `settings.workers` > 1 this process is the
+    parent of that many workers (`gateway.workers`) and serves the health and metrics port itself."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    await serve_processor(settings, metrics_port, stop)
+    if settings.workers > 1 and worker is None:
+        pool = WorkerPool(settings, _processor_worker, ports=("port", "relay_port"))
+        bound = pool.start()
+        http = await start_http(HealthApp(pool.state.ready, metrics_registry(pool.state, pool.metrics_dir)),
+                                settings.host, metrics_port, settings.log_level)
+        log.info("payload processor for %s/%s: %d worker processes, gRPC on %s:%d, health and metrics on %s",
+                 settings.gateway_namespace, settings.gateway_name, settings.workers, bound.host, bound.port, http.url)
+        try:
+            return await pool.run(stop)
+        finally:
+            await http.stop()
+    await serve_processor(settings, metrics_port, stop, worker=worker)
     return 0
+
+
+async def _processor_worker(settings: GatewaySettings, worker: Worker) -> int:
+    """A worker of the processor's pool (spawned by `WorkerPool`; health and metrics are the parent's)."""
+    return await run_processor(settings, 0, worker=worker)

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import httpx
 from multidict import CIMultiDict
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
@@ -91,7 +91,7 @@ class ProcessorFront:
             except httpx.HTTPError as exc:
                 log.warning("payload processor metrics unavailable: %s", type(exc).__name__)
         names = {family.name for family in text_string_to_metric_families(theirs.decode())} if theirs else set()
-        return theirs + generate_latest(_Without(names))
+        return theirs + generate_latest(_Without(self.gateway.metrics, names))
 
     async def __call__(self, scope: Any, receive: Any, send: Any, read_body: Any) -> None:
         from maasctl.gateway.server import _BodyTooLarge, _refuse, _respond
@@ -259,13 +259,14 @@ class ProcessorFront:
 
 
 class _Without:
-    """The process's registry without some families (the processor's version of them wins)."""
+    """The gateway's registry without some families (the processor's version of them wins)."""
 
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, registry: Any, names: set[str]) -> None:
+        self.registry = registry
         self.names = names
 
     def collect(self) -> Any:
-        return (family for family in REGISTRY.collect() if family.name not in self.names)
+        return (family for family in self.registry.collect() if family.name not in self.names)
 
 
 async def _start(send: Any, status: int, headers: Sequence[tuple[str, str]]) -> None:

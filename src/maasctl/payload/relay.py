@@ -36,6 +36,7 @@ from maasctl.contract.edge import HOP_BY_HOP, normalized_name, server_decided
 from maasctl.contract.errors import Refusal
 from maasctl.contract.providers import PROVIDER_HEADER, RELAY_PATH, RELAY_ROUTE_HEADER, RELAY_TOKEN_HEADER
 from maasctl.dataplane.charge import completion_ceiling
+from maasctl.gateway.pool import WORKER_REQUESTS
 from maasctl.gateway.server import _BodyTooLarge, _read_body, disconnected
 
 __all__ = ["ProviderRelay"]
@@ -57,13 +58,15 @@ class ProviderRelay:
     """ASGI app over the processor's data plane (`gateway.server.Gateway` used as the plane: its route table,
     Secret cache, provider caller and settings)."""
 
-    def __init__(self, plane: Any) -> None:
+    def __init__(self, plane: Any, taken: Any = None) -> None:
         self.plane = plane
+        self.taken = taken if taken is not None else WORKER_REQUESTS.labels("0")  # this worker's requests
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         plane = self.plane
+        self.taken.inc()
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         lookup = dict(headers)
         token = lookup.get(RELAY_TOKEN_HEADER, "")

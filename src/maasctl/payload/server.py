@@ -18,6 +18,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from maasctl.gateway.pool import WORKER_REQUESTS
 from maasctl.payload.metrics import ERRORS, IN_FLIGHT, MESSAGES, REFUSALS, STREAMS
 from maasctl.payload.modes import stage_from_protocol, stage_of
 from maasctl.payload.stages import Pipeline
@@ -33,11 +34,13 @@ SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 class ExtProcService(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """Runs the pipeline's stages for each stream; errors end the stream with a gRPC status (Envoy: 500)."""
 
-    def __init__(self, pipeline: Pipeline, max_request_bytes: int) -> None:
+    def __init__(self, pipeline: Pipeline, max_request_bytes: int, taken: Any = None) -> None:
         self.pipeline = pipeline
         self.max_request_bytes = max_request_bytes
+        self.taken = taken if taken is not None else WORKER_REQUESTS.labels("0")
 
     async def Process(self, requests: Any, context: Any) -> None:
+        self.taken.inc()
         modes = stage_of(context.invocation_metadata())
         first = None
         if modes is None:  # Envoy Gateway sends no initial metadata: the first message's protocol_config tells
@@ -108,12 +111,13 @@ class ProcessorServer:
 
 async def start_processor(pipeline: Pipeline, *, host: str = "127.0.0.1", port: int = 0,
                           max_request_bytes: int = 10 * 1024 * 1024,
-                          ready: Callable[[], bool] | None = None) -> ProcessorServer:
+                          ready: Callable[[], bool] | None = None, taken: Any = None) -> ProcessorServer:
     """Serve the processor on `host:port` in the running loop (health NOT_SERVING until `set_ready`, unless
-    `ready` is None: then serving at once)."""
+    `ready` is None: then serving at once). grpcio binds with SO_REUSEPORT (its default), which is how every
+    worker of a pool (`gateway.workers`) serves the same port; `taken` counts this worker's streams."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_request_bytes + 1024 * 1024),
                                       ("grpc.max_send_message_length", max_request_bytes + 1024 * 1024)])
-    pb_grpc.add_ExternalProcessorServicer_to_server(ExtProcService(pipeline, max_request_bytes), server)
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExtProcService(pipeline, max_request_bytes, taken), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bound = server.add_insecure_port(f"{host}:{port}")
