@@ -7,7 +7,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,18 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 120, 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"not reached in {timeout}s; last: {last!r}")
         await asyncio.sleep(interval)
+
+
+async def chargeable_from(billing: Billing, namespace: str, tenant: str, effective: datetime) -> None:
+    """Wait until usage stamped with the wall clock is charged to TenantAccount `tenant`: its PriceBook is in
+    force (`effective`) and its creation second is over (a record of that second predates the account, so it is
+    showback: `catalog.TenantRef.predates`). Creating the objects can take more than the second a test gives
+    `effective` on a loaded machine, so `effective` alone is not enough."""
+    obj = await billing.get("TenantAccount", tenant, namespace)
+    assert obj is not None, f"TenantAccount {namespace}/{tenant}"
+    created = datetime.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    start = max(effective, created + timedelta(seconds=1))
+    await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + 0.1)
 
 
 async def events_for(api: k8s.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:

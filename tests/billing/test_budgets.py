@@ -32,7 +32,16 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
 from . import examples
-from .conftest import SETTINGS, Billing, RunningBilling, events_for, eventually, start_billing, wait_event
+from .conftest import (
+    SETTINGS,
+    Billing,
+    RunningBilling,
+    chargeable_from,
+    events_for,
+    eventually,
+    start_billing,
+    wait_event,
+)
 from .test_plan_reconciler import AP, TRLP, Cluster, gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -117,7 +126,7 @@ async def test_a_project_budget_notifies_throttles_freezes_and_rolls_over(
     effective = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
     for obj in objects(namespace, org, effective):
         await billing.create(obj)
-    await asyncio.sleep((effective - datetime.now(UTC)).total_seconds() + 0.1)
+    await chargeable_from(billing, namespace, "ten-helix", effective)
     # The controller's clock stands still at `t0` (usage is recorded at t0) until the test moves it a day on.
     t0 = datetime.now(UTC).replace(microsecond=0)
     clock = budgets.running.clock
@@ -128,7 +137,9 @@ async def test_a_project_budget_notifies_throttles_freezes_and_rolls_over(
         obj = await billing.get("BudgetPolicy", "rag", namespace)
         assert obj is not None
         fired = conditions(obj).get("ThresholdFired") or {}
-        return obj if fired.get("reason") == want else None
+        spend = (obj.get("status") or {}).get("currentSpend")
+        assert fired.get("reason") == want, f"ThresholdFired {fired.get('reason')}, currentSpend {spend}"
+        return obj
 
     obj = await eventually(lambda: status("NoneFired"))
     assert conditions(obj)["Evaluating"]["status"] == "True"

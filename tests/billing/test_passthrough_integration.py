@@ -6,7 +6,6 @@ unpriced (not free), and charged once the Secret is fixed."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
@@ -25,7 +24,7 @@ from maasctl.maasapi.usage.store import UsageEntry, UsageStore
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
-from .conftest import SETTINGS, Billing, RunningBilling, eventually, wait_event
+from .conftest import SETTINGS, Billing, RunningBilling, chargeable_from, eventually, wait_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 API = "billing.opendatahub.io/v1alpha1"
@@ -95,7 +94,7 @@ async def test_a_pass_through_sku_charges_the_cost_plus_markup_and_follows_its_s
     effective = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
     for obj in objects(namespace, org, effective):
         await billing.create(obj)
-    await asyncio.sleep(max(0.0, (effective - datetime.now(UTC)).total_seconds()) + 0.1)
+    await chargeable_from(billing, namespace, "ten", effective)
     env.running.clock.set(datetime.now(UTC))
 
     async def cost_condition(status: str, contains: str = "") -> dict[str, Any] | None:

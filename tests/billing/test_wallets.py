@@ -28,7 +28,7 @@ from maasctl.runtime import Request
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 
-from .conftest import SETTINGS, Billing, RunningBilling, eventually, start_billing, wait_event
+from .conftest import SETTINGS, Billing, RunningBilling, chargeable_from, eventually, start_billing, wait_event
 from .test_plan_reconciler import AP, CQ, TRLP, Cluster, gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -100,7 +100,7 @@ async def test_a_prepaid_wallet_freezes_and_unfreezes_through_the_plans_policies
     effective = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)  # a book is in force from creation
     for obj in objects(namespace, org, effective):
         await billing.create(obj)
-    await asyncio.sleep((effective - datetime.now(UTC)).total_seconds() + 0.1)  # usage from then on is priced
+    await chargeable_from(billing, namespace, "ten-helix", effective)  # usage from then on is charged
     wallets.running.clock.set(datetime.now(UTC))
 
     async def status() -> dict[str, Any]:

@@ -202,13 +202,16 @@ class RedisCounterStore:
     """Counters shared by every gateway replica, in Redis (windows expire with the keys' TTL).
 
     The connection pool blocks when all `max_connections` are busy: a burst of concurrent requests waits for a
-    connection instead of failing (redis-py's default pool raises past 100 connections in use)."""
+    connection instead of failing (redis-py's default pool raises past 100 connections in use). A connect or a
+    command that takes longer than `socket_seconds` fails (redis-py's default, 5 s, made explicit)."""
 
     def __init__(self, url: str, prefix: str = "maasctl:rl:", *, max_connections: int = 64,
-                 wait_seconds: float = 10) -> None:
+                 wait_seconds: float = 10, socket_seconds: float = 5) -> None:
         import redis.asyncio as redis
 
-        pool = redis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait_seconds)
+        pool = redis.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=wait_seconds,
+                                                     socket_timeout=socket_seconds,
+                                                     socket_connect_timeout=socket_seconds)
         self._redis: Any = redis.Redis.from_pool(pool)
         self._prefix = prefix
         self._reserve = self._redis.register_script(_RESERVE)
