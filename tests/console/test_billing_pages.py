@@ -19,13 +19,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.ledger import Ledger, credit, usage_charge
-from maasctl.console.billing import rbac
-from maasctl.localstack import maasctl_argv
 from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
-from maasctl.testenv.controlplane import ManagedProcess
 from tests.billing.conftest import eventually
 from tests.console import billing_world
 from tests.console.browser import Browser
@@ -77,10 +73,7 @@ def _objects(now: datetime) -> list[dict[str, Any]]:
 async def billing(world: ConsoleWorld) -> AsyncIterator[BillingWorld]:
     stack = world.stack
     client = Client(stack.api)
-    await install_billing_crds(stack.api)
-    await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
-    await apply_all(client, [*rbac.cluster_roles(), *rbac.role_bindings(billing_world.GROUPS)],
-                    field_manager="billing-console-tests")
+    await billing_world.billing_namespace(stack, NS)
     now = datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="maasctl-billing-console-") as tmp:
         ledger_url = f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}"
@@ -97,11 +90,8 @@ async def billing(world: ConsoleWorld) -> AsyncIterator[BillingWorld]:
         objs = _objects(now)
         await apply_all(client, objs[:2], field_manager="billing-console-tests")  # the PriceBook and the Plan
         # Its own process, as installed: the console asks its /metrics while this test drives the browser.
-        operator = ManagedProcess("billing-operator", maasctl_argv(
-            "billing", "run", f"--kubeconfig={stack.kubeconfig}", f"--namespace={NS}", f"--ledger-url={ledger_url}",
-            f"--usage-database-url=sqlite+aiosqlite:///{stack.directory / 'maas-api.db'}",
-            f"--metrics-bind-address=127.0.0.1:{billing_world.metrics_port()}", "--health-probe-bind-address=0",
-            f"--leader-election-namespace={NS}", "--log-format=json"), Path(tmp) / "billing-operator.log")
+        operator = billing_world.billing_operator(
+            stack, NS, ledger_url, Path(tmp), f"--metrics-bind-address=127.0.0.1:{billing_world.metrics_port()}")
         operator.start()
         try:
             # The tenants once their PriceBook is in force (their allowance is priced from their first look).

@@ -96,15 +96,23 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         (RBAC, "clusterrolebindings"): READ | {"create"},
         (RBAC, f"clusterrolebindings[{CONSOLE_ROLES}]"): frozenset({"patch", "delete"}),
         (RBAC, f"clusterroles[{CONSOLE_ROLES}]"): frozenset({"bind"}),
+        # the tenant portal's read API: who is asking, and may they read that ledger (asks only)
+        ("authentication.k8s.io", "tokenreviews"): frozenset({"create"}),
+        ("authorization.k8s.io", "subjectaccessreviews"): frozenset({"create"}),
     },
+    # The tenant portal's members: the subscription namespace's MaaSSubscriptions, read only.
+    ("Role", "billing-controller-subscriptions"): {(MAAS, "maassubscriptions"): READ},
     # What the billing console's users do as themselves (console/billing/rbac.py), bound by the billing operator.
+    # `tenantaccounts/ledger`: a tenant's ledger through the billing operator's portal API (SubjectAccessReview).
     ("ClusterRole", "billing-console-viewer"): {
-        **{(BILLING, r): READ for r in BILLING_KINDS}, ("events.k8s.io", "events"): frozenset({"get", "list"})},
+        **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts/ledger"): frozenset({"get"}),
+        ("events.k8s.io", "events"): frozenset({"get", "list"})},
     ("ClusterRole", "billing-console-operator"): {
         **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts"): READ | {"patch"},
+        (BILLING, "tenantaccounts/ledger"): frozenset({"get"}),
         ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
     ("ClusterRole", "billing-console-admin"): {
-        **{(BILLING, r): READ for r in BILLING_KINDS},
+        **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts/ledger"): frozenset({"get"}),
         **{(BILLING, r): READ | {"create", "update", "patch", "delete"}
            for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies")},
         ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
@@ -182,9 +190,10 @@ def test_bindings_grant_each_role_to_its_own_service_account_only(overlay: Any) 
     expected = {"maas-controller": "maas-controller", "maas-controller-guardrails": "maas-controller",
                 "maas-api": "maas-api", "maas-api-organizations": "maas-api",
                 "billing-controller": "billing-controller", "psp-connector": "psp-connector",
+                "billing-controller-subscriptions": "billing-controller",
                 "maas-payload-processor": "maas-payload-processor", "system:auth-delegator": "maas-console"}
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
-    assert len(bindings) == 11
+    assert len(bindings) == 12
     # The one binding to people: the console administrators' ClusterRole, to the install-config's group.
     (admins,) = [b for b in bindings if b["roleRef"]["name"] == "maas-console-admin"]
     assert admins["kind"] == "ClusterRoleBinding" and [s["kind"] for s in admins["subjects"]] == ["Group"]

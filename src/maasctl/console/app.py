@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from maasctl.console import filters
 from maasctl.console.billing import pages as billing_pages
+from maasctl.console.billing import portal as billing_portal
 from maasctl.console.kube import Kube, cluster_access
 from maasctl.console.maasapi_client import MaasApi
 from maasctl.console.middleware import ConsoleMiddleware
@@ -70,7 +71,7 @@ def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: Oi
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     for module in (auth, user, admin_overview, admin_models, admin_services, admin_subscriptions, admin_guardrails,
-                   admin_report, billing_pages):
+                   admin_report, billing_pages, billing_portal):
         app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 __all__ = [
+    "API_URL_FLAG",
     "CONSOLE_PORT",
     "ROLES",
     "ROLE_FLAGS",
@@ -33,6 +34,7 @@ ROLE_FLAGS: Final[Mapping[Role, str]] = {
     "viewer": "--billing-viewer-group",
 }
 TENANT_PORTAL_FLAG: Final = "--tenant-portal"  # present: the console serves /portal (tenantPortal.enabled)
+API_URL_FLAG: Final = "--billing-api-url"  # the billing operator's portal API (contract.billing_portal)
 CONSOLE_PORT: Final = 8080  # the container port of the deployed console
 
 

@@ -69,6 +69,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                           "billing-controller-metrics Service of the leader election namespace)")
     run.add_argument("--console-maas-api-url", default=env_default("billing_console_maas_api_url", "") or None,
                      help="maas-api as the billing console reaches it (default: the console's)")
+    run.add_argument("--portal-api-bind-address",
+                     default=env_default("billing_portal_api_bind_address", d.portal_api_bind_address),
+                     help="address of the tenant portal's read API, /portal/v1 ('0', the default, does not serve it)")
+    run.add_argument("--portal-subscription-namespace",
+                     default=env_default("billing_portal_subscription_namespace", d.portal_subscription_namespace),
+                     help="the MaaS subscription namespace, whose MaaSSubscriptions say who belongs to which tenant")
+    run.add_argument("--console-api-url", default=env_default("billing_console_api_url", "") or None,
+                     help="this operator's portal API as the billing console reaches it (default: the "
+                          "billing-controller-api Service of the leader election namespace)")
     run.add_argument("--log-format", choices=["auto", "json", "console"], default=env_default("log_format", "auto"))
     run.add_argument("--log-level", default=env_default("log_level", "info"))
     register_ledger(sub)
@@ -100,6 +109,9 @@ def settings_from_args(args: argparse.Namespace) -> BillingSettings:
         console_gateway_namespace=args.console_gateway_namespace,
         console_metrics_url=args.console_metrics_url,
         console_maas_api_url=args.console_maas_api_url,
+        portal_api_bind_address=args.portal_api_bind_address,
+        portal_subscription_namespace=args.portal_subscription_namespace,
+        console_api_url=args.console_api_url,
     )
 
 

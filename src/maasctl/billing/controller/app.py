@@ -27,6 +27,7 @@ from maasctl.billing.api.kinds import (
     WORKLOAD,
 )
 from maasctl.billing.controller.gpu_meter import GpuMeter, GpuMeterMetrics
+from maasctl.billing.controller.portal_api import MAAS_SUBSCRIPTION, Authenticator, PortalApi
 from maasctl.billing.controller.rater import PassReport, Rater, RaterMetrics
 from maasctl.billing.controller.reconcilers.budget import (
     BUDGET_TENANT_INDEX,
@@ -102,7 +103,9 @@ def manager_options(settings: BillingSettings) -> ManagerOptions:
         cache_label_selectors={kind: f"{names.MANAGED_BY_LABEL}={names.MANAGED_BY}"
                                for kind in (*KUADRANT_KINDS, *KUEUE_KINDS, *OWN_KINDS)},
         # The billing console's objects live in the operator's namespace only (a Role there, not a ClusterRole).
-        cache_kind_namespaces={kind: (settings.console_namespace,) for kind in CONSOLE_KINDS},
+        cache_kind_namespaces={**{kind: (settings.console_namespace,) for kind in CONSOLE_KINDS},
+                               # the tenant portal's members: subscriptions of the one namespace MaaS honours
+                               MAAS_SUBSCRIPTION: (settings.portal_subscription_namespace,)},
     )
 
 
@@ -344,12 +347,35 @@ def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: 
     return build_billing(api, settings, clock)[0]
 
 
+def serve_portal_api(manager: Manager, ctx: BillingContext, lifetime: Lifetime) -> PortalApi | None:
+    """The tenant portal's read API beside the manager, on every replica (`--portal-api-bind-address`; none when
+    "0"): it reads the cache (MaaSSubscriptions of the subscription namespace as well) and the ledger."""
+    bind = ctx.settings.portal_api_bind_address
+    if not bind or bind == "0":
+        return None
+    manager.cache.informer(MAAS_SUBSCRIPTION)
+    api = PortalApi(manager.cache, Authenticator(manager.raw_client.api), ctx.settings.portal_subscription_namespace,
+                    ctx.ledger, ctx.usage, catalog_from_cache(manager.cache), ctx.clock.now)
+
+    async def serve() -> None:
+        port = await api.start(bind)
+        log.info("tenant portal API listening", port=port)
+        try:
+            await asyncio.Event().wait()  # until the manager has stopped and this is cancelled
+        finally:
+            await api.stop()
+
+    lifetime.run_alongside("tenant portal API", serve)
+    return api
+
+
 async def run_billing(settings: BillingSettings, stop: asyncio.Event | None = None) -> int:
     """Run the billing controller until SIGINT/SIGTERM (or `stop`); 1 when the leader lease is lost."""
 
     def build(api: k8s.ApiClient, lifetime: Lifetime) -> Manager:
         manager, ctx = build_billing(api, settings)
         lifetime.on_exit(ctx.close)  # the ledger's and the usage reader's connections, before the API client
+        serve_portal_api(manager, ctx, lifetime)
         log.info("starting billing controller", server=api.configuration.host, wallets=ctx.ledger is not None,
                  rating=ctx.usage is not None)
         return manager

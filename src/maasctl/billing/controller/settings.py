@@ -53,6 +53,15 @@ class BillingSettings:
     billing-controller-metrics Service of the operator's namespace."""
     console_maas_api_url: str | None = None
     """maas-api as the console reaches it; None: the console's default."""
+    portal_api_bind_address: str = "0"
+    """Where the tenant portal's read API listens (`/portal/v1`, docs/billing-console.md); "0": not served (the
+    install serves it on :8082)."""
+    portal_subscription_namespace: str = "models-as-a-service"
+    """The MaaS subscription namespace: its MaaSSubscriptions say who belongs to which tenant (the only
+    namespace MaaS honours subscriptions in)."""
+    console_api_url: str | None = None
+    """This operator's portal API as the billing console reaches it; None: the billing-controller-api Service of
+    the operator's namespace."""
     console_recheck_seconds: int = 30
     """How often the BillingConsole is looked at again for what is not watched: its OIDC client Secret (read
     by name) and whether the OpenShift Route API has appeared."""

@@ -22,7 +22,14 @@ from typing import Any, Final
 
 from maasctl.billing.api.console import SINGLETON, AuthMode, BillingConsoleSpec
 from maasctl.billing.rules import names
-from maasctl.contract.billing_console import CONSOLE_PORT, ROLE_FLAGS, ROLES, TENANT_PORTAL_FLAG, role_binding
+from maasctl.contract.billing_console import (
+    API_URL_FLAG,
+    CONSOLE_PORT,
+    ROLE_FLAGS,
+    ROLES,
+    TENANT_PORTAL_FLAG,
+    role_binding,
+)
 
 __all__ = [
     "BROKER_SECRET",
@@ -77,6 +84,7 @@ class ConsoleTarget:
     gateway_name: str
     metrics_url: str | None = None  # the billing operator's /metrics: the console's metering health page
     maas_api_url: str | None = None
+    api_url: str | None = None  # the billing operator's tenant portal API (contract.billing_portal)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,8 @@ def console_args(spec: BillingConsoleSpec, url: str | None, target: ConsoleTarge
     if roles is not None:
         for role, flag in ROLE_FLAGS.items():
             args += [f"{flag}={g}" for g in getattr(roles, role) or ()]
+    if target.api_url:
+        args.append(f"{API_URL_FLAG}={target.api_url}")
     if spec.tenant_portal is None or spec.tenant_portal.enabled:
         args.append(TENANT_PORTAL_FLAG)
     return args

@@ -75,3 +75,21 @@ def currency_of(tenant: Mapping[str, Any], plans: Iterable[Mapping[str, Any]],
     book = local.get(str(start)) if start else None
     currency = ((book or {}).get("spec") or {}).get("currency")
     return str(currency) if currency else None
+
+
+def micros(value: Any) -> int | None:
+    """A decimal string as integer micro-units (`-1.5` -> -1500000), for chart geometry and comparisons: the
+    digits are moved, not converted (None when it is not such a string)."""
+    parts = _parts(value)
+    if parts is None:
+        return None
+    sign, whole, frac = parts
+    n = int(whole) * 1_000_000 + int(frac.ljust(6, "0"))
+    return -n if sign else n
+
+
+def from_micros(value: int) -> str:
+    """Integer micro-units as a decimal string (`1500000` -> `1.500000`)."""
+    sign = "-" if value < 0 else ""
+    whole, frac = divmod(abs(value), 1_000_000)
+    return f"{sign}{whole}.{frac:06d}"

@@ -1,4 +1,5 @@
-"""The billing section of the navigation: shown to users with a billing role only."""
+"""The billing section of the navigation: shown to users with a billing role only; the tenant portal's link to
+every signed-in user when the portal is served."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ ITEMS = (
 
 @dataclass(frozen=True)
 class BillingNav:
-    role: Role
+    role: Role | None
     items: tuple[NavItem, ...] = ITEMS
+    portal: bool = False
 
 
 def section(settings: BillingPagesSettings, identity: Identity | None) -> BillingNav | None:
-    role = settings.role(identity.groups) if identity is not None else None
-    return BillingNav(role) if role is not None else None
+    if identity is None:
+        return None
+    role = settings.role(identity.groups)
+    return BillingNav(role, portal=settings.tenant_portal) if role is not None or settings.tenant_portal else None

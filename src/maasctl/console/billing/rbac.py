@@ -16,16 +16,19 @@ GROUP: Final = "billing.opendatahub.io"
 READ: Final = ["get", "list", "watch"]
 _KINDS: Final = ["pricebooks", "plans", "tenantaccounts", "budgetpolicies", "reservations", "billingconnectors",
                  "billingconsoles"]
+# The tenants' ledgers through the billing operator's portal API (a virtual subresource it checks by
+# SubjectAccessReview: contract.billing_portal.LEDGER_SUBRESOURCE): the billing pages' charts.
+_LEDGER: Final = {"apiGroups": [GROUP], "resources": ["tenantaccounts/ledger"], "verbs": ["get"]}
 RULES: Final[Mapping[Role, list[dict[str, Any]]]] = {
     # Every billing page, and the tenants' Events (their history).
-    "viewer": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+    "viewer": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list"]}],
     # Freeze and unfreeze: a TenantAccount's annotations, and the Event recording who and why.
-    "operator": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+    "operator": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
                  {"apiGroups": [GROUP], "resources": ["tenantaccounts"], "verbs": ["patch"]},
                  {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],
     # PriceBooks, Plans and TenantAccounts (authoring; the lifecycle rules are the API server's and controller's).
-    "admin": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ},
+    "admin": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
               {"apiGroups": [GROUP], "resources": ["pricebooks", "plans", "tenantaccounts", "budgetpolicies"],
                "verbs": ["create", "update", "patch", "delete"]},
               {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],

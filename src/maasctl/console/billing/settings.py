@@ -1,4 +1,5 @@
-"""The billing pages' settings (`maasctl console --billing-*-group`, `--billing-metrics-url`, `--tenant-portal`)."""
+"""The billing pages' settings (`maasctl console --billing-*-group`, `--billing-metrics-url`, `--tenant-portal`,
+`--billing-api-url`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class BillingPagesSettings:
     viewer_groups: tuple[str, ...] = ()
     metrics_url: str | None = None  # the billing operator's /metrics (metering health)
     tenant_portal: bool = False
+    api_url: str | None = None  # the billing operator's tenant portal API (contract.billing_portal)
 
     def role(self, groups: Iterable[str]) -> Role | None:
         return role_of(groups, {"admin": self.admin_groups, "operator": self.operator_groups,

@@ -44,7 +44,8 @@ def target_of(ctx: BillingContext) -> console.ConsoleTarget:
     return console.ConsoleTarget(
         namespace=ns, gateway_namespace=s.console_gateway_namespace, gateway_name=s.console_gateway_name,
         metrics_url=s.console_metrics_url or f"http://billing-controller-metrics.{ns}.svc:8080/metrics",
-        maas_api_url=s.console_maas_api_url)
+        maas_api_url=s.console_maas_api_url,
+        api_url=s.console_api_url or f"http://billing-controller-api.{ns}.svc:8082")
 
 
 def console_of(obj: FrozenObject) -> list[Request]:

@@ -1,0 +1,356 @@
+"""The tenant portal (`/portal`) on the console test world, with the real billing operator in its own process
+serving the portal API (`--portal-api-bind-address`, the port the console was told), its ledger on SQLite and
+maas-api's database for the API keys' labels.
+
+Two tenants of two organizations: `ten-north` (organization portal-north: a subscription of the subscription
+namespace names group north-team, so nora) and `ten-south` (portal-south: south-team, so sam). A third,
+`ten-open`, answers to an organization whose subscription is open to everyone (`*`): nobody is its member. nora
+reads her wallet, spend, budgets, reservations and ledger in Chromium; then every identifier of ten-south is tried
+in URLs, query strings, forms and exports, in the browser and over plain HTTP (the console and the API itself):
+each answer is the one a tenant that does not exist gets, and holds nothing of ten-south.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from maasctl import samples
+from maasctl.billing.ledger import Ledger, credit, usage_charge
+from maasctl.contract.billing_portal import API_PREFIX
+from maasctl.runtime import Client
+from maasctl.runtime.served import apply_all
+from tests.billing.conftest import eventually
+from tests.console import billing_world
+from tests.console.browser import Browser
+from tests.console.conftest import ConsoleWorld
+
+NS = "portal-tests"
+GROUP = "billing.opendatahub.io/v1alpha1"
+ORG_LABEL = "billing.opendatahub.io/organization-id"
+NOT_FOUND = "There is no such page."
+
+
+@dataclass
+class Portal:
+    api: str  # the billing operator's portal API
+    north_entries: list[int]
+    south_entries: list[int]
+
+
+def _objects(now: datetime, sub_ns: str) -> list[dict[str, Any]]:
+    def obj(kind: str, name: str, spec: dict[str, Any], org: str | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": NS}
+        if org:
+            meta["labels"] = {ORG_LABEL: org}
+        return {"apiVersion": GROUP, "kind": kind, "metadata": meta, "spec": spec}
+
+    def subscription(name: str, org: str, owner: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "maas.opendatahub.io/v1alpha1", "kind": "MaaSSubscription",
+                "metadata": {"name": name, "namespace": sub_ns},
+                "spec": {"owner": owner, "organization": {"id": org},
+                         "modelRefs": [{"name": samples.EXTERNAL_MODEL, "namespace": samples.MODEL_NAMESPACE,
+                                        "tokenRateLimits": [{"limit": 1000, "window": "1m"}]}]}}
+
+    tenant = {"planRef": {"name": "basic"}, "billingMode": "Prepaid"}
+    return [
+        subscription("portal-north", "portal-north", {"groups": [{"name": "north-team"}]}),
+        subscription("portal-south", "portal-south", {"groups": [{"name": "south-team"}]}),
+        subscription("portal-open", "portal-open", {"users": ["*"]}),
+        obj("PriceBook", "pb-eur", {"currency": "EUR", "effectiveFrom": (now + timedelta(seconds=5)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"), "noticeDays": 0, "skus": [
+            {"sku": "llm/gpt-x", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "2.50"}}]}),
+        obj("Plan", "basic", {"limits": {"tokensPerMinute": 100000}, "priceBookRef": "pb-eur",
+                              "targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                            "name": "nowhere"}}),
+        obj("TenantAccount", "ten-north", {**tenant, "displayName": "North Labs", "reloadPolicy": {
+            "enabled": True, "thresholdAmount": "5.00", "reloadAmount": "20.00", "monthlyCapAmount": "100.00"},
+            "gracePolicy": {"graceAmount": "1.50"}}, org="portal-north"),
+        obj("TenantAccount", "ten-south", {**tenant, "displayName": "South Foods"}, org="portal-south"),
+        obj("TenantAccount", "ten-open", {**tenant, "displayName": "Open Bar"}, org="portal-open"),
+        obj("BudgetPolicy", "north-monthly", {"tenantRef": {"name": "ten-north"}, "caps": [
+            {"amount": "10.00", "period": "Monthly", "thresholds": [{"pct": 50, "action": "Notify"},
+                                                                     {"pct": 100, "action": "Throttle"}]}]}),
+        obj("BudgetPolicy", "south-secret-budget", {"tenantRef": {"name": "ten-south"}, "caps": [
+            {"amount": "77.00", "period": "Monthly", "thresholds": [{"pct": 50, "action": "Notify"}]}]}),
+        obj("Reservation", "north-gpus", {"tenantRef": "ten-north", "sku": "h200", "count": 2, "geo": "us-east",
+                                          "window": {"start": (now + timedelta(days=40)).strftime(
+                                              "%Y-%m-%dT00:00:00Z"), "end": (now + timedelta(days=70)).strftime(
+                                              "%Y-%m-%dT00:00:00Z")},
+                                          "class": "Guaranteed", "monthlyPrice": "1200.50"}),
+        obj("Reservation", "south-gpus", {"tenantRef": "ten-south", "sku": "h100", "count": 8, "geo": "eu-west",
+                                          "window": {"start": (now + timedelta(days=40)).strftime(
+                                              "%Y-%m-%dT00:00:00Z"), "end": (now + timedelta(days=70)).strftime(
+                                              "%Y-%m-%dT00:00:00Z")},
+                                          "class": "Guaranteed", "monthlyPrice": "9999.00"}),
+    ]
+
+
+def _line(record: str, tokens: int, amount: str, key: str) -> dict[str, Any]:
+    """A rated line as the rater keeps it (billing.rules.rating.RatedLine.details plus the key id)."""
+    return {"record": record, "model": "llm/gpt-x", "priceBook": "pb-eur", "generation": 1, "sku": "llm/gpt-x",
+            "geo": "", "unit": "per-1M-tokens", "termination": "complete", "estimated": False, "amount": amount,
+            "subtotal": amount, "exact": amount, "rounding": "half-even",
+            "components": {"prompt_tokens": {"quantity": str(tokens), "rate": "2.50", "per": 1000000,
+                                             "amount": amount, "source": "rate"}}, "keyId": key}
+
+
+@pytest.fixture(scope="module")
+async def portal(world: ConsoleWorld) -> AsyncIterator[Portal]:
+    stack = world.stack
+    client = Client(stack.api)
+    await billing_world.billing_namespace(stack, NS)
+    now = datetime.now(UTC)
+    earlier = max(now - timedelta(hours=1), now.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    sub_ns = stack.settings.subscription_namespace
+    # The API keys' labels live in maas-api's database (set at mint): two of nora's keys, one of sam's.
+    with sqlite3.connect(stack.directory / "maas-api.db") as db:
+        db.executemany("INSERT INTO api_key_labels (key_id, name, value) VALUES (?, ?, ?)",
+                       [("k-north-rag", "project", "rag"), ("k-north-chat", "project", "chat"),
+                        ("k-south", "project", "south-secret-project")])
+    with tempfile.TemporaryDirectory(prefix="maasctl-portal-") as tmp:
+        ledger_url = f"sqlite+aiosqlite:///{Path(tmp) / 'ledger.db'}"
+        ledger = Ledger.from_url(ledger_url)
+        try:
+            await ledger.create_schema()
+            north, south = f"{NS}/ten-north", f"{NS}/ten-south"
+            await ledger.post([
+                credit("north-welcome", north, now - timedelta(days=2), Decimal("25.50"), reason="welcome",
+                       actor="tests", currency="EUR"),
+                usage_charge("usage:north-1", north, earlier, Decimal("5.000000"), currency="EUR",
+                             tokens=2_000_000, details=_line("north-1", 2_000_000, "5.000000", "k-north-rag")),
+                usage_charge("usage:north-2", north, now, Decimal("1.250000"), currency="EUR", tokens=500_000,
+                             details=_line("north-2", 500_000, "1.250000", "k-north-chat")),
+                credit("south-welcome", south, now, Decimal("4242.42"), reason="south private credit",
+                       actor="tests", currency="EUR"),
+                usage_charge("usage:south-1", south, now, Decimal("333.330000"), currency="EUR", tokens=133_332_000,
+                             details=_line("south-1", 133_332_000, "333.330000", "k-south")),
+            ])
+            north_ids = [e.id for e in await ledger.entries(north)]
+            south_ids = [e.id for e in await ledger.entries(south)]
+        finally:
+            await ledger.close()
+        objs = _objects(now, sub_ns)
+        await apply_all(client, objs[:5], field_manager="portal-tests")  # subscriptions, PriceBook, Plan
+        operator = billing_world.billing_operator(
+            stack, NS, ledger_url, Path(tmp), "--metrics-bind-address=0",
+            f"--portal-api-bind-address=127.0.0.1:{billing_world.api_port()}",
+            f"--portal-subscription-namespace={sub_ns}")
+        operator.start()
+        try:
+            await eventually(lambda: _active(stack.api))
+            await apply_all(client, objs[5:], field_manager="portal-tests")
+            yield Portal(f"http://127.0.0.1:{billing_world.api_port()}", north_ids, south_ids)
+        finally:
+            print(operator.log_tail())  # shown with a failure
+            await asyncio.to_thread(operator.stop)
+            custom = k8s.CustomObjectsApi(stack.api)
+            for name in ("portal-north", "portal-south", "portal-open"):
+                await custom.delete_namespaced_custom_object("maas.opendatahub.io", "v1alpha1", sub_ns,
+                                                            "maassubscriptions", name)
+            await k8s.CoreV1Api(stack.api).delete_namespace(NS)
+            with sqlite3.connect(stack.directory / "maas-api.db") as db:
+                db.execute("DELETE FROM api_key_labels WHERE key_id LIKE 'k-north-%' OR key_id = 'k-south'")
+
+
+async def _active(api: k8s.ApiClient) -> bool:
+    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS,
+                                                                      "pricebooks", "pb-eur")
+    return bool((obj.get("status") or {}).get("state") == "Active")
+
+
+async def _balance(api: k8s.ApiClient, name: str) -> str | None:
+    obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS,
+                                                                      "tenantaccounts", name)
+    return (obj.get("status") or {}).get("balance")
+
+
+SOUTH_SECRETS = ("South Foods", "4,242.42", "4242.42", "333.33", "south-secret", "h100", "9,999", "k-south")
+
+
+def _south_identifiers(portal: Portal) -> Iterator[str]:
+    """Console paths naming ten-south (or its entries) every way: path, encodings, entry ids, query strings."""
+    south_id, north_id = portal.south_entries[0], portal.north_entries[0]
+    yield f"/portal/{NS}/ten-south"
+    yield f"/portal/{NS}/%74en-south"  # percent-encoded letters
+    yield f"/portal/{NS}/ten-north/../ten-south"
+    yield f"/portal/{NS}/ten-north/%2E%2E/ten-south"
+    yield f"/portal/{NS}%2Ften-south"
+    yield f"/portal/{NS}/TEN-SOUTH"
+    yield f"/portal/{NS}/ten-south/ledger"
+    yield f"/portal/{NS}/ten-south/ledger?kind=credit"
+    yield f"/portal/{NS}/ten-south/ledger/{south_id}"
+    yield f"/portal/{NS}/ten-north/ledger/{south_id}"  # another tenant's entry under one's own tenant
+    yield f"/portal/{NS}/ten-north/ledger/{south_id}?tenant=ten-south&namespace={NS}&name=ten-south"
+    yield f"/portal/{NS}/ten-south/export.csv?from=2000-01-01&to=2000-12-31"
+    yield f"/portal/{NS}/ten-south/ledger/{north_id}"  # one's own entry under another tenant
+    yield f"/portal/{NS}/ten-open"  # the organization open to everyone: nobody's tenant
+    yield f"/portal/{NS}/no-such-tenant"  # the baseline: a tenant that does not exist
+
+
+@contextlib.asynccontextmanager
+async def _signed_in(world: ConsoleWorld, user: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=world.url) as http:
+        page = await http.get("/signin")
+        match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert match
+        signed = await http.post("/signin", data={"token": world.token(user), "csrf_token": match.group(1)})
+        assert signed.status_code == 303
+        yield http
+
+
+async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld, portal: Portal) -> None:
+    """Plain HTTP at the billing operator's portal API: the API decides, whatever the caller says."""
+    async with httpx.AsyncClient(base_url=portal.api + API_PREFIX) as api:
+        async def get(path: str, user: str | None = None, **headers: str) -> httpx.Response:
+            auth = {"Authorization": f"Bearer {world.token(user)}"} if user else {}
+            return await api.get(path, headers={**auth, **headers})
+
+        mine = (await get("/tenants", "nora")).json()
+        assert [(t["namespace"], t["name"]) for t in mine["tenants"]] == [(NS, "ten-north")]
+        assert [t["name"] for t in (await get("/tenants", "sam")).json()["tenants"]] == ["ten-south"]
+        assert (await get("/tenants", "alice")).json()["tenants"] == []  # `*` makes nobody a member
+        north = (await get(f"/tenants/{NS}/ten-north", "nora")).json()
+        assert north["access"] == "member" and north["displayName"] == "North Labs" and north["currency"] == "EUR"
+        assert [b["name"] for b in north["budgets"]] == ["north-monthly"]
+        assert [r["name"] for r in north["reservations"]] == ["north-gpus"]
+
+        # Who is asking comes from the API server, never from the request.
+        assert (await get(f"/tenants/{NS}/ten-north")).status_code == 401
+        assert (await get(f"/tenants/{NS}/ten-north", Authorization="Bearer not-a-token")).status_code == 401
+        assert (await get(f"/tenants/{NS}/ten-north", Authorization=f"Basic {world.token('nora')}")
+                ).status_code == 401
+        forged = await get(f"/tenants/{NS}/ten-north", "sam", **{
+            "X-Remote-User": "nora", "Impersonate-User": "nora", "X-Remote-Group": "north-team"})
+        assert forged.status_code == 404
+
+        baseline = await get(f"/tenants/{NS}/no-such-tenant", "nora")
+        assert baseline.status_code == 404
+        south_id, north_id = portal.south_entries[0], portal.north_entries[0]
+        attempts = [f"/tenants/{NS}/ten-south", f"/tenants/{NS}/ten-south/entries",
+                    f"/tenants/{NS}/ten-south/entries/{south_id}", f"/tenants/{NS}/ten-south/entries/{north_id}",
+                    f"/tenants/{NS}/ten-south/spend?days=30",
+                    f"/tenants/{NS}/ten-south/export.csv?from=2000-01-01&to=2000-12-31",
+                    f"/tenants/{NS}/%74en-south", f"/tenants/{NS}/ten-north/../ten-south",
+                    f"/tenants/{NS}%2Ften-south", f"/tenants/{NS}/TEN-SOUTH", f"/tenants/{NS}/ten-south%00",
+                    f"/tenants/{NS}/ten-open", f"/tenants/{NS}/ten-open/entries",
+                    f"/tenants/{NS}/ten-north/entries/{south_id}",  # an entry id of another tenant: not found
+                    f"/tenants/{NS}/ten-north/entries/{south_id}?tenant=ten-south"]
+        for path in attempts:
+            resp = await get(path, "nora")
+            assert resp.status_code in (400, 404), (path, resp.status_code)
+            assert not any(s in resp.text for s in SOUTH_SECRETS), path
+        # Cursors and filters only ever narrow one's own tenant.
+        page = (await get(f"/tenants/{NS}/ten-north/entries?before={max(portal.south_entries) + 1}"
+                          f"&tenant={NS}/ten-south", "nora")).json()
+        assert {e["id"] for e in page["entries"]} == set(portal.north_entries)
+        for bad in ("before=0", "before=-1", "before=1e3", "limit=100000", "limit=0", "kind=secret",
+                    "before=1%20OR%201"):
+            assert (await get(f"/tenants/{NS}/ten-north/entries?{bad}", "nora")).status_code == 400, bad
+        too_long = await get(f"/tenants/{NS}/ten-north/export.csv?from=2000-01-01&to=2099-12-31", "nora")
+        assert too_long.status_code == 400  # more than a year at once
+        day = datetime.now(UTC).date()
+        export = await get(f"/tenants/{NS}/ten-north/export.csv?from={day - timedelta(days=5)}&to={day}"
+                           "&tenant=ten-south", "nora")
+        assert export.status_code == 200 and export.text.count("\r\n") == 4  # header + the north's 3 entries
+        assert "usage:north-1" in export.text and not any(s in export.text for s in SOUTH_SECRETS)
+        # Writes are not a thing here.
+        assert (await api.post(f"/tenants/{NS}/ten-north", headers={
+            "Authorization": f"Bearer {world.token('nora')}"})).status_code == 405
+
+        # A billing operator (RBAC: get tenantaccounts/ledger) reads any tenant; a role-less user none.
+        assert (await get(f"/tenants/{NS}/ten-south", "ops")).json()["access"] == "reader"
+        assert (await get(f"/tenants/{NS}/ten-south/entries", "alice")).status_code == 404
+
+    # The same through the console, over plain HTTP (its session, its own paths): the baseline's 404 each time.
+    async with _signed_in(world, "nora") as http:
+        assert (await http.get(f"/portal/{NS}/ten-north")).status_code == 200
+        base = await http.get(f"/portal/{NS}/no-such-tenant")
+        assert base.status_code == 404 and NOT_FOUND in base.text
+        for path in _south_identifiers(portal):
+            resp = await http.get(path)
+            assert resp.status_code in (404, 400), (path, resp.status_code)
+            assert not any(s in resp.text for s in SOUTH_SECRETS), path
+        ledger = await http.get(f"/portal/{NS}/ten-north/ledger?tenant={NS}/ten-south&namespace={NS}&name=ten-south")
+        assert ledger.status_code == 200 and "North Labs" in ledger.text
+        assert not any(s in ledger.text for s in SOUTH_SECRETS)
+        assert (await http.post(f"/portal/{NS}/ten-north", data={"tenant": "ten-south"})).status_code in (403, 405)
+
+
+async def test_a_tenant_reads_its_wallet_spend_and_ledger_and_nothing_of_another(
+        world: ConsoleWorld, browser: Browser, portal: Portal) -> None:
+    await eventually(lambda: _has_balance(world))
+    browser.sign_in_with_token(world.token("nora"))
+    await browser.until(lambda: browser.all("#portal-link"), what="the portal's link")
+    browser.click("#portal-link")  # one tenant: straight to it
+    await browser.until(lambda: browser.path == f"/portal/{NS}/ten-north", what="north's page")
+    wallet = browser.text("#portal-wallet")
+    assert "19.25 EUR" in browser.text("#portal-wallet [data-cell='balance']")  # 25.50 - 5.00 - 1.25
+    assert "20.00 EUR when the balance falls below 5.00 EUR; at most 100.00 EUR a month" in wallet
+    assert "no payment method on file" in wallet and "1.50 EUR" in wallet
+    budget = browser.text("#portal-budgets [data-budget='north-monthly']")
+    assert "6.25 EUR of 10.00 EUR Monthly" in budget and "62%" in budget
+    assert browser.text("#portal-by-model tr[data-model='llm/gpt-x']").endswith("6.25 EUR")
+    assert browser.text("#portal-by-label tr[data-label='project=rag']").endswith("5.00 EUR")
+    assert browser.text("#portal-by-label tr[data-label='project=chat']").endswith("1.25 EUR")
+    assert browser.all("svg[aria-labelledby^='spend-chart-t']")
+    assert "1,200.50 EUR" in browser.text("#portal-reservations tr[data-reservation='north-gpus']")
+    assert not any(s in browser.source() for s in SOUTH_SECRETS)
+    browser.screenshot("portal-tenant")
+
+    # The ledger entry behind a charge, with its rated line.
+    browser.go(f"/portal/{NS}/ten-north/ledger")
+    assert len(browser.all("#portal-entries tr[data-entry]")) == 3
+    browser.click(f"#portal-entries tr[data-entry='{portal.north_entries[0]}'] a")  # the newest: usage:north-2
+    await browser.until(lambda: browser.all("#portal-components"), what="an entry's rated line")
+    assert "pb-eur" in browser.text("#portal-entry") and "2.50 EUR" in browser.text("#portal-components")
+    browser.screenshot("portal-entry")
+
+    # Every identifier of ten-south, as a browser sends it: each page is the one a missing tenant gets.
+    for path in _south_identifiers(portal):
+        browser.go(path)
+        assert NOT_FOUND in browser.text() or "Error" in browser.text("h1"), path
+        assert not any(s in browser.source() for s in SOUTH_SECRETS), path
+    # Forms: the ledger filter and the export, submitted with fields naming ten-south added.
+    browser.go(f"/portal/{NS}/ten-north/ledger")
+    browser.run("""for (const [k, v] of [['tenant', arguments[0]], ['namespace', arguments[1]],
+                                         ['name', 'ten-south']]) {
+                     const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v;
+                     document.getElementById('portal-ledger-filter').appendChild(i); }""", f"{NS}/ten-south", NS)
+    browser.select("kind", "credit")
+    browser.one("#portal-ledger-filter button").click()
+    await browser.until(lambda: "kind=credit" in browser.path, what="the filtered ledger")
+    assert "tenant=" in browser.path and len(browser.all("#portal-entries tr[data-entry]")) == 1
+    assert "welcome" in browser.text("#portal-entries") and not any(s in browser.source() for s in SOUTH_SECRETS)
+    browser.go(f"/portal/{NS}/ten-north")
+    day = datetime.now(UTC).date()
+    browser.fill("from", str(day - timedelta(days=5)))
+    browser.fill("to", str(day))
+    browser.run("document.getElementById('portal-export').action = arguments[0]", f"/portal/{NS}/ten-south/export.csv")
+    browser.one("#portal-export button").click()
+    await browser.until(lambda: NOT_FOUND in browser.text(), what="a forged export refused")
+    browser.go(f"/portal/{NS}/ten-north")
+    browser.fill("from", str(day - timedelta(days=5)))
+    browser.fill("to", str(day))
+    browser.one("#portal-export button").click()
+    csv_file = await browser.until(lambda: next(iter(browser.downloads.glob("*.csv")), None), what="the export")
+    text = csv_file.read_text()
+    assert "usage:north-2" in text and not any(s in text for s in SOUTH_SECRETS)
+
+
+async def _has_balance(world: ConsoleWorld) -> bool:
+    return await _balance(world.stack.api, "ten-north") is not None
+

@@ -1,0 +1,167 @@
+"""The tenant portal's pure parts: who belongs to which tenant (`contract.billing_portal`), money moved to integer
+micro-units for charts and back, the portal's cells from the API's JSON, money charts, the console flag and the
+BillingConsole's rendering of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from maasctl.cli import build_parser
+from maasctl.console.billing import portal_views
+from maasctl.console.billing.money import from_micros, micros
+from maasctl.console.charts import bar_chart
+from maasctl.console.cli import settings_from_args
+from maasctl.contract.billing_portal import member_organizations, tenants_of
+
+SUB_NS = "models-as-a-service"
+
+
+def _sub(org: Any, users: Any = None, groups: Any = None, ns: str = SUB_NS, **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"owner": {"users": users or [], "groups": [{"name": g} for g in groups or ()]}}
+    if org is not None:
+        spec["organization"] = {"id": org}
+    spec.update(extra.pop("spec", {}))
+    return {"metadata": {"name": "s", "namespace": ns, **extra}, "spec": spec}
+
+
+@pytest.mark.parametrize(("subs", "orgs"), [
+    ([_sub("acme", users=["nora"])], {"acme"}),
+    ([_sub("acme", groups=["north-team"])], {"acme"}),
+    ([_sub("acme", groups=["other"]), _sub("globex", users=["nora"])], {"globex"}),
+    ([_sub("acme", users=["*"])], set()),  # open to everyone: nobody's organization
+    ([_sub("acme", groups=["system:authenticated"])], set()),
+    ([_sub("acme", groups=["system:serviceaccounts"])], set()),
+    ([_sub("acme", users=["nora"], ns="nora-playground")], set()),  # not the subscription namespace
+    ([_sub("acme", users=["nora"], deletionTimestamp="2026-01-01T00:00:00Z")], set()),
+    ([_sub(None, users=["nora"], spec={"tokenMetadata": {"organizationId": "acme"}})], set()),  # changeable
+    ([_sub("", users=["nora"])], set()),
+    ([_sub("acme", users=["Nora"])], set()),  # exact match
+], ids=["user", "group", "only-mine", "star", "authenticated", "serviceaccounts", "other-namespace", "deleting",
+        "token-metadata", "empty-org", "case"])
+def test_who_belongs_to_an_organization(subs: list[dict[str, Any]], orgs: set[str]) -> None:
+    assert member_organizations("nora", ["north-team", "system:authenticated"], subs, SUB_NS) == frozenset(orgs)
+
+
+def test_nobody_without_a_name_belongs() -> None:
+    assert member_organizations("", ["north-team"], [_sub("acme", groups=["north-team"])], SUB_NS) == frozenset()
+
+
+def test_tenants_answer_to_their_organization_label_else_their_name() -> None:
+    tenants = [{"metadata": {"namespace": "b", "name": "ten-acme", "labels": {
+        "billing.opendatahub.io/organization-id": "acme"}}},
+        {"metadata": {"namespace": "a", "name": "acme"}},
+        {"metadata": {"namespace": "a", "name": "globex"}}]
+    assert tenants_of(frozenset({"acme"}), tenants) == [("a", "acme"), ("b", "ten-acme")]
+    assert tenants_of(frozenset(), tenants) == []
+
+
+@pytest.mark.parametrize(("text", "n"), [("1", 1_000_000), ("-1.5", -1_500_000), ("0.000001", 1),
+                                         ("123456789012345678901234.123456", 123456789012345678901234123456)],
+                         ids=["one", "negative", "micro", "beyond-a-float"])
+def test_micros_move_digits(text: str, n: int) -> None:
+    assert micros(text) == n
+    assert micros(from_micros(n)) == n
+
+
+@pytest.mark.parametrize("bad", ["1e3", "1.2345678", 1.5, None, "abc", True], ids=str)
+def test_micros_refuse_what_is_not_a_decimal_string(bad: Any) -> None:
+    assert micros(bad) is None
+
+
+TENANT: dict[str, Any] = {
+    "displayName": "North Labs", "currency": "EUR", "state": "Active", "billingMode": "Prepaid", "plan": "basic",
+    "balance": "19.25", "runwayDays": "3.5", "mtdSpend": "6.25", "allowanceTokens": "7700000",
+    "reloadPolicy": {"enabled": True, "thresholdAmount": "5", "reloadAmount": "20", "monthlyCapAmount": "100",
+                     "maxReloadsPerDay": 2},
+    "paymentMethod": {"configured": True, "status": "False", "reason": "CardDeclined", "message": "expired"},
+    "budgets": [{"name": "b", "keyLabels": {"project": "rag"}, "enforced": "Notified", "caps": [
+        {"amount": "10.00", "period": "Monthly", "spend": "6.25", "percent": "62", "periodEnd": "x",
+         "thresholds": [{"pct": 50, "action": "Notify", "firedAt": "2026-12-01T00:00:00Z"}]},
+        {"amount": "1.00", "period": "Daily", "spend": "3.00", "percent": "300", "thresholds": []}]}],
+}
+
+
+def test_the_wallet_as_a_tenant_reads_it() -> None:
+    w = portal_views.wallet(TENANT)
+    assert w["balance"] == "19.25 EUR" and w["runway"] == "3.5 days" and w["allowance"] == "7,700,000"
+    assert w["reload"] == ("on: 20.00 EUR when the balance falls below 5.00 EUR; at most 100.00 EUR a month, "
+                           "2 reloads a day")
+    assert w["payment"] == "not valid: CardDeclined (expired)"
+    assert portal_views.wallet({**TENANT, "paymentMethod": {}})["payment"] == "no payment method on file"
+
+
+def test_budgets_say_how_close_each_cap_is() -> None:
+    (b,) = portal_views.budget_rows(TENANT)
+    assert b["scope"] == "project=rag" and b["enforced"] == "Notified"
+    assert [(c["spend"], c["amount"], c["percent"], c["meter"]) for c in b["caps"]] == [
+        ("6.25 EUR", "10.00 EUR", "62", "62"), ("3.00 EUR", "1.00 EUR", "300", "100")]
+    assert b["caps"][0]["thresholds"][0]["fired"]
+
+
+def test_spend_charts_are_micro_units_written_back_as_money() -> None:
+    spend = {"currency": "JPY", "days": [{"date": "2026-12-05", "total": "0", "byModel": {}},
+                                         {"date": "2026-12-06", "total": "1500", "byModel": {"m": "1500"}}],
+             "byModel": [{"model": "m", "amount": "1500"}], "byLabel": None, "monthToDate": "1500",
+             "balances": [{"at": "2026-12-06T00:00:00Z", "balance": "-3"}]}
+    view = portal_views.spend_view(spend)
+    assert view["daily"].points == [("12-05", 0), ("12-06", 1_500_000_000)]
+    assert view["daily"].fmt(1_500_000_000) == "1,500 JPY" and view["total"] == "1,500 JPY"
+    assert view["by_label"] is None and view["balances"][0]["balance"] == "-3 JPY"
+    svg = bar_chart(view["daily"].points, "Spend", "s", fmt=view["daily"].fmt, unit="")
+    assert "1,500 JPY" in svg and "tokens" not in svg
+    assert "height=\"-" not in bar_chart(view["balance"].points, "Balance", "b", fmt=view["balance"].fmt)
+
+
+def test_an_entry_shows_its_rated_line_exactly() -> None:
+    entry = {"currency": "USD", "details": {"components": {"prompt_tokens": {
+        "quantity": "3", "rate": "2.50", "per": 1000000, "amount": "0.0000075", "source": "rate"}}}}
+    (c,) = portal_views.entry_components(entry)
+    assert c["amount"] == "0.0000075 USD" and c["rate"] == "2.50 USD" and c["per"] == "1,000,000"
+
+
+def test_the_console_flag_and_the_deployed_console() -> None:
+    from maasctl.billing.api.console import BillingConsoleSpec
+    from maasctl.billing.rules.console import ConsoleTarget, console_args
+
+    args = build_parser().parse_args(["console", "--tenant-portal", "--billing-api-url", "http://b:8082"])
+    billing = settings_from_args(args).billing
+    assert billing.tenant_portal and billing.api_url == "http://b:8082"
+    target = ConsoleTarget(namespace="ns", gateway_namespace="g", gateway_name="gw", api_url="http://b:8082")
+    assert "--billing-api-url=http://b:8082" in console_args(BillingConsoleSpec(), None, target)
+
+
+def _page(template: str, **context: Any) -> str:
+    from maasctl.console.app import templates
+
+    base = {"identity": None, "nav": [], "billing_nav": None, "csrf_token": "t", "flashes": [], "path": "/portal",
+            "oidc_enabled": False, "title": "t"}
+    return str(templates().env.get_template(template).render(**base, **context))
+
+
+def test_the_portal_pages_render_the_api_answers() -> None:
+    entry = {"id": 3, "key": "usage:r1", "kind": "usage", "currency": "EUR", "amount": "-1.250000",
+             "occurredAt": "2026-12-06T10:00:00Z", "recordedAt": "2026-12-06T10:00:01Z", "actor": "rater",
+             "reason": "", "tokens": 500000, "model": "llm/gpt-x", "sku": "llm/gpt-x", "priceBook": "pb-eur",
+             "details": {"generation": 1, "unit": "per-1M-tokens", "termination": "complete", "components": {
+                 "prompt_tokens": {"quantity": "500000", "rate": "2.50", "per": 1000000, "amount": "1.25"}}}}
+    (row,) = portal_views.entry_rows([entry])
+    html = _page("portal/entry.html", t=TENANT, e=entry, row=row, components=portal_views.entry_components(entry),
+                 base="/portal/ns/ten", errors=[])
+    assert "-1.25 EUR" in html and "PriceBook pb-eur (generation 1)" in html
+    html = _page("portal/ledger.html", t=TENANT, rows=[row], next="2", kind="", kinds=("usage",),
+                 base="/portal/ns/ten")
+    assert "before=2" in html
+    spend = portal_views.spend_view({"currency": "EUR", "days": [{"date": "2026-12-06", "total": "1.25",
+                                                                  "byModel": {"llm/gpt-x": "1.25"}}],
+                                     "byModel": [{"model": "llm/gpt-x", "amount": "1.25"}],
+                                     "byLabel": [{"label": "", "amount": "1.25"}], "monthToDate": "1.25",
+                                     "balances": [{"at": "2026-12-06T10:00:00Z", "balance": "19.25"}]})
+    html = _page("portal/tenant.html", t={**TENANT, "access": "reader", "organization": "acme"},
+                 w=portal_views.wallet(TENANT), budgets=portal_views.budget_rows(TENANT),
+                 reservations=portal_views.reservation_rows({"reservations": [{"name": "r", "count": 2}]}),
+                 spend=spend, recent=[row], days=30, ranges=(7, 30, 90), base="/portal/ns/ten", errors=[])
+    assert "(keys without labels)" in html and "portal-reader" in html and "(project=rag)" in html
+    assert 'style="width: 62%"' in html
+
