@@ -242,3 +242,45 @@ async def test_rerate_refuses_bad_input(ledger_url: str, tmp_path: Path) -> None
     code, _, err = await _cli(ledger_url, *base, "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z",
                               "--price-book-file", str(good))
     assert code == 2 and "period is empty" in err
+
+
+async def test_a_key_selected_budget_counts_the_corrections_of_its_keys_records(ledger_url: str) -> None:
+    from maasctl.billing.controller.spend import selected_spend
+    from maasctl.maasapi.store import KeyRecord, KeyStore
+
+    s = await stores(ledger_url)
+    try:
+        keys = KeyStore(s.store.engine)
+        now = datetime.now(UTC)
+        for key_id, project in (("k-rag", "rag"), ("k-web", "web")):
+            await keys.insert(KeyRecord(id=key_id, key_hash="x", hash_algorithm="test", name=key_id,
+                                        description="", owner="alice", groups=(), subscription_namespace="s",
+                                        subscription_name="sub", ephemeral=False, created_at=now,
+                                        expires_at=now + timedelta(days=1), labels={"project": project}),
+                              actor="test")
+        batch = [record(i, key_id="k-rag" if i % 2 else "k-web") for i in range(1, 7)]
+        await s.store.ingest(batch, now)
+        mistaken = build_catalog(**book_with(objects(), generation=2, skus=[MISTAKEN]))
+        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 6
+        fixed = Book("pb-fixed", 1, build_catalog(**{**objects(), "books": [corrected_book()]})
+                     .books[NS]["pb-fixed"].book.spec)
+
+        def amount(key_id: str) -> Decimal:
+            lines = [rate(_usage(e), fixed) for e in batch if e.key_id == key_id]
+            assert all(isinstance(line, RatedLine) for line in lines)
+            return sum((line.amount for line in lines if isinstance(line, RatedLine)), Decimal(0))
+
+        since, until = T0 - timedelta(hours=1), datetime.now(UTC) + timedelta(hours=1)  # the records and the fix
+        rag = await selected_spend(s.ledger, s.reader, TENANT, {"project": "rag"}, since, until)
+        assert rag is not None and rag > amount("k-rag")  # the mistaken rating
+        report = await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1),
+                              reason="INC-42", actor="alice")
+        assert [e.details["keyId"] for e in report.entries] == ["k-rag", "k-web"]  # one key per entry
+        assert await selected_spend(s.ledger, s.reader, TENANT, {"project": "rag"}, since, until) == amount("k-rag")
+        assert await selected_spend(s.ledger, s.reader, TENANT, {"project": "web"}, since, until) == amount("k-web")
+        assert await selected_spend(s.ledger, s.reader, TENANT, {}, since, until) == amount("k-rag") + amount("k-web")
+        assert await selected_spend(s.ledger, None, TENANT, {"project": "rag"}, since, until) is None
+        assert not (await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1), reason="INC-42",
+                                 actor="alice")).entries  # twice adjusts once
+    finally:
+        await s.close()

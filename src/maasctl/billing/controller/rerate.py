@@ -4,8 +4,9 @@ The ledger is append-only: a mistaken price is never fixed by rewriting a charge
 tenant charged in [since, until), the record (from maas-api's usage store) is rated again, purely
 (`rating.rate`), against the corrected book; the difference between that and what the ledger has charged it so
 far (its `usage:<id>` entry plus earlier re-ratings of it) is the record's delta. The non-zero deltas are posted
-as `adjustment:rerate:...` entries (`entries.rerate_adjustment`, up to `CHUNK` records each) between the wallet
-and revenue:usage, with the actor, the reason and the per-record deltas. A second run finds every delta zero and
+as `adjustment:rerate:...` entries (`entries.rerate_adjustment`, up to `CHUNK` records of one API key each, the
+key id kept as the usage charges keep it) between the wallet and revenue:usage, with the actor, the reason and
+the per-record deltas. A second run finds every delta zero and
 posts nothing, so running it twice never adjusts twice, and overlapping periods are safe.
 
 Records the corrected book does not price (no SKU, an unknown unit, a pass-through SKU: the CLI has no cost
@@ -80,14 +81,17 @@ async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.
         else:
             report.unchanged += 1
     report.delta = sum(deltas.values(), Decimal(0))
-    ids = sorted(deltas)
     currency = book.spec.currency.value
-    for i in range(0, len(ids), CHUNK):
-        part = {rid: deltas[rid] for rid in ids[i: i + CHUNK]}
-        # (posted even when the part's deltas cancel out: the per-record deltas matter to the next re-rating)
-        report.entries.append(rerate_adjustment(tenant, now, part, book=book.name, generation=book.generation,
-                                                since=since, until=until, currency=currency, reason=reason,
-                                                actor=actor))
+    by_key: dict[str, list[str]] = {}
+    for rid in sorted(deltas):
+        by_key.setdefault(found[rid].key_id, []).append(rid)
+    for key_id, ids in sorted(by_key.items()):  # one key per entry: budgets with a key selector count it
+        for i in range(0, len(ids), CHUNK):
+            part = {rid: deltas[rid] for rid in ids[i: i + CHUNK]}
+            # (posted even when the part's deltas cancel out: the per-record deltas matter to the next re-rating)
+            report.entries.append(rerate_adjustment(tenant, now, part, book=book.name, generation=book.generation,
+                                                    since=since, until=until, currency=currency, reason=reason,
+                                                    actor=actor, key_id=key_id))
     if not dry_run and report.entries:
         result = await ledger.post(report.entries)
         report.inserted = list(result.inserted)

@@ -219,13 +219,15 @@ class Ledger:
         return from_micros(-int(micros or 0))
 
     async def spend_by_key(self, tenant: str, since: datetime, until: datetime) -> dict[str, Decimal]:
-        """What rated usage cost the tenant for records in [since, until), per API key id (the rated line's
-        `keyId`; "" for tokens and for lines rated before keys were recorded). Budgets with a key selector."""
+        """`spend` per API key id: the usage charges of records in [since, until) and the re-rating adjustments
+        posted in it, each under its `keyId` (a re-rating entry corrects the records of one key; "" for tokens
+        and for entries made before keys were recorded). Budgets with a key selector."""
         t = transactions
         key_id = func.coalesce(t.c.details["keyId"].as_string(), "")
+        rerating = and_(t.c.kind == "adjustment", t.c.key.startswith(RERATE_PREFIX, autoescape=True))
         stmt = (select(key_id.label("key_id"), func.sum(postings.c.amount_micros))
                 .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
-                .where(and_(t.c.tenant == tenant, t.c.kind == "usage", t.c.occurred_at >= since,
+                .where(and_(t.c.tenant == tenant, or_(t.c.kind == "usage", rerating), t.c.occurred_at >= since,
                             t.c.occurred_at < until, postings.c.account == wallet(tenant)))
                 .group_by(key_id))
         async with self.engine.connect() as conn:
