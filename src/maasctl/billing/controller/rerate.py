@@ -9,8 +9,9 @@ key id kept as the usage charges keep it) between the wallet and revenue:usage, 
 the per-record deltas. A second run finds every delta zero and
 posts nothing, so running it twice never adjusts twice, and overlapping periods are safe.
 
-Records the corrected book does not price (no SKU, an unknown unit, a pass-through SKU: the CLI has no cost
-Secret) are left as charged and reported.
+A pass-through SKU re-rates with the provider cost in force when the record was rated, as its charge recorded
+it, and the corrected markup (`rerating.context_for`). Records the corrected book does not price (no SKU, an
+unknown unit, a pass-through SKU for a charge that kept no cost) are left as charged and reported.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from maasctl.billing.controller.rater import usage_of
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import Transaction, rerate_adjustment
-from maasctl.billing.rules import rating
+from maasctl.billing.rules import rating, rerating
 from maasctl.billing.rules.catalog import month_start
 
 __all__ = ["CHUNK", "RerateReport", "rerate"]
@@ -67,14 +68,18 @@ async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.
         month = month_start(row.ts)
         if month not in months:
             months[month] = await ledger.tokens(tenant, month, row.ts)  # before the first record of the period
-        ctx = rating.Context(geo=geo if geo is not None else charged[row.id][1],
-                             month_tokens_before=months[month], committed_tier=committed_tier)
-        line = rating.rate(usage_of(row), book, ctx)
+        charge = charged[row.id]
+        usage = usage_of(row)
+        ctx = rerating.context_for(book, usage, charge.details, rating.Context(
+            geo=geo if geo is not None else charge.geo, month_tokens_before=months[month],
+            committed_tier=committed_tier))
+        line = rating.rate(usage, book, ctx) if isinstance(ctx, rating.Context) else rating.Unpriced(
+            row.id, row.model, book.name, ctx)
         if isinstance(line, rating.Unpriced):
             report.unpriced[row.id] = line.reason
             continue
         months[month] += line.tokens
-        delta = line.amount - charged[row.id][0] - before.get(row.id, Decimal(0))
+        delta = line.amount - charge.amount - before.get(row.id, Decimal(0))
         if delta:
             deltas[row.id] = delta
             report.changed += 1
