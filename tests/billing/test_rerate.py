@@ -323,3 +323,51 @@ async def test_a_pass_through_sku_is_rerated_with_the_cost_of_the_records_time_a
         assert await s.ledger.verify() == []
     finally:
         await s.close()
+
+
+async def test_a_committed_use_fee_is_rerated_to_the_corrected_monthly_price(ledger_url: str) -> None:
+    from maasctl.billing.ledger.entries import COMMITMENTS, RERATE_FEE_PREFIX
+    from maasctl.billing.rules.catalog import COMMITTED_USE_ANNOTATION, month_start
+
+    s = await stores(ledger_url)
+    try:
+        await s.store.ingest([record(i) for i in range(1, 4)], datetime.now(UTC))
+        objs = book_with(objects(), generation=2, skus=[LLAMA])
+        objs["books"][0]["spec"]["committedUse"] = [{"name": "starter", "tokensPerSecond": 1, "monthlyPrice": "995.00"}]
+        objs["tenants"][0]["metadata"]["annotations"] = {COMMITTED_USE_ANNOTATION: "starter"}
+        mistaken = build_catalog(**objs)
+        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 3
+        assert await s.ledger.balance(TENANT) == Decimal("-995.00")  # the records' tokens are included
+        month = month_start(T0)
+        spent = await s.ledger.spend(TENANT, month, datetime.now(UTC) + timedelta(hours=1))
+
+        fixed = copy.deepcopy(objs["books"][0])
+        fixed["metadata"].update(name="pb-fixed", generation=1)
+        fixed["spec"]["committedUse"][0]["monthlyPrice"] = "99.50"
+        book = Book("pb-fixed", 1, build_catalog(**{**objs, "books": [fixed]}).books[NS]["pb-fixed"].book.spec)
+        until = T0 + timedelta(days=1)
+        report = await rerate(s.ledger, s.reader, TENANT, book, month, until, reason="INC-44: 995 for 99.50",
+                              actor="alice")
+        # The records are rated with the tier their month was charged for: still included, unchanged.
+        assert (report.records, report.changed, report.unchanged) == (3, 0, 3)
+        assert (report.fees, report.fees_changed, report.fee_delta) == (1, 1, Decimal("-895.50"))
+        assert len(report.inserted) == 1 and report.inserted[0].startswith(f"{RERATE_FEE_PREFIX}{TENANT}:")
+        assert await s.ledger.balance(TENANT) == Decimal("-99.50")
+        assert await _account(s.ledger, COMMITMENTS) == Decimal("99.50")  # the fee's revenue corrected
+        assert await s.ledger.spend(TENANT, month, datetime.now(UTC) + timedelta(hours=1)) == spent  # not usage
+        adj = (await s.ledger.entries(TENANT, kind="adjustment", limit=5))[0]
+        assert (adj.actor, adj.reason) == ("alice", "INC-44: 995 for 99.50")
+        assert adj.details["fees"] == {f"commitment:{TENANT}:starter:{month:%Y-%m}": "-895.500000"}
+
+        assert not (await rerate(s.ledger, s.reader, TENANT, book, month, until, reason="INC-44",
+                                 actor="alice")).entries  # twice adjusts once
+        # A period starting after the month's start leaves its fee alone; a book without the tier lists it.
+        later = await rerate(s.ledger, s.reader, TENANT, book, T0, until, reason="r", actor="a", dry_run=True)
+        assert later.fees == 0 and later.changed == 0
+        del fixed["spec"]["committedUse"]
+        bare = Book("pb-fixed", 2, build_catalog(**{**objs, "books": [fixed]}).books[NS]["pb-fixed"].book.spec)
+        gone = await rerate(s.ledger, s.reader, TENANT, bare, month, until, reason="r", actor="a", dry_run=True)
+        assert "has no committed-use tier 'starter'" in gone.fees_unpriced[f"commitment:{TENANT}:starter:{month:%Y-%m}"]
+        assert await s.ledger.verify() == []
+    finally:
+        await s.close()

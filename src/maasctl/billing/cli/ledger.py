@@ -161,7 +161,9 @@ def register_rerate(sub: Any) -> None:
     cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
     cmd.add_argument("--geo", default=None,
                      help="region of the tenant's requests (default: the region each charge was rated in)")
-    cmd.add_argument("--committed-tier", default=None, help="the tenant's committed-use tier, if it has one")
+    cmd.add_argument("--committed-tier", default=None,
+                     help="the committed-use tier to rate the records with (default: the tier each month's fee was "
+                          "charged for; none without a fee)")
     cmd.add_argument("--dry-run", action="store_true", help="show what would change; post nothing")
     cmd.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
@@ -259,6 +261,8 @@ async def run_rerate(args: argparse.Namespace) -> int:
                               "from": since.isoformat(), "to": until.isoformat(), "records": report.records,
                               "changed": report.changed, "unchanged": report.unchanged, "delta": str(report.delta),
                               "unpriced": report.unpriced, "missing": report.missing,
+                              "fees": {"charged": report.fees, "changed": report.fees_changed,
+                                       "delta": str(report.fee_delta), "unpriced": report.fees_unpriced},
                               "entries": [e.key for e in report.entries], "inserted": report.inserted,
                               "conflicts": report.conflicts, "dryRun": args.dry_run, "balance": str(balance)},
                              indent=2))
@@ -268,7 +272,11 @@ async def run_rerate(args: argparse.Namespace) -> int:
             print(f"{report.records} charged record(s): {report.changed} re-rated, {report.unchanged} unchanged, "
                   f"{len(report.unpriced)} not priced by the corrected book, {len(report.missing)} no longer in "
                   f"maas-api; charges change by {report.delta}; {state}")
-            for rid, why in list(report.unpriced.items())[:10]:
+            if report.fees:
+                print(f"{report.fees} committed-use fee(s): {report.fees_changed} re-rated, "
+                      f"{len(report.fees_unpriced)} not priced by the corrected book; fees change by "
+                      f"{report.fee_delta}")
+            for rid, why in [*report.unpriced.items(), *report.fees_unpriced.items()][:10]:
                 print(f"  not re-rated {rid}: {why}")
             for tx in report.entries:
                 print(f"  {tx.key}")
