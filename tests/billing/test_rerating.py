@@ -85,3 +85,15 @@ def test_a_charge_without_a_usable_cost_is_not_re_rated_by_a_pass_through_sku(
 def test_costs_recorded_in_another_unit_are_not_applied_to_the_corrected_unit() -> None:
     got = again(spec("25", unit="per-1K-tokens"), charged("250"))
     assert isinstance(got, Unpriced) and "gives rates per-1M-tokens" in got.reason  # 1000x too dear otherwise
+
+
+def test_the_tenant_portal_does_not_show_the_provider_cost_a_charge_keeps() -> None:
+    from maasctl.billing.controller.portal_api import tenant_details
+
+    details = charged("250")
+    shown = tenant_details(details)
+    assert shown["components"]["prompt_tokens"] == {k: v for k, v in details["components"]["prompt_tokens"].items()
+                                                    if k not in ("cost", "markupPct")}
+    assert "2.00" not in str(shown) and "250" not in str(shown)
+    assert details["components"]["prompt_tokens"]["cost"] == "2.00"  # the ledger's copy is untouched
+    assert tenant_details({"records": {"r": "1.0"}}) == {"records": {"r": "1.0"}}  # other entries as they are
