@@ -21,6 +21,7 @@ unknown unit, a pass-through SKU for a charge that kept no cost) are left as cha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -58,10 +59,13 @@ class RerateReport:
 
 async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.Book, since: datetime,
                  until: datetime, *, reason: str, actor: str, geo: str | None = None,
-                 committed_tier: str | None = None, dry_run: bool = False, now: datetime | None = None
-                 ) -> RerateReport:
+                 committed_tier: str | None = None, dry_run: bool = False, now: datetime | None = None,
+                 costs: Mapping[str, Mapping[str, Decimal]] | None = None,
+                 cost_units: Mapping[str, str] | None = None) -> RerateReport:
     """Re-rate `tenant`'s usage charged in [since, until) with `book`; post the adjustments unless `dry_run`.
-    `geo` is the region of the tenant's requests (default: the region of the SKU each charge was rated with)."""
+    `geo` is the region of the tenant's requests (default: the region of the SKU each charge was rated with);
+    `costs`/`cost_units` the pass-through cost data to use for the period, by cost Secret name (default: the
+    cost each charge recorded)."""
     if until <= since:
         raise ValueError("the period is empty: --to must be after --from")
     now = now or datetime.now(UTC)
@@ -84,7 +88,8 @@ async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.
         usage = usage_of(row)
         ctx = rerating.context_for(book, usage, charge.details, rating.Context(
             geo=geo if geo is not None else charge.geo, month_tokens_before=months[month],
-            committed_tier=committed_tier if committed_tier is not None else tiers.get(month)))
+            committed_tier=committed_tier if committed_tier is not None else tiers.get(month),
+            provider_costs=costs or {}, provider_units=cost_units or {}))
         line = rating.rate(usage, book, ctx) if isinstance(ctx, rating.Context) else rating.Unpriced(
             row.id, row.model, book.name, ctx)
         if isinstance(line, rating.Unpriced):
