@@ -21,7 +21,7 @@ from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import RERATE_PREFIX, REVENUE
 from maasctl.billing.rules.catalog import build_catalog
-from maasctl.billing.rules.rating import Book, RatedLine, rate
+from maasctl.billing.rules.rating import Book, Context, RatedLine, rate
 from maasctl.maasapi.usage.store import UsageStore
 
 from .test_rater import NS, T0, objects, record, usage_store
@@ -197,7 +197,7 @@ async def test_a_mistaken_pricebook_is_rerated_by_adjustments_to_the_corrected_r
         assert sorted(adj[0].details["records"]) == [e.id for e in batch[1:5]]
         assert Decimal(adj[0].details["total"]) == expected - wrong
         charges = await s.ledger.usage_charges(TENANT, batch[0].ts, batch[5].ts + timedelta(seconds=1))
-        assert sum((c for c, _ in charges.values()), Decimal(0)) == wrong  # the charge rows as they were
+        assert sum((c.amount for c in charges.values()), Decimal(0)) == wrong  # the charge rows as they were
 
         # Twice adjusts once; a wider, overlapping period adjusts only what is still wrong (1 and 6).
         code, out, err = await _cli(ledger_url, *period)
@@ -242,3 +242,84 @@ async def test_rerate_refuses_bad_input(ledger_url: str, tmp_path: Path) -> None
     code, _, err = await _cli(ledger_url, *base, "--from", "2026-12-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z",
                               "--price-book-file", str(good))
     assert code == 2 and "period is empty" in err
+
+
+async def test_a_key_selected_budget_counts_the_corrections_of_its_keys_records(ledger_url: str) -> None:
+    from maasctl.billing.controller.spend import selected_spend
+    from maasctl.maasapi.store import KeyRecord, KeyStore
+
+    s = await stores(ledger_url)
+    try:
+        keys = KeyStore(s.store.engine)
+        now = datetime.now(UTC)
+        for key_id, project in (("k-rag", "rag"), ("k-web", "web")):
+            await keys.insert(KeyRecord(id=key_id, key_hash="x", hash_algorithm="test", name=key_id,
+                                        description="", owner="alice", groups=(), subscription_namespace="s",
+                                        subscription_name="sub", ephemeral=False, created_at=now,
+                                        expires_at=now + timedelta(days=1), labels={"project": project}),
+                              actor="test")
+        batch = [record(i, key_id="k-rag" if i % 2 else "k-web") for i in range(1, 7)]
+        await s.store.ingest(batch, now)
+        mistaken = build_catalog(**book_with(objects(), generation=2, skus=[MISTAKEN]))
+        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 6
+        fixed = Book("pb-fixed", 1, build_catalog(**{**objects(), "books": [corrected_book()]})
+                     .books[NS]["pb-fixed"].book.spec)
+
+        def amount(key_id: str) -> Decimal:
+            lines = [rate(_usage(e), fixed) for e in batch if e.key_id == key_id]
+            assert all(isinstance(line, RatedLine) for line in lines)
+            return sum((line.amount for line in lines if isinstance(line, RatedLine)), Decimal(0))
+
+        since, until = T0 - timedelta(hours=1), datetime.now(UTC) + timedelta(hours=1)  # the records and the fix
+        rag = await selected_spend(s.ledger, s.reader, TENANT, {"project": "rag"}, since, until)
+        assert rag is not None and rag > amount("k-rag")  # the mistaken rating
+        report = await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1),
+                              reason="INC-42", actor="alice")
+        assert [e.details["keyId"] for e in report.entries] == ["k-rag", "k-web"]  # one key per entry
+        assert await selected_spend(s.ledger, s.reader, TENANT, {"project": "rag"}, since, until) == amount("k-rag")
+        assert await selected_spend(s.ledger, s.reader, TENANT, {"project": "web"}, since, until) == amount("k-web")
+        assert await selected_spend(s.ledger, s.reader, TENANT, {}, since, until) == amount("k-rag") + amount("k-web")
+        assert await selected_spend(s.ledger, None, TENANT, {"project": "rag"}, since, until) is None
+        assert not (await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1), reason="INC-42",
+                                 actor="alice")).entries  # twice adjusts once
+    finally:
+        await s.close()
+
+
+PASS = {"sku": "llama", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "9.00", "completion_tokens": "9.00"},
+        "passThrough": {"provider": "openai", "markupPct": "250", "costSecretRef": {"name": "openai-costs"}}}
+
+
+async def test_a_pass_through_sku_is_rerated_with_the_cost_of_the_records_time_and_the_corrected_markup(
+        ledger_url: str) -> None:
+    s = await stores(ledger_url)
+    try:
+        batch = [record(i) for i in range(1, 5)]
+        await s.store.ingest(batch, datetime.now(UTC))
+        then = {NS: {"openai-costs": {"prompt_tokens": Decimal("2.00"), "completion_tokens": Decimal("8.00")}}}
+        mistaken = build_catalog(**book_with(objects(), generation=2, skus=[PASS]), provider_costs=then)
+        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 4
+        wrong = -await s.ledger.balance(TENANT)
+        # The Secret has changed since (the provider raised its prices): re-rating must not use today's cost.
+        fixed_sku = {**PASS, "passThrough": {**PASS["passThrough"], "markupPct": "25"}}
+        fixed = Book("pb-fixed", 1, build_catalog(**book_with(objects(), generation=1, skus=[fixed_sku]))
+                     .books[NS]["pb"].book.spec)
+        expected = Decimal(0)
+        for e in batch:
+            line = rate(_usage(e), fixed, Context(provider_costs=then[NS]))
+            assert isinstance(line, RatedLine)
+            expected += line.amount
+        assert expected < wrong
+        report = await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1),
+                              reason="INC-43: markup was 250%, not 25%", actor="alice")
+        assert (report.changed, report.unpriced, len(report.inserted)) == (4, {}, 1)
+        assert -await s.ledger.balance(TENANT) == expected  # cost then x 1.25, to the micro-unit
+        adj = (await s.ledger.entries(TENANT, kind="adjustment", limit=5))[0]
+        assert (adj.actor, adj.reason, adj.details["priceBook"]) == ("alice", "INC-43: markup was 250%, not 25%",
+                                                                     "pb-fixed")
+        again = await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1), reason="INC-43",
+                             actor="alice")
+        assert (again.changed, again.entries) == (0, [])  # running it twice adds nothing
+        assert await s.ledger.verify() == []
+    finally:
+        await s.close()

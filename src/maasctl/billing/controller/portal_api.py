@@ -38,6 +38,7 @@ from maasctl.billing import money
 from maasctl.billing.api import GROUP
 from maasctl.billing.api.budget import BudgetPeriod
 from maasctl.billing.api.kinds import BUDGET_POLICY, RESERVATION, TENANT_ACCOUNT
+from maasctl.billing.controller.spend import selected_spend
 from maasctl.billing.controller.usage_source import UsageReader, api_key_labels
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.statements import Statements
@@ -330,13 +331,7 @@ class PortalApi:
                          ) -> Decimal | None:
         if self.ledger is None:
             return None
-        if not selector:
-            return await self.ledger.spend(tenant, start, end)
-        if self.usage is None:
-            return None
-        by_key = await self.ledger.spend_by_key(tenant, start, end)
-        covered = await self.usage.keys_matching(list(by_key), selector)
-        return sum((a for k, a in by_key.items() if k in covered), Decimal(0))
+        return await selected_spend(self.ledger, self.usage, tenant, selector, start, end)
 
     def _reservations(self, ns: str, name: str) -> list[dict[str, Any]]:
         out = []

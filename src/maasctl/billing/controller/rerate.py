@@ -4,12 +4,14 @@ The ledger is append-only: a mistaken price is never fixed by rewriting a charge
 tenant charged in [since, until), the record (from maas-api's usage store) is rated again, purely
 (`rating.rate`), against the corrected book; the difference between that and what the ledger has charged it so
 far (its `usage:<id>` entry plus earlier re-ratings of it) is the record's delta. The non-zero deltas are posted
-as `adjustment:rerate:...` entries (`entries.rerate_adjustment`, up to `CHUNK` records each) between the wallet
-and revenue:usage, with the actor, the reason and the per-record deltas. A second run finds every delta zero and
+as `adjustment:rerate:...` entries (`entries.rerate_adjustment`, up to `CHUNK` records of one API key each, the
+key id kept as the usage charges keep it) between the wallet and revenue:usage, with the actor, the reason and
+the per-record deltas. A second run finds every delta zero and
 posts nothing, so running it twice never adjusts twice, and overlapping periods are safe.
 
-Records the corrected book does not price (no SKU, an unknown unit, a pass-through SKU: the CLI has no cost
-Secret) are left as charged and reported.
+A pass-through SKU re-rates with the provider cost in force when the record was rated, as its charge recorded
+it, and the corrected markup (`rerating.context_for`). Records the corrected book does not price (no SKU, an
+unknown unit, a pass-through SKU for a charge that kept no cost) are left as charged and reported.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from maasctl.billing.controller.rater import usage_of
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import Transaction, rerate_adjustment
-from maasctl.billing.rules import rating
+from maasctl.billing.rules import rating, rerating
 from maasctl.billing.rules.catalog import month_start
 
 __all__ = ["CHUNK", "RerateReport", "rerate"]
@@ -66,28 +68,35 @@ async def rerate(ledger: Ledger, reader: UsageReader, tenant: str, book: rating.
         month = month_start(row.ts)
         if month not in months:
             months[month] = await ledger.tokens(tenant, month, row.ts)  # before the first record of the period
-        ctx = rating.Context(geo=geo if geo is not None else charged[row.id][1],
-                             month_tokens_before=months[month], committed_tier=committed_tier)
-        line = rating.rate(usage_of(row), book, ctx)
+        charge = charged[row.id]
+        usage = usage_of(row)
+        ctx = rerating.context_for(book, usage, charge.details, rating.Context(
+            geo=geo if geo is not None else charge.geo, month_tokens_before=months[month],
+            committed_tier=committed_tier))
+        line = rating.rate(usage, book, ctx) if isinstance(ctx, rating.Context) else rating.Unpriced(
+            row.id, row.model, book.name, ctx)
         if isinstance(line, rating.Unpriced):
             report.unpriced[row.id] = line.reason
             continue
         months[month] += line.tokens
-        delta = line.amount - charged[row.id][0] - before.get(row.id, Decimal(0))
+        delta = line.amount - charge.amount - before.get(row.id, Decimal(0))
         if delta:
             deltas[row.id] = delta
             report.changed += 1
         else:
             report.unchanged += 1
     report.delta = sum(deltas.values(), Decimal(0))
-    ids = sorted(deltas)
     currency = book.spec.currency.value
-    for i in range(0, len(ids), CHUNK):
-        part = {rid: deltas[rid] for rid in ids[i: i + CHUNK]}
-        # (posted even when the part's deltas cancel out: the per-record deltas matter to the next re-rating)
-        report.entries.append(rerate_adjustment(tenant, now, part, book=book.name, generation=book.generation,
-                                                since=since, until=until, currency=currency, reason=reason,
-                                                actor=actor))
+    by_key: dict[str, list[str]] = {}
+    for rid in sorted(deltas):
+        by_key.setdefault(found[rid].key_id, []).append(rid)
+    for key_id, ids in sorted(by_key.items()):  # one key per entry: budgets with a key selector count it
+        for i in range(0, len(ids), CHUNK):
+            part = {rid: deltas[rid] for rid in ids[i: i + CHUNK]}
+            # (posted even when the part's deltas cancel out: the per-record deltas matter to the next re-rating)
+            report.entries.append(rerate_adjustment(tenant, now, part, book=book.name, generation=book.generation,
+                                                    since=since, until=until, currency=currency, reason=reason,
+                                                    actor=actor, key_id=key_id))
     if not dry_run and report.entries:
         result = await ledger.post(report.entries)
         report.inserted = list(result.inserted)

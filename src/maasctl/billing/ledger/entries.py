@@ -197,22 +197,23 @@ RERATE_PREFIX: Final = "adjustment:rerate:"
 
 def rerate_adjustment(tenant: str, occurred_at: datetime, deltas: Mapping[str, Decimal], *, book: str,
                       generation: int, since: datetime, until: datetime, currency: str, reason: str,
-                      actor: str) -> Transaction:
+                      actor: str, key_id: str = "") -> Transaction:
     """A re-rating: what charging `deltas` (usage record id -> corrected charge minus what the ledger charged it
     so far; signed) changes, between the wallet and revenue:usage (it corrects usage revenue, it is not a
     goodwill adjustment). The ledger rows of the charges are never touched. The key is a digest of what it
     corrects, so the same correction posted twice (a retry, two operators) is recorded once; who, when and why
-    are in the entry (`actor`, `recorded_at`, `reason`, `details`)."""
+    are in the entry (`actor`, `recorded_at`, `reason`, `details`). The records are all of one API key,
+    `key_id`, kept as `keyId` the way a usage charge keeps it, so a budget with a key selector counts it."""
     _reasoned(reason, actor)
     total = sum(deltas.values(), Decimal(0))
     records = {rid: _signed(d) for rid, d in sorted(deltas.items())}
-    digest = hashlib.sha256(json.dumps([tenant, book, generation, records], separators=(",", ":")).encode()
-                            ).hexdigest()[:32]
+    digest = hashlib.sha256(json.dumps([tenant, book, generation, key_id, records], separators=(",", ":")
+                                       ).encode()).hexdigest()[:32]
     return Transaction(key=f"{RERATE_PREFIX}{tenant}:{digest}", kind="adjustment", tenant=tenant,
                        occurred_at=occurred_at, currency=currency, actor=actor, reason=reason,
                        details={"rerate": True, "priceBook": book, "generation": generation,
-                                "from": since.isoformat(), "to": until.isoformat(), "records": records,
-                                "total": _signed(total)},
+                                "from": since.isoformat(), "to": until.isoformat(), "keyId": key_id,
+                                "records": records, "total": _signed(total)},
                        postings=(Posting(wallet(tenant), -total), Posting(REVENUE, total)))
 
 

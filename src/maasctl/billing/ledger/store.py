@@ -24,7 +24,7 @@ from maasctl.billing.ledger.entries import RERATE_PREFIX, Transaction, from_micr
 from maasctl.billing.ledger.schema import create_schema_sync, postings, transactions
 from maasctl.billing.money import parse_signed
 
-__all__ = ["Entry", "Ledger", "PostResult"]
+__all__ = ["Charge", "Entry", "Ledger", "PostResult"]
 
 log = structlog.get_logger("maasctl.billing.ledger")
 _PREFIXES = 200  # key ranges per SELECT
@@ -35,6 +35,19 @@ class PostResult:
     inserted: tuple[str, ...] = ()
     duplicates: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()  # same key, different content: not applied
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A usage record's charge: the amount taken from the wallet and the rated line (details) it keeps."""
+
+    amount: Decimal
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def geo(self) -> str:
+        """The region of the SKU it was rated with."""
+        return str(self.details.get("geo") or "")
 
 
 @dataclass(frozen=True)
@@ -128,10 +141,9 @@ class Ledger:
         return PostResult(tuple(k for k in unique if k in ids),
                           tuple(k for k in others if k not in conflicts), tuple(conflicts))
 
-    async def usage_charges(self, tenant: str, since: datetime, until: datetime
-                            ) -> dict[str, tuple[Decimal, str]]:
-        """Usage record id -> (what its `usage:<id>` entry charged the tenant, the region of the SKU it was rated
-        with), for records in [since, until)."""
+    async def usage_charges(self, tenant: str, since: datetime, until: datetime) -> dict[str, Charge]:
+        """Usage record id -> what its `usage:<id>` entry charged the tenant and the rated line it keeps, for
+        records in [since, until)."""
         t = transactions
         stmt = (select(t.c.key, t.c.details, postings.c.amount_micros)
                 .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
@@ -139,8 +151,8 @@ class Ledger:
                             t.c.occurred_at < until, postings.c.account == wallet(tenant))))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
-        return {str(r.key).removeprefix("usage:"): (from_micros(-int(r.amount_micros)),
-                                                     str((r.details or {}).get("geo") or "")) for r in rows}
+        return {str(r.key).removeprefix("usage:"): Charge(from_micros(-int(r.amount_micros)), dict(r.details or {}))
+                for r in rows}
 
     async def rerated(self, tenant: str) -> dict[str, Decimal]:
         """Usage record id -> the sum of what re-rating adjustments added to its charge so far."""
@@ -219,13 +231,15 @@ class Ledger:
         return from_micros(-int(micros or 0))
 
     async def spend_by_key(self, tenant: str, since: datetime, until: datetime) -> dict[str, Decimal]:
-        """What rated usage cost the tenant for records in [since, until), per API key id (the rated line's
-        `keyId`; "" for tokens and for lines rated before keys were recorded). Budgets with a key selector."""
+        """`spend` per API key id: the usage charges of records in [since, until) and the re-rating adjustments
+        posted in it, each under its `keyId` (a re-rating entry corrects the records of one key; "" for tokens
+        and for entries made before keys were recorded). Budgets with a key selector."""
         t = transactions
         key_id = func.coalesce(t.c.details["keyId"].as_string(), "")
+        rerating = and_(t.c.kind == "adjustment", t.c.key.startswith(RERATE_PREFIX, autoescape=True))
         stmt = (select(key_id.label("key_id"), func.sum(postings.c.amount_micros))
                 .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
-                .where(and_(t.c.tenant == tenant, t.c.kind == "usage", t.c.occurred_at >= since,
+                .where(and_(t.c.tenant == tenant, or_(t.c.kind == "usage", rerating), t.c.occurred_at >= since,
                             t.c.occurred_at < until, postings.c.account == wallet(tenant)))
                 .group_by(key_id))
         async with self.engine.connect() as conn:

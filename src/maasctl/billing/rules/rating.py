@@ -124,6 +124,8 @@ class Component:
     per: int  # the rate is per this many units
     amount: Decimal  # exact
     source: str = "rate"  # or passThrough:<provider>
+    cost: Decimal | None = None  # pass-through: the provider's rate read from the cost Secret
+    markup_pct: Decimal | None = None  # pass-through: the SKU's markupPct (rate = cost x (1 + markupPct/100))
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,7 @@ class RatedLine:
             "sku": self.sku, "geo": self.geo, "unit": self.unit, "termination": self.termination,
             "estimated": self.estimated, "subtotal": str(self.subtotal), "exact": str(self.exact),
             "amount": money.fmt(self.amount), "rounding": ROUNDING,
-            "components": {c.dimension: {"quantity": str(c.quantity), "rate": str(c.rate), "per": c.per,
-                                         "amount": str(c.amount), "source": c.source} for c in self.components},
+            "components": {c.dimension: _component(c) for c in self.components},
         }
         if self.estimate_reason:
             out["estimateReason"] = self.estimate_reason
@@ -167,6 +168,14 @@ class RatedLine:
         if self.discount_pct:
             out["discountPct"] = str(self.discount_pct)
         return out
+
+
+def _component(c: Component) -> dict[str, Any]:
+    out: dict[str, Any] = {"quantity": str(c.quantity), "rate": str(c.rate), "per": c.per, "amount": str(c.amount),
+                           "source": c.source}
+    if c.cost is not None and c.markup_pct is not None:  # the cost in force when rated: re-rating reads it back
+        out.update(cost=str(c.cost), markupPct=str(c.markup_pct))
+    return out
 
 
 @dataclass(frozen=True)
@@ -306,10 +315,11 @@ def rate(usage: Usage, book: Book, ctx: Context | None = None) -> RatedLine | Un
                         f"SKU {sku.sku} of PriceBook {book.name} has unit {sku.unit!r}, which rating does not know "
                         "(per-<n>[K|M|B]-tokens, per-token, per-gpu-second|minute|hour, per-request)")
     rates: dict[str, tuple[Decimal, str]] = {d: (r, "rate") for d, r in sku.rates.items()}
+    costs: Mapping[str, Decimal] = {}
     if sku.pass_through is not None:
         pt = sku.pass_through
-        costs = ctx.provider_costs.get(pt.cost_secret_ref.name)
-        if costs is None:
+        read = ctx.provider_costs.get(pt.cost_secret_ref.name)
+        if read is None:
             return Unpriced(usage.record_id, usage.model, book.name,
                             f"SKU {sku.sku} passes through {pt.provider}'s cost, but its cost Secret "
                             f"{pt.cost_secret_ref.name} is missing or unreadable")
@@ -319,8 +329,10 @@ def rate(usage: Usage, book: Book, ctx: Context | None = None) -> RatedLine | Un
                             f"SKU {sku.sku} is priced {sku.unit}, but its cost Secret {pt.cost_secret_ref.name} "
                             f"gives rates {declared}")
         factor = money.CONTEXT.add(Decimal(1), _div(pt.markup_pct, _HUNDRED))
+        costs = read
         for dim, cost in costs.items():
             rates[dim] = (money.CONTEXT.multiply(cost, factor), f"passThrough:{pt.provider}")
+    markup = sku.pass_through.markup_pct if sku.pass_through is not None else None
     quantities = _quantities(usage, sku)
     token_div, gpu_div = divisors
     components = []
@@ -329,7 +341,8 @@ def rate(usage: Usage, book: Book, ctx: Context | None = None) -> RatedLine | Un
         per = token_div if dim in TOKEN_DIMENSIONS else gpu_div if dim == "gpu_seconds" else 1
         quantity = quantities.get(dim, Decimal(0))
         amount = _div(money.CONTEXT.multiply(quantity, rate_), per)
-        components.append(Component(dim, quantity, rate_, per, amount, source))
+        components.append(Component(dim, quantity, rate_, per, amount, source,
+                                    costs.get(dim), markup if dim in costs else None))
     subtotal = sum((c.amount for c in components), Decimal(0))
     charge, policy = _policy(usage, spec)
     tokens = usage.tokens

@@ -33,6 +33,7 @@ from maasctl.billing.api import BudgetPolicy
 from maasctl.billing.api.budget import ThresholdAction
 from maasctl.billing.api.kinds import BUDGET_POLICY, PLAN, TENANT_ACCOUNT
 from maasctl.billing.controller.reconcilers.context import BillingContext, log
+from maasctl.billing.controller.spend import selected_spend
 from maasctl.billing.controller.timers import Timers, seconds_until
 from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
@@ -161,12 +162,9 @@ class BudgetReconciler:
         return out
 
     async def spend(self, tenant: str, selector: Mapping[str, str], since: datetime, until: datetime) -> Decimal:
-        if not selector:
-            return await self.ledger.spend(tenant, since, until)
-        assert self.keys is not None
-        by_key = await self.ledger.spend_by_key(tenant, since, until)
-        covered = await self.keys.keys_matching(list(by_key), selector)
-        return sum((amount for key, amount in by_key.items() if key in covered), Decimal(0))
+        spent = await selected_spend(self.ledger, self.keys, tenant, selector, since, until)
+        assert spent is not None  # a selector without key labels was refused before
+        return spent
 
     def conditions(self, obj: FrozenObject, ev: budget.Evaluation, fired: bool, req: Request, tenant: str,
                    selector: Mapping[str, str]) -> Any:
