@@ -165,3 +165,83 @@ def test_the_portal_pages_render_the_api_answers() -> None:
     assert "(keys without labels)" in html and "portal-reader" in html and "(project=rag)" in html
     assert 'style="width: 62%"' in html
 
+
+def test_a_pricebook_form_becomes_exactly_its_fields() -> None:
+    from maasctl.console.billing import authoring
+
+    form = authoring.FORMS["pricebooks"]
+    values = {"namespace": "tenants", "name": "pb-2", "currency": "EUR", "effectiveFrom": "2027-01-01T00:00:00Z",
+              "noticeDays": "30", "supersedes": "pb-1", "providerFaultPolicy": "", "clientDisconnectPolicy": "",
+              "skus": "llm/gpt-x per-1M-tokens prompt_tokens=2.50 completion_tokens=10.00\n"
+                      "h200 per-gpu-second geo=us-east gpu_seconds=0.001250\n"}
+    old = {"spec": {"skus": [{"sku": "llm/gpt-x", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "1"},
+                              "passThrough": {"provider": "openai", "markupPct": "10",
+                                              "costSecretRef": {"name": "c"}}}]}}
+    obj = authoring.build(form, values, old)
+    assert obj["metadata"] == {"namespace": "tenants", "name": "pb-2"}
+    assert obj["spec"] == {
+        "currency": "EUR", "effectiveFrom": "2027-01-01T00:00:00Z", "noticeDays": 30, "supersedes": "pb-1",
+        "skus": [{"sku": "llm/gpt-x", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "2.50",
+                                                                          "completion_tokens": "10.00"},
+                  "passThrough": old["spec"]["skus"][0]["passThrough"]},  # not shown, kept
+                 {"sku": "h200", "unit": "per-gpu-second", "geo": "us-east", "rates": {"gpu_seconds": "0.001250"}}]}
+    assert authoring.values_of(form, obj)["skus"].splitlines()[1] == "h200 per-gpu-second geo=us-east " \
+                                                                     "gpu_seconds=0.001250"
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("noticeDays", "thirty", "A whole number."), ("noticeDays", "-1", "A whole number."),
+    ("currency", "BTC", "One of USD"), ("skus", "llm/gpt-x per-1M-tokens", "line 1"),
+    ("skus", "llm/gpt-x per-1M-tokens 2.50", "not DIMENSION=RATE"), ("name", "", "Required."),
+], ids=["words", "negative", "currency", "no-rate", "bare-rate", "no-name"])
+def test_what_the_form_itself_cannot_read_is_said_next_to_the_field(field: str, value: str, error: str) -> None:
+    from maasctl.console.billing import authoring
+
+    values = {"namespace": "t", "name": "pb", "currency": "USD", "effectiveFrom": "x", "noticeDays": "1",
+              "skus": "a per-token prompt_tokens=1", field: value}
+    with pytest.raises(authoring.FormError) as caught:
+        authoring.build(authoring.FORMS["pricebooks"], values)
+    assert error in caught.value.errors[field]
+
+
+def test_tenant_and_plan_forms() -> None:
+    from maasctl.console.billing import authoring
+
+    tenant = authoring.build(authoring.FORMS["tenantaccounts"], {
+        "namespace": "t", "name": "ten-a", "displayName": "A", "organization": "acme", "planRef": "basic",
+        "billingMode": "Prepaid", "reloadEnabled": "", "graceAmount": "1.50"})
+    assert tenant["metadata"]["labels"] == {"billing.opendatahub.io/organization-id": "acme"}
+    assert tenant["spec"] == {"displayName": "A", "planRef": {"name": "basic"}, "billingMode": "Prepaid",
+                              "gracePolicy": {"graceAmount": "1.50"}}  # an unticked reload alone: none
+    plan = authoring.build(authoring.FORMS["plans"], {
+        "namespace": "t", "name": "basic", "targetKind": "Gateway", "targetName": "gw", "tokensPerMinute": "1000",
+        "modelScopes": "llm/*, granite-*"})
+    assert plan["spec"] == {"targetRef": {"kind": "Gateway", "name": "gw", "group": "gateway.networking.k8s.io"},
+                            "limits": {"tokensPerMinute": 1000}, "modelScopes": ["llm/*", "granite-*"]}
+
+
+def test_the_authoring_pages_render() -> None:
+    from maasctl.console.billing import authoring
+
+    for plural, form in authoring.FORMS.items():
+        html = _page("billing/edit.html", form=form, values={f.name: "" for f in form.fields},
+                     errors={"name": "taken", "_form": "no"}, mode="new", plural=plural, now="2026-12-06T00:00:00Z",
+                     locked=False, state=None, billing_role="admin", can_write=True,
+                     supersede={"old": "pb", "moving": ["a"], "staying": [], "notice": 3})
+        assert 'id="name-error"' in html and 'id="form-error"' in html
+
+
+def test_the_pricebook_and_plan_lists_render_objects_missing_optional_fields() -> None:
+    plans = [{"namespace": "t", "name": "basic", "spec": {"targetRef": {"kind": "Gateway", "name": "gw"}},
+              "compiled": ""},
+             {"namespace": "t", "name": "pro", "spec": {"targetRef": {"kind": "Gateway", "name": "gw"},
+                                                        "limits": {"tokensPerMinute": 5000}, "modelScopes": ["a*"]},
+              "compiled": "True Compiled"}]
+    html = _page("billing/plans.html", rows=plans, is_billing_admin=True, errors=[], billing_role="viewer",
+                 can_write=False)
+    assert "every model" in html and "tokensPerMinute 5,000" in html
+    books = [{"namespace": "t", "name": "pb", "state": "Draft", "currency": "EUR", "effective": "", "notice": 3,
+              "supersedes": None, "tenants": 0, "grandfathered": "", "why": "NoticeTooShort"}]
+    html = _page("billing/pricebooks.html", rows=books, is_billing_admin=True, errors=[], locked=frozenset(),
+                 billing_role="admin", can_write=True)
+    assert "NoticeTooShort" in html and "/billing/edit/pricebooks/t/pb" in html
