@@ -260,6 +260,8 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
         for bad in ("before=0", "before=-1", "before=1e3", "limit=100000", "limit=0", "kind=secret",
                     "before=1%20OR%201"):
             assert (await get(f"/tenants/{NS}/ten-north/entries?{bad}", "nora")).status_code == 400, bad
+        for days in ("9" * 5000, "%EF%BC%93%EF%BC%90", "030", "-7", "7.0", ""):  # digits int() refuses, fullwidth
+            assert (await get(f"/tenants/{NS}/ten-north/spend?days={days}", "nora")).status_code == 400, days
         too_long = await get(f"/tenants/{NS}/ten-north/export.csv?from=2000-01-01&to=2099-12-31", "nora")
         assert too_long.status_code == 400  # more than a year at once
         day = datetime.now(UTC).date()
@@ -278,6 +280,8 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
     # The same through the console, over plain HTTP (its session, its own paths): the baseline's 404 each time.
     async with _signed_in(world, "nora") as http:
         assert (await http.get(f"/portal/{NS}/ten-north")).status_code == 200
+        for days in ("9" * 5000, "%EF%BC%93%EF%BC%90", "-7"):  # the page falls back to 30 days
+            assert "in the last 30 days" in (await http.get(f"/portal/{NS}/ten-north?days={days}")).text, days
         base = await http.get(f"/portal/{NS}/no-such-tenant")
         assert base.status_code == 404 and NOT_FOUND in base.text
         for path in _south_identifiers(portal):
@@ -483,6 +487,23 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
         browser.fill(field, value)
     browser.button("Save")
     await browser.until(lambda: browser.all(f"#billing-plans tr[data-plan='{NS}/pro']"), what="the new Plan")
+
+    # An operator sees the charts (read through the portal API by their role's get tenantaccounts/ledger).
+    browser.driver.delete_all_cookies()
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: browser.all("#billing-role[data-role='operator']"), what="ops signed in")
+    browser.go(f"/billing/tenants/{NS}/ten-north")
+    assert browser.all("svg[aria-labelledby^='spend-chart-t']")
+    assert browser.all("svg[aria-labelledby^='balance-chart-t']")
+    assert "62%" in browser.text("#portal-budgets [data-budget='north-monthly']")
+    browser.run("document.getElementById('portal-budgets').scrollIntoView()")
+    browser.screenshot("billing-tenant-charts")
+    browser.go(f"/billing/tenants/{NS}/ten-north?days={'9' * 5000}")
+    assert "in the last 30 days" in browser.text()
+    browser.go("/billing/budgets")
+    assert "6.25 EUR spent (62%)" in browser.text(f"#billing-budgets tr[data-budget='{NS}/north-monthly']")
+    browser.go("/billing/tenants")
+    assert browser.all("svg[aria-labelledby^='mtd-chart-1-t']")
 
     # Operators and viewers read the lists; they get no form and the server refuses their writes.
     for user in ("ops", "bob"):

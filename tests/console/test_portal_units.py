@@ -13,7 +13,7 @@ from maasctl.console.billing import portal_views
 from maasctl.console.billing.money import from_micros, micros
 from maasctl.console.charts import bar_chart
 from maasctl.console.cli import settings_from_args
-from maasctl.contract.billing_portal import member_organizations, tenants_of
+from maasctl.contract.billing_portal import member_organizations, spend_days, tenants_of
 
 SUB_NS = "models-as-a-service"
 
@@ -55,6 +55,13 @@ def test_tenants_answer_to_their_organization_label_else_their_name() -> None:
         {"metadata": {"namespace": "a", "name": "globex"}}]
     assert tenants_of(frozenset({"acme"}), tenants) == [("a", "acme"), ("b", "ten-acme")]
     assert tenants_of(frozenset(), tenants) == []
+
+
+@pytest.mark.parametrize(("text", "days"), [
+    ("7", 7), ("30", 30), ("90", 90), (None, None), ("", None), ("31", None), ("030", None), ("+7", None),
+    ("-7", None), ("7.0", None), (" 7", None), ("\uff13\uff10", None), ("9" * 5000, None)])
+def test_the_spend_range_is_one_of_three_as_written(text: str | None, days: int | None) -> None:
+    assert spend_days(text) == days
 
 
 @pytest.mark.parametrize(("text", "n"), [("1", 1_000_000), ("-1.5", -1_500_000), ("0.000001", 1),

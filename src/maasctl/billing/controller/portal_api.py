@@ -51,6 +51,7 @@ from maasctl.contract.billing_portal import (
     MAX_PAGE,
     SPEND_DAYS,
     member_organizations,
+    spend_days,
     tenants_of,
 )
 from maasctl.contract.billing_terms import tenant_id
@@ -403,15 +404,15 @@ class PortalApi:
         if isinstance(found, web.Response):
             return found
         tenant, tenant_obj, statements, ledger = found
-        days = request.query.get("days", "30")
-        if not days.isdigit() or int(days) not in SPEND_DAYS:
+        days = spend_days(request.query.get("days", "30"))
+        if days is None:
             return _error(400, f"days is one of {', '.join(str(d) for d in SPEND_DAYS)}")
         now = self.now().astimezone(UTC)
         today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        edges = [today - timedelta(days=int(days) - 1 - i) for i in range(int(days))] + [today + timedelta(days=1)]
+        edges = [today - timedelta(days=days - 1 - i) for i in range(days)] + [today + timedelta(days=1)]
         buckets = await statements.usage_by_bucket(tenant, edges)
         models = sorted({m for _, m in buckets})
-        per_day = [sum((a for (b, _), a in buckets.items() if b == i), Decimal(0)) for i in range(int(days))]
+        per_day = [sum((a for (b, _), a in buckets.items() if b == i), Decimal(0)) for i in range(days)]
         by_model = {m: sum((a for (_, mm), a in buckets.items() if mm == m), Decimal(0)) for m in models}
         balances = await statements.balances_at(tenant, [*edges[1:-1], now])
         since = edges[0]
@@ -419,7 +420,7 @@ class PortalApi:
             "currency": self._currency(tenant_obj), "days": [
                 {"date": edges[i].date().isoformat(), "total": _amount(per_day[i]),
                  "byModel": {m: _amount(buckets[(i, m)]) for m in models if (i, m) in buckets}}
-                for i in range(int(days))],
+                for i in range(days)],
             "byModel": [{"model": m, "amount": _amount(a)} for m, a in sorted(by_model.items(), key=lambda x: -x[1])],
             "byLabel": await self._by_label(tenant, since, edges[-1]),
             "monthToDate": _amount(await ledger.spend(tenant, month_start(now), now + timedelta(seconds=1))),
