@@ -55,7 +55,7 @@ from maasctl.contract.billing_portal import (
     tenants_of,
 )
 from maasctl.contract.billing_terms import tenant_id
-from maasctl.httpguard import HttpLimits, aiohttp_runner_options
+from maasctl.httpguard import start_aiohttp
 from maasctl.runtime import Cache, GroupVersionKind, thaw
 
 __all__ = ["MAAS_SUBSCRIPTION", "Authenticator", "Caller", "PortalApi"]
@@ -190,13 +190,7 @@ class PortalApi:
         return app
 
     async def start(self, bind: str) -> int:
-        host, _, port = bind.rpartition(":")
-        self.runner = web.AppRunner(self.app(), access_log=None, **aiohttp_runner_options(HttpLimits()))
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host or None, int(port or 0))
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.port = int(sockets[0].getsockname()[1]) if sockets else int(port or 0)
+        self.runner, self.port = await start_aiohttp(self.app(), bind)
         return self.port
 
     async def stop(self) -> None:
