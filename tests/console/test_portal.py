@@ -488,6 +488,25 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
     browser.button("Save")
     await browser.until(lambda: browser.all(f"#billing-plans tr[data-plan='{NS}/pro']"), what="the new Plan")
 
+    # A budget: an amount the API server refuses is said next to the caps, then it is written.
+    browser.go("/billing/budgets")
+    browser.click("#new-budget")
+    for field, value in (("f-namespace", NS), ("f-name", "open-weekly"), ("f-tenant", "ten-open"),
+                         ("f-keyLabels", "team=bar"), ("f-caps", "5,00 Weekly 80:Notify 100:Throttle")):
+        browser.fill(field, value)
+    browser.button("Save")
+    await browser.until(lambda: browser.all("#caps-error"), what="the amount refused next to the caps")
+    assert "decimal string" in browser.text("#caps-error")
+    browser.fill("f-caps", "5.00 Weekly 80:Notify 100:Throttle")
+    browser.button("Save")
+    await browser.until(lambda: browser.all(f"#billing-budgets tr[data-budget='{NS}/open-weekly']"),
+                        what="the new budget")
+    budget = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "budgetpolicies",
+                                                       "open-weekly")
+    assert budget["spec"]["caps"] == [{"amount": "5.00", "period": "Weekly", "thresholds": [
+        {"pct": 80, "action": "Notify"}, {"pct": 100, "action": "Throttle"}]}]
+    assert budget["spec"]["selector"] == {"keyLabels": {"team": "bar"}}
+
     # An operator sees the charts (read through the portal API by their role's get tenantaccounts/ledger).
     browser.driver.delete_all_cookies()
     browser.sign_in_with_token(world.token("ops"))
@@ -515,6 +534,9 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
         assert not browser.all("#new-pricebook") and not browser.all("#billing-pricebooks .row-actions")
         browser.go("/billing/plans")
         assert browser.all(f"#billing-plans tr[data-plan='{NS}/pro']") and not browser.all("#new-plan")
+        browser.go("/billing/budgets")
+        assert browser.all(f"#billing-budgets tr[data-budget='{NS}/open-weekly']")
+        assert not browser.all("#new-budget") and "Edit" not in browser.text("#billing-budgets")
         browser.go(f"/billing/edit/pricebooks/new?namespace={NS}")
         assert "for billing administrators" in browser.text()
         csrf = browser.one("form.who input[name=csrf_token]").get_attribute("value")
@@ -527,6 +549,12 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
             "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": "ten-open", "displayName": f"by {user}",
             "planRef": "basic", "billingMode": "Invoiced"})
         assert status == 403
+        status, _ = browser.driver.execute_async_script(FORGE, "/billing/edit/budgetpolicies", {
+            "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": "open-weekly", "tenant": "ten-open",
+            "caps": "500.00 Monthly 100:Notify"})
+        assert status == 403
+    assert (await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "budgetpolicies",
+                                                      "open-weekly"))["spec"] == budget["spec"]
     tenant = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "tenantaccounts",
                                                        "ten-open")
     assert tenant["spec"]["displayName"] == "Open Bar & Grill" and tenant["spec"]["billingMode"] == "Prepaid"

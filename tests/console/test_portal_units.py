@@ -227,6 +227,40 @@ def test_tenant_and_plan_forms() -> None:
                             "limits": {"tokensPerMinute": 1000}, "modelScopes": ["llm/*", "granite-*"]}
 
 
+def test_a_budget_form_becomes_its_caps_and_key_labels() -> None:
+    from maasctl.console.billing import authoring
+
+    form = authoring.FORMS["budgetpolicies"]
+    values = {"namespace": "t", "name": "b", "tenant": "ten-a", "keyLabels": "team=rag, env = prod",
+              "caps": "100.00 Monthly 50:Notify 80%:Throttle 100:Freeze\n\n5 Daily 100:Freeze\n"}
+    obj = authoring.build(form, values)
+    assert obj["spec"] == {"tenantRef": {"name": "ten-a"}, "selector": {"keyLabels": {"team": "rag", "env": "prod"}},
+                           "caps": [{"amount": "100.00", "period": "Monthly", "thresholds": [
+                               {"pct": 50, "action": "Notify"}, {"pct": 80, "action": "Throttle"},
+                               {"pct": 100, "action": "Freeze"}]},
+                               {"amount": "5", "period": "Daily", "thresholds": [{"pct": 100, "action": "Freeze"}]}]}
+    again = authoring.values_of(form, obj)
+    assert again["caps"] == "100.00 Monthly 50:Notify 80:Throttle 100:Freeze\n5 Daily 100:Freeze"
+    assert authoring.build(form, again) == obj
+    assert "selector" not in authoring.build(form, {**values, "keyLabels": " , "})["spec"]  # every key
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("caps", "", "Required."), ("caps", "\n \n", "Required."), ("caps", "10 Monthly", "line 1"),
+    ("caps", "10 Monthly 50", "not PCT:ACTION"), ("caps", "10 Monthly 50:Notify\n10 Weekly Notify:50", "line 2"),
+    ("caps", "10 Monthly 1000:Notify", "not PCT:ACTION"), ("keyLabels", "team", "not KEY=VALUE"),
+    ("keyLabels", "=rag", "not KEY=VALUE"), ("tenant", "", "Required."),
+], ids=["empty", "blank-lines", "no-threshold", "bare-pct", "second-line", "four-digits", "no-value", "no-key",
+        "no-tenant"])
+def test_what_the_budget_form_cannot_read_is_said_next_to_the_field(field: str, value: str, error: str) -> None:
+    from maasctl.console.billing import authoring
+
+    values = {"namespace": "t", "name": "b", "tenant": "ten-a", "caps": "1 Daily 100:Freeze", field: value}
+    with pytest.raises(authoring.FormError) as caught:
+        authoring.build(authoring.FORMS["budgetpolicies"], values)
+    assert error in caught.value.errors[field]
+
+
 def test_the_authoring_pages_render() -> None:
     from maasctl.console.billing import authoring
 

@@ -1,5 +1,5 @@
-"""Billing -> PriceBooks and Plans, and the administrators' forms for PriceBooks, Plans and TenantAccounts
-(docs/billing-console.md, "Authoring").
+"""Billing -> PriceBooks and Plans, and the administrators' forms for PriceBooks, Plans, TenantAccounts and
+BudgetPolicies (docs/billing-console.md, "Authoring").
 
 Every role reads the lists; only billing administrators get the forms, and the server refuses every other role's
 form and write (403, nothing written), whatever the page offered. A save is a server-side apply, as the user,
@@ -23,7 +23,18 @@ from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import Response
 
 from maasctl.console.billing import authoring
-from maasctl.console.billing.pages import NAME, NS, PLAN, PRICE_BOOK, TENANT, Biller, BillingUser, _list, _render
+from maasctl.console.billing.pages import (
+    BUDGET,
+    NAME,
+    NS,
+    PLAN,
+    PRICE_BOOK,
+    TENANT,
+    Biller,
+    BillingUser,
+    _list,
+    _render,
+)
 from maasctl.console.forms import FORM, kube_errors
 from maasctl.console.kube import KubeError, Resource
 from maasctl.console.web import flash, kube_as, redirect
@@ -31,15 +42,16 @@ from maasctl.contract.billing_console import at_least
 
 log = structlog.get_logger("maasctl.console.billing")
 router = APIRouter()
-RESOURCES: Final = {"pricebooks": PRICE_BOOK, "plans": PLAN, "tenantaccounts": TENANT}
+RESOURCES: Final = {"pricebooks": PRICE_BOOK, "plans": PLAN, "tenantaccounts": TENANT, "budgetpolicies": BUDGET}
+LISTS: Final = {"tenantaccounts": "/billing/tenants", "budgetpolicies": "/billing/budgets"}  # else /billing/<plural>
 LOCKED: Final = frozenset({"Active", "Superseded", "Retired"})  # a PriceBook's spec is final in these states
 
 
 def _admin(user: BillingUser) -> None:
     if not at_least(user.role, "admin"):
         log.warning("billing authoring refused", user=user.identity.username, role=user.role)
-        raise HTTPException(403, f"Your billing role ({user.role}) cannot write PriceBooks, Plans or tenants: that "
-                                 "is for billing administrators.")
+        raise HTTPException(403, f"Your billing role ({user.role}) cannot write PriceBooks, Plans, tenants or "
+                                 "budgets: that is for billing administrators.")
 
 
 def _form(plural: str) -> tuple[authoring.Form, Resource]:
@@ -196,4 +208,5 @@ async def save(request: Request, user: Biller, plural: str) -> Response:
                           status=exc.status if exc.status in (400, 403, 409, 422) else 502)
     log.info("billing object written", kind=form.kind, object=f"{ns}/{name}", user=user.identity.username)
     flash(request, "success", f"{form.title} {ns}/{name} saved.")
-    return redirect(f"/billing/tenants/{ns}/{name}" if plural == "tenantaccounts" else f"/billing/{plural}")
+    return redirect(f"/billing/tenants/{ns}/{name}" if plural == "tenantaccounts" else
+                    LISTS.get(plural, f"/billing/{plural}"))

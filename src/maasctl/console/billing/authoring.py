@@ -1,16 +1,18 @@
-"""The administrators' forms for PriceBooks, Plans and TenantAccounts, pure: which fields each form shows, where each
-lives in the object, and the object a submitted form becomes (exactly those fields: the console applies it with
-server-side apply under its own field manager, so every field it does not show stays as it is).
+"""The administrators' forms for PriceBooks, Plans, TenantAccounts and BudgetPolicies, pure: which fields each
+form shows, where each lives in the object, and the object a submitted form becomes (exactly those fields: the
+console applies it with server-side apply under its own field manager, so every field it does not show stays as it
+is).
 
 Values are passed on as typed (amounts as decimal strings): the API server's own validation (the CRDs' OpenAPI
 and CEL rules) judges them, and its refusals are shown next to the field they name (`forms.kube_errors`). Only
-what the form itself must understand is parsed here: whole numbers, yes/no, lists, and the SKU lines.
+what the form itself must understand is parsed here: whole numbers, yes/no, lists, labels, the SKU lines and the
+caps lines.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,6 +21,7 @@ __all__ = ["FIELD_MANAGER", "FORMS", "Field", "Form", "FormError", "build", "val
 FIELD_MANAGER: Final = "maasctl-billing-console"
 ORGANIZATION_LABEL: Final = "billing.opendatahub.io/organization-id"
 _SKU_TOKEN: Final = re.compile(r"^([a-z_]+)=(.+)$")
+_THRESHOLD: Final = re.compile(r"^([0-9]{1,3})%?:([A-Za-z]+)$")
 
 
 class FormError(Exception):
@@ -32,7 +35,7 @@ class Field:
     name: str  # the form field
     label: str
     path: tuple[str, ...]  # where it lives in the object
-    kind: str = "text"  # text | int | bool | choice | list | skus | time
+    kind: str = "text"  # text | int | bool | choice | list | labels | skus | caps | time
     choices: tuple[str, ...] = ()
     help: str = ""
     required: bool = False
@@ -114,7 +117,65 @@ FORMS: Final[Mapping[str, Form]] = {
         Field("graceAmount", "Grace below zero", ("spec", "gracePolicy", "graceAmount")),
         Field("warningThreshold", "Warning below", ("spec", "gracePolicy", "warningThreshold")),
     )),
+    "budgetpolicies": Form("BudgetPolicy", "budgetpolicies", "Budget", (
+        Field("namespace", "Namespace", ("metadata", "namespace"), required=True, help="The tenant's namespace."),
+        _META[1],
+        Field("tenant", "Tenant", ("spec", "tenantRef", "name"), required=True,
+              help="The TenantAccount (in the same namespace) whose spend it caps."),
+        Field("keyLabels", "API keys (labels)", ("spec", "selector", "keyLabels"), "labels",
+              help="KEY=VALUE, comma-separated: only the keys with all these labels (empty: every key)."),
+        Field("caps", "Caps", ("spec", "caps"), "caps", required=True,
+              help="One per line: AMOUNT PERIOD PCT:ACTION ... e.g. 100.00 Monthly 50:Notify 80:Throttle "
+                   "100:Freeze (PERIOD: Monthly, Weekly or Daily; ACTION: Notify, Throttle or Freeze)."),
+    )),
 }
+
+
+def _lines(text: str, name: str, shape: str) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank lines of a textarea as (line number, words), each of at least three words."""
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if words and len(words) < 3:
+            raise FormError({name: f"line {n}: {shape}"})
+        if words:
+            yield n, words
+
+
+def caps_text(caps: Any) -> str:
+    return "\n".join(" ".join([str(c.get("amount", "")), str(c.get("period", "")),
+                               *(f"{t.get('pct')}:{t.get('action')}" for t in c.get("thresholds") or ())])
+                     for c in caps or ())
+
+
+def parse_caps(text: str) -> list[dict[str, Any]]:
+    """`AMOUNT PERIOD PCT:ACTION ...` lines -> caps. The amount and the names are passed on as written (the API
+    server judges them, next to this field); only the line's shape and the percentages are read here."""
+    out = []
+    for n, words in _lines(text, "caps", "AMOUNT, PERIOD and at least one PCT:ACTION"):
+        thresholds = []
+        for word in words[2:]:
+            m = _THRESHOLD.match(word)
+            if m is None:
+                raise FormError({"caps": f"line {n}: {word!r} is not PCT:ACTION (e.g. 80:Throttle)"})
+            thresholds.append({"pct": int(m.group(1)), "action": m.group(2)})
+        out.append({"amount": words[0], "period": words[1], "thresholds": thresholds})
+    return out
+
+
+def labels_text(labels: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (labels or {}).items())
+
+
+def parse_labels(text: str, name: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise FormError({name: f"{item!r} is not KEY=VALUE"})
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _get(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -146,12 +207,7 @@ def parse_skus(text: str, old: Sequence[Mapping[str, Any]] = ()) -> list[dict[st
     """`SKU UNIT [geo=REGION] DIM=RATE ...` lines -> SKU entries (a pass-through of the same SKU and region kept)."""
     kept = {(str(s.get("sku")), str(s.get("geo") or "")): s.get("passThrough") for s in old if s.get("passThrough")}
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        words = line.split()
-        if not words:
-            continue
-        if len(words) < 3:
-            raise FormError({"skus": f"line {n}: SKU, unit and at least one DIMENSION=RATE"})
+    for n, words in _lines(text, "skus", "SKU, unit and at least one DIMENSION=RATE"):
         entry: dict[str, Any] = {"sku": words[0], "unit": words[1], "rates": {}}
         for word in words[2:]:
             m = _SKU_TOKEN.match(word)
@@ -177,6 +233,10 @@ def values_of(form: Form, obj: Mapping[str, Any]) -> dict[str, str]:
         value = _get(obj, f.path)
         if f.kind == "skus":
             out[f.name] = skus_text(value)
+        elif f.kind == "caps":
+            out[f.name] = caps_text(value)
+        elif f.kind == "labels":
+            out[f.name] = labels_text(value)
         elif f.kind == "list":
             out[f.name] = ", ".join(str(v) for v in value or ())
         elif f.kind == "bool":
@@ -217,6 +277,16 @@ def build(form: Form, values: Mapping[str, str], old: Mapping[str, Any] | None =
                 value = parse_skus(raw, (old or {}).get("spec", {}).get("skus") or () if old else ())
             except FormError as exc:
                 errors.update(exc.errors)
+                continue
+        elif f.kind in ("caps", "labels"):
+            try:
+                value = parse_caps(raw) if f.kind == "caps" else parse_labels(raw, f.name)
+            except FormError as exc:
+                errors.update(exc.errors)
+                continue
+            if not value:
+                if f.required:
+                    errors[f.name] = "Required."
                 continue
         _set(obj, f.path, value)
     if errors:
