@@ -25,6 +25,7 @@ from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import TestUser
+from maasctl.testenv.controlplane import free_port
 
 log = structlog.get_logger("maasctl.dev")
 FIELD_MANAGER = "maasctl-dev"
@@ -68,10 +69,13 @@ def write_tokens(stack: LocalStack, path: Path) -> None:
     path.chmod(0o600)
 
 
-def billing_console_args(probe_address: str) -> tuple[str, ...]:
-    """The console's billing flags in `maasctl dev`: the roles, and the billing operator's /metrics when it is
-    served (`--billing-probe-address`; without it the metering health page says the rater's figures are missing)."""
+def billing_console_args(probe_address: str, api_url: str | None = None) -> tuple[str, ...]:
+    """The console's billing flags in `maasctl dev`: the roles, the tenant portal and the billing operator's portal
+    API (`api_url`), and its /metrics when it is served (`--billing-probe-address`; without it the metering health
+    page says the rater's figures are missing)."""
     args = tuple(f"{ROLE_FLAGS[role]}={g}" for role, groups in BILLING_ROLES.items() for g in groups)
+    if api_url:
+        args += ("--tenant-portal", f"--billing-api-url={api_url}")
     if probe_address and probe_address != "0":
         host, _, port = probe_address.rpartition(":")
         args += (f"--billing-metrics-url=http://{host if host not in ('', '0.0.0.0') else '127.0.0.1'}:{port}/metrics",)
@@ -91,7 +95,8 @@ maasctl dev is running (Ctrl-C stops everything). Logs of the other processes: {
   maas-api   {stack.api_url}
   gateway    {stack.gateway_url}
   console    {console_url}    # sign in with $ADMIN_TOKEN (a MaaS administrator) or $ALICE_TOKEN
-  billing    {console_url}/billing    # $ADMIN_TOKEN is a billing admin too: tenants, budgets, metering health
+  billing    {console_url}/billing    # $ADMIN_TOKEN is a billing admin too: tenants, PriceBooks, Plans, budgets, health
+  portal     {console_url}/portal     # $ALICE_TOKEN: alice (premium-users) is a user of tenant ten-acme, her wallet
 
   # mint an API key bound to alice's best subscription, then call a model through the gateway:
   KEY=$(curl -s -X POST {stack.api_url}/v1/api-keys -H "Authorization: Bearer $ALICE_TOKEN" \\
@@ -136,13 +141,17 @@ async def run_dev(settings: ControllerSettings, options: DevOptions) -> int:
         if options.samples:
             await apply_samples(stack)
         # Billing (seed 002): its controller and samples, in the Gateway's namespace (maasctl.billing.dev.stack).
+        portal_port = free_port()  # the tenant portal's read API (docs/billing-console.md)
         billing = await start_billing(stack, str(stack.kubeconfig), stack.settings.gateway_namespace,
                                       stack.settings.gateway_name, stop, samples_on=options.samples,
-                                      probe_address=options.billing_probe_address)
+                                      probe_address=options.billing_probe_address,
+                                      portal_api_address=f"127.0.0.1:{portal_port}",
+                                      subscription_namespace=stack.settings.subscription_namespace)
         await apply_all(Client(stack.api), [*billing_rbac.cluster_roles(), *billing_rbac.role_bindings(BILLING_ROLES)],
                         field_manager=FIELD_MANAGER)  # as the operator binds them from a BillingConsole
         console_url = await start_console(stack, options.console_port, admin_groups=(ADMIN_GROUP,),
-                                          extra_args=billing_console_args(options.billing_probe_address),
+                                          extra_args=billing_console_args(options.billing_probe_address,
+                                                                          f"http://127.0.0.1:{portal_port}"),
                                           model_namespace=samples.MODEL_NAMESPACE)
         print(banner(stack, directory, console_url, billing.hints), flush=True)
         try:

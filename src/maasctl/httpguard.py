@@ -32,7 +32,8 @@ from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HttpGuard", "HttpLimits", "aiohttp_runner_options", "relative_slash_redirects", "uvicorn_options"]
+__all__ = ["HttpGuard", "HttpLimits", "aiohttp_runner_options", "relative_slash_redirects", "start_aiohttp",
+           "uvicorn_options"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,20 @@ def aiohttp_runner_options(limits: HttpLimits) -> dict[str, Any]:
     when a connection opens and after each response, and closes the connection when it fires while no request
     head has been parsed, so it bounds the head's time as uvicorn's added timer does."""
     return {"keepalive_timeout": limits.header_timeout}
+
+
+async def start_aiohttp(app: Any, bind: str, limits: HttpLimits | None = None) -> tuple[Any, int]:
+    """Serve an `aiohttp.web.Application` on `host:port` (port 0: a free one) with `limits`; the runner (stop it
+    with `cleanup()`) and the port it listens on."""
+    from aiohttp import web
+
+    host, _, port = bind.rpartition(":")
+    runner = web.AppRunner(app, access_log=None, **aiohttp_runner_options(limits or HttpLimits()))
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, int(port or 0))
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or ()
+    return runner, int(sockets[0].getsockname()[1]) if sockets else int(port or 0)
 
 
 _HEAD_TIMEOUT_BODY: Final = json.dumps({"error": {

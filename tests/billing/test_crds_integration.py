@@ -190,3 +190,37 @@ async def test_the_spec_of_an_active_pricebook_is_frozen(billing: Billing, names
     # Labels and status may still change.
     await billing.patch("PriceBook", "pb-standard", namespace, {"metadata": {"labels": {"team": "finance"}}})
     await billing.patch("PriceBook", "pb-standard", namespace, {"status": {"activeTenants": 2}}, status=True)
+
+
+async def test_a_tenants_allowance_caps_are_refused_unless_each_epoch_has_one_integer_cap(
+        billing: Billing, namespace: str) -> None:
+    """What the Plan compiler reads as a TokenRateLimitPolicy limit is held to its form at admission (the
+    compiler fails closed on it anyway: tests/billing/test_wallet_enforcement.py)."""
+    tenant = examples.example("tenant-prepaid", namespace)
+    await billing.create(tenant)
+    name = tenant["metadata"]["name"]
+    written = [{"epoch": "2026-12-02", "tokens": 50}, {"epoch": "2026-12-01", "tokens": 70}]
+    await billing.patch("TenantAccount", name, namespace, {"status": {"allowanceLimits": written}}, status=True)
+    today = written[0]
+    refused = [
+        ([today, {**today, "tokens": 5000}], "allowanceLimits names each epoch once"),
+        ([{**today, "tokens": 5000}, today], "allowanceLimits names each epoch once"),
+        ([{**today, "epoch": "2026-12-2"}], "should match"),
+        ([{**today, "epoch": "today"}], "should match"),
+        ([{**today, "tokens": -1}], AT_LEAST_0),
+        ([{**today, "tokens": "5000"}], 'Invalid value: "string"'),
+        ([{**today, "tokens": 1.5}], "must be of type integer"),
+        ([{"epoch": "2026-12-02"}], "Required value"),
+        ([*written, {"epoch": "2026-12-03", "tokens": 1}], "must have at most 2 items"),
+    ]
+    wrong = []
+    for caps, expected in refused:
+        try:
+            await billing.patch("TenantAccount", name, namespace, {"status": {"allowanceLimits": caps}}, status=True)
+            wrong.append((caps, "admitted"))
+        except k8s.ApiException as exc:
+            if exc.status != 422 or expected not in error_message(exc):
+                wrong.append((caps, error_message(exc)))
+    assert not wrong
+    stored = await billing.get("TenantAccount", name, namespace)
+    assert stored is not None and stored["status"]["allowanceLimits"] == written

@@ -206,7 +206,18 @@ async def test_request_limits_count_per_tenant_and_refuse_over_the_limit() -> No
         auth = {"billing": {"tenant": tenant}} if tenant else {}
         return await limiter.admit(policy, "llm/route", {"request": {"url_path": "/llm/m/v1"}, "auth": auth})
 
-    assert await admit("acme") is None and await admit("acme") is None
+    async def counted() -> list[tuple[int, int, bool]]:  # simulate's view: used, remaining, next one refused
+        act = {"request": {"url_path": "/llm/m/v1"}, "auth": {"billing": {"tenant": "acme"}}}
+        return [(s.used, s.remaining, s.over) for s in await limiter.states(
+            limiter.applicable(policy, "llm/route", act))]
+
+    assert await counted() == [(0, 2, False)]
+    assert await admit("acme") is None
+    assert await counted() == [(1, 1, False)]
+    assert await admit("acme") is None
+    assert await counted() == [(2, 0, True)]  # as `check` and `admit` say: no room for one more
+    act = {"request": {"url_path": "/llm/m/v1"}, "auth": {"billing": {"tenant": "acme"}}}
+    assert await limiter.check(policy, "llm/route", act) is not None
     refused = await admit("acme")
     assert refused is not None and refused.limit == 2 and refused.window == "1m" and 1 <= refused.retry_after <= 60
     assert await admit("acme") is not None  # a refused request is not counted, and stays refused

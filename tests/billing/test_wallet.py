@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from maasctl.billing.api.tenant import BillingMode, TenantState
 from maasctl.billing.rules.wallet import (
     DUNNING_LIMIT,
+    MALFORMED_EPOCH,
+    MAX_CAP,
     Facts,
     Policy,
     allowance_tokens,
+    caps_in_force,
     decide,
     denial_message,
     epoch_allowance,
@@ -127,6 +130,45 @@ def test_allowance_and_runway() -> None:
     assert runway_days(Decimal("70"), Decimal("70"), 7) == Decimal("7.0")
     assert runway_days(Decimal("70"), Decimal(0), 7) is None
     assert runway_days(Decimal("-1"), Decimal("5"), 7) == 0
+
+
+def test_the_caps_in_force_are_read_as_written() -> None:
+    assert caps_in_force(None) == ()
+    assert caps_in_force([]) == ()
+    written = [{"epoch": "2026-12-02", "tokens": 50}, {"epoch": "2026-12-01", "tokens": 0}]
+    assert caps_in_force(written) == (("2026-12-01", 0), ("2026-12-02", 50))
+    assert caps_in_force([{"epoch": "2026-12-02", "tokens": MAX_CAP}]) == (("2026-12-02", MAX_CAP),)
+
+
+ODD_TOKENS = [-1, True, False, 12.5, 1e30, "50", None, [50], {"n": 50}]
+
+
+@pytest.mark.parametrize("tokens", ODD_TOKENS, ids=repr)
+def test_a_cap_admission_should_have_refused_is_zero_never_no_cap(tokens: object) -> None:
+    assert caps_in_force([{"epoch": "2026-12-02", "tokens": tokens}]) == (("2026-12-02", 0),)
+    assert caps_in_force([{"epoch": "2026-12-02"}]) == (("2026-12-02", 0),)
+
+
+FULLWIDTH_YEAR = "\uff12\uff10\uff12\uff16-12-02"  # digits, but not ASCII ones
+
+
+@pytest.mark.parametrize("epoch", ["2026-12-2", "today", "2026-12-02\n", " 2026-12-02", FULLWIDTH_YEAR, "", None,
+                                   20261202, "2026-12-02/../x"], ids=repr)
+def test_an_unreadable_epoch_is_a_zero_cap_of_its_own(epoch: object) -> None:
+    caps = caps_in_force([{"epoch": epoch, "tokens": 500}, {"epoch": "2026-12-02", "tokens": 50}])
+    assert caps == ((MALFORMED_EPOCH, 0), ("2026-12-02", 50))
+
+
+@pytest.mark.parametrize("raw", ["2026-12-02", 50, {"epoch": "2026-12-02", "tokens": 50}, [None], ["x"], [[1, 2]]],
+                         ids=repr)
+def test_a_list_that_is_not_a_list_of_caps_refuses(raw: object) -> None:
+    caps = dict(caps_in_force(raw))
+    assert caps and max(caps.values()) <= 50 and (caps.get(MALFORMED_EPOCH) == 0 or caps == {"2026-12-02": 50})
+
+
+def test_an_epoch_named_twice_keeps_its_lower_cap_in_any_order() -> None:
+    low, high = {"epoch": "2026-12-02", "tokens": 50}, {"epoch": "2026-12-02", "tokens": 5000}
+    assert caps_in_force([low, high]) == caps_in_force([high, low]) == (("2026-12-02", 50),)
 
 
 def test_epochs_are_utc_days_and_a_cap_adds_what_was_rated_to_what_the_wallet_pays() -> None:

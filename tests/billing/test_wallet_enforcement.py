@@ -18,6 +18,7 @@ import pytest
 from maasctl.api import parse
 from maasctl.billing.api import Plan
 from maasctl.billing.api.tenant import BillingMode, TenantState
+from maasctl.billing.controller.reconcilers.plan import allowance_of
 from maasctl.billing.rules.compile import FAIL_CLOSED_RULE, PlanInput, Tenant, compile_plan
 from maasctl.billing.rules.wallet import Policy, denial_message, epoch_allowance
 from maasctl.builders import authpolicy as maas_auth
@@ -173,6 +174,55 @@ def test_a_prepaid_tenant_gets_one_limit_per_allowance_epoch_without_headroom() 
     policy = allowance_policy((("2026-12-02", 50),))
     assert len(limiter.applicable(policy, "llm/route", ACT)) == 1
     assert limiter.applicable(policy, "llm/route", {**ACT, "auth": {"billing": {"tenant": "other-org"}}}) == []
+
+
+async def served(policy: CompiledTokenRateLimitPolicy, bound: int, n: int) -> int:
+    """How many of `n` requests one after the other, each of `bound` tokens, a fresh limiter admits (as the
+    seed's grace says, the request that crosses a cap completes; the next is refused)."""
+    limiter = TokenRateLimiter()
+    applied = limiter.applicable(policy, "llm/route", ACT)
+    count = 0
+    for _ in range(n):
+        held = await limiter.reserve(applied, limiter.estimate(applied, bound))
+        if not isinstance(held, RateDenial):
+            await limiter.settle(held, applied, bound)
+            count += 1
+    return count
+
+
+async def test_an_epoch_named_twice_is_enforced_at_its_lower_cap() -> None:
+    twice = (("2026-12-02", 5000), ("2026-12-02", 50))
+    limits = compiled(frozen=False, allowance=twice)["TokenRateLimitPolicy"]["spec"]["overrides"]["limits"]
+    assert [lim["rates"] for lim in limits.values()] == [[{"limit": 50, "window": "48h"}]]
+    assert await served(allowance_policy(twice), 10, 20) == await served(allowance_policy(twice[1:]), 10, 20) == 6
+    assert await served(allowance_policy(twice[:1]), 10, 20) == 20
+
+
+def tenant_status(caps: object) -> dict[str, Any]:
+    return {"spec": {"billingMode": "Prepaid"}, "status": {"allowanceLimits": caps}}
+
+
+@pytest.mark.parametrize("caps", [
+    [{"epoch": "2026-12-02", "tokens": -5}], [{"epoch": "2026-12-02", "tokens": "5000"}],
+    [{"epoch": "2026-12-02", "tokens": 1.5e9}], [{"epoch": "2026-12-02", "tokens": True}],
+    [{"epoch": "yesterday", "tokens": 5000}], [{"epoch": "2026-12-02"}], "2026-12-02", [None],
+    [{"epoch": "2026-12-02", "tokens": 5000}, {"epoch": "2026-12-02\n", "tokens": 5000}],
+], ids=repr)
+async def test_a_status_admission_should_have_refused_denies_the_tenant(caps: object) -> None:
+    """Read by the Plan reconciler and enforced by the local data plane: a 0 cap, never no cap."""
+    allowance = allowance_of(tenant_status(caps))
+    assert allowance and min(tokens for _, tokens in allowance) == 0
+    assert await served(allowance_policy(allowance), 10, 5) == 1  # the request that crosses the cap, no more
+    other = {**ACT, "auth": {"billing": {"tenant": "other-org"}}}  # the Plan's other tenant is not affected
+    assert TokenRateLimiter().applicable(allowance_policy(allowance), "llm/route", other) == []
+
+
+async def test_only_a_prepaid_tenant_with_caps_gets_allowance_limits() -> None:
+    caps = [{"epoch": "2026-12-02", "tokens": 50}]
+    assert allowance_of(tenant_status(caps)) == (("2026-12-02", 50),)
+    assert allowance_of({"spec": {"billingMode": "Invoiced"}, "status": {"allowanceLimits": caps}}) == ()
+    assert allowance_of(tenant_status(None)) == ()  # nothing priced per token: the ledger's freeze bounds it
+    assert await served(allowance_policy(allowance_of(tenant_status(caps))), 10, 20) == 6
 
 
 PRICE = Decimal("0.02")  # a high-priced SKU: 20,000 per million tokens (8,192 tokens were 163.84 of headroom)

@@ -2,10 +2,10 @@
 which billing role, the console flags that say so, and the port the billing operator's /metrics will be served on
 (the console is started before the billing operator: `test_billing_pages.py` starts it on that port).
 
-Roles: `ops` (maas-admins) is a billing operator; `bob` (free-users) and the OIDC user `erin` (oidc:analysts) are
-viewers; `alice` has no billing role. The tenant portal is on, and reads the portal API of the billing operator
-`test_portal.py` starts (on `api_port()`); `nora` (north-team) and `sam` (south-team) are the portal's tenants'
-users.
+Roles: `bea` (billing-admins) is a billing admin; `ops` (maas-admins) is a billing operator; `bob` (free-users)
+and the OIDC user `erin` (oidc:analysts) are viewers; `alice` has no billing role. The tenant portal is on, and
+reads the portal API of the billing operator `test_portal.py` starts (on `api_port()`); `nora` (north-team) and
+`sam` (south-team) are the portal's tenants' users.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 
-GROUPS: Final[dict[Role, tuple[str, ...]]] = {"operator": ("maas-admins",), "viewer": ("free-users", "oidc:analysts")}
+GROUPS: Final[dict[Role, tuple[str, ...]]] = {"admin": ("billing-admins",), "operator": ("maas-admins",),
+                                              "viewer": ("free-users", "oidc:analysts")}
 _ports: dict[str, int] = {}
 
 

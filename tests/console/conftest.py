@@ -4,8 +4,8 @@ replicas share them), and a fresh headless Chromium per test.
 
 Users: alice (premium-users), bob (free-users), carol; `ops` is a MaaS administrator (group maas-admins,
 bound to the admin ClusterRole); `vic` is in an administrator group of the console but has no RBAC, so the
-API server refuses his writes; `nora` (north-team) and `sam` (south-team) are the tenant portal's users. A
-real OpenID provider (npm oidc-provider) knows `dave` (group maas-admins,
+API server refuses his writes; `nora` (north-team) and `sam` (south-team) are the tenant portal's users, `bea`
+a billing admin. A real OpenID provider (npm oidc-provider) knows `dave` (group maas-admins,
 seen by the API server as oidc:dave in oidc:maas-admins) and `erin` (oidc:analysts); `gail` (an administrator)
 and `hank` get ID tokens of 10 seconds, hank's refresh token lives 2 (the refresh tests).
 """
@@ -78,7 +78,8 @@ async def world() -> AsyncIterator[ConsoleWorld]:
              TestUser("vic", secrets.token_urlsafe(24), ("console-viewers", "system:authenticated")),
              # the tenant portal's users (test_portal.py): each in the group its organization's subscription names
              TestUser("nora", secrets.token_urlsafe(24), ("north-team", "system:authenticated")),
-             TestUser("sam", secrets.token_urlsafe(24), ("south-team", "system:authenticated")))
+             TestUser("sam", secrets.token_urlsafe(24), ("south-team", "system:authenticated")),
+             TestUser("bea", secrets.token_urlsafe(24), ("billing-admins", "system:authenticated")))
     with tempfile.TemporaryDirectory(prefix="maasctl-console-") as tmp:
         port = fixed_port()
         # The provider first: the API server is started trusting its ID tokens (users "oidc:<sub>").

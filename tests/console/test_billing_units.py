@@ -180,3 +180,6 @@ def test_maasctl_dev_makes_its_administrator_a_billing_admin() -> None:
     assert billing_console_args(":8096")[-1] == "--billing-metrics-url=http://127.0.0.1:8096/metrics"
     billing = settings_from_args(build_parser().parse_args(["console", *args])).billing
     assert billing.role(["maas-admins"]) == "admin"
+    portal = settings_from_args(build_parser().parse_args(
+        ["console", *billing_console_args("0", "http://127.0.0.1:9")])).billing
+    assert portal.tenant_portal and portal.api_url == "http://127.0.0.1:9"  # alice's wallet at /portal

@@ -260,6 +260,8 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
         for bad in ("before=0", "before=-1", "before=1e3", "limit=100000", "limit=0", "kind=secret",
                     "before=1%20OR%201"):
             assert (await get(f"/tenants/{NS}/ten-north/entries?{bad}", "nora")).status_code == 400, bad
+        for days in ("9" * 5000, "%EF%BC%93%EF%BC%90", "030", "-7", "7.0", ""):  # digits int() refuses, fullwidth
+            assert (await get(f"/tenants/{NS}/ten-north/spend?days={days}", "nora")).status_code == 400, days
         too_long = await get(f"/tenants/{NS}/ten-north/export.csv?from=2000-01-01&to=2099-12-31", "nora")
         assert too_long.status_code == 400  # more than a year at once
         day = datetime.now(UTC).date()
@@ -278,6 +280,8 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
     # The same through the console, over plain HTTP (its session, its own paths): the baseline's 404 each time.
     async with _signed_in(world, "nora") as http:
         assert (await http.get(f"/portal/{NS}/ten-north")).status_code == 200
+        for days in ("9" * 5000, "%EF%BC%93%EF%BC%90", "-7"):  # the page falls back to 30 days
+            assert "in the last 30 days" in (await http.get(f"/portal/{NS}/ten-north?days={days}")).text, days
         base = await http.get(f"/portal/{NS}/no-such-tenant")
         assert base.status_code == 404 and NOT_FOUND in base.text
         for path in _south_identifiers(portal):
@@ -354,3 +358,203 @@ async def test_a_tenant_reads_its_wallet_spend_and_ledger_and_nothing_of_another
 async def _has_balance(world: ConsoleWorld) -> bool:
     return await _balance(world.stack.api, "ten-north") is not None
 
+
+FORGE = """
+const [path, fields] = arguments;
+const done = arguments[arguments.length - 1];
+fetch(path, {method: 'POST', headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+             body: new URLSearchParams(fields)}).then(r => r.text().then(t => done([r.status, t])));
+"""
+
+
+async def _book(world: ConsoleWorld, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = await k8s.CustomObjectsApi(world.stack.api).get_namespaced_custom_object(
+            "billing.opendatahub.io", "v1alpha1", NS, "pricebooks", name)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return obj
+
+
+async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifecycle_allows(
+        world: ConsoleWorld, browser: Browser, portal: Portal) -> None:
+    custom = k8s.CustomObjectsApi(world.stack.api)
+    # Fields the tenant form does not show, written by someone else: they must survive a save.
+    await custom.patch_namespaced_custom_object(
+        "billing.opendatahub.io", "v1alpha1", NS, "tenantaccounts", "ten-open",
+        {"metadata": {"annotations": {"team": "bar"}}, "spec": {"gpuFreezeMode": "Preempt"}},
+        _content_type="application/merge-patch+json")
+    browser.sign_in_with_token(world.token("bea"))
+    await browser.until(lambda: browser.all("#billing-role[data-role='admin']"), what="bea is a billing admin")
+
+    # An Active PriceBook is superseded by a new one, prefilled from it; who moves and who stays is said.
+    browser.go("/billing/pricebooks")
+    assert "Active" in browser.text(f"tr[data-pricebook='{NS}/pb-eur'] [data-cell='state']")
+    browser.button("Supersede")
+    await browser.until(lambda: browser.all("#supersede-who"), what="the supersede form")
+    assert "ten-north, ten-open, ten-south" in browser.text("#supersede-who")
+    assert browser.one("#f-supersedes").get_attribute("value") == "pb-eur"
+    assert "prompt_tokens=2.50" in browser.one("#f-skus").get_attribute("value")
+    browser.fill("f-skus", "llm/gpt-x per-1M-tokens prompt_tokens=2.00 completion_tokens=8.00")
+    browser.run("document.getElementById('pricebook-lifecycle').scrollIntoView()")
+    browser.screenshot("billing-pricebook-supersede")
+    browser.button("Announce")
+    await browser.until(lambda: "pb-eur-next saved" in browser.text(), what="the new book saved")
+    nxt = await _book(world, "pb-eur-next")
+    assert nxt is not None and nxt["spec"]["supersedes"] == "pb-eur" and nxt["spec"]["currency"] == "EUR"
+    assert nxt["spec"]["skus"][0]["rates"] == {"prompt_tokens": "2.00", "completion_tokens": "8.00"}
+    await browser.until(lambda: (browser.go("/billing/pricebooks"), "Announced" in browser.text(
+        f"tr[data-pricebook='{NS}/pb-eur-next'] [data-cell='state']"))[1], what="announced")
+
+    # An Active book is never edited: the page says so, and a forged save is refused (the spec unchanged).
+    browser.go(f"/billing/edit/pricebooks/{NS}/pb-eur")
+    assert "prices are final" in browser.text("#locked")
+    before = (await _book(world, "pb-eur") or {})["spec"]
+    csrf = browser.one("#billing-edit input[name=csrf_token]").get_attribute("value")
+    status, text = browser.driver.execute_async_script(FORGE, "/billing/edit/pricebooks", {
+        "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": "pb-eur", "currency": "EUR",
+        "effectiveFrom": "2020-01-01T00:00:00Z", "noticeDays": "0", "skus": "llm/gpt-x per-1M-tokens prompt_tokens=0"})
+    assert status == 409 and "prices are final" in text
+    assert (await _book(world, "pb-eur") or {})["spec"] == before
+    for name in ("../pb-eur", "pb-eur/status", "PB-EUR", "pb%2Feur", "pb eur", "-pb"):  # odd names: refused
+        status, text = browser.driver.execute_async_script(FORGE, "/billing/edit/pricebooks", {
+            "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": name, "currency": "EUR",
+            "effectiveFrom": "2020-01-01T00:00:00Z", "noticeDays": "0",
+            "skus": "llm/gpt-x per-1M-tokens prompt_tokens=0"})
+        assert status == 400 and 'id="name-error"' in text, name
+    assert (await _book(world, "pb-eur") or {})["spec"] == before
+
+    # A notice too short leaves a new book Draft, and the list says why.
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+    browser.go(f"/billing/edit/pricebooks/new?namespace={NS}")
+    for field, value in (("f-name", "pb-short"), ("f-effectiveFrom", tomorrow), ("f-noticeDays", "30"),
+                         ("f-skus", "llm/gpt-x per-1M-tokens prompt_tokens=9.00")):
+        browser.fill(field, value)
+    browser.button("Announce")
+    await browser.until(lambda: (browser.go("/billing/pricebooks"), "NoticeTooShort" in browser.text(
+        f"tr[data-pricebook='{NS}/pb-short']") or "notice" in browser.text(
+        f"tr[data-pricebook='{NS}/pb-short']").lower())[1], what="a Draft with its reason")
+    assert "Draft" in browser.text(f"tr[data-pricebook='{NS}/pb-short'] [data-cell='state']")
+
+    # The API server's refusals next to their field; the form's own next to theirs; nothing written.
+    browser.go(f"/billing/edit/pricebooks/new?namespace={NS}")
+    for field, value in (("f-name", "pb-bad"), ("f-effectiveFrom", "next tuesday"), ("f-noticeDays", "0"),
+                         ("f-skus", "llm/gpt-x per-1M-tokens prompt_tokens=2.5.0")):
+        browser.fill(field, value)
+    browser.button("Announce")
+    await browser.until(lambda: browser.all(".field-error"), what="the API server's refusal")
+    assert browser.all("#effectiveFrom-error") or browser.all("#skus-error")
+    assert await _book(world, "pb-bad") is None
+    browser.go("/billing/edit/tenantaccounts/new")
+    browser.fill("f-namespace", NS)
+    browser.fill("f-name", "ten-west")
+    browser.fill("f-displayName", "West Ltd")
+    browser.fill("f-planRef", "basic")
+    browser.select("f-billingMode", "Prepaid")
+    browser.fill("f-reloadThreshold", "five euros")
+    browser.one("#f-reloadEnabled").click()
+    browser.button("Save")
+    await browser.until(lambda: browser.all("#reloadAmount-error"), what="a missing amount next to its field")
+    assert browser.all("#reloadCap-error")
+    browser.fill("f-reloadAmount", "20.00")
+    browser.fill("f-reloadCap", "60.00")
+    browser.button("Save")
+    await browser.until(lambda: browser.all("#reloadThreshold-error"), what="the amount refused next to its field")
+    browser.run("document.getElementById('f-reloadThreshold').scrollIntoView({block: 'center'})")
+    browser.screenshot("billing-tenant-form-error")
+    browser.fill("f-reloadThreshold", "5.00")
+    browser.button("Save")
+    await browser.until(lambda: "ten-west saved" in browser.text(), what="the new tenant")
+
+    # An edit keeps what the form does not show (another manager's field, an annotation).
+    browser.go(f"/billing/tenants/{NS}/ten-open")
+    browser.click("#edit-tenant")
+    browser.fill("f-displayName", "Open Bar & Grill")
+    browser.button("Save")
+    await browser.until(lambda: "ten-open saved" in browser.text(), what="the edit saved")
+    edited = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "tenantaccounts",
+                                                       "ten-open")
+    assert edited["spec"]["displayName"] == "Open Bar & Grill" and edited["spec"]["gpuFreezeMode"] == "Preempt"
+    assert edited["metadata"]["annotations"]["team"] == "bar"
+    assert edited["metadata"]["labels"][ORG_LABEL] == "portal-open"
+
+    # A Plan.
+    browser.go(f"/billing/edit/plans/new?namespace={NS}")
+    for field, value in (("f-name", "pro"), ("f-targetName", "nowhere"), ("f-priceBookRef", "pb-eur"),
+                         ("f-tokensPerMinute", "5000"), ("f-modelScopes", "llm/*")):
+        browser.fill(field, value)
+    browser.button("Save")
+    await browser.until(lambda: browser.all(f"#billing-plans tr[data-plan='{NS}/pro']"), what="the new Plan")
+
+    # A budget: an amount the API server refuses is said next to the caps, then it is written.
+    browser.go("/billing/budgets")
+    browser.click("#new-budget")
+    for field, value in (("f-namespace", NS), ("f-name", "open-weekly"), ("f-tenant", "ten-open"),
+                         ("f-keyLabels", "team=bar"), ("f-caps", "5,00 Weekly 80:Notify 100:Throttle")):
+        browser.fill(field, value)
+    browser.button("Save")
+    await browser.until(lambda: browser.all("#caps-error"), what="the amount refused next to the caps")
+    assert "decimal string" in browser.text("#caps-error")
+    browser.fill("f-caps", "5.00 Weekly 80:Notify 100:Throttle")
+    browser.button("Save")
+    await browser.until(lambda: browser.all(f"#billing-budgets tr[data-budget='{NS}/open-weekly']"),
+                        what="the new budget")
+    budget = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "budgetpolicies",
+                                                       "open-weekly")
+    assert budget["spec"]["caps"] == [{"amount": "5.00", "period": "Weekly", "thresholds": [
+        {"pct": 80, "action": "Notify"}, {"pct": 100, "action": "Throttle"}]}]
+    assert budget["spec"]["selector"] == {"keyLabels": {"team": "bar"}}
+
+    # An operator sees the charts (read through the portal API by their role's get tenantaccounts/ledger).
+    browser.driver.delete_all_cookies()
+    browser.sign_in_with_token(world.token("ops"))
+    await browser.until(lambda: browser.all("#billing-role[data-role='operator']"), what="ops signed in")
+    browser.go(f"/billing/tenants/{NS}/ten-north")
+    assert browser.all("svg[aria-labelledby^='spend-chart-t']")
+    assert browser.all("svg[aria-labelledby^='balance-chart-t']")
+    assert "62%" in browser.text("#portal-budgets [data-budget='north-monthly']")
+    browser.run("document.getElementById('portal-budgets').scrollIntoView()")
+    browser.screenshot("billing-tenant-charts")
+    browser.go(f"/billing/tenants/{NS}/ten-north?days={'9' * 5000}")
+    assert "in the last 30 days" in browser.text()
+    browser.go("/billing/budgets")
+    assert "6.25 EUR spent (62%)" in browser.text(f"#billing-budgets tr[data-budget='{NS}/north-monthly']")
+    browser.go("/billing/tenants")
+    assert browser.all("svg[aria-labelledby^='mtd-chart-1-t']")
+
+    # Operators and viewers read the lists; they get no form and the server refuses their writes.
+    for user in ("ops", "bob"):
+        browser.driver.delete_all_cookies()
+        browser.sign_in_with_token(world.token(user))
+        await browser.until(lambda: browser.all("#billing-role"), what=f"{user} signed in")
+        browser.go("/billing/pricebooks")
+        assert "Active" in browser.text(f"tr[data-pricebook='{NS}/pb-eur'] [data-cell='state']")
+        assert not browser.all("#new-pricebook") and not browser.all("#billing-pricebooks .row-actions")
+        browser.go("/billing/plans")
+        assert browser.all(f"#billing-plans tr[data-plan='{NS}/pro']") and not browser.all("#new-plan")
+        browser.go("/billing/budgets")
+        assert browser.all(f"#billing-budgets tr[data-budget='{NS}/open-weekly']")
+        assert not browser.all("#new-budget") and "Edit" not in browser.text("#billing-budgets")
+        browser.go(f"/billing/edit/pricebooks/new?namespace={NS}")
+        assert "for billing administrators" in browser.text()
+        csrf = browser.one("form.who input[name=csrf_token]").get_attribute("value")
+        status, _ = browser.driver.execute_async_script(FORGE, "/billing/edit/pricebooks", {
+            "csrf_token": csrf, "mode": "new", "namespace": NS, "name": f"pb-{user}", "currency": "EUR",
+            "effectiveFrom": tomorrow, "noticeDays": "0", "skus": "llm/gpt-x per-1M-tokens prompt_tokens=0"})
+        assert status == 403 and await _book(world, f"pb-{user}") is None
+        # an operator may patch a tenant's annotations (freeze) on the API server: the console refuses the rest
+        status, _ = browser.driver.execute_async_script(FORGE, "/billing/edit/tenantaccounts", {
+            "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": "ten-open", "displayName": f"by {user}",
+            "planRef": "basic", "billingMode": "Invoiced"})
+        assert status == 403
+        status, _ = browser.driver.execute_async_script(FORGE, "/billing/edit/budgetpolicies", {
+            "csrf_token": csrf, "mode": "edit", "namespace": NS, "name": "open-weekly", "tenant": "ten-open",
+            "caps": "500.00 Monthly 100:Notify"})
+        assert status == 403
+    assert (await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "budgetpolicies",
+                                                      "open-weekly"))["spec"] == budget["spec"]
+    tenant = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "tenantaccounts",
+                                                       "ten-open")
+    assert tenant["spec"]["displayName"] == "Open Bar & Grill" and tenant["spec"]["billingMode"] == "Prepaid"

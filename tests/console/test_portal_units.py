@@ -13,7 +13,7 @@ from maasctl.console.billing import portal_views
 from maasctl.console.billing.money import from_micros, micros
 from maasctl.console.charts import bar_chart
 from maasctl.console.cli import settings_from_args
-from maasctl.contract.billing_portal import member_organizations, tenants_of
+from maasctl.contract.billing_portal import member_organizations, spend_days, tenants_of
 
 SUB_NS = "models-as-a-service"
 
@@ -55,6 +55,13 @@ def test_tenants_answer_to_their_organization_label_else_their_name() -> None:
         {"metadata": {"namespace": "a", "name": "globex"}}]
     assert tenants_of(frozenset({"acme"}), tenants) == [("a", "acme"), ("b", "ten-acme")]
     assert tenants_of(frozenset(), tenants) == []
+
+
+@pytest.mark.parametrize(("text", "days"), [
+    ("7", 7), ("30", 30), ("90", 90), (None, None), ("", None), ("31", None), ("030", None), ("+7", None),
+    ("-7", None), ("7.0", None), (" 7", None), ("\uff13\uff10", None), ("9" * 5000, None)])
+def test_the_spend_range_is_one_of_three_as_written(text: str | None, days: int | None) -> None:
+    assert spend_days(text) == days
 
 
 @pytest.mark.parametrize(("text", "n"), [("1", 1_000_000), ("-1.5", -1_500_000), ("0.000001", 1),
@@ -165,3 +172,117 @@ def test_the_portal_pages_render_the_api_answers() -> None:
     assert "(keys without labels)" in html and "portal-reader" in html and "(project=rag)" in html
     assert 'style="width: 62%"' in html
 
+
+def test_a_pricebook_form_becomes_exactly_its_fields() -> None:
+    from maasctl.console.billing import authoring
+
+    form = authoring.FORMS["pricebooks"]
+    values = {"namespace": "tenants", "name": "pb-2", "currency": "EUR", "effectiveFrom": "2027-01-01T00:00:00Z",
+              "noticeDays": "30", "supersedes": "pb-1", "providerFaultPolicy": "", "clientDisconnectPolicy": "",
+              "skus": "llm/gpt-x per-1M-tokens prompt_tokens=2.50 completion_tokens=10.00\n"
+                      "h200 per-gpu-second geo=us-east gpu_seconds=0.001250\n"}
+    old = {"spec": {"skus": [{"sku": "llm/gpt-x", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "1"},
+                              "passThrough": {"provider": "openai", "markupPct": "10",
+                                              "costSecretRef": {"name": "c"}}}]}}
+    obj = authoring.build(form, values, old)
+    assert obj["metadata"] == {"namespace": "tenants", "name": "pb-2"}
+    assert obj["spec"] == {
+        "currency": "EUR", "effectiveFrom": "2027-01-01T00:00:00Z", "noticeDays": 30, "supersedes": "pb-1",
+        "skus": [{"sku": "llm/gpt-x", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "2.50",
+                                                                          "completion_tokens": "10.00"},
+                  "passThrough": old["spec"]["skus"][0]["passThrough"]},  # not shown, kept
+                 {"sku": "h200", "unit": "per-gpu-second", "geo": "us-east", "rates": {"gpu_seconds": "0.001250"}}]}
+    assert authoring.values_of(form, obj)["skus"].splitlines()[1] == "h200 per-gpu-second geo=us-east " \
+                                                                     "gpu_seconds=0.001250"
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("noticeDays", "thirty", "A whole number."), ("noticeDays", "-1", "A whole number."),
+    ("currency", "BTC", "One of USD"), ("skus", "llm/gpt-x per-1M-tokens", "line 1"),
+    ("skus", "llm/gpt-x per-1M-tokens 2.50", "not DIMENSION=RATE"), ("name", "", "Required."),
+], ids=["words", "negative", "currency", "no-rate", "bare-rate", "no-name"])
+def test_what_the_form_itself_cannot_read_is_said_next_to_the_field(field: str, value: str, error: str) -> None:
+    from maasctl.console.billing import authoring
+
+    values = {"namespace": "t", "name": "pb", "currency": "USD", "effectiveFrom": "x", "noticeDays": "1",
+              "skus": "a per-token prompt_tokens=1", field: value}
+    with pytest.raises(authoring.FormError) as caught:
+        authoring.build(authoring.FORMS["pricebooks"], values)
+    assert error in caught.value.errors[field]
+
+
+def test_tenant_and_plan_forms() -> None:
+    from maasctl.console.billing import authoring
+
+    tenant = authoring.build(authoring.FORMS["tenantaccounts"], {
+        "namespace": "t", "name": "ten-a", "displayName": "A", "organization": "acme", "planRef": "basic",
+        "billingMode": "Prepaid", "reloadEnabled": "", "graceAmount": "1.50"})
+    assert tenant["metadata"]["labels"] == {"billing.opendatahub.io/organization-id": "acme"}
+    assert tenant["spec"] == {"displayName": "A", "planRef": {"name": "basic"}, "billingMode": "Prepaid",
+                              "gracePolicy": {"graceAmount": "1.50"}}  # an unticked reload alone: none
+    plan = authoring.build(authoring.FORMS["plans"], {
+        "namespace": "t", "name": "basic", "targetKind": "Gateway", "targetName": "gw", "tokensPerMinute": "1000",
+        "modelScopes": "llm/*, granite-*"})
+    assert plan["spec"] == {"targetRef": {"kind": "Gateway", "name": "gw", "group": "gateway.networking.k8s.io"},
+                            "limits": {"tokensPerMinute": 1000}, "modelScopes": ["llm/*", "granite-*"]}
+
+
+def test_a_budget_form_becomes_its_caps_and_key_labels() -> None:
+    from maasctl.console.billing import authoring
+
+    form = authoring.FORMS["budgetpolicies"]
+    values = {"namespace": "t", "name": "b", "tenant": "ten-a", "keyLabels": "team=rag, env = prod",
+              "caps": "100.00 Monthly 50:Notify 80%:Throttle 100:Freeze\n\n5 Daily 100:Freeze\n"}
+    obj = authoring.build(form, values)
+    assert obj["spec"] == {"tenantRef": {"name": "ten-a"}, "selector": {"keyLabels": {"team": "rag", "env": "prod"}},
+                           "caps": [{"amount": "100.00", "period": "Monthly", "thresholds": [
+                               {"pct": 50, "action": "Notify"}, {"pct": 80, "action": "Throttle"},
+                               {"pct": 100, "action": "Freeze"}]},
+                               {"amount": "5", "period": "Daily", "thresholds": [{"pct": 100, "action": "Freeze"}]}]}
+    again = authoring.values_of(form, obj)
+    assert again["caps"] == "100.00 Monthly 50:Notify 80:Throttle 100:Freeze\n5 Daily 100:Freeze"
+    assert authoring.build(form, again) == obj
+    assert "selector" not in authoring.build(form, {**values, "keyLabels": " , "})["spec"]  # every key
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("caps", "", "Required."), ("caps", "\n \n", "Required."), ("caps", "10 Monthly", "line 1"),
+    ("caps", "10 Monthly 50", "not PCT:ACTION"), ("caps", "10 Monthly 50:Notify\n10 Weekly Notify:50", "line 2"),
+    ("caps", "10 Monthly 1000:Notify", "not PCT:ACTION"), ("keyLabels", "team", "not KEY=VALUE"),
+    ("keyLabels", "=rag", "not KEY=VALUE"), ("tenant", "", "Required."),
+], ids=["empty", "blank-lines", "no-threshold", "bare-pct", "second-line", "four-digits", "no-value", "no-key",
+        "no-tenant"])
+def test_what_the_budget_form_cannot_read_is_said_next_to_the_field(field: str, value: str, error: str) -> None:
+    from maasctl.console.billing import authoring
+
+    values = {"namespace": "t", "name": "b", "tenant": "ten-a", "caps": "1 Daily 100:Freeze", field: value}
+    with pytest.raises(authoring.FormError) as caught:
+        authoring.build(authoring.FORMS["budgetpolicies"], values)
+    assert error in caught.value.errors[field]
+
+
+def test_the_authoring_pages_render() -> None:
+    from maasctl.console.billing import authoring
+
+    for plural, form in authoring.FORMS.items():
+        html = _page("billing/edit.html", form=form, values={f.name: "" for f in form.fields},
+                     errors={"name": "taken", "_form": "no"}, mode="new", plural=plural, now="2026-12-06T00:00:00Z",
+                     locked=False, state=None, billing_role="admin", can_write=True,
+                     supersede={"old": "pb", "moving": ["a"], "staying": [], "notice": 3})
+        assert 'id="name-error"' in html and 'id="form-error"' in html
+
+
+def test_the_pricebook_and_plan_lists_render_objects_missing_optional_fields() -> None:
+    plans = [{"namespace": "t", "name": "basic", "spec": {"targetRef": {"kind": "Gateway", "name": "gw"}},
+              "compiled": ""},
+             {"namespace": "t", "name": "pro", "spec": {"targetRef": {"kind": "Gateway", "name": "gw"},
+                                                        "limits": {"tokensPerMinute": 5000}, "modelScopes": ["a*"]},
+              "compiled": "True Compiled"}]
+    html = _page("billing/plans.html", rows=plans, is_billing_admin=True, errors=[], billing_role="viewer",
+                 can_write=False)
+    assert "every model" in html and "tokensPerMinute 5,000" in html
+    books = [{"namespace": "t", "name": "pb", "state": "Draft", "currency": "EUR", "effective": "", "notice": 3,
+              "supersedes": None, "tenants": 0, "grandfathered": "", "why": "NoticeTooShort"}]
+    html = _page("billing/pricebooks.html", rows=books, is_billing_admin=True, errors=[], locked=frozenset(),
+                 billing_role="admin", can_write=True)
+    assert "NoticeTooShort" in html and "/billing/edit/pricebooks/t/pb" in html

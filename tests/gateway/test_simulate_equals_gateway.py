@@ -42,7 +42,7 @@ from maasctl.builders.guardrails import GuardrailsAttachment, guardrails_filter
 from maasctl.builders.refs import ObjectRef
 from maasctl.contract.guardrails import FILTER_NAME as GUARDRAILS_FILTER
 from maasctl.contract.guardrails import SettingsView
-from maasctl.gateway import Gateway, SimulateRequest, simulate, simulate_remote
+from maasctl.gateway import Gateway, SimulateRequest, format_report, simulate, simulate_remote
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.gateway.server import HttpServer, start_http
 from maasctl.gateway.simulate import SIMULATE_BODY_LIMIT
@@ -355,6 +355,14 @@ async def test_simulate_gives_the_gateways_verdict(world: World, name: str) -> N
         if len(json.dumps(request.to_json())) < SIMULATE_BODY_LIMIT and not case.user:  # a user: an admin's
             remote = await simulate_remote(url, request)
             assert (remote.status, remote.code) == (report.status, report.code), remote
+            assert [(x["limit_name"], x["used"]) for x in remote.request_limits] == [
+                (x["limit_name"], x["used"]) for x in report.request_limits]
         answer = await http.post(path, content=json.dumps(body).encode(),
                                  headers={**auth, "content-type": "application/json", **case.headers})
     assert (report.status, report.code) == (answer.status_code, _code(answer)) == case.expect, (report, answer.text)
+    if case.sub == "rpm":  # the Plan's RateLimitPolicy and its counter: the spent request, no room for this one
+        assert report.request_limit_policy is not None, report
+        [limit] = report.request_limits
+        assert (limit["limit"], limit["window"], limit["used"], limit["remaining"], limit["over"]) == (
+            1, "1m", 1, 0, True)
+        assert "request limits:" in format_report(report) and "used 1, remaining 0" in format_report(report)

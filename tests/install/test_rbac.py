@@ -139,6 +139,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{(BILLING, f"{r}/status"): frozenset({"patch"}) for r in ("billingconnectors", "tenantaccounts")},
         ("", "secrets"): frozenset({"get"}),
         ("networking.k8s.io", "ingresses"): frozenset({"create", "patch", "delete"}),
+        ("", "services"): frozenset({"create", "patch", "delete"}),  # the webhook Service outside its namespace
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     # The console's administrators (manifests/base/console, generated from console/rbac.py): what the admin pages

@@ -230,6 +230,17 @@ class UserKube:
                                                json=dict(obj), params={"fieldManager": "maas-console"})
         return out
 
+    async def apply(self, res: Resource, obj: Mapping[str, Any], field_manager: str, *,
+                    dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply of exactly the fields in `obj`, owned by `field_manager` (forced: the form is what the
+        user decided); fields other managers own and `obj` does not name stay as they are."""
+        meta = obj.get("metadata") or {}
+        params = {"fieldManager": field_manager, "force": "true", **({"dryRun": "All"} if dry_run else {})}
+        out: dict[str, Any] = await self._send("PATCH", res.path(meta.get("namespace"), meta.get("name")),
+                                               json=dict(obj), content_type="application/apply-patch+yaml",
+                                               params=params)
+        return out
+
     async def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
         await self._send("DELETE", res.path(namespace, name))
 

@@ -30,7 +30,7 @@ from maasctl.contract.billing_terms import tenant_id
 from maasctl.contract.organizations import BROAD_GROUPS
 
 __all__ = ["API_PREFIX", "ENTRY_KINDS", "LEDGER_SUBRESOURCE", "MAX_PAGE", "SPEND_DAYS", "member_organizations",
-           "tenants_of"]
+           "spend_days", "tenants_of"]
 
 API_PREFIX: Final = "/portal/v1"  # on the billing operator's API address (`--portal-api-bind-address`)
 LEDGER_SUBRESOURCE: Final = "ledger"  # RBAC: get tenantaccounts/ledger = read any tenant's ledger
@@ -38,6 +38,12 @@ MAX_PAGE: Final = 200  # ledger entries per page
 SPEND_DAYS: Final = (7, 30, 90)  # the spend charts' ranges (days, ending today, UTC)
 ENTRY_KINDS: Final = ("usage", "credit", "adjustment", "payment", "commitment", "reservation")
 _EVERYONE: Final = BROAD_GROUPS | {"*"}
+
+
+def spend_days(text: str | None) -> int | None:
+    """The spend range a query's `days` names, exactly as written ("7", "30", "90"); anything else (other digits,
+    another script's digits, thousands of them, signs, blanks) names none: the API answers 400, the pages show 30."""
+    return next((d for d in SPEND_DAYS if text == str(d)), None)
 
 
 def _names(entries: Any) -> set[str]:

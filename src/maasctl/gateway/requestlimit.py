@@ -11,7 +11,8 @@ So a limit of 600 per minute serves 600 requests and refuses the 601st with 429 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from maasctl.contract.errors import Refusal
@@ -21,6 +22,7 @@ from maasctl.gateway.ratelimit import (
     AppliedLimit,
     CompiledTokenRateLimitPolicy,
     RateDenial,
+    RateState,
     TokenRateLimiter,
     compile_token_rate_limit_policy,
 )
@@ -64,6 +66,14 @@ class RequestLimiter:
             return RateDenial(item.limit.name, rate.limit, rate.window, denied.usage.used, retry)
         await self.store.settle([s.key for s in slots], 1, 1)
         return None
+
+    async def states(self, applied: Sequence[AppliedLimit]) -> list[RateState]:
+        """Used and remaining requests of every rate of `applied` (read only; simulate). `over` says the next
+        request is refused (`used + 1 > limit`, as `admit` decides), not that the count passed the limit."""
+        rates = [rate for item in applied for rate in item.limit.rates]
+        states = await self._limits.states(applied)
+        return [replace(s, over=rate.seconds > 0 and s.used + s.reserved + 1 > s.limit)
+                for s, rate in zip(states, rates, strict=True)]
 
     async def check(self, policy: CompiledRateLimitPolicy, route: str, activation: Mapping[str, Any]
                     ) -> RateDenial | None:

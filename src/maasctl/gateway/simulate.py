@@ -47,6 +47,7 @@ from maasctl.contract.labels import MODEL_LABEL, MODEL_NAMESPACE_LABEL
 from maasctl.dataplane.body import read_json_object
 from maasctl.dataplane.routing import is_base_inference_path
 from maasctl.gateway.auth import AuthServiceUnavailable
+from maasctl.gateway.expressions import PolicyError
 from maasctl.gateway.formats import is_door
 from maasctl.gateway.pipeline import Exchange, Pipeline
 from maasctl.gateway.ratelimit import TokenRateLimiter
@@ -157,6 +158,8 @@ class SimulationReport:
     identity: dict[str, Any] = field(default_factory=dict)
     rate_limit_policy: str | None = None
     limits: list[dict[str, Any]] = field(default_factory=list)
+    request_limit_policy: str | None = None  # the route's RateLimitPolicy (billing Plans: requests per minute)
+    request_limits: list[dict[str, Any]] = field(default_factory=list)  # its counters, as `limits`
     guardrails: dict[str, Any] | None = None  # the GuardrailConfig checking this request (None: not guarded)
 
     def to_json(self) -> dict[str, Any]:
@@ -252,6 +255,7 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
         for item in applied:
             if not item.limit.rates:
                 report.limits.append({"limit_name": item.limit.name, "unlimited": True})
+    await _request_counters(gateway, ex, report)
     if refusal is not None:
         report.status, report.code, report.verdict = refusal.status, refusal.code, _verdict(ex, refusal)
     elif ex.trlp is None:
@@ -259,6 +263,18 @@ async def simulate(gateway: Enforcer, request: SimulateRequest) -> SimulationRep
     elif not ex.applied:
         report.verdict = "allowed (no limit of the policy applies to this caller)"
     return report
+
+
+async def _request_counters(gateway: Enforcer, ex: Exchange, report: SimulationReport) -> None:
+    """The route's RateLimitPolicy and the used and remaining requests of each of its limits that applies to
+    the caller (read from the same counters the gateway admits with; nothing counted)."""
+    rlp = ex.snap.requests.get(ex.route) if ex.snap is not None and ex.route else None
+    if rlp is None or isinstance(rlp, PolicyError) or ex.request is None:
+        return
+    report.request_limit_policy = rlp.key
+    requests = gateway.pipeline.plane.requests
+    applied = requests.applicable(rlp, ex.route, ex.activation())
+    report.request_limits = [asdict(s) for s in await requests.states(applied)]
 
 
 class SimulateRefused(Exception):
@@ -320,6 +336,21 @@ async def simulate_remote(gateway_url: str, request: SimulateRequest, timeout: f
     return SimulationReport(**response.json())
 
 
+def _limit_lines(limits: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for limit in limits:
+        if limit.get("unlimited"):
+            lines.append(f"  {limit['limit_name']}: unlimited (metered only)")
+            continue
+        reset = "window not started" if limit["resets_in"] is None else f"resets in {limit['resets_in']:.0f}s"
+        flag = "  OVER" if limit["over"] else ""
+        lines.append(
+            f"  {limit['limit_name']} {limit['limit']}/{limit['window']}: used {limit['used']}, "
+            f"remaining {limit['remaining']}, {reset}{flag}"
+        )
+    return lines
+
+
 def format_report(report: SimulationReport) -> str:
     """Human-readable lines for `maasctl simulate`."""
     lines = [f"verdict:      {report.status} {report.verdict}"]
@@ -334,16 +365,10 @@ def format_report(report: SimulationReport) -> str:
     ):
         if value:
             lines.append(f"{label + ':':<13} {value}")
-    for limit in report.limits:
-        if limit.get("unlimited"):
-            lines.append(f"  {limit['limit_name']}: unlimited (metered only)")
-            continue
-        reset = "window not started" if limit["resets_in"] is None else f"resets in {limit['resets_in']:.0f}s"
-        flag = "  OVER" if limit["over"] else ""
-        lines.append(
-            f"  {limit['limit_name']} {limit['limit']}/{limit['window']}: used {limit['used']}, "
-            f"remaining {limit['remaining']}, {reset}{flag}"
-        )
+    lines += _limit_lines(report.limits)
+    if report.request_limit_policy:
+        lines.append(f"{'request limits:':<13} {report.request_limit_policy}")
+        lines += _limit_lines(report.request_limits)
     guard = report.guardrails
     if guard is None:
         lines.append(f"{'guardrails:':<13} none (not guarded for this subscription)")

@@ -61,7 +61,7 @@ async def psp_connector_api(cp: ControlPlane) -> k8s.ApiClient:
     await apply_docs(cp, identity_docs({"psp-connector"}, CONTROLLER_NS, DEFAULT_SUBSCRIPTION_NS))
     return await service_account_api(cp, CONTROLLER_NS, "psp-connector",
                                      ready_checks=[("list", "billingconnectors.billing.opendatahub.io", "-A"),
-                                                   ("get", "secrets", "-A")])
+                                                   ("get", "secrets", "-A"), ("patch", "services", "-A")])
 
 
 async def start_connector(cp: ControlPlane, ledger_url: str, clock: ManualClock, stripe_url: str) -> Connector:
@@ -71,7 +71,7 @@ async def start_connector(cp: ControlPlane, ledger_url: str, clock: ManualClock,
     settings = ConnectorSettings(ledger_url=ledger_url, webhook_bind_address="127.0.0.1:0",
                                  stripe_api_base=stripe_url, metrics_bind_address="0",
                                  health_probe_bind_address="0", reload_check_seconds=1, reload_retry_seconds=1,
-                                 payment_method_cooldown_seconds=3600)
+                                 payment_method_cooldown_seconds=3600, service_namespace=CONTROLLER_NS)
     manager, ctx = build_connector(api, settings, clock)
     await ctx.receiver.start(settings.webhook_bind_address)
     return Connector(manager, ctx, asyncio.create_task(manager.run()), api)

@@ -47,10 +47,15 @@ def test_the_connector_runs_as_its_own_hardened_deployment(overlay: Any) -> None
 def test_the_manifest_environment_is_the_connectors_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every variable the Deployment sets is one `maasctl billing connector` reads (a typo would be ignored)."""
     env = container(render(MANIFESTS / "overlays" / "default"))["env"]
+    pod_namespace = next(e for e in env if e["name"] == "MAASCTL_PSP_SERVICE_NAMESPACE")
+    assert pod_namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     for e in env:
-        monkeypatch.setenv(e["name"], e.get("value", "postgresql+asyncpg://u@db:5432/billing"))
+        from_secret = "secretKeyRef" in e.get("valueFrom", {})
+        monkeypatch.setenv(e["name"], e.get("value", "postgresql+asyncpg://u@db:5432/billing" if from_secret
+                                            else DEFAULT_CONTROLLER_NS))
     settings = settings_from_args(build_parser().parse_args(["billing", "connector"]))
     assert settings.ledger_url == "postgresql+asyncpg://u@db:5432/billing"
+    assert settings.service_namespace == DEFAULT_CONTROLLER_NS
     assert (settings.webhook_bind_address, settings.metrics_bind_address, settings.health_probe_bind_address) == (
         ":8443", ":8080", ":8081")
     assert (settings.log_format, settings.log_level, settings.leader_elect) == ("json", "info", False)
@@ -59,6 +64,7 @@ def test_the_manifest_environment_is_the_connectors_configuration(monkeypatch: p
     differs = settings_from_args(build_parser().parse_args(["billing", "connector"]))
     assert differs.ledger_url == differs.webhook_bind_address == differs.metrics_bind_address == "x-unused"
     assert differs.health_probe_bind_address == differs.log_format == differs.log_level == "x-unused"
+    assert differs.service_namespace == "x-unused"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: p.name)
@@ -84,8 +90,19 @@ async def test_as_its_service_account_the_connector_connects_a_billing_connector
     await stripe_connector(kube, billing, namespace)
     st = await status_of(billing, "BillingConnector", "stripe", namespace)
     assert st["connected"] is True and conds(st)["WebhookReachable"]["status"] == "True"
+    # The BillingConnector is outside the connector's namespace: its Ingress routes to the ExternalName Service
+    # the connector generated beside it, naming Service psp-connector of the connector's namespace.
     ingress = await k8s.NetworkingV1Api(kube).read_namespaced_ingress("psp-webhook-stripe", namespace)
-    assert ingress.spec.rules[0].http.paths[0].backend.service.name == NAME
+    assert ingress.spec.rules[0].http.paths[0].backend.service.name == "psp-webhook-stripe"
+    service = await k8s.CoreV1Api(kube).read_namespaced_service("psp-webhook-stripe", namespace)
+    assert (service.spec.type, service.spec.external_name) == (
+        "ExternalName", f"{NAME}.{DEFAULT_CONTROLLER_NS}.svc.cluster.local")
+    connector = await billing.get("BillingConnector", "stripe", namespace)
+    assert connector is not None
+    for obj in (ingress, service):
+        [owner] = obj.metadata.owner_references
+        assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+            "BillingConnector", "stripe", connector["metadata"]["uid"], True)
     await wait_event(kube, namespace, "stripe", "Connected", "Normal")
 
     # The same identity, directly: reads what it watches, one Secret by name, and nothing else.
@@ -114,6 +131,8 @@ async def test_as_its_service_account_the_connector_connects_a_billing_connector
         "billing.opendatahub.io", "v1alpha1", namespace, "billingconnectors", "stripe",
         [{"op": "replace", "path": "/spec/taxMode", "value": "none"}]))
     await denied(k8s.NetworkingV1Api(api).list_namespaced_ingress(namespace))
+    await denied(core.list_namespaced_service(namespace))
+    await denied(core.read_namespaced_service("psp-webhook-stripe", namespace))
     await denied(k8s.CoordinationV1Api(api).create_namespaced_lease(DEFAULT_CONTROLLER_NS, k8s.V1Lease(
         metadata=k8s.V1ObjectMeta(name="psp-connector-test"))))
 
@@ -132,5 +151,10 @@ async def test_as_its_service_account_the_connector_connects_a_billing_connector
     assert not can("get", "budgetpolicies.billing.opendatahub.io", "-n", namespace)
     assert not can("patch", "plans.billing.opendatahub.io", "--subresource=status", "-n", namespace)
     assert not can("update", "ingresses.networking.k8s.io", "-n", namespace)
+    assert can("patch", "services", "-n", namespace) and can("create", "services", "-n", namespace)
+    for verb in ("get", "list", "watch", "update"):
+        assert not can(verb, "services", "-n", namespace), verb
+    assert not can("get", "services", "--subresource=proxy", "-n", namespace)
+    assert not can("patch", "endpoints", "-n", namespace)
     assert not can("get", "maassubscriptions.maas.opendatahub.io", "-A")
     assert not can("create", "pods", "-n", DEFAULT_CONTROLLER_NS)

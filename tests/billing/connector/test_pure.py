@@ -4,6 +4,7 @@ the generic webhook and reading inbound events (hostile bodies refused, never a 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from maasctl.billing.rules import signing
 from maasctl.billing.rules.psp_amounts import from_minor, split_minor, to_minor
 from maasctl.billing.rules.psp_events import BadEvent, parse_stripe, parse_webhook
 from maasctl.billing.rules.reload import Facts, decide, next_month
+from maasctl.billing.rules.webhook_route import WebhookRoute, service_name, webhook_objects
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POLICY = ReloadPolicy(enabled=True, threshold_amount=Decimal("5"), reload_amount=Decimal("25"),
@@ -147,3 +149,54 @@ def test_generic_webhook_events_are_read() -> None:
         with pytest.raises(BadEvent):
             parse_webhook(json.dumps({"id": "w", "type": "reload.succeeded",
                                       "data": {"amount": amount, "currency": "USD"}}).encode())
+
+
+# -- the webhook route (rules.webhook_route) ---------------------------------------------------------------------
+
+CONNECTOR = {"apiVersion": "billing.opendatahub.io/v1alpha1", "kind": "BillingConnector",
+             "metadata": {"name": "stripe", "namespace": "team-a", "uid": "u-1"}}
+PATH = "/webhooks/team-a/stripe"
+
+
+def test_a_connector_in_the_connectors_namespace_routes_to_the_installed_service() -> None:
+    own = {**CONNECTOR, "metadata": {**CONNECTOR["metadata"], "namespace": "opendatahub"}}
+    for route in (WebhookRoute("opendatahub"), WebhookRoute("")):  # "": unknown, as before (maasctl dev)
+        (ingress,) = webhook_objects(own, "psp.example.com", None, PATH, route)
+        assert ingress["kind"] == "Ingress" and ingress["metadata"]["namespace"] == "opendatahub"
+        backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+        assert backend == {"name": "psp-connector", "port": {"number": 8443}}
+        assert "tls" not in ingress["spec"]
+
+
+def test_a_connector_elsewhere_gets_an_external_name_service_owned_like_its_ingress() -> None:
+    service, ingress = webhook_objects(CONNECTOR, "psp.example.com", "psp-tls", PATH, WebhookRoute("opendatahub"))
+    assert service["kind"] == "Service" and service["metadata"]["namespace"] == "team-a"
+    assert service["metadata"]["name"] == "psp-webhook-stripe"
+    assert service["spec"] == {"type": "ExternalName", "externalName": "psp-connector.opendatahub.svc.cluster.local",
+                               "ports": [{"name": "webhook", "port": 8443, "protocol": "TCP"}]}
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "psp.example.com" and rule["http"]["paths"] == [{
+        "path": PATH, "pathType": "Exact",
+        "backend": {"service": {"name": "psp-webhook-stripe", "port": {"number": 8443}}}}]
+    assert ingress["spec"]["tls"] == [{"hosts": ["psp.example.com"], "secretName": "psp-tls"}]
+    for obj in (service, ingress):
+        assert obj["metadata"]["ownerReferences"] == [{"apiVersion": "billing.opendatahub.io/v1alpha1",
+                                                       "kind": "BillingConnector", "name": "stripe", "uid": "u-1",
+                                                       "controller": True}]
+        assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "psp-connector"}
+
+
+@pytest.mark.parametrize("name", ["stripe.eu", "a" * 52, "x" * 253, "9lives", "s.1", "stripe-"], ids=len)
+def test_a_connector_name_no_service_may_have_gets_a_hashed_valid_one(name: str) -> None:
+    made = service_name(name)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", made), made
+    assert made.startswith("psp-webhook-") and made != service_name(name + "x")
+    assert service_name("stripe") == "psp-webhook-stripe" and service_name("a" * 51) == "psp-webhook-" + "a" * 51
+
+
+def test_the_external_name_comes_from_the_settings_never_the_spec() -> None:
+    hostile = {**CONNECTOR, "spec": {"webhookIngress": {"host": "evil.example.com"}},
+               "metadata": {**CONNECTOR["metadata"], "name": "evil.example.com"}}
+    service, _ = webhook_objects(hostile, "evil.example.com", None, PATH, WebhookRoute("opendatahub", "svc", 9443))
+    assert service["spec"]["externalName"] == "svc.opendatahub.svc.cluster.local"
+    assert service["spec"]["ports"][0]["port"] == 9443

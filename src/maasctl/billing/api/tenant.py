@@ -8,7 +8,17 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from maasctl.api._base import AGE_COLUMN, CamelModel, Conditions, CrdInfo, Generation, Int32, PrinterColumn
+from maasctl.api._base import (
+    AGE_COLUMN,
+    CamelModel,
+    Conditions,
+    CrdInfo,
+    Generation,
+    Int32,
+    KubeSchema,
+    PrinterColumn,
+    Rule,
+)
 from maasctl.billing.api._base import CATEGORY, GROUP, BillingObject
 from maasctl.billing.api._types import LocalObjectReference, MoneyField, NonNegativeInt64, ObjectName, Time
 
@@ -108,6 +118,12 @@ class AllowanceLimit(CamelModel):
         "token price.")
 
 
+UNIQUE_EPOCHS = Rule("self.all(a, self.exists_one(b, b.epoch == a.epoch))",
+                     "allowanceLimits names each epoch once")
+"""Two caps for one epoch would be two answers for one counter. The list stays atomic (the controller writes it
+whole by server-side apply); the Plan compiler keeps the lower cap of an epoch named twice anyway."""
+
+
 class TenantAccountStatus(CamelModel):
     """Observed state of a TenantAccount."""
 
@@ -119,7 +135,8 @@ class TenantAccountStatus(CamelModel):
     mtd_spend: Spend | None = Field(default=None, description="Month-to-date spend.")
     allowance_tokens: AllowanceTokens | None = Field(
         default=None, description="Tokens the balance (plus grace) still pays for at the highest token price.")
-    allowance_limits: Annotated[list[AllowanceLimit], Field(max_length=2)] | None = Field(
+    allowance_limits: Annotated[list[AllowanceLimit], Field(max_length=2), KubeSchema(rules=(
+        UNIQUE_EPOCHS,))] | None = Field(
         default=None, description="The gateway's token caps of the current and the previous allowance epoch "
         "(Prepaid), enforced as the Plan's TokenRateLimitPolicy limits.")
     consecutive_payment_failures: Annotated[Int32, Field(ge=0)] | None = Field(

@@ -22,6 +22,9 @@ def register_connector(sub: Any) -> None:
                    help="the billing ledger's database (the one `maasctl billing run` uses); required")
     p.add_argument("--webhook-bind-address", default=env_default("psp_webhook_bind_address", d.webhook_bind_address),
                    help="where the webhook receiver listens (POST /webhooks/<namespace>/<connector>)")
+    p.add_argument("--service-namespace", default=env_default("psp_service_namespace", d.service_namespace),
+                   help="the namespace of the connector's Service psp-connector (the pod's own): a BillingConnector "
+                   "elsewhere gets an ExternalName Service naming it for its webhook Ingress")
     p.add_argument("--stripe-api-base", default=env_default("psp_stripe_api_base", d.stripe_api_base),
                    help="Stripe's API base URL (stripe-mock's in tests and maasctl dev)")
     p.add_argument("--metrics-bind-address", default=env_default("psp_metrics_bind_address", d.metrics_bind_address))
@@ -44,7 +47,8 @@ def register_connector(sub: Any) -> None:
 def settings_from_args(args: argparse.Namespace) -> ConnectorSettings:
     return ConnectorSettings(
         kubeconfig=args.kubeconfig, namespaces=tuple(args.namespaces), ledger_url=args.ledger_url,
-        webhook_bind_address=args.webhook_bind_address, stripe_api_base=args.stripe_api_base,
+        webhook_bind_address=args.webhook_bind_address, service_namespace=args.service_namespace,
+        stripe_api_base=args.stripe_api_base,
         metrics_bind_address=args.metrics_bind_address, health_probe_bind_address=args.health_probe_bind_address,
         leader_elect=args.leader_elect, leader_election_namespace=args.leader_election_namespace,
         reload_check_seconds=args.reload_check_seconds,

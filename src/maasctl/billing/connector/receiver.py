@@ -24,7 +24,7 @@ from maasctl.billing.connector.payments import Applied, Payments
 from maasctl.billing.connector.providers import Provider
 from maasctl.billing.rules.clock import Clock
 from maasctl.billing.rules.psp_events import MAX_BODY, BadEvent
-from maasctl.httpguard import HttpLimits, aiohttp_runner_options
+from maasctl.httpguard import start_aiohttp
 
 __all__ = ["DELIVERIES", "Receiver", "Registered", "Registry"]
 
@@ -88,14 +88,7 @@ class Receiver:
         return web.json_response({"status": "ok"})
 
     async def start(self, bind: str) -> int:
-        host, _, port = bind.rpartition(":")
-        self.runner = web.AppRunner(self.app(), access_log=None, **aiohttp_runner_options(HttpLimits()))
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host or None, int(port or 0))
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or ()
-        self.port = int(sockets[0].getsockname()[1]) if sockets else int(port or 0)
+        self.runner, self.port = await start_aiohttp(self.app(), bind)
         return self.port
 
     async def stop(self) -> None:

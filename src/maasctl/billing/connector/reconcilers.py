@@ -2,7 +2,8 @@
 
 `BillingConnectorReconciler` (per BillingConnector): reads the credentials Secret, builds the provider and checks
 the credentials with the PSP (`CredentialsValid`, `connected`), registers it with the webhook receiver, applies
-the webhook Ingress for `webhookIngress.host` (TLS from `tlsSecretRef`) and checks the receiver answers
+the webhook Ingress for `webhookIngress.host` (TLS from `tlsSecretRef`; with a Service of its own when the
+BillingConnector is outside the connector's namespace, `rules.webhook_route`) and checks the receiver answers
 (`WebhookReachable`), reports `webhookStats` (last 24 h) and runs the usage/invoice sync when due
 (`lastSync`, `SyncHealthy`).
 
@@ -54,6 +55,7 @@ from maasctl.billing.ledger.budget_book import BudgetBook
 from maasctl.billing.rules import budget_notice, reload
 from maasctl.billing.rules.clock import Clock
 from maasctl.billing.rules.psp_amounts import to_minor
+from maasctl.billing.rules.webhook_route import WebhookRoute, webhook_objects
 from maasctl.runtime import (
     ApiError,
     Applier,
@@ -310,23 +312,14 @@ class BillingConnectorReconciler:
         path = f"/webhooks/{key}"
         if ingress is None:
             return False, "NoWebhookIngress", f"no webhookIngress: the PSP cannot deliver to {path}"
-        meta = obj["metadata"]
-        spec: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
-            "path": path, "pathType": "Exact",
-            "backend": {"service": {"name": ctx.settings.service_name,
-                                    "port": {"number": ctx.settings.service_port}}}}]}}]}
-        if ingress.tls_secret_ref is not None:
-            spec["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls_secret_ref.name}]
-        desired = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-                   "metadata": {"name": f"psp-webhook-{meta['name']}"[:253], "namespace": meta["namespace"],
-                                "labels": {"app.kubernetes.io/managed-by": "psp-connector"},
-                                "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": "BillingConnector",
-                                                     "name": meta["name"], "uid": meta["uid"], "controller": True}]},
-                   "spec": spec}
-        try:
-            await ctx.applier.apply(desired)
-        except ApiError as exc:
-            return False, "IngressFailed", f"the webhook Ingress could not be applied: {exc.__class__.__name__}"
+        tls = ingress.tls_secret_ref.name if ingress.tls_secret_ref is not None else None
+        route = WebhookRoute(ctx.settings.service_namespace, ctx.settings.service_name, ctx.settings.service_port)
+        for desired in webhook_objects(obj, ingress.host, tls, path, route):
+            try:
+                await ctx.applier.apply(desired)
+            except ApiError as exc:
+                kind = desired["kind"]
+                return False, f"{kind}Failed", f"the webhook {kind} could not be applied: {exc.__class__.__name__}"
         if not ctx.receiver.serving or ctx.receiver.port is None:
             return False, "ReceiverNotServing", "the webhook receiver is not listening"
         try:

@@ -42,5 +42,11 @@ class ConnectorSettings:
     """How often each BillingConnector's credentials Secret is read (GET) for changes: a rotated key takes effect
     within about this long (no list/watch on Secrets: see `ConnectorSecretsReconciler`)."""
     service_name: str = "psp-connector"
-    """The Service the generated webhook Ingress routes to (in the connector's namespace)."""
+    """The connector's webhook Service, installed in `service_namespace`: the generated webhook Ingress of a
+    BillingConnector of that namespace routes to it, one elsewhere to a generated ExternalName Service naming it
+    (`rules.webhook_route`)."""
     service_port: int = 8443
+    service_namespace: str = ""
+    """The namespace the connector runs and its Service is in (the manifest passes the pod's own). Empty
+    (unknown, e.g. `maasctl dev`): no Service is generated, each Ingress routes to `service_name` in its own
+    namespace."""

@@ -52,10 +52,11 @@ from maasctl.contract.billing_portal import (
     MAX_PAGE,
     SPEND_DAYS,
     member_organizations,
+    spend_days,
     tenants_of,
 )
 from maasctl.contract.billing_terms import tenant_id
-from maasctl.httpguard import HttpLimits, aiohttp_runner_options
+from maasctl.httpguard import start_aiohttp
 from maasctl.runtime import Cache, GroupVersionKind, thaw
 
 __all__ = ["MAAS_SUBSCRIPTION", "PROVIDER_ONLY", "Authenticator", "Caller", "PortalApi", "tenant_details"]
@@ -205,13 +206,7 @@ class PortalApi:
         return app
 
     async def start(self, bind: str) -> int:
-        host, _, port = bind.rpartition(":")
-        self.runner = web.AppRunner(self.app(), access_log=None, **aiohttp_runner_options(HttpLimits()))
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host or None, int(port or 0))
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or ()
-        self.port = int(sockets[0].getsockname()[1]) if sockets else int(port or 0)
+        self.runner, self.port = await start_aiohttp(self.app(), bind)
         return self.port
 
     async def stop(self) -> None:
@@ -413,15 +408,15 @@ class PortalApi:
         if isinstance(found, web.Response):
             return found
         tenant, tenant_obj, statements, ledger = found
-        days = request.query.get("days", "30")
-        if not days.isdigit() or int(days) not in SPEND_DAYS:
+        days = spend_days(request.query.get("days", "30"))
+        if days is None:
             return _error(400, f"days is one of {', '.join(str(d) for d in SPEND_DAYS)}")
         now = self.now().astimezone(UTC)
         today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        edges = [today - timedelta(days=int(days) - 1 - i) for i in range(int(days))] + [today + timedelta(days=1)]
+        edges = [today - timedelta(days=days - 1 - i) for i in range(days)] + [today + timedelta(days=1)]
         buckets = await statements.usage_by_bucket(tenant, edges)
         models = sorted({m for _, m in buckets})
-        per_day = [sum((a for (b, _), a in buckets.items() if b == i), Decimal(0)) for i in range(int(days))]
+        per_day = [sum((a for (b, _), a in buckets.items() if b == i), Decimal(0)) for i in range(days)]
         by_model = {m: sum((a for (_, mm), a in buckets.items() if mm == m), Decimal(0)) for m in models}
         balances = await statements.balances_at(tenant, [*edges[1:-1], now])
         since = edges[0]
@@ -429,7 +424,7 @@ class PortalApi:
             "currency": self._currency(tenant_obj), "days": [
                 {"date": edges[i].date().isoformat(), "total": _amount(per_day[i]),
                  "byModel": {m: _amount(buckets[(i, m)]) for m in models if (i, m) in buckets}}
-                for i in range(int(days))],
+                for i in range(days)],
             "byModel": [{"model": m, "amount": _amount(a)} for m, a in sorted(by_model.items(), key=lambda x: -x[1])],
             "byLabel": await self._by_label(tenant, since, edges[-1]),
             "monthToDate": _amount(await ledger.spend(tenant, month_start(now), now + timedelta(seconds=1))),

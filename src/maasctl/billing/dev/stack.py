@@ -154,15 +154,18 @@ async def welcome_credit(ledger_url: str, namespace: str, now: datetime) -> None
 async def start_billing(stack: Stack, kubeconfig: str, gateway_namespace: str, gateway_name: str,
                         stop: asyncio.Event, *, samples_on: bool = True,
                         settings: BillingSettings | None = None, probe_address: str = "0",
-                        payments: bool = True) -> DevBilling:
+                        payments: bool = True, portal_api_address: str = "0",
+                        subscription_namespace: str = "models-as-a-service") -> DevBilling:
     """Install the billing CRDs, start `maasctl billing run` and (with `payments`, when stripe-mock can run) the
-    psp-connector in this loop (until `stop`), and apply the samples."""
+    psp-connector in this loop (until `stop`), and apply the samples. `portal_api_address` serves the tenant
+    portal's read API (its members from the MaaSSubscriptions of `subscription_namespace`)."""
     await install_billing_crds(stack.api)
     ledger_url = f"sqlite+aiosqlite:///{stack.directory.joinpath('billing-ledger.db')}"
     usage_url = stack.options.database_url or f"sqlite+aiosqlite:///{stack.directory.joinpath('maas-api.db')}"
     base = settings or BillingSettings(ledger_url=ledger_url, usage_database_url=usage_url)
     settings = dataclasses.replace(base, kubeconfig=kubeconfig, metrics_bind_address=probe_address,
-                                   health_probe_bind_address=probe_address)
+                                   health_probe_bind_address=probe_address, portal_api_bind_address=portal_api_address,
+                                   portal_subscription_namespace=subscription_namespace)
     ledger_url = settings.ledger_url or ledger_url
     tasks = [asyncio.create_task(run_billing(settings, stop), name="billing controller")]
     stripe = await _stripe_mock() if payments else None

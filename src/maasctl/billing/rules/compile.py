@@ -206,9 +206,12 @@ def _allowance_limits(inp: PlanInput) -> dict[str, Any]:
     for t in sorted(set(inp.tenants)):
         if t.denied:
             continue
-        for epoch, tokens in sorted(set(t.allowance)):
+        caps: dict[str, int] = {}
+        for epoch, tokens in t.allowance:  # an epoch given twice keeps its lower cap (fail closed)
+            caps[epoch] = min(max(0, tokens), caps.get(epoch, wallet.MAX_CAP))
+        for epoch, cap in sorted(caps.items()):
             out[_limit_name(inp, f"allowance/{t.name}/{epoch}")] = {
-                "rates": [{"limit": max(0, tokens), "window": wallet.ALLOWANCE_WINDOW}],
+                "rates": [{"limit": cap, "window": wallet.ALLOWANCE_WINDOW}],
                 "counters": [{"expression": identity.TENANT}, {"expression": cel_string(f"allowance-{epoch}")}],
                 "when": [{"predicate": identity.tenant_in([t.organization])}, {"predicate": MODELS_LISTING}],
             }

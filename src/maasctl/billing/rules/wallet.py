@@ -20,6 +20,8 @@ Prepaid wallet returns it to whatever its new balance says, with no hysteresis.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -36,11 +38,14 @@ __all__ = [
     "DUNNING_LIMIT",
     "ENFORCED",
     "EPOCH",
+    "MALFORMED_EPOCH",
+    "MAX_CAP",
     "SUSPENDED_ANNOTATION",
     "Decision",
     "Facts",
     "Policy",
     "allowance_tokens",
+    "caps_in_force",
     "decide",
     "denial_message",
     "epoch_allowance",
@@ -196,6 +201,31 @@ def epoch_allowance(policy: Policy, balance: Decimal, rated_tokens: int, price_p
     # gateway refuses until the freeze arrives, and the cap does not move while the rater catches up.
     cap = max(0, rated_tokens) + int(room.to_integral_value(rounding=ROUND_FLOOR, context=money.CONTEXT))
     return min(max(0, cap), MAX_CAP)
+
+
+EPOCH_NAME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+MALFORMED_EPOCH: Final = "0000-00-00"
+"""Where an unreadable `status.allowanceLimits` entry goes: a cap of 0 on a counter of its own, so the tenant is
+refused (429) until the controller writes the status again, never served without a cap."""
+
+
+def caps_in_force(raw: object) -> tuple[tuple[str, int], ...]:
+    """The (epoch, tokens) caps of a Prepaid tenant's `status.allowanceLimits`, failing closed on what admission
+    should have refused (the CRD requires a YYYY-MM-DD epoch, a non-negative int64 and unique epochs): an entry
+    with an unreadable epoch is a 0 cap under `MALFORMED_EPOCH`, unreadable tokens are a 0 cap, an epoch named
+    twice keeps the lower cap, and a cap is at most `MAX_CAP`. Absent (None): no cap."""
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list | tuple) else [raw]
+    caps: dict[str, int] = {}
+    for item in items:
+        epoch = item.get("epoch") if isinstance(item, Mapping) else None
+        tokens = item.get("tokens") if isinstance(item, Mapping) else None
+        cap = min(tokens, MAX_CAP) if type(tokens) is int and tokens >= 0 else 0  # not bool, float or text
+        if not isinstance(epoch, str) or not EPOCH_NAME.fullmatch(epoch):
+            epoch, cap = MALFORMED_EPOCH, 0
+        caps[epoch] = min(cap, caps.get(epoch, cap))
+    return tuple(sorted(caps.items()))
 
 
 def published_cap(previous: int | None, cap: int, rated_tokens: int) -> int:

@@ -12,6 +12,8 @@ from maasctl.contract.billing_console import Role
 
 ITEMS = (
     NavItem("Tenants", "/billing/tenants"),
+    NavItem("PriceBooks", "/billing/pricebooks"),
+    NavItem("Plans", "/billing/plans"),
     NavItem("Budgets", "/billing/budgets"),
     NavItem("Reservations", "/billing/reservations"),
     NavItem("Connectors", "/billing/connectors"),

@@ -19,12 +19,14 @@ import structlog
 from fastapi import APIRouter, Depends, Form, HTTPException, Path, Request
 from fastapi.responses import Response
 
-from maasctl.console.billing import views
+from maasctl.console.billing import portal_views, views
+from maasctl.console.billing.portal_client import PortalApi, PortalError
 from maasctl.console.billing.settings import BillingPagesSettings
 from maasctl.console.kube import KubeError, Resource, UserKube
 from maasctl.console.sessions import Identity
 from maasctl.console.web import User, console, flash, kube_as, q, redirect, render
 from maasctl.contract.billing_console import Role, at_least
+from maasctl.contract.billing_portal import SPEND_DAYS, spend_days
 
 log = structlog.get_logger("maasctl.console.billing")
 router = APIRouter()
@@ -101,7 +103,8 @@ async def tenants_page(request: Request, user: Biller) -> Response:
     errors: list[str] = []
     rows = await _tenant_rows(request, user, errors)
     dunning = [r for r in rows if r.cells["state"] == "Dunning"]
-    return _render(request, "billing/tenants.html", user, title="Tenants", rows=rows, dunning=dunning, errors=errors)
+    return _render(request, "billing/tenants.html", user, title="Tenants", rows=rows, dunning=dunning, errors=errors,
+                   mtd_charts=views.mtd_charts(rows))
 
 
 @router.get("/billing/tenants/{namespace}/{name}")
@@ -117,8 +120,32 @@ async def tenant_page(request: Request, user: Biller, namespace: Annotated[str, 
         raise HTTPException(404, "There is no such tenant.")
     (row,) = views.tenant_rows([tenant], await _currencies(kube, [tenant], errors))
     events = await _events(kube, namespace, name, errors)
+    days = spend_days(request.query_params.get("days")) or 30
+    charts = await _charts(request, user, namespace, name, days, errors)
     return _render(request, "billing/tenant.html", user, title=row.cells["display"], row=row, errors=errors,
-                   events=events, max_reason=MAX_REASON)
+                   events=events, max_reason=MAX_REASON, charts=charts, days=days, ranges=SPEND_DAYS,
+                   base=f"/billing/tenants/{namespace}/{name}")
+
+
+def _portal_api(request: Request, user: BillingUser) -> PortalApi | None:
+    url = pages_settings(request).api_url
+    return PortalApi(url, user.identity.credential) if url else None
+
+
+async def _charts(request: Request, user: BillingUser, namespace: str, name: str, days: int,
+                  errors: list[str]) -> dict[str, Any] | None:
+    """The tenant's spend over time (per day and model), balance, and each budget's burn against its caps, from
+    the billing operator's portal API, as the user (their role's `get tenantaccounts/ledger`)."""
+    api = _portal_api(request, user)
+    if api is None:
+        return None
+    try:
+        tenant = await api.tenant(namespace, name)
+        spend = await api.spend(namespace, name, days)
+    except PortalError as exc:
+        errors.append(f"Charts: {exc.message}")
+        return None
+    return {"spend": portal_views.spend_view(spend), "budgets": portal_views.budget_rows(tenant)}
 
 
 async def _events(kube: UserKube, namespace: str, name: str, errors: list[str]) -> list[dict[str, str]]:
@@ -206,18 +233,40 @@ async def unfreeze(request: Request, user: Biller, namespace: Annotated[str, Pat
 
 async def _priced_page(request: Request, user: BillingUser, resource: Resource,
                       rows: Callable[[list[dict[str, Any]], dict[str, str | None]], list[views.Row]],
-                      template: str, title: str) -> Response:
-    """A page of objects whose amounts are in their tenant's currency (budgets, reservations)."""
+                      template: str, title: str, burn: bool = False) -> Response:
+    """A page of objects whose amounts are in their tenant's currency (budgets, with their burn; reservations)."""
     kube = kube_as(request, user.identity)
     errors: list[str] = []
     tenants = await _list(kube, TENANT, errors)
     found = rows(await _list(kube, resource, errors), await _currencies(kube, tenants, errors))
-    return _render(request, template, user, title=title, rows=found, errors=errors)
+    burns = await _burn(request, user, found, errors) if burn else {}
+    return _render(request, template, user, title=title, rows=found, errors=errors, burn=burns)
 
 
 @router.get("/billing/budgets")
 async def budgets_page(request: Request, user: Biller) -> Response:
-    return await _priced_page(request, user, BUDGET, views.budget_rows, "billing/budgets.html", "Budgets")
+    return await _priced_page(request, user, BUDGET, views.budget_rows, "billing/budgets.html", "Budgets",
+                              burn=True)
+
+
+async def _burn(request: Request, user: BillingUser, rows: list[views.Row], errors: list[str]
+                ) -> dict[str, dict[int, dict[str, Any]]]:
+    """`ns/budget` -> cap index -> the cap's spend in its period and how close it is (the portal API, which
+    evaluates each cap's own period: a budget's status carries the last cap's spend only)."""
+    api = _portal_api(request, user)
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    if api is None:
+        return out
+    for ns, tenant in sorted({(r.namespace, r.cells["tenant"]) for r in rows}):
+        try:
+            answer = await api.tenant(ns, tenant)
+        except PortalError as exc:
+            if exc.status != 404:
+                errors.append(f"Budget burn of {ns}/{tenant}: {exc.message}")
+            continue
+        for b in portal_views.budget_rows(answer):
+            out[f"{ns}/{b['name']}"] = {c["index"]: c for c in b["caps"]}
+    return out
 
 
 @router.get("/billing/reservations")

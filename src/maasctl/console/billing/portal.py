@@ -25,7 +25,7 @@ from maasctl.console.billing.portal_client import PortalApi, PortalError
 from maasctl.console.billing.settings import BillingPagesSettings
 from maasctl.console.sessions import Identity
 from maasctl.console.web import console, current_user, redirect, render
-from maasctl.contract.billing_portal import ENTRY_KINDS, SPEND_DAYS
+from maasctl.contract.billing_portal import ENTRY_KINDS, SPEND_DAYS, spend_days
 
 router = APIRouter()
 _NS: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -82,8 +82,7 @@ async def portal_home(request: Request, user: Tenant) -> Response:
 @router.get("/portal/{namespace}/{name}")
 async def tenant_page(request: Request, user: Tenant, namespace: str, name: str) -> Response:
     _path(namespace, name)
-    days_text = request.query_params.get("days", "30")
-    days = int(days_text) if days_text.isdigit() and int(days_text) in SPEND_DAYS else 30
+    days = spend_days(request.query_params.get("days")) or 30
     tenant = await _ask(user.api.tenant(namespace, name))
     errors: list[str] = []
     spend: dict[str, Any] | None = None

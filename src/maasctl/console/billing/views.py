@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from maasctl.console.billing.money import amount, currency_of, quantity
+from maasctl.console.billing.money import amount, currency_of, micros, quantity
+from maasctl.console.billing.portal_views import Chart
 
 __all__ = ["SUSPENDED_ANNOTATION", "SUSPENDED_BY_ANNOTATION", "Health", "RaterFigures", "Row", "budget_rows",
-           "connector_rows", "health", "parse_metrics", "rater_figures", "reservation_rows", "tenant_rows"]
+           "connector_rows", "health", "mtd_charts", "parse_metrics", "rater_figures", "reservation_rows",
+           "tenant_rows"]
 
 SUSPENDED_ANNOTATION: Final = "billing.opendatahub.io/suspended"  # the wallet's Suspended state (docs/billing.md)
 SUSPENDED_BY_ANNOTATION: Final = "billing.opendatahub.io/suspended-by"  # who froze it, when (the console)
@@ -89,8 +91,17 @@ def tenant_rows(tenants: Iterable[Mapping[str, Any]], currencies: Mapping[str, s
             "balance_at": str(status.get("balanceObservedAt") or ""),
             "suspended": str(annotations.get(SUSPENDED_ANNOTATION) or ""),
             "suspended_by": str(annotations.get(SUSPENDED_BY_ANNOTATION) or ""),
-        }, tenant_problems(t), {"conditions": list(status.get("conditions") or ())}))
+        }, tenant_problems(t), {"conditions": list(status.get("conditions") or ()),
+                                "mtd_micros": micros(status.get("mtdSpend")) or 0}))
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+def mtd_charts(rows: Sequence[Row]) -> list[Chart]:
+    """Month-to-date spend per tenant, one chart per currency (amounts of two currencies are never added)."""
+    by: dict[str, list[tuple[str, int]]] = {}
+    for r in rows:
+        by.setdefault(r.cells["currency"], []).append((r.name, int(r.extra.get("mtd_micros") or 0)))
+    return [Chart(points, currency or None) for currency, points in sorted(by.items())]
 
 
 def budget_rows(budgets: Iterable[Mapping[str, Any]], currencies: Mapping[str, str | None]) -> list[Row]:

@@ -9,10 +9,9 @@ Kuadrant or Kueue missing is a condition, and the Plan is looked at again until 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -95,22 +94,12 @@ def wallet_state_changed(event: Event) -> bool:
     return before != ((event.obj.get("status") or {}).get("state") in ENFORCED_STATES)
 
 
-EPOCH_NAME: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-
-
 def allowance_of(obj: FrozenObject) -> tuple[tuple[str, int], ...]:
-    """The (epoch, tokens) caps a Prepaid tenant's limits use (`status.allowanceLimits`; empty: no limit)."""
+    """The (epoch, tokens) caps a Prepaid tenant's limits use (`status.allowanceLimits`, read failing closed by
+    `wallet.caps_in_force`; empty: no limit)."""
     if (obj.get("spec") or {}).get("billingMode") != "Prepaid":
         return ()
-    out = []
-    for item in (obj.get("status") or {}).get("allowanceLimits") or ():
-        try:
-            epoch, tokens = str(item["epoch"]), int(item["tokens"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if EPOCH_NAME.fullmatch(epoch) and tokens >= 0:
-            out.append((epoch, tokens))
-    return tuple(sorted(out))
+    return wallet.caps_in_force((obj.get("status") or {}).get("allowanceLimits"))
 
 
 def allowance_changed(event: Event) -> bool:

@@ -125,8 +125,7 @@ class TenantReconciler:
         ref = ref if ref is not None and ref.key == key else None
         price = cap_price(catalog, ref, (*starts, now))
         allowance = wallet.allowance_tokens(policy, balance, price)
-        in_force = {str(c.get("epoch")): c.get("tokens") for c in old.get("allowanceLimits") or ()
-                    if isinstance(c, dict) and isinstance(c.get("tokens"), int)}
+        in_force = dict(wallet.caps_in_force(old.get("allowanceLimits")))
         caps = [{"epoch": name, "tokens": wallet.published_cap(in_force.get(name), cap, tokens)}
                 for start, tokens in zip(starts, rated, strict=True)
                 if (cap := wallet.epoch_allowance(policy, balance, tokens, price)) is not None
