@@ -12,6 +12,7 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -22,9 +23,13 @@ from maasctl.api._fields import cel_string
 from maasctl.billing import money
 from maasctl.billing.api import BudgetPolicy
 from maasctl.billing.api.install import install_billing_crds
+from maasctl.billing.api.pricebook import PriceBookSpec
+from maasctl.billing.controller.rerate import rerate
+from maasctl.billing.controller.usage_source import UsageReader
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.budget_book import BudgetBook
 from maasctl.billing.rules import budget
+from maasctl.billing.rules.rating import Book
 from maasctl.maasapi import migrate
 from maasctl.maasapi.store import KeyRecord, KeyStore, make_engine
 from maasctl.maasapi.usage.store import UsageEntry, UsageStore
@@ -206,6 +211,20 @@ async def test_a_project_budget_notifies_throttles_freezes_and_rolls_over(
     await eventually(lambda: _not(frozen_rule))
     assert sorted(await reasons()) == ["BudgetFreeze", "BudgetNotify", "BudgetNotify", "BudgetNotify",
                                        "BudgetThrottle"]  # nothing fired again
+
+    # Yesterday's llama rate was half the right one: re-rated today (`maasctl billing rerate`), the correction
+    # counts in today's spend, and the budget counts its own keys' part of it only (1.01, not the other key's 5.00).
+    fixed = copy.deepcopy(objects(namespace, org, effective)[0])
+    fixed["metadata"].update(name="pb-fixed", generation=1)
+    fixed["spec"]["skus"][0]["rates"]["prompt_tokens"] = "0.02"
+    book = Book("pb-fixed", 1, PriceBookSpec.model_validate(fixed["spec"]))
+    reader = UsageReader(budgets.usage.engine)
+    report = await rerate(budgets.ledger, reader, f"{namespace}/ten-helix", book, t0, day_end, reason="INC-45",
+                          actor="alice", now=day_end + timedelta(minutes=30))
+    assert report.delta == Decimal("6.01") and len(report.inserted) == 3  # one entry per key
+    await billing.patch("BudgetPolicy", "rag", namespace, {"metadata": {"annotations": {"test/poke": "1"}}})
+    obj = await eventually(lambda: status("Frozen"))
+    assert obj["status"]["currentSpend"] == "1.010000"
 
 
 async def test_a_budget_of_a_missing_tenant_is_not_evaluated(budgets: Budgets, billing: Billing,

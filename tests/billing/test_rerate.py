@@ -286,6 +286,20 @@ async def test_a_key_selected_budget_counts_the_corrections_of_its_keys_records(
         await s.close()
 
 
+async def charged_with(s: Stores, n: int, catalog: Any) -> list[Any]:
+    """Records 1..n ingested and charged by the rater with `catalog`."""
+    batch = [record(i) for i in range(1, n + 1)]
+    await s.store.ingest(batch, datetime.now(UTC))
+    assert (await Rater(s.reader, s.ledger, lambda: catalog).run_once()).charged == n
+    return batch
+
+
+def rated_total(batch: list[Any], book: Book, ctx: Context) -> Decimal:
+    lines = [rate(_usage(e), book, ctx) for e in batch]
+    assert all(isinstance(line, RatedLine) for line in lines)
+    return sum((line.amount for line in lines if isinstance(line, RatedLine)), Decimal(0))
+
+
 PASS = {"sku": "llama", "unit": "per-1M-tokens", "rates": {"prompt_tokens": "9.00", "completion_tokens": "9.00"},
         "passThrough": {"provider": "openai", "markupPct": "250", "costSecretRef": {"name": "openai-costs"}}}
 
@@ -294,21 +308,15 @@ async def test_a_pass_through_sku_is_rerated_with_the_cost_of_the_records_time_a
         ledger_url: str) -> None:
     s = await stores(ledger_url)
     try:
-        batch = [record(i) for i in range(1, 5)]
-        await s.store.ingest(batch, datetime.now(UTC))
         then = {NS: {"openai-costs": {"prompt_tokens": Decimal("2.00"), "completion_tokens": Decimal("8.00")}}}
-        mistaken = build_catalog(**book_with(objects(), generation=2, skus=[PASS]), provider_costs=then)
-        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 4
+        batch = await charged_with(s, 4, build_catalog(**book_with(objects(), generation=2, skus=[PASS]),
+                                                       provider_costs=then))
         wrong = -await s.ledger.balance(TENANT)
         # The Secret has changed since (the provider raised its prices): re-rating must not use today's cost.
         fixed_sku = {**PASS, "passThrough": {**PASS["passThrough"], "markupPct": "25"}}
         fixed = Book("pb-fixed", 1, build_catalog(**book_with(objects(), generation=1, skus=[fixed_sku]))
                      .books[NS]["pb"].book.spec)
-        expected = Decimal(0)
-        for e in batch:
-            line = rate(_usage(e), fixed, Context(provider_costs=then[NS]))
-            assert isinstance(line, RatedLine)
-            expected += line.amount
+        expected = rated_total(batch, fixed, Context(provider_costs=then[NS]))
         assert expected < wrong
         report = await rerate(s.ledger, s.reader, TENANT, fixed, T0, T0 + timedelta(days=1),
                               reason="INC-43: markup was 250%, not 25%", actor="alice")
@@ -321,5 +329,93 @@ async def test_a_pass_through_sku_is_rerated_with_the_cost_of_the_records_time_a
                              actor="alice")
         assert (again.changed, again.entries) == (0, [])  # running it twice adds nothing
         assert await s.ledger.verify() == []
+    finally:
+        await s.close()
+
+
+async def test_a_committed_use_fee_is_rerated_to_the_corrected_monthly_price(ledger_url: str) -> None:
+    from maasctl.billing.ledger.entries import COMMITMENTS, RERATE_FEE_PREFIX
+    from maasctl.billing.rules.catalog import COMMITTED_USE_ANNOTATION, month_start
+
+    s = await stores(ledger_url)
+    try:
+        await s.store.ingest([record(i) for i in range(1, 4)], datetime.now(UTC))
+        objs = book_with(objects(), generation=2, skus=[LLAMA])
+        objs["books"][0]["spec"]["committedUse"] = [{"name": "starter", "tokensPerSecond": 1, "monthlyPrice": "995.00"}]
+        objs["tenants"][0]["metadata"]["annotations"] = {COMMITTED_USE_ANNOTATION: "starter"}
+        mistaken = build_catalog(**objs)
+        assert (await Rater(s.reader, s.ledger, lambda: mistaken).run_once()).charged == 3
+        assert await s.ledger.balance(TENANT) == Decimal("-995.00")  # the records' tokens are included
+        month = month_start(T0)
+        spent = await s.ledger.spend(TENANT, month, datetime.now(UTC) + timedelta(hours=1))
+
+        fixed = copy.deepcopy(objs["books"][0])
+        fixed["metadata"].update(name="pb-fixed", generation=1)
+        fixed["spec"]["committedUse"][0]["monthlyPrice"] = "99.50"
+        book = Book("pb-fixed", 1, build_catalog(**{**objs, "books": [fixed]}).books[NS]["pb-fixed"].book.spec)
+        until = T0 + timedelta(days=1)
+        report = await rerate(s.ledger, s.reader, TENANT, book, month, until, reason="INC-44: 995 for 99.50",
+                              actor="alice")
+        # The records are rated with the tier their month was charged for: still included, unchanged.
+        assert (report.records, report.changed, report.unchanged) == (3, 0, 3)
+        assert (report.fees, report.fees_changed, report.fee_delta) == (1, 1, Decimal("-895.50"))
+        assert len(report.inserted) == 1 and report.inserted[0].startswith(f"{RERATE_FEE_PREFIX}{TENANT}:")
+        assert await s.ledger.balance(TENANT) == Decimal("-99.50")
+        assert await _account(s.ledger, COMMITMENTS) == Decimal("99.50")  # the fee's revenue corrected
+        assert await s.ledger.spend(TENANT, month, datetime.now(UTC) + timedelta(hours=1)) == spent  # not usage
+        adj = (await s.ledger.entries(TENANT, kind="adjustment", limit=5))[0]
+        assert (adj.actor, adj.reason) == ("alice", "INC-44: 995 for 99.50")
+        assert adj.details["fees"] == {f"commitment:{TENANT}:starter:{month:%Y-%m}": "-895.500000"}
+
+        assert not (await rerate(s.ledger, s.reader, TENANT, book, month, until, reason="INC-44",
+                                 actor="alice")).entries  # twice adjusts once
+        # A period starting after the month's start leaves its fee alone; a book without the tier lists it.
+        later = await rerate(s.ledger, s.reader, TENANT, book, T0, until, reason="r", actor="a", dry_run=True)
+        assert later.fees == 0 and later.changed == 0
+        del fixed["spec"]["committedUse"]
+        bare = Book("pb-fixed", 2, build_catalog(**{**objs, "books": [fixed]}).books[NS]["pb-fixed"].book.spec)
+        gone = await rerate(s.ledger, s.reader, TENANT, bare, month, until, reason="r", actor="a", dry_run=True)
+        assert "has no committed-use tier 'starter'" in gone.fees_unpriced[f"commitment:{TENANT}:starter:{month:%Y-%m}"]
+        assert await s.ledger.verify() == []
+    finally:
+        await s.close()
+
+
+async def test_cost_data_given_for_the_period_replaces_a_wrong_secrets_and_bad_data_is_refused(
+        ledger_url: str, tmp_path: Path) -> None:
+    import base64
+
+    s = await stores(ledger_url)
+    try:
+        wrong = {NS: {"openai-costs": {"prompt_tokens": Decimal("2.00"), "completion_tokens": Decimal("8.00")}}}
+        batch = await charged_with(s, 3, build_catalog(**book_with(objects(), generation=2, skus=[PASS]),
+                                                       provider_costs=wrong))
+        fixed_sku = {**PASS, "passThrough": {**PASS["passThrough"], "markupPct": "25"}}
+        book = corrected_book()
+        book["spec"]["skus"] = [fixed_sku]
+        (tmp_path / "pb-fixed.yaml").write_text(yaml.safe_dump(book))
+        right = {"prompt_tokens": "1.00", "completion_tokens": "8.00\n"}
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "openai-costs", "namespace": NS},
+                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in right.items()}}
+        (tmp_path / "costs.yaml").write_text(yaml.safe_dump(secret))
+        period = ["--tenant", TENANT, "--from", T0.isoformat(), "--to", (T0 + timedelta(days=1)).isoformat(),
+                  "--price-book-file", str(tmp_path / "pb-fixed.yaml"), "--reason", "INC-46: prompt cost was 1.00",
+                  "--actor", "alice", "-o", "json"]
+
+        (tmp_path / "neg.yaml").write_text(yaml.safe_dump({**secret, "data": {},
+                                                            "stringData": {"prompt_tokens": "-7.77"}}))
+        code, _, err = await _cli(ledger_url, *period, "--cost-file", str(tmp_path / "neg.yaml"))
+        assert code == 2 and "'prompt_tokens'" in err and "7.77" not in err, err  # (more in test_rerating.py)
+        assert await s.ledger.count(TENANT) == 3  # nothing posted by a refused run
+
+        code, out, err = await _cli(ledger_url, *period, "--cost-file", str(tmp_path / "costs.yaml"))
+        assert code == 0, err
+        assert json.loads(out)["changed"] == 3 and len(json.loads(out)["inserted"]) == 1
+        costs = {"openai-costs": {"prompt_tokens": Decimal("1.00"), "completion_tokens": Decimal("8.00")}}
+        fixed = Book("pb-fixed", 1, build_catalog(**{**objects(), "books": [book]}).books[NS]["pb-fixed"].book.spec)
+        expected = rated_total(batch, fixed, Context(provider_costs=costs))
+        assert -await s.ledger.balance(TENANT) == expected
+        code, out, err = await _cli(ledger_url, *period, "--cost-file", str(tmp_path / "costs.yaml"))
+        assert code == 0 and json.loads(out)["entries"] == [], err  # twice adjusts once
     finally:
         await s.close()

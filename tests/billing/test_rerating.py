@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from maasctl.billing.api.pricebook import PriceBookSpec
 from maasctl.billing.rules.rating import Book, Context, RatedLine, Unpriced, Usage, cost_data, rate
@@ -85,3 +87,62 @@ def test_a_charge_without_a_usable_cost_is_not_re_rated_by_a_pass_through_sku(
 def test_costs_recorded_in_another_unit_are_not_applied_to_the_corrected_unit() -> None:
     got = again(spec("25", unit="per-1K-tokens"), charged("250"))
     assert isinstance(got, Unpriced) and "gives rates per-1M-tokens" in got.reason  # 1000x too dear otherwise
+
+
+def test_the_tenant_portal_does_not_show_the_provider_cost_a_charge_keeps() -> None:
+    from maasctl.billing.controller.portal_api import tenant_details
+
+    details = charged("250")
+    shown = tenant_details(details)
+    assert shown["components"]["prompt_tokens"] == {k: v for k, v in details["components"]["prompt_tokens"].items()
+                                                    if k not in ("cost", "markupPct")}
+    assert "2.00" not in str(shown) and "250" not in str(shown)
+    assert details["components"]["prompt_tokens"]["cost"] == "2.00"  # the ledger's copy is untouched
+    assert tenant_details({"records": {"r": "1.0"}}) == {"records": {"r": "1.0"}}  # other entries as they are
+
+
+def test_cost_data_given_for_the_period_replaces_what_the_charges_recorded() -> None:
+    given = Context(provider_costs={"openai-costs": {"prompt_tokens": Decimal("1.00")}})
+    for details in (charged("250"), {**charged("250"), "components": {}}):  # recorded, or rated before costs were
+        ctx = context_for(Book("pb-fixed", 1, spec("25")), USAGE, details, given)
+        assert ctx is given
+        line = rate(USAGE, Book("pb-fixed", 1, spec("25")), ctx)
+        assert isinstance(line, RatedLine)  # completion_tokens is not in the given data: the SKU's rate
+        assert line.amount == Decimal("1.00") * Decimal("1.25") + Decimal("4.50") + Decimal("0.001")
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ({"stringData": {"prompt_tokens": "-7.77"}}, "'prompt_tokens' is not a non-negative decimal"),
+    ({"stringData": {"images": "7.77"}}, "'images' are not dimensions"),
+    ({"data": {"prompt_tokens": "/w=="}}, "'prompt_tokens' is not UTF-8"),
+    ({"data": ["7.77"]}, "is not a Secret"),
+    ({"metadata": {}}, "is not a Secret"),
+    ([{"metadata": {"name": "openai-costs"}}], "is not a Secret"),
+    ("7.77", "is not a Secret"),
+    ({}, "holds no rate"),
+])
+def test_a_cost_file_that_is_not_cost_data_is_refused_naming_the_key_never_the_value(
+        tmp_path: Path, content: Any, why: str) -> None:
+    from maasctl.billing.cli.ledger import _cost_files
+
+    if isinstance(content, dict):
+        content = {"kind": "Secret", "metadata": {"name": "openai-costs"}, **content}
+    path = tmp_path / "costs.yaml"
+    path.write_text(yaml.safe_dump(content))
+    with pytest.raises(ValueError, match=why) as exc:
+        _cost_files([str(path)])
+    assert "7.77" not in str(exc.value) and str(path) in str(exc.value)
+    with pytest.raises(ValueError, match="cannot be read"):
+        _cost_files([str(tmp_path / "missing.yaml")])
+
+
+def test_a_cost_file_gives_rates_and_a_unit_by_the_secrets_name(tmp_path: Path) -> None:
+    from maasctl.billing.cli.ledger import _cost_files
+
+    path = tmp_path / "costs.yaml"
+    path.write_text(yaml.safe_dump({"kind": "Secret", "metadata": {"name": "openai-costs"},
+                                    "data": {"prompt_tokens": "Mi41MA=="},  # 2.50
+                                    "stringData": {"unit": "per-1M-tokens", "completion_tokens": "10.00\n"}}))
+    assert _cost_files([str(path)]) == ({"openai-costs": {"prompt_tokens": Decimal("2.50"),
+                                                          "completion_tokens": Decimal("10.00")}},
+                                        {"openai-costs": "per-1M-tokens"})

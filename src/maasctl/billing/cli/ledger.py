@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -161,7 +162,13 @@ def register_rerate(sub: Any) -> None:
     cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
     cmd.add_argument("--geo", default=None,
                      help="region of the tenant's requests (default: the region each charge was rated in)")
-    cmd.add_argument("--committed-tier", default=None, help="the tenant's committed-use tier, if it has one")
+    cmd.add_argument("--committed-tier", default=None,
+                     help="the committed-use tier to rate the records with (default: the tier each month's fee was "
+                          "charged for; none without a fee)")
+    cmd.add_argument("--cost-file", action="append", default=[],
+                     help="pass-through cost data for the whole period, replacing what the charges recorded: a "
+                          "Secret as kubectl get secret NAME -o yaml prints it, named as costSecretRef names it "
+                          "(repeatable)")
     cmd.add_argument("--dry-run", action="store_true", help="show what would change; post nothing")
     cmd.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
@@ -196,6 +203,38 @@ def _book_file(path: str) -> Book:
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"{path} is not a PriceBook: {str(exc)[:500]}") from exc
     return _parse_book(obj, path)
+
+
+def _cost_files(paths: list[str]) -> tuple[dict[str, dict[str, Decimal]], dict[str, str]]:
+    """Cost data by Secret name from Secret manifests (`data` base64, or `stringData`), in the cost Secret's
+    format (docs/billing.md, "Pass-through"). Errors name the file and the key, never a value."""
+    import yaml
+
+    from maasctl.billing.controller.reconcilers.costs import decode
+    from maasctl.billing.rules import rating
+
+    costs: dict[str, dict[str, Decimal]] = {}
+    units: dict[str, str] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                obj = yaml.safe_load(f)
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            plain = (obj.get("stringData") or {}) if isinstance(obj, dict) else None
+            if not isinstance(meta, dict) or not meta.get("name") or not isinstance(obj.get("data") or {}, dict) \
+                    or not isinstance(plain, dict):
+                raise rating.CostDataError("is not a Secret with metadata.name and data or stringData")
+            name = str(meta["name"])
+            data = {**decode(obj), **{str(k): str(v) for k, v in plain.items()}}
+            costs[name] = rating.cost_data(data)
+            unit = rating.cost_unit(data)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ValueError(f"--cost-file {path} cannot be read: {type(exc).__name__}") from exc
+        except rating.CostDataError as exc:
+            raise ValueError(f"--cost-file {path} {exc}") from exc
+        if unit is not None:
+            units[name] = unit
+    return costs, units
 
 
 async def _book_in_cluster(kubeconfig: str | None, namespace: str, name: str) -> Book:
@@ -236,6 +275,7 @@ async def run_rerate(args: argparse.Namespace) -> int:
             raise ValueError(f"--tenant {args.tenant!r} is not namespace/name")
         book = (await _book_in_cluster(args.kubeconfig, namespace, args.price_book) if args.price_book
                 else _book_file(args.price_book_file))
+        costs, cost_units = _cost_files(args.cost_file)
     except ValueError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
@@ -246,7 +286,7 @@ async def run_rerate(args: argparse.Namespace) -> int:
         try:
             report = await rerate(ledger, reader, args.tenant, book, since, until, reason=args.reason,
                                   actor=args.actor, geo=args.geo, committed_tier=args.committed_tier,
-                                  dry_run=args.dry_run)
+                                  dry_run=args.dry_run, costs=costs, cost_units=cost_units)
         except ValueError as exc:
             print(f"refused: {exc}", file=sys.stderr)
             return 2
@@ -259,6 +299,8 @@ async def run_rerate(args: argparse.Namespace) -> int:
                               "from": since.isoformat(), "to": until.isoformat(), "records": report.records,
                               "changed": report.changed, "unchanged": report.unchanged, "delta": str(report.delta),
                               "unpriced": report.unpriced, "missing": report.missing,
+                              "fees": {"charged": report.fees, "changed": report.fees_changed,
+                                       "delta": str(report.fee_delta), "unpriced": report.fees_unpriced},
                               "entries": [e.key for e in report.entries], "inserted": report.inserted,
                               "conflicts": report.conflicts, "dryRun": args.dry_run, "balance": str(balance)},
                              indent=2))
@@ -268,7 +310,11 @@ async def run_rerate(args: argparse.Namespace) -> int:
             print(f"{report.records} charged record(s): {report.changed} re-rated, {report.unchanged} unchanged, "
                   f"{len(report.unpriced)} not priced by the corrected book, {len(report.missing)} no longer in "
                   f"maas-api; charges change by {report.delta}; {state}")
-            for rid, why in list(report.unpriced.items())[:10]:
+            if report.fees:
+                print(f"{report.fees} committed-use fee(s): {report.fees_changed} re-rated, "
+                      f"{len(report.fees_unpriced)} not priced by the corrected book; fees change by "
+                      f"{report.fee_delta}")
+            for rid, why in [*report.unpriced.items(), *report.fees_unpriced.items()][:10]:
                 print(f"  not re-rated {rid}: {why}")
             for tx in report.entries:
                 print(f"  {tx.key}")

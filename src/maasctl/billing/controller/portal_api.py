@@ -59,7 +59,7 @@ from maasctl.contract.billing_terms import tenant_id
 from maasctl.httpguard import start_aiohttp
 from maasctl.runtime import Cache, GroupVersionKind, thaw
 
-__all__ = ["MAAS_SUBSCRIPTION", "Authenticator", "Caller", "PortalApi"]
+__all__ = ["MAAS_SUBSCRIPTION", "PROVIDER_ONLY", "Authenticator", "Caller", "PortalApi", "tenant_details"]
 
 log = structlog.get_logger("maasctl.billing.portal")
 
@@ -143,6 +143,21 @@ class Authenticator:
 
 
 Access = Literal["member", "reader"]
+
+
+PROVIDER_ONLY: Final = ("cost", "markupPct")
+"""What a pass-through component keeps for re-rating that the tenant is not shown: the provider's cost (the
+cost Secret's value, which can be confidential) and the markup (with the rate shown, it would give the cost)."""
+
+
+def tenant_details(details: Mapping[str, Any]) -> dict[str, Any]:
+    """A ledger entry's details as its tenant sees them: the rated line without `PROVIDER_ONLY` keys."""
+    out = dict(details)
+    components = details.get("components")
+    if isinstance(components, Mapping):
+        out["components"] = {dim: ({k: v for k, v in c.items() if k not in PROVIDER_ONLY}
+                                   if isinstance(c, Mapping) else c) for dim, c in components.items()}
+    return out
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -349,7 +364,7 @@ class PortalApi:
                 "occurredAt": _iso(e.occurred_at), "recordedAt": _iso(e.recorded_at), "actor": e.actor,
                 "reason": e.reason, "tokens": e.tokens, "model": str(details.get("model") or ""),
                 "sku": str(details.get("sku") or ""), "priceBook": str(details.get("priceBook") or ""),
-                "details": details}
+                "details": tenant_details(details)}
 
     async def _ledger_of(self, request: web.Request) -> tuple[str, Mapping[str, Any], Statements, Ledger
                                                                 ] | web.Response:

@@ -11,7 +11,8 @@ balance. The accounts:
 
 Natural keys make every entry idempotent: `usage:<usage record id>`, `credit:<id>`, `adjustment:<id>`,
 `psp:<event id>`, `reservation:<namespace>/<name>:<period>`, `adjustment:rerate:<tenant>:<digest>` (a
-re-rating: what a corrected PriceBook changes of already charged usage). Posting the same key twice records it once;
+re-rating: what a corrected PriceBook changes of already charged usage), `adjustment:rerate-fee:<tenant>:<digest>`
+(the same for committed-use fees). Posting the same key twice records it once;
 posting it with different content is a conflict, reported and never applied.
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "COMMITMENTS",
     "FUNDING",
     "MICROS",
+    "RERATE_FEE_PREFIX",
     "RERATE_PREFIX",
     "RESERVATIONS",
     "REVENUE",
@@ -44,6 +46,7 @@ __all__ = [
     "credit",
     "from_micros",
     "rerate_adjustment",
+    "rerate_fee_adjustment",
     "reservation_fee",
     "to_micros",
     "usage_charge",
@@ -193,6 +196,7 @@ def adjustment(entry_id: str, tenant: str, occurred_at: datetime, amount: Decima
 
 
 RERATE_PREFIX: Final = "adjustment:rerate:"
+RERATE_FEE_PREFIX: Final = "adjustment:rerate-fee:"
 
 
 def rerate_adjustment(tenant: str, occurred_at: datetime, deltas: Mapping[str, Decimal], *, book: str,
@@ -204,17 +208,36 @@ def rerate_adjustment(tenant: str, occurred_at: datetime, deltas: Mapping[str, D
     corrects, so the same correction posted twice (a retry, two operators) is recorded once; who, when and why
     are in the entry (`actor`, `recorded_at`, `reason`, `details`). The records are all of one API key,
     `key_id`, kept as `keyId` the way a usage charge keeps it, so a budget with a key selector counts it."""
+    return _rerating(RERATE_PREFIX, "records", REVENUE, tenant, occurred_at, deltas, book=book,
+                     generation=generation, since=since, until=until, currency=currency, reason=reason, actor=actor,
+                     extra={"keyId": key_id})
+
+
+def rerate_fee_adjustment(tenant: str, occurred_at: datetime, deltas: Mapping[str, Decimal], *, book: str,
+                          generation: int, since: datetime, until: datetime, currency: str, reason: str,
+                          actor: str) -> Transaction:
+    """A re-rating of committed-use fees: `deltas` (fee entry key `commitment:...` -> corrected fee minus what
+    the ledger charged for it so far; signed) between the wallet and revenue:commitments. Its own key prefix
+    (`adjustment:rerate-fee:`): a fee is not usage, so its correction is not spend either."""
+    return _rerating(RERATE_FEE_PREFIX, "fees", COMMITMENTS, tenant, occurred_at, deltas, book=book,
+                     generation=generation, since=since, until=until, currency=currency, reason=reason, actor=actor)
+
+
+def _rerating(prefix: str, what: str, account: str, tenant: str, occurred_at: datetime,
+              deltas: Mapping[str, Decimal], *, book: str, generation: int, since: datetime, until: datetime,
+              currency: str, reason: str, actor: str, extra: Mapping[str, str] | None = None) -> Transaction:
     _reasoned(reason, actor)
     total = sum(deltas.values(), Decimal(0))
-    records = {rid: _signed(d) for rid, d in sorted(deltas.items())}
-    digest = hashlib.sha256(json.dumps([tenant, book, generation, key_id, records], separators=(",", ":")
-                                       ).encode()).hexdigest()[:32]
-    return Transaction(key=f"{RERATE_PREFIX}{tenant}:{digest}", kind="adjustment", tenant=tenant,
+    corrected = {k: _signed(d) for k, d in sorted(deltas.items())}
+    extra = dict(extra or {})
+    digest = hashlib.sha256(json.dumps([tenant, book, generation, *extra.values(), corrected],
+                                       separators=(",", ":")).encode()).hexdigest()[:32]
+    return Transaction(key=f"{prefix}{tenant}:{digest}", kind="adjustment", tenant=tenant,
                        occurred_at=occurred_at, currency=currency, actor=actor, reason=reason,
                        details={"rerate": True, "priceBook": book, "generation": generation,
-                                "from": since.isoformat(), "to": until.isoformat(), "keyId": key_id,
-                                "records": records, "total": _signed(total)},
-                       postings=(Posting(wallet(tenant), -total), Posting(REVENUE, total)))
+                                "from": since.isoformat(), "to": until.isoformat(), **extra,
+                                what: corrected, "total": _signed(total)},
+                       postings=(Posting(wallet(tenant), -total), Posting(account, total)))
 
 
 def _signed(amount: Decimal) -> str:

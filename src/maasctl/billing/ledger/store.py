@@ -20,11 +20,18 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from maasctl.billing.ledger.db import chunks, create_tables, dialect_insert, make_engine, present
-from maasctl.billing.ledger.entries import RERATE_PREFIX, Transaction, from_micros, to_micros, wallet
+from maasctl.billing.ledger.entries import (
+    RERATE_FEE_PREFIX,
+    RERATE_PREFIX,
+    Transaction,
+    from_micros,
+    to_micros,
+    wallet,
+)
 from maasctl.billing.ledger.schema import create_schema_sync, postings, transactions
 from maasctl.billing.money import parse_signed
 
-__all__ = ["Charge", "Entry", "Ledger", "PostResult"]
+__all__ = ["Charge", "Entry", "Fee", "Ledger", "PostResult"]
 
 log = structlog.get_logger("maasctl.billing.ledger")
 _PREFIXES = 200  # key ranges per SELECT
@@ -48,6 +55,15 @@ class Charge:
     def geo(self) -> str:
         """The region of the SKU it was rated with."""
         return str(self.details.get("geo") or "")
+
+
+@dataclass(frozen=True)
+class Fee:
+    """A committed-use fee as charged: its tier, its month (start) and the amount taken from the wallet."""
+
+    tier: str
+    month: datetime
+    amount: Decimal
 
 
 @dataclass(frozen=True)
@@ -154,17 +170,31 @@ class Ledger:
         return {str(r.key).removeprefix("usage:"): Charge(from_micros(-int(r.amount_micros)), dict(r.details or {}))
                 for r in rows}
 
-    async def rerated(self, tenant: str) -> dict[str, Decimal]:
-        """Usage record id -> the sum of what re-rating adjustments added to its charge so far."""
+    async def rerated(self, tenant: str, *, fees: bool = False) -> dict[str, Decimal]:
+        """Usage record id (with `fees`: committed-use fee key) -> the sum of what re-rating adjustments added to
+        its charge so far."""
         t = transactions
+        prefix, what = (RERATE_FEE_PREFIX, "fees") if fees else (RERATE_PREFIX, "records")
         stmt = select(t.c.details).where(and_(t.c.tenant == tenant, t.c.kind == "adjustment",
-                                              t.c.key.startswith(RERATE_PREFIX, autoescape=True)))
+                                              t.c.key.startswith(prefix, autoescape=True)))
         out: dict[str, Decimal] = {}
         async with self.engine.connect() as conn:
             for (details,) in (await conn.execute(stmt)).all():
-                for rid, delta in ((details or {}).get("records") or {}).items():
+                for rid, delta in ((details or {}).get(what) or {}).items():
                     out[str(rid)] = out.get(str(rid), Decimal(0)) + parse_signed(str(delta))
         return out
+
+    async def commitment_fees(self, tenant: str, since: datetime, until: datetime) -> dict[str, Fee]:
+        """Fee key -> the committed-use fee charged for each month starting in [since, until)."""
+        t = transactions
+        stmt = (select(t.c.key, t.c.details, t.c.occurred_at, postings.c.amount_micros)
+                .select_from(t.join(postings, postings.c.transaction_id == t.c.id))
+                .where(and_(t.c.tenant == tenant, t.c.kind == "commitment", t.c.occurred_at >= since,
+                            t.c.occurred_at < until, postings.c.account == wallet(tenant))))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return {str(r.key): Fee(str((r.details or {}).get("tier") or ""), r.occurred_at,
+                                from_micros(-int(r.amount_micros))) for r in rows}
 
     # -- reading -------------------------------------------------------------------------------------------
 

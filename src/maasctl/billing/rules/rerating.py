@@ -6,7 +6,8 @@ the Secret as it is today: a cost that changed since must not re-price old usage
 own markup to that cost; a dimension the charge did not pass through takes the corrected SKU's rate, as rating
 does for a dimension the Secret lacks. A record whose charge recorded no cost (rated by a SKU without
 pass-through, or before costs were recorded) or another provider's cannot be re-rated by a pass-through SKU:
-the reason says so, and its charge stays as it is.
+the reason says so, and its charge stays as it is. Cost data the operator gives for the period (the Secret was
+wrong, or the charges predate recorded costs) replaces what the charges recorded, for every record of it.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def charged_costs(details: Mapping[str, Any]) -> tuple[str, str, dict[str, Decim
 def context_for(book: rating.Book, usage: rating.Usage, charge: Mapping[str, Any], base: rating.Context
                 ) -> rating.Context | str:
     """The context to rate `usage` again with `book`, given its charge's details: `base` (region, month-to-date
-    tokens, committed tier), with the charged provider cost when the corrected SKU passes a cost through; a
-    reason when it cannot be re-rated."""
+    tokens, committed tier, and cost data the operator gave for the period, by cost Secret name), with the
+    charged provider cost when the corrected SKU passes a cost through and no cost data was given for its
+    Secret; a reason when it cannot be re-rated."""
     sku = rating.find_sku(book.spec, usage.model, base.geo)
-    if sku is None or sku.pass_through is None:
+    if sku is None or sku.pass_through is None or sku.pass_through.cost_secret_ref.name in base.provider_costs:
         return base
     pt = sku.pass_through
     charged = charged_costs(charge)
