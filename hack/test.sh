@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, strict typing, layer contracts (import-linter, see pyproject.toml), unit +
 # integration tests (real control plane, real PostgreSQL) and the end-to-end journeys (e2e/) twice: against the
-# suite's own local stack, whose gateway plays Envoy + Authorino + Limitador and hands the payload stages to a
-# `maasctl payload-processor` process over gRPC (E2E_PAYLOAD_PROCESSOR=1: every journey, tests/compat too, goes
-# through the processor as in a cluster), then in E2E_CLUSTER=external mode against a `maasctl dev` started as if
-# it were someone else's cluster (hack/e2e-dev.sh) with every pipeline stage in the gateway process (the journeys
-# that drive the suite's own processes, `local_stack`, run in the first run only). A skipped journey fails either
+# suite's own local stack with every pipeline stage in the gateway process, then in E2E_CLUSTER=external mode
+# against a `maasctl dev` started as if it were someone else's cluster (hack/e2e-dev.sh) whose gateway plays
+# Envoy + Authorino + Limitador and hands the payload stages to a `maasctl payload-processor` process over gRPC
+# (E2E_PAYLOAD_PROCESSOR=1). The journeys that drive the suite's own processes (`local_stack`: billing operators,
+# the guardrails engine, tenant gateways) cannot run against someone else's cluster, so a third run takes them
+# through the processor on the local stack: every journey runs through both fronts. A skipped journey fails any
 # run (E2E_NO_SKIPS=1).
 # Same command locally and in CI; arguments go to the first pytest run. Both runs always run; either failing
 # fails the command.
@@ -27,8 +28,11 @@ status=0
 # end with one worker busy on a long file while the other idles.
 workers="${MAASCTL_TEST_WORKERS:-2}"
 mkdir -p .local
-env -u E2E_CLUSTER E2E_PAYLOAD_PROCESSOR=1 .venv/bin/pytest -n "$workers" --dist loadfile --no-loadscope-reorder \
+env -u E2E_CLUSTER -u E2E_PAYLOAD_PROCESSOR .venv/bin/pytest -n "$workers" --dist loadfile --no-loadscope-reorder \
   --junitxml=.local/test-results.xml --durations=20 tests e2e "$@" || status=$?
-echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev, every stage in its gateway"
-env -u E2E_PAYLOAD_PROCESSOR ./hack/e2e-dev.sh -q || status=$?
+echo "==> e2e journeys again, E2E_CLUSTER=external against a separately started maasctl dev, through the payload processor"
+E2E_PAYLOAD_PROCESSOR=1 ./hack/e2e-dev.sh -q || status=$?
+echo "==> the local_stack journeys again, through the payload processor on the local stack"
+env -u E2E_CLUSTER E2E_PAYLOAD_PROCESSOR=1 .venv/bin/pytest -q -p no:cacheprovider -n "$workers" --dist loadfile \
+  -m local_stack e2e || status=$?
 exit "$status"
