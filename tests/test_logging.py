@@ -45,3 +45,24 @@ def test_maasctl_info_logs_pass_but_library_info_logs_do_not(
     logging.getLogger("aiohttp.test").info("theirs")
     err = capsys.readouterr().err
     assert "ours" in err and "theirs" not in err
+
+
+def test_lines_go_to_the_stderr_of_the_moment_not_the_one_configured_with(
+    capsys: pytest.CaptureFixture[str], restore_logging: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry point run in process configures logging while sys.stderr is a capture that closes afterwards:
+    later lines of the process (a module logger cached on first use included) must not fail on it."""
+    import io
+    import sys
+
+    closed = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", closed)
+    configure_logging(fmt="json", level="info")
+    cached = structlog.get_logger("maasctl.test.cached")
+    cached.info("first")
+    monkeypatch.undo()
+    closed.close()
+    cached.info("after the capture closed")
+    logging.getLogger("maasctl.runtime.test").warning("stdlib too")
+    err = capsys.readouterr().err
+    assert "after the capture closed" in err and "stdlib too" in err

@@ -45,6 +45,18 @@ def redact_processor(
     return event_dict
 
 
+class _CurrentStderr:
+    """`sys.stderr` as it is when a line is written, not when logging was configured: an entry point run in
+    process (tests) configures logging while `sys.stderr` is a capture that is closed afterwards, and every
+    later line of that process would then fail with "I/O operation on closed file"."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(*, fmt: str = "auto", level: str = "info") -> None:
     """Configure structlog and stdlib logging once, from the CLI (never on import)."""
     if fmt == "auto":
@@ -65,12 +77,12 @@ def configure_logging(*, fmt: str = "auto", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     # The runtime, gateway and libraries log through stdlib logging: route those records through the same
     # redaction and renderer, so no log line of the process can carry a key or token.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
             structlog.stdlib.add_log_level,
