@@ -3,6 +3,7 @@ balances derived; and (pure) every transaction balances."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,7 @@ from maasctl.billing.ledger.entries import (
 )
 from maasctl.billing.ledger.rating_book import RatingBook, Unpriced
 from maasctl.billing.ledger.schema import postings, transactions
+from maasctl.billing.ledger.statements import Statements
 
 T0 = datetime(2026, 9, 1, tzinfo=UTC)
 TENANT = "gw/ten-helix"
@@ -103,6 +105,12 @@ async def test_spend_sees_re_rating_corrections_and_nothing_else(ledger: Ledger)
     assert await ledger.spend(TENANT, T0, T0 + timedelta(days=3)) == Decimal("3.5")  # posted on day 3
     assert await ledger.spend(TENANT, T0 + timedelta(days=3)) == Decimal("-0.25")  # a net credit that day
     assert await ledger.balance(TENANT) == Decimal("20") - Decimal("3.25") + Decimal("5")
+    # The same spend per day (the portal's runway over time): each bucket is `spend` of its day.
+    days = [T0 + timedelta(days=i) for i in range(6)]
+    by_day = await Statements(ledger.engine).spend_by_bucket(TENANT, days)
+    assert by_day == [await ledger.spend(TENANT, a, b) for a, b in itertools.pairwise(days)]
+    assert by_day == [Decimal(0), Decimal("1.5"), Decimal("2.0"), Decimal("-0.25"), Decimal(0)]
+    assert await Statements(ledger.engine).spend_by_bucket("gw/another", days) == [Decimal(0)] * 5
 
 
 async def test_verify_finds_an_unbalanced_transaction(ledger: Ledger) -> None:

@@ -25,6 +25,7 @@ from maasctl.billing.rules.wallet import (
     epoch_starts,
     published_cap,
     runway_days,
+    runway_series,
 )
 
 S = TenantState
@@ -130,6 +131,20 @@ def test_allowance_and_runway() -> None:
     assert runway_days(Decimal("70"), Decimal("70"), 7) == Decimal("7.0")
     assert runway_days(Decimal("70"), Decimal(0), 7) is None
     assert runway_days(Decimal("-1"), Decimal("5"), 7) == 0
+
+
+def test_the_runway_at_the_end_of_each_day_uses_the_spend_of_the_days_before_it() -> None:
+    d = Decimal
+    # 3 days of balances; 2-day window: the spend series starts one day before the first balance.
+    spend = [d("4"), d("0"), d("2"), d("0")]
+    assert runway_series([d("8"), d("6"), d("0")], spend, 2) == [d("4.0"), d("6.0"), d(0)]
+    assert runway_series([d("8")], [d("0"), d("0")], 2) == [None]  # no spend: no runway
+    try:
+        runway_series([d("8")], spend, 2)
+    except ValueError as exc:
+        assert "need 2 days" in str(exc)
+    else:
+        raise AssertionError("a spend series of the wrong length is refused")
 
 
 def test_the_caps_in_force_are_read_as_written() -> None:

@@ -172,10 +172,14 @@ async def _active(api: k8s.ApiClient) -> bool:
     return bool((obj.get("status") or {}).get("state") == "Active")
 
 
-async def _balance(api: k8s.ApiClient, name: str) -> str | None:
+async def _status(api: k8s.ApiClient, name: str) -> dict[str, Any]:
     obj = await k8s.CustomObjectsApi(api).get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS,
                                                                       "tenantaccounts", name)
-    return (obj.get("status") or {}).get("balance")
+    return dict(obj.get("status") or {})
+
+
+async def _balance(api: k8s.ApiClient, name: str) -> str | None:
+    return (await _status(api, name)).get("balance")
 
 
 SOUTH_SECRETS = ("South Foods", "4,242.42", "4242.42", "333.33", "south-secret", "h100", "9,999", "k-south")
@@ -311,6 +315,12 @@ async def test_a_tenant_reads_its_wallet_spend_and_ledger_and_nothing_of_another
     assert browser.text("#portal-by-label tr[data-label='project=rag']").endswith("5.00 EUR")
     assert browser.text("#portal-by-label tr[data-label='project=chat']").endswith("1.25 EUR")
     assert browser.all("svg[aria-labelledby^='spend-chart-t']")
+    # The runway at the end of each day: none before there was spend; now the operator's own runwayDays
+    # (19.25 over 6.25 spent in 7 days: 21.6), the table being the chart's figures.
+    runways = [r.get_attribute("textContent") or "" for r in browser.all("#portal-runways tbody tr")]
+    assert len(runways) == 30 and all("—" in r for r in runways[:-2]) and "21.6 days" in runways[-1], runways
+    assert browser.all("svg[aria-labelledby^='runway-chart-t']")
+    assert (await _status(world.stack.api, "ten-north")).get("runwayDays") == "21.6"
     assert "1,200.50 EUR" in browser.text("#portal-reservations tr[data-reservation='north-gpus']")
     assert not any(s in browser.source() for s in SOUTH_SECRETS)
     browser.screenshot("portal-tenant")

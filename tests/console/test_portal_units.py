@@ -265,11 +265,36 @@ def test_the_authoring_pages_render() -> None:
     from maasctl.console.billing import authoring
 
     for plural, form in authoring.FORMS.items():
-        html = _page("billing/edit.html", form=form, values={f.name: "" for f in form.fields},
-                     errors={"name": "taken", "_form": "no"}, mode="new", plural=plural, now="2026-12-06T00:00:00Z",
-                     locked=False, state=None, billing_role="admin", can_write=True,
-                     supersede={"old": "pb", "moving": ["a"], "staying": [], "notice": 3})
-        assert 'id="name-error"' in html and 'id="form-error"' in html
+        for guide in (False, True):
+            html = _page("billing/edit.html", form=form, values={f.name: "" for f in form.fields},
+                         errors={"name": "taken", "_form": "no"}, mode="new", plural=plural,
+                         now="2026-12-06T00:00:00Z", locked=False, state=None, billing_role="admin", can_write=True,
+                         supersede={"old": "pb", "moving": ["a"], "staying": [], "notice": 3}, guide=guide)
+            assert 'id="name-error"' in html and 'id="form-error"' in html
+            # A guided form returns to Get started (the hidden field) and says what the step is for.
+            assert ('name="guide" value="1"' in html) is guide
+            assert ('id="guide-help"' in html) is (guide and form.kind in ("PriceBook", "Plan", "TenantAccount"))
+
+
+def test_the_walkthrough_page_renders_each_state() -> None:
+    from maasctl.console.billing import walkthrough
+
+    book = {"metadata": {"namespace": "gw", "name": "standard"}, "spec": {}, "status": {"state": "Active"}}
+    plan = {"metadata": {"namespace": "gw", "name": "basic"}, "spec": {"priceBookRef": "standard"},
+            "status": {"conditions": [{"type": "Compiled", "status": "True"}]}}
+    tenant = {"metadata": {"namespace": "gw", "name": "acme", "labels": {walkthrough.ORGANIZATION_LABEL: "o"}},
+              "spec": {"planRef": {"name": "basic"}, "billingMode": "Prepaid"}, "status": {"balance": "1.00"}}
+    sub = {"metadata": {"namespace": "s", "name": "acme-sub"}, "spec": {"organization": {"id": "o"}}}
+    for objs, ready in (([], [], [], []), False), (([book], [plan], [tenant], [sub]), True):
+        found = walkthrough.chain(*objs)
+        html = _page("billing/start.html", steps=walkthrough.steps(found), ready=ready, chain=found, errors=[],
+                     gateway_urls=("https://gw.example",), organization="o", billing_role="admin", can_write=True)
+        assert ('id="walkthrough-ready"' in html) is ready
+        assert html.count("data-step=") == 5
+        if ready:
+            assert "https://gw.example/" in html and "acme-sub" in html
+        else:
+            assert 'id="step-pricebook"' in html and "/billing/edit/pricebooks/new?guide=1" in html
 
 
 def test_the_pricebook_and_plan_lists_render_objects_missing_optional_fields() -> None:

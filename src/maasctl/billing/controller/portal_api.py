@@ -43,7 +43,7 @@ from maasctl.billing.controller.usage_source import UsageReader, api_key_labels
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.statements import Statements
 from maasctl.billing.ledger.store import Entry
-from maasctl.billing.rules import budget
+from maasctl.billing.rules import budget, wallet
 from maasctl.billing.rules.catalog import Catalog, month_start
 from maasctl.contract.billing_portal import (
     API_PREFIX,
@@ -419,6 +419,7 @@ class PortalApi:
         per_day = [sum((a for (b, _), a in buckets.items() if b == i), Decimal(0)) for i in range(days)]
         by_model = {m: sum((a for (_, mm), a in buckets.items() if mm == m), Decimal(0)) for m in models}
         balances = await statements.balances_at(tenant, [*edges[1:-1], now])
+        runway = await self._runway(tenant, tenant_obj, edges, balances, statements, ledger, now)
         since = edges[0]
         return _json({
             "currency": self._currency(tenant_obj), "days": [
@@ -429,7 +430,26 @@ class PortalApi:
             "byLabel": await self._by_label(tenant, since, edges[-1]),
             "monthToDate": _amount(await ledger.spend(tenant, month_start(now), now + timedelta(seconds=1))),
             "balances": [{"at": _iso(at), "balance": _amount(b)}
-                         for at, b in zip([*edges[1:-1], now], balances, strict=True)]})
+                         for at, b in zip([*edges[1:-1], now], balances, strict=True)],
+            "runway": None if runway is None else [
+                {"at": _iso(at), "days": None if r is None else format(r, "f")}
+                for at, r in zip([*edges[1:-1], now], runway, strict=True)]})
+
+    async def _runway(self, tenant: str, tenant_obj: Mapping[str, Any], edges: list[datetime],
+                      balances: list[Decimal], statements: Statements, ledger: Ledger, now: datetime
+                      ) -> list[Decimal | None] | None:
+        """A Prepaid wallet's runway at the end of each day of the range (None for other modes), as the operator
+        writes `runwayDays`: the balance over the average daily spend of the window before; the last point is
+        the operator's figure now (its window ends now, not at midnight)."""
+        if (tenant_obj.get("spec") or {}).get("billingMode") != "Prepaid":
+            return None
+        window = wallet.RUNWAY_WINDOW_DAYS
+        before = [edges[0] - timedelta(days=k) for k in range(window - 1, 0, -1)]
+        daily = await statements.spend_by_bucket(tenant, [*before, *edges])
+        series = wallet.runway_series(balances, daily, window)
+        series[-1] = wallet.runway_days(balances[-1], await ledger.spend(tenant, now - timedelta(days=window)),
+                                        window)
+        return series
 
     async def _by_label(self, tenant: str, since: datetime, until: datetime) -> list[dict[str, Any]] | None:
         """Usage charges per API-key label `name=value` in [since, until) (a key with two labels counts in both;

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from maasctl.billing.ledger.entries import from_micros, wallet
 from maasctl.billing.ledger.schema import postings, transactions
-from maasctl.billing.ledger.store import Entry
+from maasctl.billing.ledger.store import Entry, spend_postings
 
 __all__ = ["Statements"]
 
@@ -80,6 +80,21 @@ class Statements:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return {(int(b), str(m or _NO_MODEL)): from_micros(-int(s or 0)) for b, m, s in rows}
+
+    async def spend_by_bucket(self, tenant: str, edges: Sequence[datetime]) -> list[Decimal]:
+        """The tenant's spend (`Ledger.spend`: usage charges and re-rating corrections) in each bucket
+        [edges[i], edges[i+1])."""
+        if len(edges) < 2:
+            return []
+        bucket = _bucket(postings.c.occurred_at, edges)
+        stmt = (select(bucket.label("bucket"), func.sum(postings.c.amount_micros))
+                .select_from(postings.join(transactions, postings.c.transaction_id == transactions.c.id))
+                .where(and_(spend_postings(tenant), postings.c.occurred_at >= edges[0],
+                            postings.c.occurred_at < edges[-1]))
+                .group_by(bucket))
+        async with self.engine.connect() as conn:
+            sums = {int(b): int(s or 0) for b, s in (await conn.execute(stmt)).all()}
+        return [from_micros(-sums.get(i, 0)) for i in range(len(edges) - 1)]
 
     async def balances_at(self, tenant: str, edges: Sequence[datetime]) -> list[Decimal]:
         """The wallet's balance at each edge (every posting before it, by the time it occurred)."""

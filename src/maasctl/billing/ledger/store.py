@@ -37,6 +37,14 @@ log = structlog.get_logger("maasctl.billing.ledger")
 _PREFIXES = 200  # key ranges per SELECT
 
 
+def spend_postings(tenant: str) -> Any:
+    """The postings that are the tenant's spend (`Ledger.spend`): its wallet's usage charges and re-rating
+    adjustments (a select over postings joined with their transactions)."""
+    rerating = and_(transactions.c.kind == "adjustment",
+                    transactions.c.key.startswith(RERATE_PREFIX, autoescape=True))
+    return and_(postings.c.account == wallet(tenant), or_(postings.c.kind == "usage", rerating))
+
+
 @dataclass(frozen=True)
 class PostResult:
     inserted: tuple[str, ...] = ()
@@ -249,9 +257,7 @@ class Ledger:
         posted, as a credit note does), so budgets and `mtdSpend` see the corrected rating, not the mistaken one.
         Goodwill adjustments, credits, fees and payments are not spend."""
         t = transactions
-        rerating = and_(t.c.kind == "adjustment", t.c.key.startswith(RERATE_PREFIX, autoescape=True))
-        conds = [postings.c.account == wallet(tenant), postings.c.occurred_at >= since,
-                 or_(postings.c.kind == "usage", rerating)]
+        conds = [spend_postings(tenant), postings.c.occurred_at >= since]
         if until is not None:
             conds.append(postings.c.occurred_at < until)
         stmt = (select(func.sum(postings.c.amount_micros))

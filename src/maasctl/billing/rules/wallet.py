@@ -21,7 +21,7 @@ Prepaid wallet returns it to whatever its new balance says, with no hysteresis.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -40,6 +40,7 @@ __all__ = [
     "EPOCH",
     "MALFORMED_EPOCH",
     "MAX_CAP",
+    "RUNWAY_WINDOW_DAYS",
     "SUSPENDED_ANNOTATION",
     "Decision",
     "Facts",
@@ -53,6 +54,7 @@ __all__ = [
     "epoch_starts",
     "published_cap",
     "runway_days",
+    "runway_series",
 ]
 
 DUNNING_LIMIT: Final = 3
@@ -237,6 +239,17 @@ def published_cap(previous: int | None, cap: int, rated_tokens: int) -> int:
     if previous is None or cap <= previous:
         return cap
     return cap if 2 * (cap - previous) >= previous - rated_tokens else previous
+
+
+RUNWAY_WINDOW_DAYS: Final = 7  # the runway is the balance over the average daily spend of this many days
+
+
+def runway_series(balances: Sequence[Decimal], daily_spend: Sequence[Decimal], days: int) -> list[Decimal | None]:
+    """The runway at the end of each day, as `runway_days` gives it then: `balances[i]` over the spend of the
+    `days` days ending with day i (`daily_spend` starts `days - 1` days before the first balance)."""
+    if len(daily_spend) != len(balances) + days - 1:
+        raise ValueError(f"{len(balances)} balances need {len(balances) + days - 1} days of spend")
+    return [runway_days(b, sum(daily_spend[i:i + days], Decimal(0)), days) for i, b in enumerate(balances)]
 
 
 def runway_days(balance: Decimal, recent_spend: Decimal, days: int) -> Decimal | None:

@@ -22,7 +22,7 @@ import structlog
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import Response
 
-from maasctl.console.billing import authoring
+from maasctl.console.billing import authoring, walkthrough
 from maasctl.console.billing.pages import (
     BUDGET,
     NAME,
@@ -36,8 +36,8 @@ from maasctl.console.billing.pages import (
     _render,
 )
 from maasctl.console.forms import FORM, kube_errors
-from maasctl.console.kube import KubeError, Resource
-from maasctl.console.web import flash, kube_as, redirect
+from maasctl.console.kube import MODEL_REF, SUBSCRIPTION, KubeError, Resource
+from maasctl.console.web import console, flash, kube_as, redirect
 from maasctl.contract.billing_console import at_least
 
 log = structlog.get_logger("maasctl.console.billing")
@@ -130,7 +130,42 @@ async def new_form(request: Request, user: Biller, plural: str) -> Response:
     if plural == "pricebooks" and ref:
         values, supersede = await _supersede(request, user, ref)
     values["namespace"] = values.get("namespace") or request.query_params.get("namespace", "")
-    return _edit_page(request, user, form, values, {}, mode="new", supersede=supersede)
+    guide = request.query_params.get("guide") == "1" and supersede is None
+    if guide:
+        values.update(await _guided(request, user, plural))
+    return _edit_page(request, user, form, values, {}, mode="new", supersede=supersede, guide=guide)
+
+
+async def _guided(request: Request, user: BillingUser, plural: str) -> dict[str, str]:
+    """A walkthrough step's prefilled values (`walkthrough.defaults`); what the user may not list is left out."""
+    kube = kube_as(request, user.identity)
+    ignored: list[str] = []
+    books = await _list(kube, PRICE_BOOK, ignored) if plural == "plans" else []
+    plans = await _list(kube, PLAN, ignored) if plural == "tenantaccounts" else []
+    models = await _list(kube, MODEL_REF, ignored) if plural == "pricebooks" else []
+    return walkthrough.defaults(plural, console(request).settings.default_gateway, books, plans, models,
+                                request.query_params)
+
+
+@router.get("/billing/start")
+async def start_page(request: Request, user: Biller) -> Response:
+    """Get started: where the administrator stands on the way to a tenant whose users' calls are charged."""
+    _admin(user)
+    kube = kube_as(request, user.identity)
+    errors: list[str] = []
+    books, plans, tenants = (await _list(kube, PRICE_BOOK, errors), await _list(kube, PLAN, errors),
+                             await _list(kube, TENANT, errors))
+    settings = console(request).settings
+    try:  # MaaS honours subscriptions of its subscription namespace only
+        subscriptions = await kube.list(SUBSCRIPTION, settings.subscription_namespace)
+    except KubeError as exc:
+        errors.append(f"MaaSSubscription: {exc.message}")
+        subscriptions = []
+    found = walkthrough.chain(books, plans, tenants, subscriptions)
+    steps = walkthrough.steps(found)
+    return _render(request, "billing/start.html", user, title="Get started", errors=errors, steps=steps,
+                   ready=all(s.done for s in steps), chain=found, gateway_urls=settings.gateway_urls,
+                   organization=walkthrough.organization(found.tenant) if found.tenant else "")
 
 
 @router.get("/billing/edit/{plural}/{namespace}/{name}")
@@ -159,7 +194,7 @@ def _edit_page(request: Request, user: BillingUser, form: authoring.Form, values
     now = datetime.now(UTC)
     return _render(request, "billing/edit.html", user, status=status, title=f"{form.title}", form=form,
                    values=values, errors=errors, mode=mode, plural=form.plural, now=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   **{"locked": False, "state": None, "supersede": None, **context})
+                   **{"locked": False, "state": None, "supersede": None, "guide": False, **context})
 
 
 @router.post("/billing/edit/{plural}")
@@ -169,30 +204,37 @@ async def save(request: Request, user: Biller, plural: str) -> Response:
     data = await request.form()
     values = {f.name: str(data.get(f.name) or "") for f in form.fields}
     mode = "edit" if data.get("mode") == "edit" else "new"
+    guide = data.get("guide") == "1"
+
+    def page(values: dict[str, str], errors: dict[str, str], **context: Any) -> Response:
+        return _edit_page(request, user, form, values, errors, guide=guide, **context)
+
+    applied = dict(values)  # what is built: an empty effectiveFrom stands for the earliest the notice allows
+    if plural == "pricebooks" and not values["effectiveFrom"].strip():
+        applied["effectiveFrom"] = authoring.earliest_effective(datetime.now(UTC), values["noticeDays"]) or ""
     kube = kube_as(request, user.identity)
     ns, name = values["namespace"].strip(), values["name"].strip()
     bad = {k: "Lowercase letters, digits and dashes." for k, v, rule in (("namespace", ns, NS), ("name", name, NAME))
            if v and re.match(rule, v) is None}
     if bad:
-        return _edit_page(request, user, form, values, bad, mode=mode, status=400)
+        return page(values, bad, mode=mode, status=400)
     try:
         old = await kube.find(res, name, ns) if ns and name else None
     except KubeError as exc:
-        return _edit_page(request, user, form, values, {FORM: exc.message}, mode=mode, status=502)
+        return page(values, {FORM: exc.message}, mode=mode, status=502)
     if mode == "new" and old is not None:
-        return _edit_page(request, user, form, values, {"name": f"{form.title} {ns}/{name} exists already."},
-                          mode=mode, status=409)
+        return page(values, {"name": f"{form.title} {ns}/{name} exists already."}, mode=mode, status=409)
     if mode == "edit" and old is None:
-        return _edit_page(request, user, form, values, {FORM: "It was deleted meanwhile."}, mode=mode, status=409)
+        return page(values, {FORM: "It was deleted meanwhile."}, mode=mode, status=409)
     state = ((old or {}).get("status") or {}).get("state")
     if plural == "pricebooks" and state in LOCKED:
-        return _edit_page(request, user, form, values, {FORM: f"This PriceBook is {state}: its prices are final. "
-                                                              "Publish a new PriceBook that supersedes it."},
-                          mode=mode, status=409, locked=True, state=state)
+        return page(values, {FORM: f"This PriceBook is {state}: its prices are final. "
+                                   "Publish a new PriceBook that supersedes it."},
+                    mode=mode, status=409, locked=True, state=state)
     try:
-        obj = authoring.build(form, values, old)
+        obj = authoring.build(form, applied, old)
     except authoring.FormError as exc:
-        return _edit_page(request, user, form, values, exc.errors, mode=mode, status=400)
+        return page(values, exc.errors, mode=mode, status=400)
     if plural == "pricebooks" and mode == "new" and obj["spec"].get("supersedes"):
         try:
             prior = await kube.find(PRICE_BOOK, obj["spec"]["supersedes"], ns)
@@ -204,9 +246,11 @@ async def save(request: Request, user: Biller, plural: str) -> Response:
     try:
         await kube.apply(res, obj, authoring.FIELD_MANAGER)
     except KubeError as exc:
-        return _edit_page(request, user, form, values, kube_errors(exc, form.field_map()), mode=mode,
-                          status=exc.status if exc.status in (400, 403, 409, 422) else 502)
+        return page(values, kube_errors(exc, form.field_map()), mode=mode,
+                    status=exc.status if exc.status in (400, 403, 409, 422) else 502)
     log.info("billing object written", kind=form.kind, object=f"{ns}/{name}", user=user.identity.username)
     flash(request, "success", f"{form.title} {ns}/{name} saved.")
+    if guide:
+        return redirect("/billing/start")
     return redirect(f"/billing/tenants/{ns}/{name}" if plural == "tenantaccounts" else
                     LISTS.get(plural, f"/billing/{plural}"))

@@ -14,14 +14,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-__all__ = ["FIELD_MANAGER", "FORMS", "Field", "Form", "FormError", "build", "values_of"]
+__all__ = ["FIELD_MANAGER", "FORMS", "Field", "Form", "FormError", "build", "earliest_effective", "values_of"]
 
 FIELD_MANAGER: Final = "maasctl-billing-console"
 ORGANIZATION_LABEL: Final = "billing.opendatahub.io/organization-id"
 _SKU_TOKEN: Final = re.compile(r"^([a-z_]+)=(.+)$")
 _THRESHOLD: Final = re.compile(r"^([0-9]{1,3})%?:([A-Za-z]+)$")
+EFFECTIVE_MARGIN_SECONDS: Final = 5
+_DAYS: Final = re.compile(r"[0-9]{1,4}")  # ASCII digits only (str.isdigit also takes other scripts' digits)
 
 
 class FormError(Exception):
@@ -68,8 +71,9 @@ FORMS: Final[Mapping[str, Form]] = {
     "pricebooks": Form("PriceBook", "pricebooks", "PriceBook", (
         *_META,
         Field("currency", "Currency", ("spec", "currency"), "choice", CURRENCIES, required=True),
-        Field("effectiveFrom", "Effective from (UTC)", ("spec", "effectiveFrom"), "time", required=True,
-              help="YYYY-MM-DDTHH:MM:SSZ. At least noticeDays after the book is created, or it stays Draft."),
+        Field("effectiveFrom", "Effective from (UTC)", ("spec", "effectiveFrom"), "time",
+              help="YYYY-MM-DDTHH:MM:SSZ. At least noticeDays after the book is created, or it stays Draft. "
+                   "Empty: as soon as the notice allows (noticeDays from now)."),
         Field("noticeDays", "Notice (days)", ("spec", "noticeDays"), "int", required=True,
               help="How long tenants are told before these prices apply."),
         Field("supersedes", "Supersedes", ("spec", "supersedes"),
@@ -129,6 +133,17 @@ FORMS: Final[Mapping[str, Form]] = {
                    "100:Freeze (PERIOD: Monthly, Weekly or Daily; ACTION: Notify, Throttle or Freeze)."),
     )),
 }
+
+
+def earliest_effective(now: datetime, notice_days: str) -> str | None:
+    """The effectiveFrom an empty field stands for: `noticeDays` from now, plus a few seconds so that it is not
+    before the creationTimestamp the API server stamps (whole seconds, its own clock); None when the notice is not
+    a whole number (the form then says so)."""
+    days = notice_days.strip()
+    if _DAYS.fullmatch(days) is None:
+        return None
+    when = now.astimezone(UTC).replace(microsecond=0) + timedelta(days=int(days), seconds=EFFECTIVE_MARGIN_SECONDS)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _lines(text: str, name: str, shape: str) -> Iterator[tuple[int, list[str]]]:

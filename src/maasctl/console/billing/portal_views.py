@@ -11,7 +11,8 @@ from typing import Any, Final
 
 from maasctl.console.billing.money import amount, from_micros, micros, quantity
 
-__all__ = ["Chart", "budget_rows", "entry_components", "entry_rows", "reservation_rows", "spend_view", "wallet"]
+__all__ = ["Chart", "DaysChart", "budget_rows", "entry_components", "entry_rows", "reservation_rows", "spend_view",
+           "wallet"]
 
 
 _EXACT: Final = re.compile(r"^-?[0-9]{1,30}(\.[0-9]{1,40})?$")
@@ -104,6 +105,16 @@ class Chart:
         return amount(from_micros(value), self.currency)
 
 
+@dataclass(frozen=True)
+class DaysChart:
+    """Bars of days (a runway), in integer micro-days moved from the API's decimal strings."""
+
+    points: list[tuple[str, int]]
+
+    def fmt(self, value: int) -> str:
+        return f"{quantity(from_micros(value))} days"
+
+
 def _points(rows: Sequence[tuple[str, Any]]) -> list[tuple[str, int]]:
     return [(label, micros(value) or 0) for label, value in rows]
 
@@ -120,6 +131,10 @@ def spend_view(spend: Mapping[str, Any]) -> dict[str, Any]:
                          cur),
         "balances": [{"at": _s(b.get("at")), "balance": amount(b.get("balance"), cur)}
                      for b in spend.get("balances") or ()],
+        # Prepaid only (the API answers none for other modes); a day without spend has no runway: no bar.
+        "runway": DaysChart(_points([(str(r.get("at"))[5:10], r.get("days")) for r in spend.get("runway") or ()])),
+        "runways": [{"at": _s(r.get("at")), "days": "—" if r.get("days") is None else f"{quantity(r.get('days'))} days"}
+                    for r in spend.get("runway") or ()],
         "per_model": {m: Chart(_points([(str(d.get("date"))[5:], (d.get("byModel") or {}).get(m, "0"))
                                         for d in days]), cur) for m in models},
         "by_model": [{"model": _s(m.get("model")) or "(unnamed)", "amount": amount(m.get("amount"), cur)}

@@ -43,7 +43,7 @@ BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED = (
 OWN_CONDITIONS = frozenset({BALANCE_HEALTHY, BALANCE_STALE, RECONCILE_DRIFT, USAGE_PRICED})
 _OWN_FIELDS = ("state", "balance", "balanceObservedAt", "mtdSpend", "runwayDays", "allowanceTokens", "allowanceLimits",
                "observedGeneration")
-RUNWAY_DAYS = 7
+RUNWAY_DAYS = wallet.RUNWAY_WINDOW_DAYS
 _RETRY_SECONDS = 5
 
 
