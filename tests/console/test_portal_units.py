@@ -347,3 +347,4 @@ def test_the_credit_form_is_an_administrators_with_an_id_per_render() -> None:
     assert 'name="credit_id" value="' + "x" * 24 in html and "In EUR" in html and "ledger adjust" in html
     assert 'id="credit-amount"' in html and 'id="credit-reason"' in html
     assert 'id="credit-form"' not in _page("billing/tenant.html", **context, credit_id=None)
+    assert 'id="credit-form"' not in _page("billing/tenant.html", **context)  # a page that draws no id: no form
