@@ -30,7 +30,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl import samples
 from maasctl.billing.ledger import Ledger, credit, usage_charge
-from maasctl.contract.billing_portal import API_PREFIX
+from maasctl.contract.billing_portal import API_PREFIX, MAX_CREDIT_BODY
 from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
 from tests.billing.conftest import eventually
@@ -49,6 +49,7 @@ class Portal:
     api: str  # the billing operator's portal API
     north_entries: list[int]
     south_entries: list[int]
+    ledger_url: str  # the operator's ledger (SQLite): what a credit recorded, read beside it
 
 
 def _objects(now: datetime, sub_ns: str) -> list[dict[str, Any]]:
@@ -153,7 +154,7 @@ async def portal(world: ConsoleWorld) -> AsyncIterator[Portal]:
         try:
             await eventually(lambda: _active(stack.api))
             await apply_all(client, objs[5:], field_manager="portal-tests")
-            yield Portal(f"http://127.0.0.1:{billing_world.api_port()}", north_ids, south_ids)
+            yield Portal(f"http://127.0.0.1:{billing_world.api_port()}", north_ids, south_ids, ledger_url)
         finally:
             print(operator.log_tail())  # shown with a failure
             await asyncio.to_thread(operator.stop)
@@ -568,3 +569,135 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
     tenant = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1", NS, "tenantaccounts",
                                                        "ten-open")
     assert tenant["spec"]["displayName"] == "Open Bar & Grill" and tenant["spec"]["billingMode"] == "Prepaid"
+
+
+@contextlib.asynccontextmanager
+async def _ledger(portal: Portal) -> AsyncIterator[Ledger]:
+    ledger = Ledger.from_url(portal.ledger_url)
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
+async def test_a_billing_admin_credits_a_wallet_through_the_api_and_nobody_else_may(
+        world: ConsoleWorld, portal: Portal) -> None:
+    """Plain HTTP at the portal API's one write: who may (the API server says), what is read, recorded once."""
+    north, path = f"{NS}/ten-north", f"/tenants/{NS}/ten-north/credits"
+    async with httpx.AsyncClient(base_url=portal.api + API_PREFIX) as api, _ledger(portal) as ledger:
+        async def post(user: str | None, body: Any = None, *, to: str = path, content: bytes | None = None
+                       ) -> httpx.Response:
+            auth = {"Authorization": f"Bearer {world.token(user)}"} if user else {}
+            if content is not None:
+                return await api.post(to, headers={**auth, "Content-Type": "application/json"}, content=content)
+            return await api.post(to, headers=auth, json=body)
+
+        count, balance = await ledger.count(north), await ledger.balance(north)
+        body = {"id": "api-credit-000000001", "amount": "10.00", "reason": "goodwill for the outage"}
+        # Nobody but a billing administrator, before anything of the body is read: a member, an operator (who
+        # reads every ledger), another tenant's member and a role-less user (404, as for reads), no token.
+        for user, status in (("nora", 403), ("ops", 403), ("sam", 404), ("alice", 404), (None, 401)):
+            refused = await post(user, body)
+            assert refused.status_code == status, (user, refused.text)
+            assert set(refused.json()) == {"error"}
+        assert await ledger.count(north) == count
+
+        first = await post("bea", body)
+        assert first.status_code == 201, first.text
+        answer = first.json()
+        assert answer["amount"] == "10.00" and answer["currency"] == "EUR" and answer["duplicate"] is False
+        again = await post("bea", body)  # a retry: recorded once
+        assert again.status_code == 200 and again.json() == {**answer, "duplicate": True}
+        reused = await post("bea", {**body, "amount": "11.00"})  # the id with other content: refused
+        assert reused.status_code == 409 and "different credit" in reused.json()["error"]
+        assert await ledger.count(north) == count + 1
+        assert await ledger.balance(north) == balance + Decimal("10.00")
+        (entry,) = [e for e in await ledger.entries(north, kind="credit") if e.id == answer["entry"]]
+        bea = (await api.get("/tenants", headers={"Authorization": f"Bearer {world.token('bea')}"})).json()["user"]
+        assert (entry.key, entry.actor, entry.reason, entry.currency, entry.amount) == (
+            "credit:console-api-credit-000000001", bea, "goodwill for the outage", "EUR", Decimal("10.00"))
+
+        # What is read: each field's tricks refused (400, naming it), nothing recorded.
+        fresh = {**body, "id": "api-credit-000000002"}
+        for amount in (0, "0", "-1", "1e3", "NaN", "Infinity", "1.0000001", "\uff11\uff10", " 5", 5, 10**30, "",
+                       "1000000.01"):
+            resp = await post("bea", {**fresh, "amount": amount})
+            assert resp.status_code == 400 and resp.json()["error"].startswith("amount"), (amount, resp.text)
+        for credit_id in ("short", "a" * 16 + "/../x", "crédit-000000000001", "a" * 65):
+            resp = await post("bea", {**fresh, "id": credit_id})
+            assert resp.status_code == 400 and resp.json()["error"].startswith("id"), credit_id
+        for raw in (b'{"id": "api-credit-000000002", "amount": NaN, "reason": "r"}', b"[1]",
+                    b'{"id": "api-credit-000000002", "amount": "1", "amount": "900", "reason": "r"}'):
+            assert (await post("bea", content=raw)).status_code == 400, raw
+        resp = await post("bea", {**fresh, "tenant": f"{NS}/ten-south"})
+        assert resp.status_code == 400 and "unknown field" in resp.json()["error"]
+        big = await post("bea", content=b'{"id": "api-credit-000000002", "amount": "1.00", "reason": "'
+                         + b"x" * MAX_CREDIT_BODY + b'"}')
+        assert big.status_code == 413
+        assert await ledger.count(north) == count + 1
+
+        # A tenant whose Plan has no PriceBook: its currency is unknown, so nothing can be credited.
+        await apply_all(Client(world.stack.api), [{
+            "apiVersion": GROUP, "kind": "TenantAccount", "metadata": {"name": "ten-nobook", "namespace": NS},
+            "spec": {"displayName": "No Book", "planRef": {"name": "no-such-plan"}, "billingMode": "Prepaid"}}],
+            field_manager="portal-tests")
+        bea_auth = {"Authorization": f"Bearer {world.token('bea')}"}
+        await eventually(lambda: _visible(api, f"/tenants/{NS}/ten-nobook", bea_auth))
+        nobook = await post("bea", fresh, to=f"/tenants/{NS}/ten-nobook/credits")
+        assert nobook.status_code == 409 and "no PriceBook" in nobook.json()["error"]
+        assert await ledger.count(f"{NS}/ten-nobook") == 0
+
+
+async def _visible(api: httpx.AsyncClient, path: str, headers: dict[str, str]) -> bool:
+    return (await api.get(path, headers=headers)).status_code == 200
+
+
+async def test_a_billing_admin_credits_a_wallet_from_the_tenant_page(
+        world: ConsoleWorld, browser: Browser, portal: Portal) -> None:
+    north, page = f"{NS}/ten-north", f"/billing/tenants/{NS}/ten-north"
+    async with _ledger(portal) as ledger:
+        count, balance = await ledger.count(north), await ledger.balance(north)
+        browser.driver.delete_all_cookies()
+        browser.sign_in_with_token(world.token("bea"))
+        await browser.until(lambda: browser.all("#billing-role[data-role='admin']"), what="bea is a billing admin")
+        browser.go(page)
+        assert "In EUR" in browser.text("#credit-form") and "ledger adjust" in browser.text("#credit-form")
+        sent = {el.get_attribute("name"): el.get_attribute("value")
+                for el in browser.all("#credit-form input[type=hidden]")}
+        assert set(sent) == {"csrf_token", "credit_id"}
+        browser.fill("credit-amount", "15.00")
+        browser.fill("credit-reason", "support goodwill")
+        browser.run("document.getElementById('credit').scrollIntoView()")
+        browser.screenshot("billing-tenant-credit")
+        browser.one("#credit-form button").click()
+        await browser.until(lambda: f"Credited 15.00 EUR to {north}." in browser.text(), what="the credit's flash")
+        expected = balance + Decimal("15.00")
+        assert await ledger.balance(north) == expected and await ledger.count(north) == count + 1
+        # The operator's ledger watch updates the status; the page shows the new balance.
+        await eventually(lambda: _balance_is(world, expected))
+        browser.go(page)
+        assert f"{expected:,.2f} EUR" in browser.text("#tenant-summary [data-cell='balance']")
+
+        # The same rendered form sent again (a double click, the back button): recorded once.
+        status, text = browser.driver.execute_async_script(FORGE, f"{page}/credit", {
+            **sent, "amount": "15.00", "reason": "support goodwill"})
+        assert status == 200 and "That credit was already recorded (once)." in text
+        assert await ledger.count(north) == count + 1
+
+        # An operator and a viewer: no form, and their forged POSTs are refused before the form is read.
+        for user in ("ops", "bob"):
+            browser.driver.delete_all_cookies()
+            browser.sign_in_with_token(world.token(user))
+            await browser.until(lambda: browser.all("#billing-role"), what=f"{user} signed in")
+            browser.go(page)
+            assert not browser.all("#credit-form")
+            csrf = browser.one("form.who input[name=csrf_token]").get_attribute("value")
+            status, text = browser.driver.execute_async_script(FORGE, f"{page}/credit", {
+                "csrf_token": csrf, "credit_id": f"forged-by-{user}-0000000", "amount": "999.00", "reason": "mine"})
+            assert status == 403 and "billing administrators" in text, user
+        assert await ledger.count(north) == count + 1
+
+
+async def _balance_is(world: ConsoleWorld, expected: Decimal) -> bool:
+    balance = await _balance(world.stack.api, "ten-north")
+    return balance is not None and Decimal(balance) == expected

@@ -1,13 +1,16 @@
 """The tenant portal's pure parts: who belongs to which tenant (`contract.billing_portal`), money moved to integer
 micro-units for charts and back, the portal's cells from the API's JSON, money charts, the console flag and the
-BillingConsole's rendering of it."""
+BillingConsole's rendering of it, a credit's body as the portal API reads it, and the tenant page's credit form."""
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from maasctl.billing.controller.portal_credits import CreditError, CreditRequest, parse_credit
 from maasctl.cli import build_parser
 from maasctl.console.billing import portal_views
 from maasctl.console.billing.money import from_micros, micros
@@ -311,3 +314,62 @@ def test_the_pricebook_and_plan_lists_render_objects_missing_optional_fields() -
     html = _page("billing/pricebooks.html", rows=books, is_billing_admin=True, errors=[], locked=frozenset(),
                  billing_role="admin", can_write=True)
     assert "NoticeTooShort" in html and "/billing/edit/pricebooks/t/pb" in html
+
+
+ID = "AbCd-_0123456789xyzXYZ"
+
+
+def _credit(**fields: Any) -> bytes:
+    return json.dumps({"id": ID, "amount": "25.00", "reason": "welcome credit", **fields}).encode()
+
+
+def test_a_credit_body_is_read_exactly() -> None:
+    assert parse_credit(_credit()) == CreditRequest(ID, Decimal("25.00"), "welcome credit")
+    assert parse_credit(_credit(amount="1000000")).amount == Decimal(1000000)  # MAX_CREDIT itself
+    assert parse_credit(_credit(amount="0.000001", reason="ünïcode ✓ 😀")).amount == Decimal("0.000001")
+    assert parse_credit(_credit(id="a" * 64, reason="r" * 500)).id == "a" * 64
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    # amounts that are not a positive money string as written (a class: each spelling of a trick)
+    *((_credit(amount=a), "amount") for a in (
+        "0", "0.00", "-1", "+5", "1e3", "1E3", "NaN", "nan", "Infinity", "-Infinity", "1.0000001",
+        "\uff11\uff10", "\u0663", " 5", "5 ", "5\n", "\t5", "1,000.00", "0x10", "5.", ".5", "1_000", "",
+        "1000000.000001", "1" + "0" * 30, "9" * 5000)),
+    *((_credit(amount=a), "amount") for a in (5, 5.0, 10**30, None, True, ["5"], {"v": "5"})),
+    # ids: too short, too long, path characters, non-ASCII, a newline, not a string
+    *((_credit(id=i), "id") for i in (
+        "short", "a" * 65, "a" * 16 + "/..", "../" + "a" * 16, "a" * 15 + "é", "\uff41" * 16, "a" * 16 + "\n",
+        "a" * 16 + " ", "", 1234567890123456789)),
+    # reasons: empty, blank, more than one line, invisible controls, too long
+    *((_credit(reason=r), "reason") for r in (
+        "", "   ", "a\nb", "a\rb", "a\u2028b", "a\u2029b", "a\x85b", "a\x00b", "\u202egnp.exe", "a\u200bb",
+        "r" * 501, None)),
+    # the body: not an object, an unknown or missing field, a key twice, JSON's constants, not UTF-8, too deep
+    (b"[]", "body"), (b'"x"', "body"), (b"5", "body"), (b"", "body"), (b"{", "body"), (b"null", "body"),
+    (_credit(tenant="ns/other"), "body"), (_credit(currency="USD"), "body"),
+    (json.dumps({"id": ID, "amount": "25.00"}).encode(), "reason"),
+    (b'{"id": "' + ID.encode() + b'", "amount": "1.00", "amount": "900.00", "reason": "r"}', "amount"),
+    (b'{"id": "' + ID.encode() + b'", "amount": NaN, "reason": "r"}', "body"),
+    (b'{"id": "' + ID.encode() + b'", "amount": "1.00", "reason": "\xff\xfe"}', "body"),
+    (b"[" * 100_000 + b"]" * 100_000, "body"),
+])
+def test_a_credit_body_is_refused_naming_its_field(body: bytes, field: str) -> None:
+    with pytest.raises(CreditError) as caught:
+        parse_credit(body)
+    assert caught.value.field == field, caught.value.message
+
+
+def test_the_credit_form_is_an_administrators_with_an_id_per_render() -> None:
+    from maasctl.console.billing.views import tenant_rows
+
+    (row,) = tenant_rows([{"metadata": {"namespace": "ns", "name": "ten"}, "spec": {}, "status": {}}],
+                         {"ns/ten": "EUR"})
+    context = {"row": row, "errors": [], "events": [], "max_reason": 500, "charts": None, "days": 30,
+               "ranges": (7, 30, 90), "base": "/billing/tenants/ns/ten", "billing_role": "admin", "can_write": True}
+    html = _page("billing/tenant.html", **context, credit_id="x" * 24)
+    assert 'id="credit-form"' in html and 'action="/billing/tenants/ns/ten/credit"' in html
+    assert 'name="credit_id" value="' + "x" * 24 in html and "In EUR" in html and "ledger adjust" in html
+    assert 'id="credit-amount"' in html and 'id="credit-reason"' in html
+    assert 'id="credit-form"' not in _page("billing/tenant.html", **context, credit_id=None)
+    assert 'id="credit-form"' not in _page("billing/tenant.html", **context)  # a page that draws no id: no form

@@ -115,7 +115,10 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         **{(BILLING, r): READ for r in BILLING_KINDS}, (BILLING, "tenantaccounts/ledger"): frozenset({"get"}),
         **{(BILLING, r): READ | {"create", "update", "patch", "delete"}
            for r in ("pricebooks", "plans", "tenantaccounts", "budgetpolicies")},
-        ("events.k8s.io", "events"): frozenset({"get", "list", "create"})},
+        ("events.k8s.io", "events"): frozenset({"get", "list", "create"}),
+        # a credit to a wallet through the portal API; the walkthroughs read the published models and subscriptions
+        (BILLING, "tenantaccounts/credits"): frozenset({"create"}),
+        (MAAS, "maasmodelrefs"): frozenset({"get", "list"}), (MAAS, "maassubscriptions"): frozenset({"get", "list"})},
     # Its Lease, and the billing console it deploys (BillingConsole), in its own namespace only.
     ("Role", "billing-controller"): {
         ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from maasctl.console import filters
 from maasctl.console.billing import admin as billing_admin
+from maasctl.console.billing import credits as billing_credits
 from maasctl.console.billing import pages as billing_pages
 from maasctl.console.billing import portal as billing_portal
 from maasctl.console.kube import Kube, cluster_access
@@ -72,7 +73,7 @@ def create_app(settings: ConsoleSettings, kube: Kube, maasapi: MaasApi, oidc: Oi
     app.state.console = Console(settings, sessions, kube, maasapi, templates(), oidc)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     for module in (auth, user, admin_overview, admin_models, admin_services, admin_subscriptions, admin_guardrails,
-                   admin_report, billing_pages, billing_admin, billing_portal):
+                   admin_report, billing_pages, billing_admin, billing_portal, billing_credits):
         app.include_router(module.router)
 
     @app.get("/healthz", include_in_schema=False)

@@ -1,6 +1,7 @@
-"""The tenant portal's contract between the billing operator, which answers a tenant-scoped read API over its
-ledger and billing objects, and the console, which renders `/portal` from it (docs/billing-console.md, "The
-tenant portal").
+"""The tenant portal's contract between the billing operator, which answers a tenant-scoped API over its ledger
+and billing objects, and the console, which renders `/portal` and the billing pages' charts from it
+(docs/billing-console.md, "The tenant portal"). The API reads, and writes one thing: a billing administrator's
+credit to a tenant's wallet (`POST .../tenants/<ns>/<name>/credits`, below).
 
 **Who belongs to a tenant (decided).** A signed-in user is a member of organization X when a MaaSSubscription
 *in the subscription namespace* (the only one MaaS honours) with `spec.organization.id` X names the user in
@@ -19,21 +20,44 @@ tenant portal").
 A reader (the billing console's roles) reads any tenant's ledger when the API server allows them `get` on the
 virtual subresource `tenantaccounts/ledger` in the tenant's namespace (`LEDGER_SUBRESOURCE`; the billing console
 ClusterRoles grant it). Anyone else asking for a tenant gets 404, exactly as for a tenant that does not exist.
+
+**Credits (the one write).** `POST {API_PREFIX}/tenants/<ns>/<name>/credits` with the JSON object
+`{"id": ..., "amount": "25.00", "reason": ...}` adds `amount` to the tenant's wallet in the currency of its
+PriceBook in force, recorded in the ledger as a credit (`credit:console-<id>`) with the caller as its actor. Who
+may: whoever sees the tenant (else 404, as for reads) and whom the API server allows `create` on the virtual
+subresource `tenantaccounts/credits` in the tenant's namespace (`CREDITS_SUBRESOURCE`; the billing console's
+admin ClusterRole grants it), else 403. `id` is the client's idempotency id (`CREDIT_ID`: the console draws one
+per rendered form): the same id with the same content is recorded once (200, `"duplicate": true`), with other
+content refused (409). `amount` is a decimal string above zero, at most 6 decimals and at most
+`MAX_CREDIT`; `reason` one line of 1 to `MAX_CREDIT_REASON` characters. Refusals: 400 naming the field, 409 when
+the tenant has no PriceBook in force (its currency is unknown), 413 for a body above `MAX_CREDIT_BODY` bytes,
+503 without a ledger. A wrong credit is never edited: it is undone by an adjustment (`maasctl billing ledger
+adjust`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from maasctl.contract.billing_terms import tenant_id
 from maasctl.contract.organizations import BROAD_GROUPS
 
-__all__ = ["API_PREFIX", "ENTRY_KINDS", "LEDGER_SUBRESOURCE", "MAX_PAGE", "SPEND_DAYS", "member_organizations",
-           "spend_days", "tenants_of"]
+__all__ = ["API_PREFIX", "CREDITS_SUBRESOURCE", "CREDIT_ID", "ENTRY_KINDS", "LEDGER_SUBRESOURCE", "MAX_CREDIT",
+           "MAX_CREDIT_BODY", "MAX_CREDIT_REASON", "MAX_PAGE", "SPEND_DAYS", "member_organizations", "spend_days",
+           "tenants_of"]
 
 API_PREFIX: Final = "/portal/v1"  # on the billing operator's API address (`--portal-api-bind-address`)
 LEDGER_SUBRESOURCE: Final = "ledger"  # RBAC: get tenantaccounts/ledger = read any tenant's ledger
+CREDITS_SUBRESOURCE: Final = "credits"  # RBAC: create tenantaccounts/credits = credit any tenant's wallet there
+CREDIT_ID: Final = re.compile(r"\A[A-Za-z0-9_-]{16,64}\Z")
+"""A credit's idempotency id as the client chooses it (`secrets.token_urlsafe(18)` is 24 of these characters)."""
+MAX_CREDIT: Final = "1000000"
+"""The largest credit the portal API takes, in the tenant's currency (a slip of the keyboard, not a policy: a larger
+one is `maasctl billing ledger credit`'s)."""
+MAX_CREDIT_REASON: Final = 500  # characters, one line
+MAX_CREDIT_BODY: Final = 8192  # bytes of a credit's JSON (a reason of 500 characters, each escaped as \uXXXX\uXXXX)
 MAX_PAGE: Final = 200  # ledger entries per page
 SPEND_DAYS: Final = (7, 30, 90)  # the spend charts' ranges (days, ending today, UTC)
 ENTRY_KINDS: Final = ("usage", "credit", "adjustment", "payment", "commitment", "reservation")

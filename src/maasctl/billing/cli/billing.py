@@ -71,7 +71,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                      help="maas-api as the billing console reaches it (default: the console's)")
     run.add_argument("--portal-api-bind-address",
                      default=env_default("billing_portal_api_bind_address", d.portal_api_bind_address),
-                     help="address of the tenant portal's read API, /portal/v1 ('0', the default, does not serve it)")
+                     help="address of the tenant portal's API (reads; admins' credits), /portal/v1 ('0', the default, "
+                          "does not serve it)")
     run.add_argument("--portal-subscription-namespace",
                      default=env_default("billing_portal_subscription_namespace", d.portal_subscription_namespace),
                      help="the MaaS subscription namespace, whose MaaSSubscriptions say who belongs to which tenant")

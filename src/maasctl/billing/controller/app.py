@@ -348,8 +348,9 @@ def build_billing_manager(api: k8s.ApiClient, settings: BillingSettings, clock: 
 
 
 def serve_portal_api(manager: Manager, ctx: BillingContext, lifetime: Lifetime) -> PortalApi | None:
-    """The tenant portal's read API beside the manager, on every replica (`--portal-api-bind-address`; none when
-    "0"): it reads the cache (MaaSSubscriptions of the subscription namespace as well) and the ledger."""
+    """The tenant portal's API beside the manager, on every replica (`--portal-api-bind-address`; none when
+    "0"): it reads the cache (MaaSSubscriptions of the subscription namespace as well) and the ledger, and posts
+    billing administrators' credits to the ledger (idempotent: any replica may take one)."""
     bind = ctx.settings.portal_api_bind_address
     if not bind or bind == "0":
         return None

@@ -1,6 +1,7 @@
-"""The tenant portal's read API (docs/billing-console.md, "The tenant portal"): one tenant's wallet, budgets,
+"""The tenant portal's API (docs/billing-console.md, "The tenant portal"): one tenant's wallet, budgets,
 reservations, spend and ledger entries, as JSON (CSV for the export), on `--portal-api-bind-address`, on every
-replica (reads only: the cache and the ledger database are the same on each).
+replica (the cache and the ledger database are the same on each); and one write, a billing administrator's
+credit to a tenant's wallet (`credit`: idempotent by the client's id, so any replica may take it).
 
 **Who is asking is decided here, never taken from the caller.** Every request carries the signed-in user's own
 credential (`Authorization: Bearer`, the token or OIDC ID token the console holds for them); the API server
@@ -8,7 +9,9 @@ says who it is (TokenReview). A tenant is answered only to its members (`contrac
 MaaSSubscription of the subscription namespace naming the user or a group of theirs, for the tenant's
 organization) or to a user the API server allows `get tenantaccounts/ledger` in the tenant's namespace (the
 billing console's roles). To anyone else every tenant identifier is 404, as for a tenant that does not exist:
-the path, an entry id, a cursor, a query string, an export. Only GET; bounded inputs; one error body.
+the path, an entry id, a cursor, a query string, an export. A credit needs, beyond that, `create
+tenantaccounts/credits` in the tenant's namespace (SubjectAccessReview, asked afresh each time: a write
+permission is never answered from a cache). GET, and POST of credits only; bounded inputs; one error body.
 
 Why the user's credential and not the console's ServiceAccount plus "the tenant it resolved": with the
 ServiceAccount, the console would hold a standing right to read every tenant's ledger, and any slip in the
@@ -33,22 +36,26 @@ import structlog
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from maasctl.billing import money
 from maasctl.billing.api import GROUP
 from maasctl.billing.api.budget import BudgetPeriod
 from maasctl.billing.api.kinds import BUDGET_POLICY, RESERVATION, TENANT_ACCOUNT
+from maasctl.billing.controller.portal_credits import CreditError, parse_credit
 from maasctl.billing.controller.spend import selected_spend
 from maasctl.billing.controller.usage_source import UsageReader, api_key_labels
-from maasctl.billing.ledger import Ledger
+from maasctl.billing.ledger import Ledger, credit
 from maasctl.billing.ledger.statements import Statements
 from maasctl.billing.ledger.store import Entry
 from maasctl.billing.rules import budget, wallet
 from maasctl.billing.rules.catalog import Catalog, month_start
 from maasctl.contract.billing_portal import (
     API_PREFIX,
+    CREDITS_SUBRESOURCE,
     ENTRY_KINDS,
     LEDGER_SUBRESOURCE,
+    MAX_CREDIT_BODY,
     MAX_PAGE,
     SPEND_DAYS,
     member_organizations,
@@ -85,8 +92,9 @@ class Unavailable(Exception):
 
 
 class Authenticator:
-    """TokenReview for the caller's credential; SubjectAccessReview for `get tenantaccounts/ledger`. Positive
-    answers are kept a few seconds (keyed by a hash, never by the token)."""
+    """TokenReview for the caller's credential; SubjectAccessReview for `get tenantaccounts/ledger` and `create
+    tenantaccounts/credits`. Positive answers of the first two are kept a few seconds (keyed by a hash, never by
+    the token); the credit permission is asked each time (a write: revoked means revoked)."""
 
     def __init__(self, api: k8s.ApiClient, cache_seconds: int = 10, max_entries: int = 4096) -> None:
         self._authn = k8s.AuthenticationV1Api(api)
@@ -128,18 +136,25 @@ class Authenticator:
                                     .encode()).hexdigest()
         if self._get(key) is True:
             return True
-        attrs = k8s.V1ResourceAttributes(group=GROUP, resource="tenantaccounts", subresource=LEDGER_SUBRESOURCE,
-                                         verb="get", namespace=namespace, name=name)
+        allowed = await self._review(caller, "get", LEDGER_SUBRESOURCE, namespace, name)
+        if allowed:
+            self._put(key, True)
+        return allowed
+
+    async def may_credit(self, caller: Caller, namespace: str, name: str) -> bool:
+        """`create tenantaccounts/credits` on the tenant: never cached."""
+        return await self._review(caller, "create", CREDITS_SUBRESOURCE, namespace, name)
+
+    async def _review(self, caller: Caller, verb: str, subresource: str, namespace: str, name: str) -> bool:
+        attrs = k8s.V1ResourceAttributes(group=GROUP, resource="tenantaccounts", subresource=subresource,
+                                         verb=verb, namespace=namespace, name=name)
         try:
             review = await self._authz.create_subject_access_review(k8s.V1SubjectAccessReview(
                 spec=k8s.V1SubjectAccessReviewSpec(user=caller.username, groups=list(caller.groups),
                                                    resource_attributes=attrs)))
         except k8s.ApiException as exc:
             raise Unavailable(f"SubjectAccessReview: {exc.status}") from exc
-        allowed = bool(review.status and review.status.allowed)
-        if allowed:
-            self._put(key, True)
-        return allowed
+        return bool(review.status and review.status.allowed)
 
 
 Access = Literal["member", "reader"]
@@ -195,7 +210,7 @@ class PortalApi:
     # -- serving -------------------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1024)
+        app = web.Application(client_max_size=MAX_CREDIT_BODY)
         p = API_PREFIX
         app.router.add_get(f"{p}/tenants", self.tenants)
         app.router.add_get(p + "/tenants/{ns}/{name}", self.tenant)
@@ -203,6 +218,7 @@ class PortalApi:
         app.router.add_get(p + "/tenants/{ns}/{name}/entries/{id}", self.entry)
         app.router.add_get(p + "/tenants/{ns}/{name}/spend", self.spend)
         app.router.add_get(p + "/tenants/{ns}/{name}/export.csv", self.export)
+        app.router.add_post(p + "/tenants/{ns}/{name}/credits", self.credit)
         return app
 
     async def start(self, bind: str) -> int:
@@ -264,6 +280,52 @@ class PortalApi:
         return str(book.spec.currency) if book is not None else None
 
     # -- the routes -------------------------------------------------------------------------------------------
+
+    async def credit(self, request: web.Request) -> web.Response:
+        """A billing administrator's credit to the path's tenant (`contract.billing_portal`, "Credits")."""
+        found = await self._tenant(request)
+        if isinstance(found, web.Response):
+            return found
+        caller, tenant, _ = found
+        ns, name = str(tenant["metadata"]["namespace"]), str(tenant["metadata"]["name"])
+        try:
+            allowed = await self.authn.may_credit(caller, ns, name)
+        except Unavailable as exc:
+            log.warning("portal authorization unavailable", error=str(exc))
+            return _error(503, "the API server could not be asked what you may do; try again")
+        if not allowed:
+            log.warning("portal credit refused", user=caller.username, tenant=f"{ns}/{name}")
+            return _error(403, f"you may not credit this tenant's wallet (create tenantaccounts/{CREDITS_SUBRESOURCE}"
+                               f" in {ns}: billing administrators)")
+        try:
+            asked = parse_credit(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"a credit's body is at most {MAX_CREDIT_BODY} bytes")
+        except CreditError as exc:
+            return _error(400, f"{exc.field}: {exc.message}")
+        currency = self._currency(tenant)
+        if currency is None:
+            return _error(409, "no PriceBook in force for this tenant yet: its currency is unknown")
+        if self.ledger is None or self.statements is None:
+            return _error(503, "this billing operator keeps no ledger (--ledger-url)")
+        wallet = f"{ns}/{name}"
+        tx = credit(f"console-{asked.id}", wallet, self.now(), asked.amount, reason=asked.reason,
+                    actor=caller.username, currency=currency)
+        try:
+            result = await self.ledger.post([tx])
+            entry = await self.statements.entry_id(wallet, tx.key) if not result.conflicts else None
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("portal credit: ledger unavailable", error=str(exc)[:300], tenant=wallet)
+            return _error(503, "the ledger could not be written; try again (the same id is recorded once)")
+        if result.conflicts:
+            log.warning("portal credit refused: id reused", user=caller.username, tenant=wallet, key=tx.key)
+            return _error(409, "this id was already used for a different credit: nothing recorded")
+        duplicate = not result.inserted
+        log.info("portal credit", user=caller.username, tenant=wallet, amount=money.fmt(asked.amount),
+                 currency=currency, key=tx.key, entry=entry, duplicate=duplicate)
+        return web.json_response({"entry": entry, "amount": money.fmt(asked.amount), "currency": currency,
+                                  "duplicate": duplicate}, status=200 if duplicate else 201,
+                                 headers={"Cache-Control": "no-store"})
 
     async def tenants(self, request: web.Request) -> web.Response:
         caller = await self._caller(request)

@@ -65,6 +65,13 @@ class Statements:
             row = (await conn.execute(stmt)).first()
         return _entry(row) if row is not None else None
 
+    async def entry_id(self, tenant: str, key: str) -> int | None:
+        """The id of the tenant's entry with natural key `key` (None when there is none of the tenant's)."""
+        t = transactions
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(select(t.c.id).where(t.c.tenant == tenant, t.c.key == key))).first()
+        return int(found.id) if found is not None else None
+
     async def usage_by_bucket(self, tenant: str, edges: Sequence[datetime]) -> dict[tuple[int, str], Decimal]:
         """What the tenant's usage charges cost per (bucket, model): bucket i is [edges[i], edges[i+1]), by the
         time of the usage record; the model as the rated line names it."""

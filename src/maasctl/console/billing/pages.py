@@ -9,6 +9,7 @@ RBAC applies as well (docs/billing-console.md, "Who may do what").
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,9 +123,13 @@ async def tenant_page(request: Request, user: Biller, namespace: Annotated[str, 
     events = await _events(kube, namespace, name, errors)
     days = spend_days(request.query_params.get("days")) or 30
     charts = await _charts(request, user, namespace, name, days, errors)
+    # The credit form (credits.py) for administrators when the portal API is there; its id is drawn per render, so
+    # one rendered form submitted twice records one credit.
+    can_credit = at_least(user.role, "admin") and bool(pages_settings(request).api_url)
     return _render(request, "billing/tenant.html", user, title=row.cells["display"], row=row, errors=errors,
                    events=events, max_reason=MAX_REASON, charts=charts, days=days, ranges=SPEND_DAYS,
-                   base=f"/billing/tenants/{namespace}/{name}")
+                   base=f"/billing/tenants/{namespace}/{name}",
+                   credit_id=secrets.token_urlsafe(18) if can_credit else None)
 
 
 def _portal_api(request: Request, user: BillingUser) -> PortalApi | None:

@@ -38,15 +38,21 @@ class PortalApi:
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {credential}"}
 
-    async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+    async def _request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+                       body: Mapping[str, str] | None = None) -> Any:
+        """The API's JSON answer; PortalError with its message for anything but 2xx."""
         try:
             async with httpx.AsyncClient(base_url=self._base, timeout=TIMEOUT) as http:
-                resp = await http.get(path, params=dict(params or {}), headers=self._headers)
+                resp = await http.request(method, path, params=dict(params or {}), headers=self._headers,
+                                          json=dict(body) if body is not None else None)
         except httpx.HTTPError as exc:
             raise PortalError(503, "The billing operator cannot be reached right now.") from exc
-        if resp.status_code != 200:
+        if not 200 <= resp.status_code < 300:
             raise _error(resp)
         return resp.json()
+
+    async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        return await self._request("GET", path, params)
 
     async def tenants(self) -> list[dict[str, Any]]:
         return list((await self._get(f"{API_PREFIX}/tenants")).get("tenants") or [])
@@ -65,6 +71,12 @@ class PortalApi:
 
     async def spend(self, namespace: str, name: str, days: int) -> dict[str, Any]:
         out: dict[str, Any] = await self._get(_tenant_path(namespace, name) + "/spend", {"days": str(days)})
+        return out
+
+    async def credit(self, namespace: str, name: str, credit_id: str, amount: str, reason: str) -> dict[str, Any]:
+        """Credit the tenant's wallet (a billing administrator; `credit_id` makes a retry record it once)."""
+        out: dict[str, Any] = await self._request("POST", _tenant_path(namespace, name) + "/credits", body={
+            "id": credit_id, "amount": amount, "reason": reason})
         return out
 
     @asynccontextmanager

@@ -19,6 +19,11 @@ _KINDS: Final = ["pricebooks", "plans", "tenantaccounts", "budgetpolicies", "res
 # The tenants' ledgers through the billing operator's portal API (a virtual subresource it checks by
 # SubjectAccessReview: contract.billing_portal.LEDGER_SUBRESOURCE): the billing pages' charts.
 _LEDGER: Final = {"apiGroups": [GROUP], "resources": ["tenantaccounts/ledger"], "verbs": ["get"]}
+# A credit to a tenant's wallet through the portal API (contract.billing_portal.CREDITS_SUBRESOURCE): the tenant
+# page's credit form. The published models and subscriptions: the walkthroughs' SKUs and an organization's check.
+_CREDITS: Final = {"apiGroups": [GROUP], "resources": ["tenantaccounts/credits"], "verbs": ["create"]}
+_MAAS: Final = {"apiGroups": ["maas.opendatahub.io"], "resources": ["maasmodelrefs", "maassubscriptions"],
+                "verbs": ["get", "list"]}
 RULES: Final[Mapping[Role, list[dict[str, Any]]]] = {
     # Every billing page, and the tenants' Events (their history).
     "viewer": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
@@ -27,11 +32,13 @@ RULES: Final[Mapping[Role, list[dict[str, Any]]]] = {
     "operator": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
                  {"apiGroups": [GROUP], "resources": ["tenantaccounts"], "verbs": ["patch"]},
                  {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],
-    # PriceBooks, Plans and TenantAccounts (authoring; the lifecycle rules are the API server's and controller's).
+    # PriceBooks, Plans and TenantAccounts (authoring; the lifecycle rules are the API server's and controller's),
+    # credits to wallets, and the MaaS models and subscriptions the walkthroughs read.
     "admin": [{"apiGroups": [GROUP], "resources": _KINDS, "verbs": READ}, _LEDGER,
               {"apiGroups": [GROUP], "resources": ["pricebooks", "plans", "tenantaccounts", "budgetpolicies"],
                "verbs": ["create", "update", "patch", "delete"]},
-              {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]}],
+              {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "create"]},
+              _CREDITS, _MAAS],
 }
 
 

@@ -2,7 +2,8 @@
 got a ledger entry since its last look and enqueues them on the TenantAccount controller.
 
 Why: a credit is written straight into the ledger by whichever process takes it (`maasctl billing ledger
-credit`, the psp-connector's webhook, an adjustment), none of which can reach this process's work queue, and
+credit`, the portal API's credits on any replica, the psp-connector's webhook, an adjustment), none of which can
+reach this process's work queue, and
 the periodic resync (`wallet_resync_seconds`) took up to a minute to notice. Polling the newest entry id is one
 indexed query a second; a wallet change then reaches the status, the Plan's policies and the gateway in about
 a second. The first look only records where the ledger is: at start every tenant is reconciled anyway."""
