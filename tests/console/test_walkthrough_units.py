@@ -70,6 +70,7 @@ def test_a_prepaid_tenant_needs_money_then_a_subscription_of_its_organization() 
     others = [sub("other", "other-org"), sub("gone", "acme", deletionTimestamp="2026-12-03T00:00:00Z")]
     steps = states([BOOK], [PLAN], [tenant("acme", "0.000001")], others)
     assert steps["wallet"].done and not steps["subscription"].done
+    assert "Balance 0.000001 EUR" in steps["wallet"].detail  # shown as money, in the book's currency
     steps = states([BOOK], [PLAN], [tenant("acme", "12.50")], [*others, sub("acme-sub", "acme")])
     assert all(s.done for s in steps.values())
 

@@ -16,6 +16,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 from urllib.parse import urlencode
 
+from maasctl.console.billing.money import amount
+
 __all__ = ["Chain", "Step", "chain", "defaults", "steps"]
 
 ORGANIZATION_LABEL: Final = "billing.opendatahub.io/organization-id"
@@ -166,8 +168,11 @@ def steps(c: Chain) -> list[Step]:
     page = f"/billing/tenants/{_key(c.tenant)}"
     if mode in WALLET_MODES:
         funded = _positive(status.get("balance"))
+        currency = _spec(c.book).get("currency")
+        balance = amount(status["balance"], str(currency) if currency else None) if status.get(
+            "balance") is not None else "(not read yet)"
         out.append(Step("wallet", "Money in its wallet", funded,
-                        f"Balance {status.get('balance') or '(not read yet)'}: a Prepaid tenant is frozen (its "
+                        f"Balance {balance}: a Prepaid tenant is frozen (its "
                         "users refused) once its balance falls below its grace; credit it before they call.",
                         "" if funded else f"{page}#credit",
                         "" if funded else "Credit its wallet"))
