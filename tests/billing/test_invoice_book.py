@@ -59,3 +59,11 @@ async def test_a_tenant_sees_its_invoices_with_the_usage_pushed_for_each_and_nev
     mixed = await book.invoice(MIXED, "m")
     assert mixed is not None and mixed.amount is None and mixed.currency is None
     assert "more than one currency" in mixed.unknown
+
+
+async def test_without_the_connector_s_tables_nobody_has_an_invoice(ledger: Ledger) -> None:
+    """A database the psp-connector never migrated (every tenant Prepaid): no invoice, no error."""
+    await ledger.create_schema()
+    book = InvoiceBook(ledger.engine)
+    assert await book.page(NORTH) == [] and await book.page(NORTH, before="i1") is None
+    assert await book.invoice(NORTH, "i1") is None

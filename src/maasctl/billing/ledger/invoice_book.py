@@ -25,8 +25,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, and_, case, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import BigInteger, Column, Index, MetaData, String, Table, and_, case, func, inspect, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from maasctl.billing.ledger.entries import from_micros
 from maasctl.dbtypes import UTCDateTime
@@ -86,6 +86,15 @@ class InvoiceBook:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._present = False
+
+    async def _ready(self, conn: AsyncConnection) -> bool:
+        """Whether the connector's tables are there: they are created by the psp-connector's schema history, which
+        a database whose tenants are all Prepaid may never have run (then nobody has an invoice)."""
+        if not self._present:
+            self._present = await conn.run_sync(lambda c: inspect(c).has_table(invoices.name)
+                                                and inspect(c).has_table(usage_pushes.name))
+        return self._present
 
     async def page(self, tenant: str, *, before: str | None = None, limit: int = 50) -> list[Invoice] | None:
         """The tenant's invoices, newest first, those older than the tenant's invoice with key `before` when
@@ -93,6 +102,8 @@ class InvoiceBook:
         i = invoices
         stmt = select(i.c.key, i.c.connector, i.c.invoice_id, i.c.status, i.c.at).where(i.c.tenant == tenant)
         async with self.engine.connect() as conn:
+            if not await self._ready(conn):
+                return None if before is not None else []
             if before is not None:
                 cursor = (await conn.execute(select(i.c.at).where(i.c.tenant == tenant, i.c.key == before))).first()
                 if cursor is None:
@@ -106,6 +117,8 @@ class InvoiceBook:
         i = invoices
         cols = (i.c.key, i.c.connector, i.c.invoice_id, i.c.status, i.c.at)
         async with self.engine.connect() as conn:
+            if not await self._ready(conn):
+                return None
             at = (await conn.execute(select(i.c.at).where(i.c.tenant == tenant, i.c.key == key))).scalar()
             if at is None:
                 return None
@@ -113,7 +126,7 @@ class InvoiceBook:
             prev = (await conn.execute(select(func.max(i.c.at)).where(i.c.tenant == tenant, i.c.at < at))).scalar()
             return next(v for v in await self._derive(conn, tenant, rows, prev) if v.key == key)
 
-    async def _derive(self, conn: Any, tenant: str, rows: Sequence[Any], previous: datetime | None
+    async def _derive(self, conn: AsyncConnection, tenant: str, rows: Sequence[Any], previous: datetime | None
                       ) -> list[Invoice]:
         """The invoices of `rows` with what was pushed for each; `previous` is the time of the tenant's invoice
         before the oldest of them (None: there is none)."""
