@@ -182,4 +182,4 @@ def no_invoices(mode: str) -> str:
         return ("No invoices yet: an Invoiced tenant's usage is pushed to the payment provider by its "
                 "BillingConnector and invoiced once per invoicing period, when there was usage.")
     return (f"No invoices: this tenant is {mode or 'Prepaid'}, its wallet pays for its usage as it goes. Invoiced "
-            "tenants are invoiced by their BillingConnector (monthly, or as its invoiceInterval says).")
+            "tenants are invoiced by their BillingConnector, once per its invoiceInterval.")
