@@ -5,9 +5,9 @@ maas-api's database for the API keys' labels.
 Two tenants of two organizations: `ten-north` (organization portal-north: a subscription of the subscription
 namespace names group north-team, so nora) and `ten-south` (portal-south: south-team, so sam). A third,
 `ten-open`, answers to an organization whose subscription is open to everyone (`*`): nobody is its member. nora
-reads her wallet, spend, budgets, reservations and ledger in Chromium; then every identifier of ten-south is tried
-in URLs, query strings, forms and exports, in the browser and over plain HTTP (the console and the API itself):
-each answer is the one a tenant that does not exist gets, and holds nothing of ten-south.
+reads her wallet, spend, budgets, reservations, invoices and ledger in Chromium; then every identifier of ten-south
+is tried in URLs, query strings, forms and exports, in the browser and over plain HTTP (the console and the API
+itself): each answer is the one a tenant that does not exist gets, and holds nothing of ten-south.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl import samples
+from maasctl.billing.connector.payments import Payments, UsageBook
 from maasctl.billing.ledger import Ledger, credit, usage_charge
 from maasctl.contract.billing_portal import API_PREFIX, MAX_CREDIT_BODY
 from maasctl.runtime import Client
@@ -42,6 +43,7 @@ NS = "portal-tests"
 GROUP = "billing.opendatahub.io/v1alpha1"
 ORG_LABEL = "billing.opendatahub.io/organization-id"
 NOT_FOUND = "There is no such page."
+NORTH_INVOICE, SOUTH_INVOICE = "maasctl-invoice-north-0001", "maasctl-invoice-south-0001"  # the connector's keys
 
 
 @dataclass
@@ -142,6 +144,19 @@ async def portal(world: ConsoleWorld) -> AsyncIterator[Portal]:
             ])
             north_ids = [e.id for e in await ledger.entries(north)]
             south_ids = [e.id for e in await ledger.entries(south)]
+            # What a psp-connector pushed for invoicing and the invoice it created, for each tenant, in its own
+            # tables (its schema history): no ledger entry is added.
+            payments = Payments(ledger)
+            await payments.ensure_schema()
+            usage = UsageBook(payments)
+            ids = {e.key: e.id for e in [*await ledger.entries(north), *await ledger.entries(south)]}
+            for key, tenant, upto, amount, when in [("north-1", north, "usage:north-1", "5.00", earlier),
+                                                    ("north-2", north, "usage:north-2", "1.25", now),
+                                                    ("south-1", south, "usage:south-1", "7777.77", now)]:
+                await usage.record(f"maasctl-usage-{key}", f"{NS}/psp", tenant, ids[upto], 1, Decimal(amount),
+                                   "EUR", f"ii_{key}", when)
+            await usage.record_invoice(NORTH_INVOICE, f"{NS}/psp", north, "in_north_0001", now)
+            await usage.record_invoice(SOUTH_INVOICE, f"{NS}/psp", south, "in_SOUTHINV_42", now)
         finally:
             await ledger.close()
         objs = _objects(now, sub_ns)
@@ -183,7 +198,8 @@ async def _balance(api: k8s.ApiClient, name: str) -> str | None:
     return (await _status(api, name)).get("balance")
 
 
-SOUTH_SECRETS = ("South Foods", "4,242.42", "4242.42", "333.33", "south-secret", "h100", "9,999", "k-south")
+SOUTH_SECRETS = ("South Foods", "4,242.42", "4242.42", "333.33", "south-secret", "h100", "9,999", "k-south",
+                 "in_SOUTHINV_42", "7,777.77", "7777.77")
 
 
 def _south_identifiers(portal: Portal) -> Iterator[str]:
@@ -202,6 +218,12 @@ def _south_identifiers(portal: Portal) -> Iterator[str]:
     yield f"/portal/{NS}/ten-north/ledger/{south_id}?tenant=ten-south&namespace={NS}&name=ten-south"
     yield f"/portal/{NS}/ten-south/export.csv?from=2000-01-01&to=2000-12-31"
     yield f"/portal/{NS}/ten-south/ledger/{north_id}"  # one's own entry under another tenant
+    yield f"/portal/{NS}/ten-south/invoices/{SOUTH_INVOICE}"
+    yield f"/portal/{NS}/ten-north/invoices/{SOUTH_INVOICE}"  # another tenant's invoice under one's own tenant
+    yield f"/portal/{NS}/ten-north/invoices/%6Daasctl-invoice-south-0001"  # percent-encoded letters
+    yield f"/portal/{NS}/ten-north/invoices/{SOUTH_INVOICE}?tenant=ten-south&before=1"
+    yield f"/portal/{NS}/ten-north/invoices/..%2F..%2Ften-south%2Finvoices%2F{SOUTH_INVOICE}"
+    yield f"/portal/{NS}/ten-south/invoices/{NORTH_INVOICE}"  # one's own invoice under another tenant
     yield f"/portal/{NS}/ten-open"  # the organization open to everyone: nobody's tenant
     yield f"/portal/{NS}/no-such-tenant"  # the baseline: a tenant that does not exist
 
@@ -253,7 +275,12 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
                     f"/tenants/{NS}%2Ften-south", f"/tenants/{NS}/TEN-SOUTH", f"/tenants/{NS}/ten-south%00",
                     f"/tenants/{NS}/ten-open", f"/tenants/{NS}/ten-open/entries",
                     f"/tenants/{NS}/ten-north/entries/{south_id}",  # an entry id of another tenant: not found
-                    f"/tenants/{NS}/ten-north/entries/{south_id}?tenant=ten-south"]
+                    f"/tenants/{NS}/ten-north/entries/{south_id}?tenant=ten-south",
+                    f"/tenants/{NS}/ten-south/invoices", f"/tenants/{NS}/ten-south/invoices/{SOUTH_INVOICE}",
+                    f"/tenants/{NS}/ten-north/invoices/{SOUTH_INVOICE}",  # another tenant's invoice: not found
+                    f"/tenants/{NS}/ten-north/invoices/%6Daasctl-invoice-south-0001",
+                    f"/tenants/{NS}/ten-north/invoices?before={SOUTH_INVOICE}",  # nor is it a cursor
+                    f"/tenants/{NS}/ten-north/invoices/{SOUTH_INVOICE}%00", f"/tenants/{NS}/ten-open/invoices"]
         for path in attempts:
             resp = await get(path, "nora")
             assert resp.status_code in (400, 404), (path, resp.status_code)
@@ -265,6 +292,14 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
         for bad in ("before=0", "before=-1", "before=1e3", "limit=100000", "limit=0", "kind=secret",
                     "before=1%20OR%201"):
             assert (await get(f"/tenants/{NS}/ten-north/entries?{bad}", "nora")).status_code == 400, bad
+        # The invoices: north's one, its amount exactly the usage pushed for it, and the entries behind it.
+        invoices = (await get(f"/tenants/{NS}/ten-north/invoices?tenant={NS}/ten-south", "nora")).json()
+        assert [(i["key"], i["invoiceId"], Decimal(i["amount"]), i["currency"]) for i in invoices["invoices"]] == [
+            (NORTH_INVOICE, "in_north_0001", Decimal("6.25"), "EUR")] and invoices["next"] is None
+        detail = (await get(f"/tenants/{NS}/ten-north/invoices/{NORTH_INVOICE}", "nora")).json()
+        assert [e["key"] for e in detail["entries"]] == ["usage:north-2", "usage:north-1"]
+        for bad in ("limit=0", "limit=100000", "before=a/b", "before=%00"):
+            assert (await get(f"/tenants/{NS}/ten-north/invoices?{bad}", "nora")).status_code == 400, bad
         for days in ("9" * 5000, "%EF%BC%93%EF%BC%90", "030", "-7", "7.0", ""):  # digits int() refuses, fullwidth
             assert (await get(f"/tenants/{NS}/ten-north/spend?days={days}", "nora")).status_code == 400, days
         too_long = await get(f"/tenants/{NS}/ten-north/export.csv?from=2000-01-01&to=2099-12-31", "nora")
@@ -281,6 +316,12 @@ async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld,
         # A billing operator (RBAC: get tenantaccounts/ledger) reads any tenant; a role-less user none.
         assert (await get(f"/tenants/{NS}/ten-south", "ops")).json()["access"] == "reader"
         assert (await get(f"/tenants/{NS}/ten-south/entries", "alice")).status_code == 404
+        assert (await get(f"/tenants/{NS}/ten-south/invoices/{SOUTH_INVOICE}", "alice")).status_code == 404
+
+    # A tenant without invoices is told why (ops reads ten-open, a Prepaid tenant, as a ledger reader).
+    async with _signed_in(world, "ops") as http:
+        page = await http.get(f"/portal/{NS}/ten-open")
+        assert page.status_code == 200 and "No invoices: this tenant is Prepaid" in page.text
 
     # The same through the console, over plain HTTP (its session, its own paths): the baseline's 404 each time.
     async with _signed_in(world, "nora") as http:
@@ -323,8 +364,19 @@ async def test_a_tenant_reads_its_wallet_spend_and_ledger_and_nothing_of_another
     assert browser.all("svg[aria-labelledby^='runway-chart-t']")
     assert (await _status(world.stack.api, "ten-north")).get("runwayDays") == "21.6"
     assert "1,200.50 EUR" in browser.text("#portal-reservations tr[data-reservation='north-gpus']")
+    invoice = browser.text(f"#portal-invoices tr[data-invoice='{NORTH_INVOICE}']")
+    assert "in_north_0001" in invoice and "finalized" in invoice and invoice.endswith("6.25 EUR")
+    assert len(browser.all("#portal-invoices tr[data-invoice]")) == 1
     assert not any(s in browser.source() for s in SOUTH_SECRETS)
     browser.screenshot("portal-tenant")
+
+    # The ledger entries an invoice invoiced.
+    browser.click(f"#portal-invoices tr[data-invoice='{NORTH_INVOICE}'] a")
+    await browser.until(lambda: browser.all("#portal-invoice"), what="an invoice's page")
+    assert "6.25 EUR" in browser.text("#portal-invoice [data-cell='amount']")
+    assert {r.get_attribute("data-entry") for r in browser.all("#portal-entries tr[data-entry]")} == {
+        str(i) for i in portal.north_entries[:2]}
+    assert not any(s in browser.source() for s in SOUTH_SECRETS)
 
     # The ledger entry behind a charge, with its rated line.
     browser.go(f"/portal/{NS}/ten-north/ledger")

@@ -44,9 +44,9 @@ from typing import Any, Final
 from maasctl.contract.billing_terms import tenant_id
 from maasctl.contract.organizations import BROAD_GROUPS
 
-__all__ = ["API_PREFIX", "CREDITS_SUBRESOURCE", "CREDIT_ID", "ENTRY_KINDS", "LEDGER_SUBRESOURCE", "MAX_CREDIT",
-           "MAX_CREDIT_BODY", "MAX_CREDIT_REASON", "MAX_PAGE", "SPEND_DAYS", "member_organizations", "spend_days",
-           "tenants_of"]
+__all__ = ["API_PREFIX", "CREDITS_SUBRESOURCE", "CREDIT_ID", "ENTRY_KINDS", "INVOICE_KEY", "LEDGER_SUBRESOURCE",
+           "MAX_CREDIT", "MAX_CREDIT_BODY", "MAX_CREDIT_REASON", "MAX_PAGE", "SPEND_DAYS", "member_organizations",
+           "spend_days", "tenants_of"]
 
 API_PREFIX: Final = "/portal/v1"  # on the billing operator's API address (`--portal-api-bind-address`)
 LEDGER_SUBRESOURCE: Final = "ledger"  # RBAC: get tenantaccounts/ledger = read any tenant's ledger
@@ -58,7 +58,8 @@ MAX_CREDIT: Final = "1000000"
 one is `maasctl billing ledger credit`'s)."""
 MAX_CREDIT_REASON: Final = 500  # characters, one line
 MAX_CREDIT_BODY: Final = 8192  # bytes of a credit's JSON (a reason of 500 characters, each escaped as \uXXXX\uXXXX)
-MAX_PAGE: Final = 200  # ledger entries per page
+MAX_PAGE: Final = 200  # ledger entries (or invoices) per page
+INVOICE_KEY: Final = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,399}\Z")  # an invoice in paths and cursors
 SPEND_DAYS: Final = (7, 30, 90)  # the spend charts' ranges (days, ending today, UTC)
 ENTRY_KINDS: Final = ("usage", "credit", "adjustment", "payment", "commitment", "reservation")
 _EVERYONE: Final = BROAD_GROUPS | {"*"}

@@ -26,6 +26,7 @@ from kubernetes_asyncio import client as k8s
 
 from maasctl.billing.ledger import Ledger
 from maasctl.billing.ledger.entries import usage_charge
+from maasctl.billing.ledger.invoice_book import InvoiceBook
 from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Request
 from maasctl.testenv import ControlPlane
@@ -191,6 +192,11 @@ async def test_invoiced_usage_is_pushed_and_invoiced_per_interval_with_either_ta
     wake(setup, namespace, "stripe-psp")
     await eventually(lambda: synced_status("stripe-psp", nxt, 0), 60)
     assert len(recorder.calls("/v1/invoices", customer)) == 2
+    # What the tenant portal shows of them (InvoiceBook): each invoice's usage, exactly what was pushed for it.
+    shown = await InvoiceBook(setup.ledger.engine).page(f"{namespace}/ten-psp")
+    assert shown is not None and [(i.at, i.amount, i.currency, i.records) for i in shown] == [
+        (nxt, Decimal("0.01"), "USD", 1), (T0, Decimal("1.23"), "USD", 1)]
+
     async def accrued() -> dict[str, Any] | None:  # the wallet status follows the ledger (its watch, ~1 s)
         st = await status_of(billing, "TenantAccount", "ten-psp", namespace)
         return st if st.get("balance") == "-1.240000" else None

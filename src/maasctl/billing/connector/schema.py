@@ -11,7 +11,9 @@ webhook secrets stay in Kubernetes Secrets; these tables keep our own attempt id
   `signatureFailures`.
 - `billing_psp_tenant_locks`: a row per tenant written first in every payment transaction, which serialises
   them per tenant on PostgreSQL (row lock) and SQLite (the write lock).
-- `billing_psp_usage_pushes` / `billing_psp_invoices`: what was pushed for invoicing, idempotent by key.
+- `billing_psp_usage_pushes` / `billing_psp_invoices`: what was pushed for invoicing, idempotent by key. They
+  are defined in `billing.ledger.invoice_book` (on this history's `metadata`), where the billing controller, which
+  may not import the connector, reads a tenant's invoices for the portal.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, text
+from sqlalchemy import BigInteger, Column, Index, Integer, String, Table, text
 from sqlalchemy.engine import Connection
 
+from maasctl.billing.ledger.invoice_book import invoices, metadata, usage_pushes
 from maasctl.billing.ledger.migrate import History, upgrade_sync
 from maasctl.dbtypes import UTCDateTime
 
@@ -29,7 +32,6 @@ __all__ = ["HISTORY", "create_schema_sync", "events", "invoices", "locks", "meta
            "usage_pushes", "webhooks"]
 
 _ID = BigInteger().with_variant(Integer(), "sqlite")
-metadata = MetaData()
 
 reloads = Table(
     "billing_psp_reloads",
@@ -80,32 +82,6 @@ locks = Table(
     metadata,
     Column("tenant", String(317), primary_key=True),
     Column("touched_at", UTCDateTime, nullable=False),
-)
-
-usage_pushes = Table(
-    "billing_psp_usage_pushes",
-    metadata,
-    Column("key", String(400), primary_key=True),
-    Column("connector", String(317), nullable=False),
-    Column("tenant", String(317), nullable=False),
-    Column("upto_entry_id", BigInteger, nullable=False),  # ledger usage entries up to this id are pushed
-    Column("records", BigInteger, nullable=False),
-    Column("amount_micros", BigInteger, nullable=False),  # what was pushed (whole minor units)
-    Column("currency", String(3), nullable=False),
-    Column("external_id", String(255)),
-    Column("at", UTCDateTime, nullable=False),
-)
-Index("ix_billing_psp_pushes_tenant", usage_pushes.c.tenant, usage_pushes.c.upto_entry_id)
-
-invoices = Table(
-    "billing_psp_invoices",
-    metadata,
-    Column("key", String(400), primary_key=True),  # <connector>:<tenant>:<period>
-    Column("connector", String(317), nullable=False),
-    Column("tenant", String(317), nullable=False),
-    Column("invoice_id", String(255)),
-    Column("status", String(32), nullable=False),
-    Column("at", UTCDateTime, nullable=False),
 )
 
 HISTORY: Final = History(Path(__file__).with_name("migrations"), metadata, "billing_psp_alembic_version",

@@ -46,6 +46,7 @@ from maasctl.billing.controller.portal_credits import CreditError, parse_credit
 from maasctl.billing.controller.spend import selected_spend
 from maasctl.billing.controller.usage_source import UsageReader, api_key_labels
 from maasctl.billing.ledger import Ledger, credit
+from maasctl.billing.ledger.invoice_book import Invoice, InvoiceBook
 from maasctl.billing.ledger.statements import Statements
 from maasctl.billing.ledger.store import Entry
 from maasctl.billing.rules import budget, wallet
@@ -54,6 +55,7 @@ from maasctl.contract.billing_portal import (
     API_PREFIX,
     CREDITS_SUBRESOURCE,
     ENTRY_KINDS,
+    INVOICE_KEY,
     LEDGER_SUBRESOURCE,
     MAX_CREDIT_BODY,
     MAX_PAGE,
@@ -201,6 +203,7 @@ class PortalApi:
         self.subscription_namespace = subscription_namespace
         self.ledger = ledger
         self.statements = Statements(ledger.engine) if ledger is not None else None
+        self.invoice_book = InvoiceBook(ledger.engine) if ledger is not None else None
         self.usage = usage
         self.catalog = catalog
         self.now = now
@@ -217,6 +220,8 @@ class PortalApi:
         app.router.add_get(p + "/tenants/{ns}/{name}/entries", self.entries)
         app.router.add_get(p + "/tenants/{ns}/{name}/entries/{id}", self.entry)
         app.router.add_get(p + "/tenants/{ns}/{name}/spend", self.spend)
+        app.router.add_get(p + "/tenants/{ns}/{name}/invoices", self.invoices)
+        app.router.add_get(p + "/tenants/{ns}/{name}/invoices/{key}", self.invoice)
         app.router.add_get(p + "/tenants/{ns}/{name}/export.csv", self.export)
         app.router.add_post(p + "/tenants/{ns}/{name}/credits", self.credit)
         return app
@@ -464,6 +469,55 @@ class PortalApi:
         raw = request.match_info["id"]
         e = await statements.entry(tenant, int(raw)) if _ID.match(raw) else None
         return _json(self._entry_json(e)) if e is not None else _error(404, "no such entry")
+
+    @staticmethod
+    def _invoice_json(i: Invoice) -> dict[str, Any]:
+        """An invoice as its tenant sees it: `amount` is the usage pushed for it (before any tax the PSP adds),
+        null with `amountUnknown` saying why when it cannot be derived exactly."""
+        return {"key": i.key, "invoiceId": i.invoice_id, "status": i.status, "at": _iso(i.at),
+                "periodStart": _iso(i.period_start) or None, "records": i.records,
+                "amount": _amount(i.amount) if i.amount is not None else None, "currency": i.currency,
+                "amountUnknown": i.unknown or None}
+
+    async def invoices(self, request: web.Request) -> web.Response:
+        """The tenant's invoices, newest first; `before` (an invoice key of the tenant's) pages on."""
+        found = await self._ledger_of(request)
+        if isinstance(found, web.Response):
+            return found
+        tenant, book = found[0], self.invoice_book
+        assert book is not None  # with the ledger
+        before, limit = request.query.get("before"), request.query.get("limit", "50")
+        if (before is not None and not INVOICE_KEY.match(before)) or not limit.isdigit() or \
+                not 1 <= int(limit) <= MAX_PAGE:
+            return _error(400, f"before is an invoice key, limit 1 to {MAX_PAGE}")
+        rows = await book.page(tenant, before=before, limit=int(limit) + 1)
+        if rows is None:
+            return _error(404, "no such invoice")
+        more, rows = len(rows) > int(limit), rows[:int(limit)]
+        return _json({"invoices": [self._invoice_json(i) for i in rows],
+                      "next": rows[-1].key if more and rows else None})
+
+    async def invoice(self, request: web.Request) -> web.Response:
+        """One of the tenant's invoices with the ledger usage entries behind it, newest first (`before`, an entry
+        id, pages on)."""
+        found = await self._ledger_of(request)
+        if isinstance(found, web.Response):
+            return found
+        tenant, statements, book = found[0], found[2], self.invoice_book
+        assert book is not None
+        raw, q = request.match_info["key"], request.query
+        before, limit = q.get("before"), q.get("limit", "50")
+        if (before is not None and not _ID.match(before)) or not limit.isdigit() or not 1 <= int(limit) <= MAX_PAGE:
+            return _error(400, f"before is an entry id, limit 1 to {MAX_PAGE}")
+        inv = await book.invoice(tenant, raw) if INVOICE_KEY.match(raw) else None
+        if inv is None:
+            return _error(404, "no such invoice")
+        upto = inv.entries_upto + 1 if before is None else min(int(before), inv.entries_upto + 1)
+        rows = [e for e in await statements.page(tenant, before=upto, limit=int(limit) + 1, kind="usage")
+                if e.id > inv.entries_after]
+        more, rows = len(rows) > int(limit), rows[:int(limit)]
+        return _json({"invoice": self._invoice_json(inv), "entries": [self._entry_json(e) for e in rows],
+                      "next": str(rows[-1].id) if more and rows else None})
 
     async def spend(self, request: web.Request) -> web.Response:
         found = await self._ledger_of(request)

@@ -1,7 +1,7 @@
 """The tenant portal, `/portal` (docs/billing-console.md, "The tenant portal"): a tenant's own users read their
-wallet, spend (by day, model and API-key label), budgets, reservations and the ledger entries behind each charge,
-and export them as CSV. Served only with `--tenant-portal` (the BillingConsole's `tenantPortal.enabled`); 404
-otherwise.
+wallet, spend (by day, model and API-key label), budgets, reservations, invoices (each with the ledger entries it
+invoiced) and the ledger entries behind each charge, and export them as CSV. Served only with `--tenant-portal`
+(the BillingConsole's `tenantPortal.enabled`); 404 otherwise.
 
 Every read goes to the billing operator's portal API with the signed-in user's own credential: the API decides
 which tenants are the user's (`contract.billing_portal`), and answers 404 for any other. The console takes the
@@ -25,7 +25,7 @@ from maasctl.console.billing.portal_client import PortalApi, PortalError
 from maasctl.console.billing.settings import BillingPagesSettings
 from maasctl.console.sessions import Identity
 from maasctl.console.web import console, current_user, redirect, render
-from maasctl.contract.billing_portal import ENTRY_KINDS, SPEND_DAYS, spend_days
+from maasctl.contract.billing_portal import ENTRY_KINDS, INVOICE_KEY, SPEND_DAYS, spend_days
 
 router = APIRouter()
 _NS: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -87,14 +87,18 @@ async def tenant_page(request: Request, user: Tenant, namespace: str, name: str)
     errors: list[str] = []
     spend: dict[str, Any] | None = None
     recent: list[dict[str, str]] = []
+    invoices: list[dict[str, str]] | None = None
     try:
         spend = views.spend_view(await user.api.spend(namespace, name, days))
         recent = views.entry_rows((await user.api.entries(namespace, name, {"limit": "10"})).get("entries") or [])
+        invoices = views.invoice_rows((await user.api.invoices(namespace, name, {"limit": "12"})).get("invoices")
+                                      or [])
     except PortalError as exc:
         errors.append(exc.message)
     return render(request, "portal/tenant.html", title=tenant.get("displayName") or name, t=tenant,
                   w=views.wallet(tenant), budgets=views.budget_rows(tenant),
                   reservations=views.reservation_rows(tenant), spend=spend, recent=recent, days=days,
+                  invoices=invoices, no_invoices=views.no_invoices(str(tenant.get("billingMode") or "")),
                   ranges=SPEND_DAYS, base=f"/portal/{namespace}/{name}", errors=errors)
 
 
@@ -129,6 +133,24 @@ async def entry_page(request: Request, user: Tenant, namespace: str, name: str, 
     (row,) = views.entry_rows([entry])
     return render(request, "portal/entry.html", title=f"Entry {row['id']}", t=tenant, e=entry, row=row,
                   components=views.entry_components(entry), base=f"/portal/{namespace}/{name}")
+
+
+@router.get("/portal/{namespace}/{name}/invoices/{key}")
+async def invoice_page(request: Request, user: Tenant, namespace: str, name: str, key: str) -> Response:
+    """One invoice and the ledger usage entries it invoiced (the entries behind the charge)."""
+    _path(namespace, name)
+    if not INVOICE_KEY.match(key):
+        raise HTTPException(404)
+    before = request.query_params.get("before", "")
+    if before and not _ID.match(before):
+        raise HTTPException(400, "That is not a page of this invoice.")
+    tenant = await _ask(user.api.tenant(namespace, name))
+    page = await _ask(user.api.invoice(namespace, name, key, {"limit": "50", **({"before": before} if before
+                                                                                else {})}))
+    (row,) = views.invoice_rows([page.get("invoice") or {}])
+    return render(request, "portal/invoice.html", title=f"Invoice {row['id']}", t=tenant, inv=row,
+                  rows=views.entry_rows(page.get("entries") or []), next=page.get("next"),
+                  base=f"/portal/{namespace}/{name}")
 
 
 @router.get("/portal/{namespace}/{name}/export.csv")

@@ -69,6 +69,15 @@ class PortalApi:
         out: dict[str, Any] = await self._get(f"{_tenant_path(namespace, name)}/entries/{quote(entry_id, safe='')}")
         return out
 
+    async def invoices(self, namespace: str, name: str, params: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = await self._get(_tenant_path(namespace, name) + "/invoices", params)
+        return out
+
+    async def invoice(self, namespace: str, name: str, key: str, params: Mapping[str, str]) -> dict[str, Any]:
+        out: dict[str, Any] = await self._get(f"{_tenant_path(namespace, name)}/invoices/{quote(key, safe='')}",
+                                              params)
+        return out
+
     async def spend(self, namespace: str, name: str, days: int) -> dict[str, Any]:
         out: dict[str, Any] = await self._get(_tenant_path(namespace, name) + "/spend", {"days": str(days)})
         return out

@@ -11,8 +11,8 @@ from typing import Any, Final
 
 from maasctl.console.billing.money import amount, from_micros, micros, quantity
 
-__all__ = ["Chart", "DaysChart", "budget_rows", "entry_components", "entry_rows", "reservation_rows", "spend_view",
-           "wallet"]
+__all__ = ["Chart", "DaysChart", "budget_rows", "entry_components", "entry_rows", "invoice_rows", "no_invoices",
+           "reservation_rows", "spend_view", "wallet"]
 
 
 _EXACT: Final = re.compile(r"^-?[0-9]{1,30}(\.[0-9]{1,40})?$")
@@ -164,3 +164,22 @@ def entry_components(e: Mapping[str, Any]) -> list[dict[str, str]]:
              "rate": amount(_s(c.get("rate")), cur), "per": quantity(_s(c.get("per"))),
              "amount": _exact(_s(c.get("amount")), cur), "source": _s(c.get("source"))}
             for dim, c in sorted(comps.items()) if isinstance(c, Mapping)]
+
+
+def invoice_rows(invoices: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Each invoice: its period, the PSP's id, status, date and the usage invoiced (before any tax the PSP adds),
+    or why that amount is not known."""
+    return [{"key": _s(i.get("key")), "id": _s(i.get("invoiceId")) or "(none)", "status": _s(i.get("status")),
+             "at": _s(i.get("at")), "from": _s(i.get("periodStart")),
+             "amount": amount(i.get("amount"), _s(i.get("currency")) or None) if i.get("amount") is not None
+             else "not known", "unknown": _s(i.get("amountUnknown")), "records": quantity(_s(i.get("records")))}
+            for i in invoices]
+
+
+def no_invoices(mode: str) -> str:
+    """Why a tenant has no invoice."""
+    if mode == "Invoiced":
+        return ("No invoices yet: an Invoiced tenant's usage is pushed to the payment provider by its "
+                "BillingConnector and invoiced once per invoicing period, when there was usage.")
+    return (f"No invoices: this tenant is {mode or 'Prepaid'}, its wallet pays for its usage as it goes. Invoiced "
+            "tenants are invoiced by their BillingConnector, once per its invoiceInterval.")
