@@ -578,6 +578,10 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
     assert browser.all("svg[aria-labelledby^='spend-chart-t']")
     assert browser.all("svg[aria-labelledby^='balance-chart-t']")
     assert "62%" in browser.text("#portal-budgets [data-budget='north-monthly']")
+    # Its invoices too, each opening in the tenant portal (which answers ledger readers as well as members).
+    assert browser.text(f"#portal-invoices tr[data-invoice='{NORTH_INVOICE}']").endswith("6.25 EUR")
+    link = browser.one(f"#portal-invoices tr[data-invoice='{NORTH_INVOICE}'] a").get_attribute("href") or ""
+    assert link.startswith(f"{world.url}/portal/{NS}/ten-north/invoices/"), link
     browser.run("document.getElementById('portal-budgets').scrollIntoView()")
     browser.screenshot("billing-tenant-charts")
     browser.go(f"/billing/tenants/{NS}/ten-north?days={'9' * 5000}")

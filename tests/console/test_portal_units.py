@@ -171,9 +171,14 @@ def test_the_portal_pages_render_the_api_answers() -> None:
     html = _page("portal/tenant.html", t={**TENANT, "access": "reader", "organization": "acme"},
                  w=portal_views.wallet(TENANT), budgets=portal_views.budget_rows(TENANT),
                  reservations=portal_views.reservation_rows({"reservations": [{"name": "r", "count": 2}]}),
-                 spend=spend, recent=[row], days=30, ranges=(7, 30, 90), base="/portal/ns/ten", errors=[])
+                 spend=spend, recent=[row], days=30, ranges=(7, 30, 90), base="/portal/ns/ten", errors=[],
+                 invoices=portal_views.invoice_rows([{"key": "k1", "invoiceId": "in_1", "status": "finalized",
+                                                      "at": "2026-12-01T00:00:00Z", "amount": "6.25",
+                                                      "currency": "EUR"}]),
+                 no_invoices=portal_views.no_invoices("Prepaid"))
     assert "(keys without labels)" in html and "portal-reader" in html and "(project=rag)" in html
     assert 'style="width: 62%"' in html
+    assert 'data-invoice="k1"' in html and "in_1" in html and "/portal/ns/ten/invoices/k1" in html
 
 
 def test_a_pricebook_form_becomes_exactly_its_fields() -> None:

@@ -139,18 +139,22 @@ def _portal_api(request: Request, user: BillingUser) -> PortalApi | None:
 
 async def _charts(request: Request, user: BillingUser, namespace: str, name: str, days: int,
                   errors: list[str]) -> dict[str, Any] | None:
-    """The tenant's spend over time (per day and model), balance, and each budget's burn against its caps, from
-    the billing operator's portal API, as the user (their role's `get tenantaccounts/ledger`)."""
+    """The tenant's spend over time (per day and model), balance, each budget's burn against its caps and its
+    latest invoices, from the billing operator's portal API, as the user (their role's `get
+    tenantaccounts/ledger`)."""
     api = _portal_api(request, user)
     if api is None:
         return None
     try:
         tenant = await api.tenant(namespace, name)
         spend = await api.spend(namespace, name, days)
+        invoices = (await api.invoices(namespace, name, {"limit": "12"})).get("invoices") or []
     except PortalError as exc:
         errors.append(f"Charts: {exc.message}")
         return None
-    return {"spend": portal_views.spend_view(spend), "budgets": portal_views.budget_rows(tenant)}
+    return {"spend": portal_views.spend_view(spend), "budgets": portal_views.budget_rows(tenant),
+            "invoices": portal_views.invoice_rows(invoices),
+            "no_invoices": portal_views.no_invoices(str(tenant.get("billingMode") or ""))}
 
 
 async def _events(kube: UserKube, namespace: str, name: str, errors: list[str]) -> list[dict[str, str]]:
