@@ -37,6 +37,9 @@ from tests.console.oidc_provider import OidcProvider
 SETTINGS = ControllerSettings(gateway_name="maas-default-gateway", gateway_namespace="maas-gateway",
                               leader_election_namespace="opendatahub", max_concurrent_reconciles=4)
 ADMIN_GROUPS = ("maas-admins", "console-viewers", "oidc:maas-admins")
+# The groups whose members hold the administrators' RBAC: not console-viewers (vic is a console administrator
+# without RBAC: test_admin_models.py). Every console started on this world binds these, never ADMIN_GROUPS.
+RBAC_GROUPS = ("maas-admins", "oidc:maas-admins")
 OIDC_ACCOUNTS = {"dave": ["maas-admins"], "erin": ["analysts"], "gail": ["maas-admins"], "hank": ["analysts"]}
 SHORT_ID_TOKEN_SECONDS = 10
 OIDC_TTLS = {"gail": {"idTokenTtl": SHORT_ID_TOKEN_SECONDS},
@@ -97,7 +100,7 @@ async def world() -> AsyncIterator[ConsoleWorld]:
                                samples.gateway_status(), subresource="status")
             await install_billing_crds(stack.api)  # Plans and TenantAccounts beside a subscription's limits
             url = await start_console(
-                stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=("maas-admins", "oidc:maas-admins"),
+                stack, port, admin_groups=ADMIN_GROUPS, rbac_groups=RBAC_GROUPS,
                 oidc=OidcFlags(issuer=provider.issuer, client_id=oidc_provider.CLIENT_ID,
                                client_secret_file=provider.client_secret_file, ca_file=provider.ca_file),
                 redis_url=redis.url, extra_args=billing_world.console_args())

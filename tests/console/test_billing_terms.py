@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from kubernetes_asyncio import client as k8s
 
+from tests.billing.conftest import eventually
 from tests.console import objects
 from tests.console.browser import Browser
 from tests.console.conftest import SETTINGS, ConsoleWorld
@@ -36,6 +38,17 @@ async def _state(world: ConsoleWorld, tenant: str, state: str) -> None:
         BILLING, "v1alpha1", SETTINGS.gateway_namespace, "tenantaccounts", tenant,
         {"status": {"state": state, "balance": "-987.654321"}},
         _content_type="application/merge-patch+json")  # type: ignore[call-arg]
+
+
+async def _mint(world: ConsoleWorld, user: str, name: str, subscription: str) -> None:
+    """A key of `subscription` for `user`, at maas-api (retried until the subscription may be minted for)."""
+    async def minted() -> bool:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+            resp = await http.post("/v1/api-keys", headers={"Authorization": f"Bearer {world.token(user)}"},
+                                   json={"name": name, "subscription": subscription})
+        return resp.status_code == 201
+
+    await eventually(minted, timeout=60, interval=1)
 
 
 async def test_plan_limits_and_tenant_state_beside_a_subscriptions_limits(world: ConsoleWorld,
@@ -75,8 +88,10 @@ async def test_plan_limits_and_tenant_state_beside_a_subscriptions_limits(world:
     await browser.until(lambda: "requests are refused" in card(), what="the Frozen state shown")
     assert browser.all(f".billing-tenant.warning[data-tenant='{SETTINGS.gateway_namespace}/ten-{acme}']")
 
-    # The Models page: the same terms beside the models the subscription reaches.
-    browser.go("/models")
+    # The Models page: the same terms beside the models the subscription reaches (for a key of it, chosen as a
+    # user does: alice may hold keys of other subscriptions, minted by other tests of this world).
+    await _mint(world, "alice", f"terms-{sfx}", f"acme-{sfx}")
+    browser.models_for_key(f"terms-{sfx}")
     billing = browser.text("main")
     assert f"ten-{acme}" in billing and "30 requests per Minute" in billing and helix not in browser.source()
     browser.screenshot("models-billing")

@@ -10,13 +10,13 @@ import asyncio
 from maasctl.console.localrun import start_console
 from tests.console import objects
 from tests.console.browser import Browser
-from tests.console.conftest import ADMIN_GROUPS, ConsoleWorld, fixed_port
+from tests.console.conftest import ADMIN_GROUPS, RBAC_GROUPS, ConsoleWorld, fixed_port
 
 
 async def test_two_replicas_serve_one_session_and_a_restart_signs_nobody_out(world: ConsoleWorld,
                                                                             browser: Browser) -> None:
-    b_url = await start_console(world.stack, fixed_port(), admin_groups=ADMIN_GROUPS, redis_url=world.redis.url,
-                                name="console-b")
+    b_url = await start_console(world.stack, fixed_port(), admin_groups=ADMIN_GROUPS, rbac_groups=RBAC_GROUPS,
+                                redis_url=world.redis.url, name="console-b")
     replica_b = world.stack.processes["console-b"]
     ns, sub = await objects.namespace(world, "replicas"), f"replicas-{objects.suffix()}"
     await objects.apply(world, [*objects.external_model(world, ns, "gpt-x"),
