@@ -39,6 +39,7 @@ from maasctl.console.forms import FORM, kube_errors
 from maasctl.console.kube import MODEL_REF, SUBSCRIPTION, KubeError, Resource
 from maasctl.console.web import console, flash, kube_as, redirect
 from maasctl.contract.billing_console import at_least
+from maasctl.contract.billing_terms import tenant_id
 
 log = structlog.get_logger("maasctl.console.billing")
 router = APIRouter()
@@ -165,7 +166,7 @@ async def start_page(request: Request, user: Biller) -> Response:
     steps = walkthrough.steps(found)
     return _render(request, "billing/start.html", user, title="Get started", errors=errors, steps=steps,
                    ready=all(s.done for s in steps), chain=found, gateway_urls=settings.gateway_urls,
-                   organization=walkthrough.organization(found.tenant) if found.tenant else "")
+                   organization=tenant_id(found.tenant) if found.tenant else "")
 
 
 @router.get("/billing/edit/{plural}/{namespace}/{name}")

@@ -17,10 +17,10 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from maasctl.console.billing.money import amount
+from maasctl.contract.billing_terms import ORGANIZATION_LABEL, tenant_id
 
-__all__ = ["Chain", "Step", "chain", "defaults", "steps"]
+__all__ = ["ORGANIZATION_LABEL", "Chain", "Step", "chain", "defaults", "steps"]
 
-ORGANIZATION_LABEL: Final = "billing.opendatahub.io/organization-id"
 EXAMPLE_RATES: Final = "per-1M-tokens prompt_tokens=1.00 completion_tokens=2.00"
 WALLET_MODES: Final = frozenset({"Prepaid"})  # the modes whose calls need money in the wallet first
 
@@ -71,12 +71,6 @@ def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("status") or {}
 
 
-def organization(tenant: Mapping[str, Any]) -> str:
-    """The organization a tenant answers to (contract.billing_terms.tenant_id: its label, else its name)."""
-    labels = ((tenant.get("metadata") or {}).get("labels")) or {}
-    return str(labels.get(ORGANIZATION_LABEL) or _meta(tenant)[1])
-
-
 def chain(books: Sequence[Mapping[str, Any]], plans: Sequence[Mapping[str, Any]],
           tenants: Sequence[Mapping[str, Any]], subscriptions: Sequence[Mapping[str, Any]]) -> Chain:
     """The objects the walkthrough follows: the newest tenant with a Plan that exists, that Plan, its book; with
@@ -96,7 +90,7 @@ def chain(books: Sequence[Mapping[str, Any]], plans: Sequence[Mapping[str, Any]]
     plan = plan_of(tenant) if tenant is not None else (
         _newest([p for p in plans if book_of(p) is not None]) or _newest(plans))
     book = book_of(plan) or _newest(books)
-    org = organization(tenant) if tenant is not None else None
+    org = tenant_id(tenant) if tenant is not None else None
     subscription = _newest([s for s in _live(subscriptions)
                             if org and str((_spec(s).get("organization") or {}).get("id") or "") == org])
     return Chain(book, plan, tenant, subscription)
@@ -161,7 +155,7 @@ def steps(c: Chain) -> list[Step]:
         return [*out, Step("wallet", "Money in its wallet", False, "Once there is a tenant."),
                 Step("subscription", "Its users' subscription", False, "Once there is a tenant.")]
     spec, status = _spec(c.tenant), _status(c.tenant)
-    mode, org = str(spec.get("billingMode") or ""), organization(c.tenant)
+    mode, org = str(spec.get("billingMode") or ""), tenant_id(c.tenant)
     out.append(Step("tenant", "A tenant on the Plan", True,
                     f"{_key(c.tenant)} ({spec.get('displayName') or _meta(c.tenant)[1]}), organization {org}, "
                     f"{mode}: {status.get('state') or 'Pending'}"))
