@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+from kubernetes_asyncio import client as k8s
 
 from e2e.conftest import World
 from e2e.target import Target
@@ -18,9 +19,10 @@ from e2e.waits import eventually
 from maasctl.billing.api.install import install_billing_crds
 from maasctl.localstack import LocalStack, maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
+from maasctl.tls import default_tls
 
-__all__ = ["BILLING", "billing_operator", "book_and_plan", "book_spec", "ledger_url", "org_subscription",
-           "organization_key", "tenant_objects", "usage_url", "wait_probes"]
+__all__ = ["BILLING", "billing_operator", "book_and_plan", "book_spec", "chargeable_from", "ledger_url",
+           "org_subscription", "organization_key", "tenant_objects", "usage_url", "wait_probes"]
 
 BILLING = "billing.opendatahub.io/v1alpha1"
 
@@ -60,7 +62,7 @@ async def wait_probes(proc: ManagedProcess, health_port: int) -> None:
     async def ready() -> bool:
         assert proc.alive(), proc.log_tail()
         try:
-            async with httpx.AsyncClient(timeout=2) as http:
+            async with httpx.AsyncClient(timeout=2, verify=default_tls()) as http:
                 return (await http.get(f"http://127.0.0.1:{health_port}/readyz")).status_code == 200
         except httpx.HTTPError:
             return False
@@ -113,3 +115,18 @@ def book_and_plan(world: World, book_name: str, plan_name: str, effective: datet
     """The PriceBook (`book_spec`) and a Plan on the stack's Gateway that uses it."""
     return tenant_objects(world, book=book_name, plan=plan_name, tenant="", org="", book_spec=book_spec(effective),
                           limits={"requestsPerMinute": 1000}, billing_mode="")[:2]
+
+
+async def chargeable_from(world: World, tenant: str, effective: datetime) -> datetime:
+    """Sleep until a call is charged to TenantAccount `tenant` (in the gateway namespace), and say from when: its
+    PriceBook is in force (`effective`) and its creation second is over - a record made in that second predates
+    the account, so it is showback, never charged (`catalog.TenantRef.predates`). Creating the objects can take
+    more than the second a journey gives `effective` on a loaded machine (seen in whole runs: a budget journey's
+    ledger held 29 of 37 calls)."""
+    custom = k8s.CustomObjectsApi(world.stack.api)
+    obj = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1",
+                                                    world.stack.settings.gateway_namespace, "tenantaccounts", tenant)
+    created = datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    start = max(effective, created + timedelta(seconds=1))
+    await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds() + 0.1))
+    return start

@@ -21,6 +21,7 @@ import httpx
 
 from maasctl.reconcilers.kinds import CONFIG_MAP, MAAS_AUTH_POLICY, MAAS_SUBSCRIPTION
 from maasctl.runtime import ApiError, Client, GroupVersionKind, NotFound
+from maasctl.tls import default_tls
 
 __all__ = ["RUN_LABEL", "Cleanup", "labelled", "sweep"]
 
@@ -53,7 +54,7 @@ class Cleanup:
     async def run(self) -> list[str]:
         """Undo everything; the problems met (nothing is raised half-way)."""
         problems: list[str] = []
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=15) as http:
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=15, verify=default_tls()) as http:
             for token, key_id in self.keys:
                 try:
                     resp = await http.delete(f"/v1/api-keys/{key_id}", headers={"Authorization": f"Bearer {token}"})

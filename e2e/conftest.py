@@ -1,17 +1,17 @@
 """End-to-end journeys over real HTTP against a cluster: the suite's own local stack (`E2E_CLUSTER=local`, the
 default) or one someone else started (`E2E_CLUSTER=external`, configured by `E2E_*` variables: docs/e2e.md).
 
-Journeys use only the `world` fixture (`World`) and `e2e.target.Need`; each works in a namespace and objects of
-its own, labelled with the run id and removed afterwards even when the journey fails.
+Journeys use only the `world` fixture (`World`; the fixtures are in `e2e/fixtures.py`) and `e2e.target.Need`;
+each works in a namespace and objects of its own, labelled with the run id and removed afterwards even when the
+journey fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,39 +21,18 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 
-from e2e.cleanup import RUN_LABEL, Cleanup, labelled
-from e2e.config import ConfigError, ExternalConfig
-from e2e.identities import IdentityError
-from e2e.target import Need, Target, external_target, local_target
-from e2e.waits import eventually
+from e2e.cleanup import Cleanup, labelled
+from e2e.target import Need, Target
+from e2e.waits import PROBE_BODY, eventually
 from maasctl.contract.organizations import ORG_ADMINS_KEY, ORG_ADMINS_LABEL
 from maasctl.gateway.config import LOCAL_URL_ANNOTATION
 from maasctl.reconcilers.kinds import LLM_INFERENCE_SERVICE
 from maasctl.runtime import Client
+from maasctl.tls import default_tls
 
 __all__ = ["MAAS", "Need", "World", "eventually"]
 
 MAAS = "maas.opendatahub.io/v1alpha1"
-
-
-@pytest.fixture(scope="session")
-async def stack() -> AsyncIterator[Target]:
-    mode = os.environ.get("E2E_CLUSTER", "local")
-    async with contextlib.AsyncExitStack() as exits:
-        if mode == "local":
-            target = await exits.enter_async_context(local_target())
-        elif mode == "external":
-            problem = ""
-            try:
-                target = await exits.enter_async_context(external_target(ExternalConfig.from_env()))
-            except (ConfigError, IdentityError, RuntimeError) as exc:
-                problem = str(exc)  # failed outside the handler: the message alone, no chained traceback
-            if problem:
-                pytest.fail(problem, pytrace=False)
-        else:
-            pytest.fail(f"E2E_CLUSTER must be local or external, not {mode!r} (kind is a recipe of external: "
-                        "docs/e2e.md)", pytrace=False)
-        yield target
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -118,7 +97,7 @@ class World:
         body: dict[str, Any] = {"name": f"key-{uuid.uuid4().hex[:6]}", **extra}
         if subscription:
             body["subscription"] = subscription
-        async with httpx.AsyncClient(base_url=self.stack.api_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=self.stack.api_url, timeout=10, verify=default_tls()) as http:
             resp = await http.post("/v1/api-keys", json=body, headers={"Authorization": f"Bearer {self.token(user)}"})
             if resp.status_code == 429 and "key_mint_rate_limited" in resp.text:
                 # maas-api bounds mints per user and minute (docs/security.md); a suite sharing one stack mints
@@ -133,13 +112,14 @@ class World:
 
     async def chat(self, model: str, credential: str, *, headers: dict[str, str] | None = None,
                    gateway_url: str | None = None, **body: Any) -> httpx.Response:
-        payload = {"model": "gpt-x", "messages": [{"role": "user", "content": "hello"}], **body}
-        async with httpx.AsyncClient(base_url=gateway_url or self.stack.gateway_url, timeout=30) as http:
+        payload = {**PROBE_BODY, **body}
+        async with httpx.AsyncClient(base_url=gateway_url or self.stack.gateway_url, timeout=30,
+                                     verify=default_tls()) as http:
             return await http.post(f"/{self.namespace}/{model}/v1/chat/completions", json=payload,
                                    headers={"Authorization": f"Bearer {credential}", **(headers or {})})
 
     async def models(self, credential: str, headers: dict[str, str] | None = None) -> list[str]:
-        async with httpx.AsyncClient(base_url=self.stack.api_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=self.stack.api_url, timeout=30, verify=default_tls()) as http:
             resp = await http.get("/v1/models", headers={"Authorization": f"Bearer {credential}", **(headers or {})})
         assert resp.status_code == 200, resp.text
         return sorted(m["owned_by"] for m in resp.json()["data"] if m["owned_by"].startswith(f"{self.namespace}/"))
@@ -148,7 +128,7 @@ class World:
         """What the test model received, oldest first (skips the journey without a request log)."""
         self.require(Need.MODEL_REQUESTS)
         assert self.stack.model_requests_url is not None
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
             resp = await http.get(self.stack.model_requests_url)
         assert resp.status_code == 200, f"request log {self.stack.model_requests_url}: {resp.status_code}"
         seen: list[dict[str, Any]] = resp.json()
@@ -291,6 +271,19 @@ class World:
 
         await eventually(active, timeout, describe=lambda: last.get("why", ""))
 
+    async def wait_in_force(self, model: str, credential: str, timeout: float = 60) -> None:
+        """Until the data plane reports the model's policies in force for this credential, without a call: a call
+        served before the caller's token limit reached the gateway would not count towards it."""
+        plane = self.stack.data_plane
+        last = {"why": "not checked yet"}
+
+        async def in_force() -> bool:
+            why = await plane.not_ready(self.namespace, model, credential)
+            last["why"] = why or ""
+            return why is None
+
+        await eventually(in_force, timeout, describe=lambda: last["why"])
+
     async def wait_enforced(self, model: str, credential: str, timeout: float = 60) -> None:
         """Until the data plane reports the model's policies in force and the gateway serves the model for this
         credential (one successful call: 15 tokens are charged)."""
@@ -298,7 +291,7 @@ class World:
         last = {"why": "not checked yet"}
 
         async def served() -> bool:
-            why = await plane.not_ready(self.namespace, model)
+            why = await plane.not_ready(self.namespace, model, credential)
             if why is not None:
                 last["why"] = why
                 return False
@@ -309,19 +302,3 @@ class World:
             return False
 
         await eventually(served, timeout, describe=lambda: last["why"])
-
-
-@pytest.fixture
-async def world(stack: Target) -> AsyncIterator[World]:
-    suffix = uuid.uuid4().hex[:6]
-    namespace = f"e2e-{suffix}"
-    cleanup = Cleanup(stack.client, stack.api_url)
-    cleanup.track({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    await k8s.CoreV1Api(stack.api).create_namespace(k8s.V1Namespace(
-        metadata=k8s.V1ObjectMeta(name=namespace, labels={RUN_LABEL: stack.run_id})))
-    try:
-        yield World(stack, namespace, suffix, cleanup)
-    finally:
-        problems = await cleanup.run()
-        if problems:
-            pytest.fail("cleanup after the journey: " + "; ".join(problems), pytrace=False)

@@ -33,6 +33,7 @@ from maasctl.reconcilers.kinds import GATEWAY
 from maasctl.runtime import Client, NotFound
 from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
+from maasctl.tls import default_tls
 
 __all__ = ["LOCAL_SETTINGS", "TENANT_GATEWAY", "Need", "Target", "external_target", "local_target"]
 
@@ -149,7 +150,7 @@ async def _check_reachable(config: ExternalConfig, client: Client) -> list[str]:
     except k8s.ApiException:
         problems.append(f"subscription namespace {settings.subscription_namespace} not found "
                         "(set E2E_SUBSCRIPTION_NAMESPACE)")
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
         for what, url in (("maas-api", f"{config.api_url}/health"), ("the gateway", config.gateway_url)):
             try:
                 await http.get(url)

@@ -17,7 +17,14 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from e2e.billing_operator import BILLING, billing_operator, ledger_url, org_subscription, tenant_objects
+from e2e.billing_operator import (
+    BILLING,
+    billing_operator,
+    chargeable_from,
+    ledger_url,
+    org_subscription,
+    tenant_objects,
+)
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
 from maasctl.billing.api.budget import BudgetPeriod
@@ -91,8 +98,15 @@ async def test_a_project_budget_throttles_then_freezes_its_keys_while_the_tenant
         fired = [c for c in (await status()).get("conditions") or () if c.get("type") == "ThresholdFired"]
         return str(fired[0].get("reason")) if fired else None
 
+    seen: dict[str, Any] = {"spend": None, "refused": []}
+
     async def spent(want: Decimal) -> bool:
-        return await ledger.spend(tenant_key, effective) == want
+        seen["spend"] = await ledger.spend(tenant_key, effective)
+        return bool(seen["spend"] == want)
+
+    def spend_report() -> str:
+        calls = seen["spend"] / CALL if seen["spend"] is not None else None
+        return f"the ledger holds {seen['spend']} ({calls} calls); calls refused and retried: {seen['refused']}"
 
     async def served(credential: str) -> bool:
         return (await world.chat("gpt", credential)).status_code == 200
@@ -105,18 +119,19 @@ async def test_a_project_budget_throttles_then_freezes_its_keys_while_the_tenant
             resp = await world.chat("gpt", credential)
             if resp.status_code == 200:
                 return
+            seen["refused"].append(f"{resp.status_code} {resp.text[:120]}")
             await asyncio.sleep(0.25)
         raise AssertionError(f"gateway keeps answering {resp.status_code}: {resp.text[:500]}")
 
     try:
-        await asyncio.sleep(max(0.0, (effective - datetime.now(UTC)).total_seconds() + 0.1))  # book in force
+        await chargeable_from(world, tenant_name, effective)
         # The project spends 32 calls' worth (past 20 % of the cap), the other key 5, before any budget exists.
         for _ in range(16):
             await spend_one_call(rag["key"])
             await spend_one_call(rag2["key"])
         for _ in range(5):
             await spend_one_call(plain["key"])
-        await eventually(lambda: spent(37 * CALL), 60)
+        await eventually(lambda: spent(37 * CALL), 60, describe=spend_report)
 
         # The budget is set: it counts the project's keys only, and Throttles them at once (Notify too).
         await world.apply(policy)

@@ -32,6 +32,7 @@ from maasctl import samples as maas_samples
 from maasctl.billing.dev import samples
 from maasctl.billing.dev.stack import start_billing
 from maasctl.runtime import GroupVersionKind, NotFound
+from maasctl.tls import default_tls
 
 GROUP, VERSION = "billing.opendatahub.io", "v1alpha1"
 
@@ -127,7 +128,7 @@ async def test_a_call_becomes_a_charge_and_a_low_balance_a_credited_reload(dev_b
 
     async def call() -> int:
         nonlocal served
-        async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=30, verify=default_tls()) as http:
             resp = await http.post(url, headers={"Authorization": f"Bearer {key}"}, json={
                 "model": maas_samples.EXTERNAL_MODEL, "messages": [{"role": "user", "content": "hello"}]})
         served += resp.status_code == 200

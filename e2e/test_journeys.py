@@ -11,6 +11,7 @@ import httpx
 from e2e.conftest import Need, World, eventually
 from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 from maasctl.reconcilers.kinds import LLM_INFERENCE_SERVICE, MAAS_SUBSCRIPTION
+from maasctl.tls import default_tls
 
 PER_CALL = 15
 
@@ -136,7 +137,7 @@ async def test_revoked_key_stops_within_a_second_and_deleted_subscription_keys_s
     await world.wait_enforced("gpt", revoked["key"])
     await world.wait_enforced("gpt", survivor)
 
-    async with httpx.AsyncClient(base_url=world.stack.api_url) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, verify=default_tls()) as http:
         resp = await http.delete(f"/v1/api-keys/{revoked['id']}",
                                  headers={"Authorization": f"Bearer {world.token('alice')}"})
     assert resp.status_code in (200, 204), resp.text

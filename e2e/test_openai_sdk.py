@@ -113,6 +113,7 @@ async def test_openai_sdk_on_the_base_url_reaches_an_in_cluster_model(world: Wor
         assert chat.usage is not None and chat.usage.total_tokens == PROMPT + COMPLETION
         return True
 
+    await world.wait_in_force(model, key)  # the limit counts from the first call on
     await eventually(reached, 60, describe=lambda: last["why"])  # 15 tokens of 40
     stream = await client.chat.completions.create(model=served, messages=messages, stream=True,
                                                   stream_options={"include_usage": True})

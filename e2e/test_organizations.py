@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e.conftest import Need, World, eventually
 from maasctl.reconcilers.kinds import MAAS_SUBSCRIPTION
 from maasctl.runtime import GroupVersionKind
+from maasctl.tls import default_tls
 
 KUADRANT_TRLP = "kuadrant.io/v1alpha1"
 CRD = GroupVersionKind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
@@ -46,7 +47,7 @@ async def test_an_organization_admin_manages_only_their_organizations_keys_and_u
     ns = world.sub_ns()
     ours = {str(key_acme["id"]), str(key_globex["id"])}
 
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         async def acme_keys_visible() -> bool:
             r = await http.post("/v1/api-keys/search", headers=alice,
                                 json={"filters": {"username": world.username("carol")}})
@@ -141,7 +142,7 @@ async def test_the_gateway_measures_latency_and_tokens_per_subscription(world: W
     for _ in range(2):
         assert (await world.chat("gpt", key)).status_code == 200
     ref = f"{world.sub_ns()}/{sub}"
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
         text = (await http.get(f"{world.stack.gateway_url}/_gateway/metrics")).text
     samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples
                if s.labels.get("subscription") == ref]
@@ -168,7 +169,8 @@ async def test_a_deleted_subscription_is_terminating_until_its_keys_are_revoked(
         if event.get("type") == "MODIFIED" and (obj.get("metadata") or {}).get("deletionTimestamp"):
             phases.append(str((obj.get("status") or {}).get("phase")))
     assert "Terminating" in phases, phases
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:  # revoked by the cleanup
+    # revoked by the cleanup
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         shown = await http.get(f"/v1/api-keys/{key_id}", headers=bearer(world.token("alice")))
     assert shown.status_code == 200 and shown.json()["status"] == "revoked", shown.text
     crd = await world.client.get(CRD, "maassubscriptions.maas.opendatahub.io")

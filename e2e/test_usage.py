@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from e2e.conftest import Need, World, eventually
+from maasctl.tls import default_tls
 
 
 async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(world: World) -> None:
@@ -35,7 +36,7 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
 
     async def report_rows() -> dict[tuple[str, str], dict[str, Any]]:
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
             for sub in (metered, unlimited):
                 resp = await http.get("/v1/usage/report", params={"range": "1d", "subscription": sub},
                                       headers=admin)
@@ -54,7 +55,7 @@ async def test_usage_of_limited_and_unlimited_models_reaches_reports_and_csv(wor
         assert (row["totalTokens"], row["inputTokens"], row["outputTokens"]) == (15 * calls, 10 * calls, 5 * calls)
         assert row["cachedTokens"] == row["reasoningTokens"] == 0
 
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
         resp = await http.get("/v1/usage/export", params={"groupBy": "subscription", "by": "day"}, headers=admin)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/csv")
     exported = list(csv.DictReader(io.StringIO(resp.text)))

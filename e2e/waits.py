@@ -3,8 +3,10 @@
 Who says a model's policies are in force differs by data plane, so the wait asks the one in front of the
 journeys: Kuadrant writes `Accepted`/`Enforced` conditions on the generated AuthPolicy and
 TokenRateLimitPolicy (a real cluster), maasctl's local data plane (`maasctl gateway`, used by the local stack and
-`maasctl dev`) says `/_gateway/readyz` once its informers have synced. Either way the wait ends with one
-successful call through the gateway (journeys count its 15 tokens), and a timeout names the last reason.
+`maasctl dev`) says `/_gateway/readyz` once its informers have synced, and `/_gateway/simulate` whether the
+caller's token limit has reached it (a call served before would not count towards the limit). Either way the
+wait ends with one successful call through the gateway (journeys count its 15 tokens), and a timeout names the
+last reason.
 
 Timeouts are scaled for the whole session (`set_timeout_scale`, from `E2E_TIMEOUT_SCALE` or the data plane's
 default), so journeys write the figure that fits the local stack and still wait long enough on a slower cluster.
@@ -22,14 +24,17 @@ from typing import Protocol
 import httpx
 
 from maasctl.builders import names
+from maasctl.maasapi.keys import looks_like_key
 from maasctl.reconcilers.indexes import kuadrant_ready
 from maasctl.reconcilers.kinds import AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY
 from maasctl.runtime import Client, NotFound
+from maasctl.tls import default_tls
 
-__all__ = ["DataPlane", "KuadrantDataPlane", "MaasctlDataPlane", "detect_data_plane", "eventually",
+__all__ = ["PROBE_BODY", "DataPlane", "KuadrantDataPlane", "MaasctlDataPlane", "detect_data_plane", "eventually",
            "scaled", "set_timeout_scale"]
 
 MAASCTL = "maasctl"
+PROBE_BODY = {"model": "gpt-x", "messages": [{"role": "user", "content": "hello"}]}  # World.chat's request
 KUADRANT = "kuadrant"
 _scale = 1.0
 
@@ -64,8 +69,8 @@ class DataPlane(Protocol):
     name: str
     default_timeout_scale: float
 
-    async def not_ready(self, namespace: str, model: str) -> str | None:
-        """None when the model's policies are in force; else why not (for the timeout message)."""
+    async def not_ready(self, namespace: str, model: str, credential: str) -> str | None:
+        """None when the model's policies are in force for this caller; else why not (for the timeout message)."""
         ...
 
 
@@ -77,13 +82,27 @@ class MaasctlDataPlane:
     name: str = MAASCTL
     default_timeout_scale: float = 1.0
 
-    async def not_ready(self, namespace: str, model: str) -> str | None:
+    async def not_ready(self, namespace: str, model: str, credential: str) -> str | None:
+        """Synced, and the caller's token limit for the model is in the gateway's view: a subscription always
+        has one (an unlimited model too), and a call served before it arrived would not count towards it."""
         try:
-            async with httpx.AsyncClient(base_url=self.gateway_url, timeout=10) as http:
+            async with httpx.AsyncClient(base_url=self.gateway_url, timeout=10, verify=default_tls()) as http:
                 resp = await http.get("/_gateway/readyz")
+                if resp.status_code != 200:
+                    return f"local data plane not ready ({resp.status_code} {resp.text})"
+                kind = "key" if looks_like_key(credential) else "token"
+                call = {"model": f"{namespace}/{model}", kind: credential, "body": PROBE_BODY}
+                resp = await http.post("/_gateway/simulate", json=call,
+                                       headers={"Authorization": f"Bearer {credential}"})
         except httpx.HTTPError as exc:
             return f"the local data plane at {self.gateway_url} does not answer: {exc!r}"
-        return None if resp.status_code == 200 else f"local data plane not ready ({resp.status_code} {resp.text})"
+        if resp.status_code == 403 and "loopback" in resp.text:
+            return None  # a gateway that simulates for loopback clients only: its readiness is all it says
+        if resp.status_code != 200:
+            return f"the gateway cannot simulate the call ({resp.status_code} {resp.text[:200]})"
+        if not resp.json().get("limits"):
+            return f"the gateway holds no token limit of this caller for {namespace}/{model} yet: {resp.text[:600]}"
+        return None
 
 
 @dataclass
@@ -94,7 +113,7 @@ class KuadrantDataPlane:
     name: str = KUADRANT
     default_timeout_scale: float = 3.0  # Authorino and Limitador pick changes up asynchronously
 
-    async def not_ready(self, namespace: str, model: str) -> str | None:
+    async def not_ready(self, namespace: str, model: str, credential: str) -> str | None:
         for gvk, name, required in ((AUTH_POLICY, names.authpolicy_name(model), True),
                                     (TOKEN_RATE_LIMIT_POLICY, names.trlp_name(model), False)):
             try:
@@ -119,7 +138,7 @@ async def detect_data_plane(gateway_url: str, client: Client, choice: str = "aut
     if choice != "auto":
         raise ValueError(f"E2E_DATA_PLANE must be auto, {MAASCTL} or {KUADRANT}, not {choice!r}")
     with contextlib.suppress(httpx.HTTPError, ValueError):
-        async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=gateway_url, timeout=10, verify=default_tls()) as http:
             resp = await http.get("/_gateway/readyz")
         body = json.loads(resp.text)
         if resp.status_code in (200, 503) and isinstance(body, dict) and "synced" in body:

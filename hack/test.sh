@@ -8,13 +8,17 @@
 # the guardrails engine, tenant gateways) cannot run against someone else's cluster, so a third run takes them
 # through the processor on the local stack: every journey runs through both fronts. A skipped journey fails any
 # run (E2E_NO_SKIPS=1).
-# Same command locally and in CI; arguments go to the first pytest run. Both runs always run; either failing
-# fails the command.
+# Same command locally and in CI; arguments go to the first pytest run. All three runs always run; any failing
+# fails the command. (Run side by side, the second and third took 80 s less, but a budget journey's timing failed
+# under the added load.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./hack/setup.sh --postgres
 .venv/bin/ruff check .
-.venv/bin/mypy src
+# mypy's incremental cache lives outside the checkout (like the built control plane): a fresh clone checks 375
+# files in about 4 s instead of 68. mypy validates each cached module against its source's hash, so a stale cache
+# costs time, never a missed error.
+.venv/bin/mypy --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/maasctl/mypy" src
 PYTHONPATH=src .venv/bin/lint-imports --no-cache >/dev/null || PYTHONPATH=src .venv/bin/lint-imports --no-cache
 export E2E_NO_SKIPS=1
 status=0

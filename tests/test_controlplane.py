@@ -10,6 +10,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from maasctl.testenv import ControlPlane
+from maasctl.testenv.seed import third_party_seed
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
@@ -135,6 +136,25 @@ def test_second_control_plane_runs_side_by_side_and_leaves_no_process(control_pl
     assert all(p is not None and p.poll() is not None for p in popens)
     assert not root.exists()
     control_plane.check_healthy()
+
+
+def test_a_seeded_control_plane_serves_the_third_party_kinds_at_start_and_leaves_the_seed_unchanged() -> None:
+    """Control planes start from a copy of an etcd that holds the third-party CRDs (`seed.third_party_seed`): the
+    kinds are served and discoverable as soon as `start()` returns, and what one control plane writes never
+    reaches the seed the next one copies."""
+    seed = third_party_seed()
+    files = {p: p.read_bytes() for p in seed.rglob("*") if p.is_file()}
+    gateway = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "seeded"},
+               "spec": {"gatewayClassName": "x", "listeners": [{"name": "h", "port": 80, "protocol": "HTTP"}]}}
+    with ControlPlane(with_controller_manager=False, etcd_seed=seed) as cp, cp.http_client() as http:
+        groups = {g["name"] for g in http.get("/apis").json()["groups"]}
+        assert {"gateway.networking.k8s.io", "kuadrant.io", "serving.kserve.io", "kueue.x-k8s.io"} <= groups
+        created = http.post("/apis/gateway.networking.k8s.io/v1/namespaces/default/gateways", json=gateway)
+        assert created.status_code == 201, created.text
+        bad = {**gateway, "metadata": {"name": "no-listeners"}, "spec": {"gatewayClassName": "x", "listeners": []}}
+        refused = http.post("/apis/gateway.networking.k8s.io/v1/namespaces/default/gateways", json=bad)
+        assert refused.status_code == 422, refused.text  # the CRD's schema is in force, not just its name
+    assert {p: p.read_bytes() for p in seed.rglob("*") if p.is_file()} == files
 
 
 def test_free_ports_stay_out_of_the_ephemeral_range() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from maasctl import __version__, eventloop, subscription_cli, usage_cli
+from maasctl import __version__, keys_cli, subscription_cli, usage_cli
 from maasctl.billing.cli import billing as billing_cli
 from maasctl.console import cli as console_cli
 from maasctl.settings import ControllerSettings, env_default
@@ -331,17 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = testenv.add_subparsers(dest="testenv_command", required=True)
     tsub.add_parser("build", help="build (or find in the cache) the control-plane binary and print its path")
 
-    keys = sub.add_parser("keys", help="API key maintenance (run by the controller's Jobs)")
-    ksub = keys.add_subparsers(dest="keys_command", required=True)
-    revoke = ksub.add_parser("revoke-subscription",
-                             help="revoke every API key bound to one subscription (the deletion cleanup Job)")
-    revoke.add_argument("--subscription", required=True, help="<namespace>/<name> of the MaaSSubscription")
-    revoke.add_argument("--maas-api-url", default=env_default("maas_api_url", ControllerSettings().maas_api_url))
-    revoke.add_argument("--token-file", default=env_default("maas_api_token_file",
-                                                            "/var/run/secrets/kubernetes.io/serviceaccount/token"),
-                        help="file holding the bearer token for maas-api (default: the pod's service account)")
-    revoke.add_argument("--ca-file", default=env_default("maas_api_ca_file", "") or None,
-                        help="CA bundle for an https maas-api URL")
+    keys_cli.register(sub)
 
     return parser
 
@@ -508,28 +498,17 @@ def _testenv(args: argparse.Namespace) -> int:
     return 0
 
 
-def _keys(args: argparse.Namespace) -> int:
-    from maasctl.reconcilers.cleanup import RevocationError, revoke_subscription_keys
-
-    try:
-        token = Path(args.token_file).read_text().strip()
-        count = revoke_subscription_keys(args.maas_api_url, args.subscription, token, ca_file=args.ca_file)
-    except (OSError, RevocationError) as exc:
-        print(f"revoking the API keys of {args.subscription} failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"revoked {count} API key(s) of subscription {args.subscription}")
-    return 0
-
-
 _HANDLERS = {
     "run": _run, "dev": _dev, "api": _api, "gateway": _gateway, "payload-processor": _payload_processor,
     "simulate": _simulate, "testmodel": _testmodel,
-    "gen-crds": _gen_crds, "testenv": _testenv, "keys": _keys, "usage": _usage,
+    "gen-crds": _gen_crds, "testenv": _testenv, "keys": keys_cli.run, "usage": _usage,
     "console": console_cli.run, "billing": billing_cli.dispatch, "subscription": subscription_cli.run,
 }
 
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
+    from maasctl import eventloop
+
     try:
         return int(eventloop.run(coro))
     except KeyboardInterrupt:

@@ -26,9 +26,10 @@ from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane, TestUser
 from maasctl.testenv.controlplane import ManagedProcess, default_users, free_port
-from maasctl.testenv.crds import install_third_party_crds
 from maasctl.testenv.guardrails import EngineRunner, check_command, engine_venv
 from maasctl.testenv.jobrunner import DEFAULT_MANAGED_BY, JobRunner
+from maasctl.testenv.seed import third_party_seed
+from maasctl.tls import default_tls
 
 log = structlog.get_logger("maasctl.localstack")
 
@@ -126,6 +127,7 @@ class LocalStack:
     async def start(self) -> LocalStack:
         opts = self.options
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.control_plane.etcd_seed = await asyncio.to_thread(third_party_seed)  # the CRDs come with etcd's data
         await asyncio.to_thread(self.control_plane.start)
         try:
             await self._start(opts)
@@ -135,8 +137,6 @@ class LocalStack:
         return self
 
     async def _start(self, opts: StackOptions) -> None:
-        with self.control_plane.http_client() as http:
-            await asyncio.to_thread(install_third_party_crds, http)
         self._api = await connect(str(self.kubeconfig))
         await install_crds(self.api, subscription_namespace=self.settings.subscription_namespace,
                            with_finalizer_policy=True, namespaces=self.settings.namespaces)
@@ -312,7 +312,7 @@ class LocalStack:
     async def _wait_http(self, url: str, name: str, timeout: float = 60.0) -> None:
         proc = self.processes.get(name)
         deadline = asyncio.get_running_loop().time() + timeout
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=2.0, verify=default_tls()) as http:
             while True:
                 if proc is not None and not proc.alive():
                     raise RuntimeError(f"{name} exited during start-up:\n{proc.log_tail()}")

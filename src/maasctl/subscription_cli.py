@@ -20,10 +20,6 @@ from typing import Any
 
 import yaml
 
-from maasctl.api import API_VERSION
-from maasctl.contract.quantities import InvalidQuantityError, parse_limit, parse_window_name
-from maasctl.contract.windows import InvalidWindowError
-
 __all__ = ["parse_tier", "register", "render", "run"]
 
 _TIER = re.compile(r"^\s*(?P<tokens>[^/]+?)\s*(?:/|\s+per\s+|\s+tokens\s+per\s+)\s*(?P<window>.+?)\s*$", re.I)
@@ -35,6 +31,10 @@ class SubscriptionCliError(Exception):
 
 def parse_tier(text: str) -> dict[str, Any]:
     """`100M per Hour` -> `{"limit": 100000000, "window": "1h"}`."""
+    # imported here, like every command's work: `maasctl` parses its command line without the API types
+    from maasctl.contract.quantities import InvalidQuantityError, parse_limit, parse_window_name
+    from maasctl.contract.windows import InvalidWindowError
+
     match = _TIER.match(text.replace("tokens per", "per"))
     if match is None:
         raise SubscriptionCliError(f"{text!r}: write a limit as '<tokens> per <window>', e.g. '100M per Hour'")
@@ -53,6 +53,8 @@ def _ref(text: str) -> dict[str, str]:
 
 def render(args: argparse.Namespace) -> dict[str, Any]:
     """The MaaSSubscription described by the command line."""
+    from maasctl.api import API_VERSION
+
     tiers = [parse_tier(t) for t in args.limit or ()]
     if args.model and not tiers:
         raise SubscriptionCliError("--model needs at least one --limit (or use --unlimited)")

@@ -47,6 +47,7 @@ from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testmodel import ModelServerConfig
 from maasctl.testmodel import create_app as model_app
+from maasctl.tls import default_tls
 from tests.billing.conftest import SETTINGS, Billing, start_billing
 from tests.gateway.conftest import GATEWAY_TOKEN, UPSTREAM_KEY, MaasApiStandIn, serve_external_locally
 from tests.reconcilers.conftest import (
@@ -199,7 +200,7 @@ def billing_objects(stack: Stack, org: str, book: dict[str, Any], mode: str = "P
 
 
 async def call(stack: Stack, headers: dict[str, str], model: str = "gpt", **body: Any) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
         return await http.post(f"{stack.gateway_url}/{stack.ns}/{model}/v1/chat/completions", headers=headers,
                                json={"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], **body})
 

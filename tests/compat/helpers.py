@@ -7,6 +7,8 @@ from typing import Any
 import httpx
 from e2e.conftest import World
 
+from maasctl.tls import default_tls
+
 
 async def served_model(world: World, model: str = "gpt", user: str = "alice", limit: int = 100_000) -> tuple[str, str]:
     """A published external model that `user` may call with a key; returns (subscription, key)."""
@@ -24,13 +26,13 @@ async def api(world: World, method: str, path: str, *, token: str | None = None,
               headers: dict[str, str] | None = None, **kwargs: Any) -> httpx.Response:
     """One call to maas-api (directly, as an in-cluster client would)."""
     sent = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         return await http.request(method, path, headers={**sent, **(headers or {})}, **kwargs)
 
 
 async def gateway(world: World, method: str, path: str, *, headers: dict[str, str] | None = None,
                   **kwargs: Any) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30, verify=default_tls()) as http:
         return await http.request(method, path, headers=headers or {}, **kwargs)
 
 

@@ -28,6 +28,7 @@ from maasctl.reconcilers.kinds import (
 )
 from maasctl.runtime.errors import ApiError
 from maasctl.runtime.gvk import GroupVersionKind
+from maasctl.tls import default_tls
 from tests.compat.helpers import chat_body, gateway
 
 INFERENCE = "inference.opendatahub.io/v1alpha1"
@@ -170,7 +171,7 @@ async def test_the_newer_model_api_is_served_as_maasctls_own_external_model(worl
         records: list[dict[str, Any]] = []
 
         async def recorded() -> bool:
-            async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+            async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
                 resp = await http.get("/v1/usage/records", params={"subscription": sub, "limit": 100},
                                       headers=admin)
             assert resp.status_code == 200, resp.text

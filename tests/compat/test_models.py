@@ -12,7 +12,7 @@ from typing import Any
 from e2e.conftest import MAAS, World, eventually
 
 from tests.compat.helpers import api, chat_body, gateway, served_model
-from tests.security.helpers import backend_log
+from tests.security.helpers import backend_log, backend_seq, backend_since
 
 
 async def renamed_model(world: World, published: str = "company-chat", ref: str = "chat") -> tuple[str, str, str]:
@@ -65,11 +65,11 @@ async def test_a_renamed_model_is_called_metered_and_listed_under_its_published_
     bearer = {"Authorization": f"Bearer {key}"}
     path = f"/{ns}/chat/v1/chat/completions"
 
-    seen = len(await backend_log(world))
+    seen = await backend_seq(world)
     r = await gateway(world, "POST", path, json=chat_body("company-chat"), headers=bearer)
     assert r.status_code == 200, r.text
     assert r.json()["model"] == "company-chat"  # what the client sees: the published name
-    upstream = (await backend_log(world))[seen:]
+    upstream = await backend_since(world, seen)
     assert [e.get("model") for e in upstream] == ["gpt-x"]  # what the provider sees: its own name
 
     stream = await gateway(world, "POST", path, json={**chat_body("company-chat"), "stream": True}, headers=bearer)
@@ -94,7 +94,7 @@ async def test_a_renamed_route_reaches_no_other_model_of_the_provider(world: Wor
     _, key, _ = await renamed_model(world)
     bearer = {"Authorization": f"Bearer {key}"}
     path = f"/{ns}/chat/v1/chat/completions"
-    before = len(await backend_log(world))
+    before = await backend_seq(world)
     for model in ("granite", "GPT-X", "company-chat ", None, ["company-chat"], {"name": "company-chat"}):
         r = await gateway(world, "POST", path, json={"model": model, "messages": []}, headers=bearer)
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", (model, r.text)
@@ -104,7 +104,7 @@ async def test_a_renamed_route_reaches_no_other_model_of_the_provider(world: Wor
     r = await gateway(world, "POST", f"/{ns}/chat/v1/audio/transcriptions", content=b"model=granite",
                       headers={**bearer, "Content-Type": "application/x-www-form-urlencoded"})
     assert r.status_code == 400  # a body that cannot be rewritten is refused, not passed on
-    assert len(await backend_log(world)) == before
+    assert await backend_seq(world) == before
     # the other accepted spellings (the provider's own name, the MaaSModelRef's name) reach the same model
     for model in ("gpt-x", "chat"):
         r = await gateway(world, "POST", path, json=chat_body(model), headers=bearer)
@@ -116,10 +116,10 @@ async def test_api_key_in_x_api_key(world: World) -> None:
     ns = world.namespace
     sub, key, _ = await renamed_model(world)
     path = f"/{ns}/chat/v1/chat/completions"
-    seen = len(await backend_log(world))
+    seen = await backend_seq(world)
     r = await gateway(world, "POST", path, json=chat_body("company-chat"), headers={"x-api-key": key})
     assert r.status_code == 200, r.text
-    upstream = (await backend_log(world))[seen:]
+    upstream = await backend_since(world, seen)
     assert len(upstream) == 1 and "x-api-key" not in upstream[0]["headers"]
     assert key not in json.dumps(upstream)  # the provider gets its own key only
     r = await api(world, "GET", "/v1/models", headers={"x-api-key": key})
@@ -140,7 +140,7 @@ async def test_api_key_in_x_api_key(world: World) -> None:
         assert (await gateway(world, "POST", path, json=chat_body("company-chat"), headers=headers)).status_code \
             in (401, 403)  # no credential / a key maas-api does not validate, as with Authorization
         assert (await api(world, "GET", "/v1/models", headers=headers)).status_code == 401
-    assert len([e for e in (await backend_log(world))[seen:] if e["path"].endswith("/chat/completions")]) == 2
+    assert len([e for e in await backend_since(world, seen) if e["path"].endswith("/chat/completions")]) == 2
 
 
 async def test_one_subscription_rule_in_maas_api_and_the_gateway(world: World) -> None:

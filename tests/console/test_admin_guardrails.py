@@ -16,6 +16,7 @@ import httpx
 from kubernetes_asyncio import client as k8s
 
 from maasctl.console.guardrails import CONFIG_LABEL
+from maasctl.tls import default_tls
 from tests.console import objects
 from tests.console.browser import Browser
 from tests.console.conftest import ConsoleWorld
@@ -351,7 +352,7 @@ async def test_per_model_guardrails_in_the_subscription_form_and_the_list(world:
 
 
 def _signed_in(world: ConsoleWorld, user: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=world.url)
+    client = httpx.Client(base_url=world.url, verify=default_tls())
     page = client.get("/signin")
     match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
     assert match

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
+from maasctl.tls import default_tls
 from tests.billing.conftest import eventually
 from tests.console import billing_world, objects
 from tests.console.browser import Browser
@@ -83,7 +84,7 @@ def _step(browser: Browser, key: str, done: bool) -> bool:
 
 
 async def _call(world: ConsoleWorld, ns: str, model: str, key: str) -> int:
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30, verify=default_tls()) as http:
         resp = await http.post(f"/{ns}/{model}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
                                json={"model": model, "messages": [{"role": "user", "content": "hello"}]})
     return resp.status_code
@@ -150,7 +151,7 @@ async def test_a_new_billing_admin_is_guided_to_a_tenant_whose_calls_are_charged
     browser.screenshot("billing-walkthrough")
 
     # The working state: alice's calls are served and charged to the tenant, 0.02 EUR each.
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
         minted = await http.post("/v1/api-keys", headers={"Authorization": f"Bearer {world.token('alice')}"},
                                  json={"name": f"guide-{tag}", "subscription": sub})
     assert minted.status_code == 201, minted.text

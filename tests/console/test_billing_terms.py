@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from kubernetes_asyncio import client as k8s
 
+from maasctl.tls import default_tls
 from tests.billing.conftest import eventually
 from tests.console import objects
 from tests.console.browser import Browser
@@ -43,7 +44,7 @@ async def _state(world: ConsoleWorld, tenant: str, state: str) -> None:
 async def _mint(world: ConsoleWorld, user: str, name: str, subscription: str) -> None:
     """A key of `subscription` for `user`, at maas-api (retried until the subscription may be minted for)."""
     async def minted() -> bool:
-        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
             resp = await http.post("/v1/api-keys", headers={"Authorization": f"Bearer {world.token(user)}"},
                                    json={"name": name, "subscription": subscription})
         return resp.status_code == 201

@@ -9,6 +9,7 @@ import time
 import httpx
 from kubernetes_asyncio import client as k8s
 
+from maasctl.tls import default_tls
 from tests.console import objects
 from tests.console.browser import Browser
 from tests.console.conftest import SHORT_ID_TOKEN_SECONDS, ConsoleWorld
@@ -75,7 +76,7 @@ async def test_oidc_user_without_admin_group_is_a_developer(world: ConsoleWorld,
 
 
 def test_a_forged_or_replayed_callback_is_refused(world: ConsoleWorld) -> None:
-    with httpx.Client(base_url=world.url) as client:
+    with httpx.Client(base_url=world.url, verify=default_tls()) as client:
         # No sign-in was started in this session.
         resp = client.get("/signin/oidc/callback", params={"code": "x", "state": "y"})
         assert resp.status_code == 400

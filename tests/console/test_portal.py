@@ -34,6 +34,7 @@ from maasctl.billing.ledger import Ledger, credit, usage_charge
 from maasctl.contract.billing_portal import API_PREFIX, MAX_CREDIT_BODY
 from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
+from maasctl.tls import default_tls
 from tests.billing.conftest import eventually
 from tests.console import billing_world
 from tests.console.browser import Browser
@@ -230,7 +231,7 @@ def _south_identifiers(portal: Portal) -> Iterator[str]:
 
 @contextlib.asynccontextmanager
 async def _signed_in(world: ConsoleWorld, user: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=world.url) as http:
+    async with httpx.AsyncClient(base_url=world.url, verify=default_tls()) as http:
         page = await http.get("/signin")
         match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
         assert match
@@ -241,7 +242,7 @@ async def _signed_in(world: ConsoleWorld, user: str) -> AsyncIterator[httpx.Asyn
 
 async def test_the_api_answers_a_tenant_to_its_members_only(world: ConsoleWorld, portal: Portal) -> None:
     """Plain HTTP at the billing operator's portal API: the API decides, whatever the caller says."""
-    async with httpx.AsyncClient(base_url=portal.api + API_PREFIX) as api:
+    async with httpx.AsyncClient(base_url=portal.api + API_PREFIX, verify=default_tls()) as api:
         async def get(path: str, user: str | None = None, **headers: str) -> httpx.Response:
             auth = {"Authorization": f"Bearer {world.token(user)}"} if user else {}
             return await api.get(path, headers={**auth, **headers})
@@ -460,6 +461,12 @@ async def test_a_billing_admin_authors_pricebooks_plans_and_tenants_as_the_lifec
     assert "ten-north, ten-open, ten-south" in browser.text("#supersede-who")
     assert browser.one("#f-supersedes").get_attribute("value") == "pb-eur"
     assert "prompt_tokens=2.50" in browser.one("#f-skus").get_attribute("value")
+    # Prefilled with the first midnight (UTC) that keeps the old book's notice (0 days): a run crossing
+    # midnight would see the successor take effect mid-test, so the book starts well after the test.
+    prefilled = datetime.strptime(browser.one("#f-effectiveFrom").get_attribute("value"), "%Y-%m-%dT%H:%M:%SZ")
+    assert (prefilled.hour, prefilled.minute) == (0, 0)
+    assert timedelta(0) < prefilled.replace(tzinfo=UTC) - datetime.now(UTC) <= timedelta(days=1, minutes=5)
+    browser.fill("f-effectiveFrom", (datetime.now(UTC) + timedelta(days=30)).strftime("%Y-%m-%dT00:00:00Z"))
     browser.fill("f-skus", "llm/gpt-x per-1M-tokens prompt_tokens=2.00 completion_tokens=8.00")
     browser.run("document.getElementById('pricebook-lifecycle').scrollIntoView()")
     browser.screenshot("billing-pricebook-supersede")
@@ -640,7 +647,8 @@ async def test_a_billing_admin_credits_a_wallet_through_the_api_and_nobody_else_
         world: ConsoleWorld, portal: Portal) -> None:
     """Plain HTTP at the portal API's one write: who may (the API server says), what is read, recorded once."""
     north, path = f"{NS}/ten-north", f"/tenants/{NS}/ten-north/credits"
-    async with httpx.AsyncClient(base_url=portal.api + API_PREFIX) as api, _ledger(portal) as ledger:
+    async with (httpx.AsyncClient(base_url=portal.api + API_PREFIX, verify=default_tls()) as api,
+                _ledger(portal) as ledger):
         async def post(user: str | None, body: Any = None, *, to: str = path, content: bytes | None = None
                        ) -> httpx.Response:
             auth = {"Authorization": f"Bearer {world.token(user)}"} if user else {}

@@ -7,6 +7,7 @@ import re
 
 import httpx
 
+from maasctl.tls import default_tls
 from tests.console.browser import Browser
 from tests.console.conftest import ConsoleWorld
 
@@ -69,7 +70,7 @@ def _cookie_and_csrf(client: httpx.Client) -> str:
 
 
 def test_forms_need_the_session_csrf_token(world: ConsoleWorld) -> None:
-    with httpx.Client(base_url=world.url) as client:
+    with httpx.Client(base_url=world.url, verify=default_tls()) as client:
         csrf = _cookie_and_csrf(client)
         no_token = client.post("/signin", data={"token": world.token("alice")})
         assert no_token.status_code == 403
@@ -86,26 +87,26 @@ def test_forms_need_the_session_csrf_token(world: ConsoleWorld) -> None:
 
 
 def test_session_fixation_and_forged_cookies_are_refused(world: ConsoleWorld) -> None:
-    with httpx.Client(base_url=world.url) as attacker:
+    with httpx.Client(base_url=world.url, verify=default_tls()) as attacker:
         csrf = _cookie_and_csrf(attacker)
         planted = attacker.cookies["maas_console_session"]
     # The victim signs in with a session id the attacker planted: the console issues a new one.
-    with httpx.Client(base_url=world.url) as victim:
+    with httpx.Client(base_url=world.url, verify=default_tls()) as victim:
         resp = victim.post("/signin", data={"token": world.token("alice"), "csrf_token": csrf},
                            headers={"Cookie": f"maas_console_session={planted}"})
         issued = resp.cookies["maas_console_session"]
         assert resp.status_code == 303 and issued != planted
         assert victim.get("/keys", headers={"Cookie": f"maas_console_session={issued}"}).status_code == 200
-    with httpx.Client(base_url=world.url, cookies={"maas_console_session": planted}) as attacker:
+    with httpx.Client(base_url=world.url, cookies={"maas_console_session": planted}, verify=default_tls()) as attacker:
         assert attacker.get("/keys").status_code == 303  # the planted id is not signed in
     sid = planted.split(".")[0]
     for forged in (sid, f"{sid}.AAAA", "x.y.z", ""):
-        with httpx.Client(base_url=world.url, cookies={"maas_console_session": forged}) as client:
+        with httpx.Client(base_url=world.url, cookies={"maas_console_session": forged}, verify=default_tls()) as client:
             assert client.get("/keys").status_code == 303
 
 
 def test_odd_paths_and_redirects_stay_inside_the_console(world: ConsoleWorld) -> None:
-    with httpx.Client(base_url=world.url) as client:
+    with httpx.Client(base_url=world.url, verify=default_tls()) as client:
         csrf = _cookie_and_csrf(client)
         for target in ("//evil.example/x", "https://evil.example", "/\\evil.example", "\\\\evil"):
             resp = client.post("/signin", data={"token": world.token("bob"), "csrf_token": csrf, "next": target})

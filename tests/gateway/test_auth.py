@@ -18,6 +18,7 @@ from maasctl.builders.refs import ObjectRef
 from maasctl.contract import identity as ids
 from maasctl.gateway.auth import AuthPolicyRuntime, AuthServiceUnavailable, TokenReviewer
 from maasctl.gateway.authpolicy import RequestInfo, audience_of_host, compile_auth_policy
+from maasctl.tls import default_tls
 
 KEYS = {"sk-oai-good": {"valid": True, "username": "alice", "groups": ["premium-users"], "keyId": "k1",
                         "subscription": "models-as-a-service/premium"}}
@@ -289,7 +290,7 @@ class TestDecisionCacheKey:
     async def test_a_host_differing_only_by_case_or_port_shares_the_decision(self) -> None:
         review = AudienceReview()
         hosts = [HOST_A, "A.Example.COM", "a.example.com:8443", "A.EXAMPLE.com:80"]
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=default_tls()) as http:
             rt = runtime(http, review)
             p = token_policy()
             assert len({repr(p.deps.key(at(h), audience_from_host=True)) for h in hosts}) == 1
@@ -319,7 +320,7 @@ class TestDecisionCacheKey:
     ], ids=["patternRef", "blank-around-dot", "indexed-request", "newline-after-dot"])
     async def test_every_request_input_a_pattern_reads_is_in_the_key(
             self, spec: dict[str, Any], good: RequestInfo, bad: RequestInfo) -> None:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(verify=default_tls()) as http:
             rt = runtime(http, AudienceReview(), from_host=False)
             p = token_policy(audiences=[HOST_A], **spec)
             assert (await rt.check(p, good)).allowed

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.gateway import SimulateRequest, format_report, simulate, simulate_remote
 from maasctl.gateway.usage import HttpBatchSink
 from maasctl.testenv import ControlPlane
+from maasctl.tls import default_tls
 from tests.gateway.conftest import UPSTREAM_KEY, Stack, serve_external_locally
 from tests.reconcilers.conftest import SUB_NS, Objects, RunningController, eventually
 from tests.reconcilers.test_core_flow import auth_policy, publish_external, subscription, uid
@@ -76,7 +77,7 @@ async def test_key_journey_limits_headers_and_simulate(
                                             "groups": ["premium-users"], "subscription": f"{SUB_NS}/{premium}"}
     url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
     alice = {"Authorization": "Bearer sk-oai-alice-1"}
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
         first = await http.post(url, json=chat("hello"), headers=alice)
         assert first.status_code == 200, first.text
         assert first.json()["choices"][0]["message"]["content"] == "echo: hello"
@@ -152,7 +153,7 @@ async def test_streaming_is_charged_with_and_without_include_usage(
         assert report.subscription == f"{SUB_NS}/{premium}", report
         return int(next(item for item in report.limits if item["window"] == "1m")["used"])
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
         async with http.stream("POST", url, json=chat("a b c", stream=True), headers=alice) as response:
             assert response.status_code == 200
             body = b"".join([chunk async for chunk in response.aiter_bytes()])
@@ -189,7 +190,7 @@ async def test_requests_are_refused_while_usage_records_cannot_be_kept(
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     memory = stack.gateway.sink
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
         stack.gateway.sink = HttpBatchSink(dead, http, batch_size=1, flush_interval=3600, max_buffer=10,
                                            close_timeout=0.1)
         try:
@@ -223,7 +224,7 @@ async def test_the_edge_takes_the_client_address_and_scheme_from_the_connection(
 
     stack.gateway._proxy = recording  # type: ignore[method-assign]
     try:
-        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30, verify=default_tls()) as http:
             for claim in claims:
                 r = await http.post("/_gateway/simulate", json={"model": "nowhere/none", "key": "sk-oai-x"},
                                     headers=claim)
@@ -275,7 +276,7 @@ async def test_a_client_that_leaves_a_stream_is_settled_as_a_disconnect_and_the_
         stack.maas_api.keys["sk-oai-alice-1"] = {"valid": True, "username": "alice", "keyId": "key-a",
                                                  "groups": ["premium-users"], "subscription": f"{SUB_NS}/{premium}"}
         url = f"{stack.url}/{namespace}/gpt/v1/chat/completions"
-        async with httpx.AsyncClient(timeout=30) as http, http.stream(
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http, http.stream(
                 "POST", url, json=chat(stream=True), headers={"Authorization": "Bearer sk-oai-alice-1"}) as answer:
             assert answer.status_code == 200
             async for _ in answer.aiter_bytes():

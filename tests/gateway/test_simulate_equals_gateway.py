@@ -52,6 +52,7 @@ from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.redis import RedisServer
 from maasctl.testmodel import ModelServerConfig, create_app
+from maasctl.tls import default_tls
 from tests.gateway.conftest import Stack, open_stack, serve_external_locally
 from tests.reconcilers.conftest import GATEWAY_NAME, GATEWAY_NS, SUB_NS, Objects, eventually, start_controller
 from tests.reconcilers.test_core_flow import publish_external
@@ -346,7 +347,7 @@ async def test_simulate_gives_the_gateways_verdict(world: World, name: str) -> N
     body = chat() if case.body is None else case.body
     caller = {"user": case.user} if case.user else {"key": credential} if case.sub else {"token": credential}
     request = SimulateRequest(model=sim_model, **caller, headers=tuple(case.headers.items()), body=body)
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=60, verify=default_tls()) as http:
         auth = {"Authorization": f"Bearer {credential}"}
         for _ in range(case.spend):
             spent = await http.post(path, json=case.spend_body or chat(), headers={**auth, **case.spend_headers})

@@ -28,6 +28,7 @@ from maasctl.gateway.server import HttpServer, start_http
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 from maasctl.testenv.guardrails import RedactedProcess, engine_venv
 from maasctl.testmodel import ModelServerConfig, create_app
+from maasctl.tls import default_tls
 
 GUARD_KEY = "sk-guard-6f1d2c9a8e7b"
 SELF_CHECK = """\
@@ -57,12 +58,12 @@ class Engine:
             messages.append({"role": "assistant", "content": answer})
         body = {"model": "", "messages": messages, "guardrails": {"config_id": config, "options": {
             "rails": [rails], "log": {"activated_rails": True, "internal_events": True}}}}
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=60, verify=default_tls()) as http:
             return await http.post(f"{self.url}/v1/chat/completions", json=body)
 
 
 async def _ready(url: str, proc: ManagedProcess) -> None:
-    async with httpx.AsyncClient(timeout=2) as http:
+    async with httpx.AsyncClient(timeout=2, verify=default_tls()) as http:
         for _ in range(600):
             if not proc.alive():
                 raise RuntimeError(f"engine exited:\n{proc.log_tail()}")

@@ -22,6 +22,7 @@ from maasctl.gateway.guardrails import (
     engine_failure,
 )
 from maasctl.guardrails_redact import MASK, bounded, redact, secret_values
+from maasctl.tls import default_tls
 
 KEY = "sk-abcdef0123456789"
 MODEL = GuardModel("main", "openai", "guard", "http://guard:8000/v1", "guard-key", "api-key")
@@ -147,7 +148,7 @@ class TestAnswersLongerThanTheLimit:
             out.append(dict(message))
 
         async def go() -> None:
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(verify=default_tls()) as http:
                 guard = OutputGuard(GuardrailsClient(http), check, send, chunk_chars)
                 await guard({"type": "http.response.start", "status": 200,
                              "headers": [(b"content-type", content_type.encode())]})
@@ -175,7 +176,7 @@ class TestAnswersLongerThanTheLimit:
 
     def test_input(self) -> None:
         async def go() -> tuple[GuardCheck, Any]:
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(verify=default_tls()) as http:
                 client = GuardrailsClient(http)
                 binding = GuardrailsBinding("safety", True, "http://127.0.0.1:9", True, 5)
                 body = prepare_body(json.dumps({"model": "m", "messages": [

@@ -13,6 +13,7 @@ from kubernetes_asyncio import client as k8s
 from maasctl.api.install import install_crds
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
+from maasctl.tls import default_tls
 from tests.install.manifests import (
     DEFAULT_CONTROLLER_NS,
     DEFAULT_SUBSCRIPTION_NS,
@@ -415,7 +416,7 @@ async def test_console_reviews_tokens_and_nothing_else_and_its_administrators_on
                                                   "--maas-api-url=http://127.0.0.1:1"), tmp_path / "console.log")
     proc.start()
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", verify=default_tls()) as client:
             for _ in range(300):
                 try:
                     if (await client.get("/readyz")).status_code == 200:

@@ -19,6 +19,7 @@ from maasctl.maasapi.sources import StaticSources
 from maasctl.maasapi.store import make_engine
 from maasctl.testenv.controlplane import free_port
 from maasctl.testenv.postgres import PostgresServer
+from maasctl.tls import default_tls
 
 from .conftest import GATEWAY_TOKEN, GW, USERS, auth, sample_subscriptions
 
@@ -103,7 +104,7 @@ async def test_two_uvicorn_processes_on_one_database(pg_server: PostgresServer) 
     ports = [free_port(), free_port()]
     procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", CHILD, url, str(p)) for p in ports]
     try:
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with httpx.AsyncClient(timeout=5, verify=default_tls()) as http:
             bases = [f"http://127.0.0.1:{p}" for p in ports]
             for base, proc in zip(bases, procs, strict=True):
                 deadline = time.monotonic() + 90  # an interpreter importing maasctl on a loaded machine

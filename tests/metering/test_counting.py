@@ -12,6 +12,8 @@ import httpx
 import pytest
 from e2e.conftest import World, eventually
 
+from maasctl.tls import default_tls
+
 LIMIT = 1_000_000
 
 
@@ -29,7 +31,7 @@ async def setup(world: World, **spec: Any) -> tuple[str, str, str]:
 
 
 async def counter_used(world: World, key: str) -> int:
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30, verify=default_tls()) as http:
         r = await http.post("/_gateway/simulate", json={"model": f"{world.namespace}/gpt", "key": key})
     assert r.status_code == 200, r.text
     return int(next(x["used"] for x in r.json()["limits"] if x.get("window") == "1m"))
@@ -42,7 +44,7 @@ async def records(world: World, key_id: str, count: int) -> list[dict[str, Any]]
 
     async def arrived() -> bool:
         nonlocal found
-        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
             r = await http.get("/v1/usage/records", params={"keyId": key_id, "limit": 100}, headers=admin)
         assert r.status_code == 200, r.text
         found = r.json()
@@ -53,7 +55,7 @@ async def records(world: World, key_id: str, count: int) -> list[dict[str, Any]]
 
 
 async def call(world: World, key: str, path: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60, verify=default_tls()) as http:
         return await http.post(f"/{world.namespace}/gpt/v1/{path}", content=body,
                                headers={"Authorization": f"Bearer {key}", **headers})
 
@@ -120,7 +122,7 @@ async def test_unreadable_usage_is_charged_a_conservative_estimate_never_one_or_
     key, key_id, _ = await setup(world)
     before = await counter_used(world, key)
     raw = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], **body}).encode()
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60, verify=default_tls()) as http:
         with contextlib.suppress(httpx.HTTPError):  # a cut stream may reach the client as a broken answer
             await http.post(f"/{world.namespace}/gpt/v1/chat/completions", content=raw,
                             headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **knobs})
@@ -158,7 +160,7 @@ async def test_usage_is_recorded_against_the_model_served_not_the_one_the_body_n
     await world.wait_enforced("granite", minted["key"])
     claimed = claimed.replace("NS", world.namespace)
     body = json.dumps({"model": claimed, "messages": [{"role": "user", "content": "hello"}]}).encode()
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=60, verify=default_tls()) as http:
         response = await http.post(f"/{world.namespace}/granite/v1/chat/completions", content=body,
                                    headers={"Authorization": f"Bearer {minted['key']}",
                                             "Content-Type": "application/json"})

@@ -13,6 +13,7 @@ import pytest
 from e2e.conftest import Need, World, eventually
 
 from maasctl.testenv.controlplane import free_port
+from maasctl.tls import default_tls
 from tests.metering.test_counting import setup
 
 pytestmark = pytest.mark.local_stack  # starts and kills gateway processes next to the stack's own
@@ -30,7 +31,7 @@ def spooled_ids(directory: Path, key_id: str) -> list[str]:
 
 
 async def stored(world: World, key_id: str) -> list[dict[str, object]]:
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=10, verify=default_tls()) as http:
         r = await http.get("/v1/usage/records", params={"keyId": key_id, "limit": 1000},
                            headers=world.admin_headers())
     assert r.status_code == 200, r.text
@@ -38,7 +39,7 @@ async def stored(world: World, key_id: str) -> list[dict[str, object]]:
 
 
 async def chat(gateway: str, world: World, key: str) -> int:
-    async with httpx.AsyncClient(base_url=gateway, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=gateway, timeout=30, verify=default_tls()) as http:
         r = await http.post(f"/{world.namespace}/gpt/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
                             json={"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
     return r.status_code

@@ -28,6 +28,7 @@ from maasctl.runtime import Client
 from maasctl.runtime.connect import connect
 from maasctl.testenv import ControlPlane
 from maasctl.testmodel import ModelServerConfig, create_app
+from maasctl.tls import default_tls
 from tests.gateway.conftest import (  # noqa: F401  (fixtures used here)
     GATEWAY_NAME,
     GATEWAY_NS,
@@ -113,7 +114,7 @@ class TestThroughTheProcessor:
         premium = await _published(objs, kube, via_processor, namespace)
         url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
         alice = {"Authorization": "Bearer sk-oai-alice-1"}
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
             first = await http.post(url, json=chat("hello"), headers=alice)
             assert first.status_code == 200, first.text
             assert first.json()["choices"][0]["message"]["content"] == "echo: hello"
@@ -142,7 +143,7 @@ class TestThroughTheProcessor:
         as the in-process gateway records it (the processor used to say `complete`)."""
         await _published(objs, kube, via_processor, namespace)
         url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
             cut = await http.post(url, json=chat("hello", stream=True),
                                   headers={"Authorization": "Bearer sk-oai-alice-1", "x-testmodel-stream": "cut"})
             assert cut.status_code == 200 and "[DONE]" not in cut.text
@@ -159,7 +160,7 @@ class TestThroughTheProcessor:
         await _published(objs, kube, via_processor, namespace, model)
         url = f"{via_processor.url}/v1/chat/completions"
         alice = {"Authorization": "Bearer sk-oai-alice-1"}
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
             served = await http.post(url, json=chat("base", model=model), headers=alice)
             assert served.status_code == 200, served.text
             assert served.json()["choices"][0]["message"]["content"] == "echo: base"
@@ -209,7 +210,7 @@ class TestThroughTheProcessor:
         await eventually(routed, timeout=60)
         url = f"{via_processor.url}/maas-api/v1/models"
         alice = {"Authorization": "Bearer sk-oai-alice-1"}
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
             unlisted = await http.get(url, headers=alice)  # default bypass list: opendatahub/maas-api only
             assert (unlisted.status_code, unlisted.json()["error"]["code"]) == (403, "identity_missing")
             via_processor.gateway.settings = replace(via_processor.gateway.settings,
@@ -226,7 +227,7 @@ class TestThroughTheProcessor:
             namespace: str, via_processor: ViaProcessor) -> None:
         await _published(objs, kube, via_processor, namespace)
         url = f"{via_processor.url}/{namespace}/gpt/v1/chat/completions"
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=30, verify=default_tls()) as http:
             calls = len((await http.get(f"{via_processor.model_url}/debug/requests")).json())
             await via_processor.processor.stop(0)
             refused = await http.post(url, json=chat(), headers={"Authorization": "Bearer sk-oai-alice-1"})

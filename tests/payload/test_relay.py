@@ -24,6 +24,7 @@ from maasctl.gateway.routes import build_route_table
 from maasctl.gateway.server import HttpServer
 from maasctl.payload.relay import ProviderRelay
 from maasctl.testmodel import ModelServerConfig, create_app
+from maasctl.tls import default_tls
 
 UPSTREAM = "sk-upstream-of-the-provider"
 CALLER = "sk-oai-the-callers-own-key"
@@ -75,7 +76,7 @@ async def relay() -> AsyncIterator[Relay]:
 
 
 async def _seen(model_url: str) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=default_tls()) as http:
         return list((await http.get(f"{model_url}/debug/requests")).json())
 
 
@@ -87,7 +88,7 @@ BODY = {"model": "multi", "messages": [{"role": "user", "content": "hi"}]}
 # random per process: ids keep the test's name the same on every xdist worker
 async def test_without_the_processors_token_nothing_is_sent(relay: Relay, token: str | None) -> None:
     headers = {"x-maas-relay-route": "llm/maas-multi", **({"x-maas-relay-token": token} if token is not None else {})}
-    async with httpx.AsyncClient(base_url=relay.url) as http:
+    async with httpx.AsyncClient(base_url=relay.url, verify=default_tls()) as http:
         resp = await http.post("/v1/chat/completions", json=BODY, headers=headers)
     assert resp.status_code == 403 and resp.json()["error"]["code"] == "relay_forbidden"
     assert await _seen(relay.model_url) == []
@@ -104,7 +105,7 @@ async def test_without_the_processors_token_nothing_is_sent(relay: Relay, token:
 ])
 async def test_only_a_planned_routes_chat_completions_are_relayed(relay: Relay, method: str, path: str,
                                                                   route: str) -> None:
-    async with httpx.AsyncClient(base_url=relay.url) as http:
+    async with httpx.AsyncClient(base_url=relay.url, verify=default_tls()) as http:
         resp = await http.request(method, path, json=BODY,
                                   headers={"x-maas-relay-token": relay.token, "x-maas-relay-route": route})
     assert resp.status_code == 404
@@ -116,7 +117,7 @@ async def test_the_plan_is_followed_with_each_providers_key_and_nothing_of_the_c
                "authorization": f"Bearer {CALLER}", "x-api-key": CALLER, "api-key": CALLER, "cookie": f"s={CALLER}",
                "x-maas-identity": "{}", "x-maas-subscription": "premium", "x-gateway-destination-endpoint": "1.2.3.4",
                "x-request-id": "r-1"}
-    async with httpx.AsyncClient(base_url=relay.url) as http:
+    async with httpx.AsyncClient(base_url=relay.url, verify=default_tls()) as http:
         resp = await http.post("/v1/chat/completions", json=BODY, headers=headers)
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-maas-provider"] == "backup" and resp.json()["object"] == "chat.completion"

@@ -17,7 +17,7 @@ from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
 from maasctl.settings import ControllerSettings
 from maasctl.testenv import ControlPlane
-from maasctl.testenv.crds import install_third_party_crds
+from maasctl.testenv.seed import third_party_seed
 from tests.install.manifests import controller_api
 
 SUB_NS = "models-as-a-service"
@@ -54,11 +54,10 @@ async def maas_cluster(control_plane: ControlPlane) -> AsyncIterator[ControlPlan
 async def own_maas_cluster(exclude_groups: tuple[str, ...] = ()) -> AsyncIterator[ControlPlane]:
     """A control plane of its own (no leftovers of other tests), set up like `maas_cluster`, without the
     third-party CRDs of `exclude_groups`."""
-    cp = ControlPlane(with_controller_manager=False)
+    seed = await asyncio.to_thread(third_party_seed, exclude_groups=exclude_groups)
+    cp = ControlPlane(with_controller_manager=False, etcd_seed=seed)
     await asyncio.to_thread(cp.start)
     try:
-        with cp.http_client() as http:
-            await asyncio.to_thread(install_third_party_crds, http, exclude_groups=exclude_groups)
         await install_maas(cp)
         yield cp
     finally:

@@ -31,6 +31,7 @@ from maasctl.runtime.connect import connect
 from maasctl.runtime.objects import FrozenObject
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.controlplane import free_port
+from maasctl.tls import default_tls
 from tests.reconcilers.conftest import SETTINGS, SUB_NS, Objects, eventually
 from tests.reconcilers.test_core_flow import publish_external, uid
 from tests.reconcilers.test_priority import CONTROLLER_NS, controller_and_runner, priority_subscription, runner_settings
@@ -57,7 +58,7 @@ async def maas_api(port: int, tmp_path: Path, cp: ControlPlane) -> AsyncIterator
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", verify=default_tls()) as client:
             async def up() -> bool:
                 with contextlib.suppress(httpx.HTTPError):
                     return (await client.get("/health")).status_code == 200

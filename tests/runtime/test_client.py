@@ -10,6 +10,7 @@ from maasctl.runtime import (
     Applier,
     Cache,
     CacheOptions,
+    Change,
     Client,
     Conflict,
     GroupVersionKind,
@@ -110,6 +111,22 @@ async def test_applier_skips_unchanged_objects_without_a_request(client: Client,
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_applier_says_created_once_while_its_cache_lags(client: Client, namespace: str) -> None:
+    """A second reconcile can apply again before the cache has seen the first write (here: a cache that never
+    watches ConfigMaps). That is a server-side no-op, not a second creation; a real change is an update."""
+    applier = Applier(client, Cache(client, CacheOptions(namespaces=(namespace,))), field_manager="ctl",
+                      status_field_manager="ctl-status")
+    desired = config_map("lag", namespace, {"x": "1"})
+    assert await applier.apply_change(desired) is Change.CREATED
+    assert await applier.apply_change(desired) is Change.NONE
+    assert await applier.apply_change(config_map("lag", namespace, {"x": "2"})) is Change.UPDATED
+    assert await applier.apply_change(config_map("lag", namespace, {"x": "2"})) is Change.NONE
+    assert (await client.get(CONFIG_MAP, "lag", namespace))["data"] == {"x": "2"}
+    # Someone else's change after our write is still no creation of ours.
+    await client.patch(CONFIG_MAP, "lag", namespace, {"data": {"theirs": "t"}}, field_manager="someone")
+    assert await applier.apply_change(config_map("lag", namespace, {"x": "3"})) is Change.UPDATED
 
 
 async def test_finalizers_never_clobber_and_never_readd_during_deletion(client: Client, namespace: str) -> None:

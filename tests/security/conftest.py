@@ -1,6 +1,3 @@
 """The security suite runs against the real local stack (control plane, controller, maas-api, gateway and test
-models as separate processes, all over HTTP), through the same fixtures as the e2e journeys."""
-
-from __future__ import annotations
-
-from e2e.conftest import stack, world  # noqa: F401  (fixtures)
+models as separate processes, all over HTTP), through the same fixtures as the e2e journeys (`e2e.fixtures`,
+registered for the whole run, so one stack serves them all)."""

@@ -13,7 +13,9 @@ from aiohttp import web
 from e2e.conftest import MAAS, World, eventually
 
 from maasctl.reconcilers.kinds import MAAS_MODEL_REF
+from maasctl.tls import default_tls
 from tests.error_fields import error_code
+from tests.security.helpers import backend_seq
 from tests.security.test_edge import served_model
 
 
@@ -25,7 +27,7 @@ async def test_internal_endpoints_refuse_everyone_but_the_gateway(world: World, 
               else ""}
     headers = {"Authorization": f"Bearer {tokens[credential]}"} if credential else {}
     sub = f"{world.sub_ns()}/{world.name('s')}"
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         for path, body in (("/internal/v1/api-keys/validate", {"key": key}),
                            ("/internal/v1/subscriptions/select", {"username": "alice", "groups": []}),
                            ("/internal/v1/usage", {"records": []})):
@@ -84,7 +86,7 @@ async def test_models_listing_never_sends_credentials_to_a_host_a_model_ref_name
 
             await eventually(advertised)
             for credential in (key, world.token("alice")):
-                async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+                async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
                     r = await http.get("/v1/models", headers={"Authorization": f"Bearer {credential}"})
                 assert r.status_code == 200
                 # probed on the gateway (with the caller's credentials) instead of the advertised host
@@ -122,7 +124,7 @@ async def _truthy(value: object) -> bool:
 @pytest.mark.restarts_shared_processes
 async def test_when_maas_api_is_down_callers_get_a_503_not_a_403_and_nothing_passes(world: World) -> None:
     key = await served_model(world)
-    before = len(await _log(world))
+    before = await backend_seq(world)
     assert world.stack.local is not None
     api = world.stack.local.processes["maas-api"]
     await asyncio.to_thread(api.stop)
@@ -131,21 +133,16 @@ async def test_when_maas_api_is_down_callers_get_a_503_not_a_403_and_nothing_pas
         for credential in (key, world.token("alice")):
             r = await world.chat("gpt", credential)
             assert r.status_code == 503 and error_code(r) == "auth_unavailable", r.text
-        assert len(await _log(world)) == before
+        assert await backend_seq(world) == before
     finally:
         api.start()
 
         async def healthy() -> bool:
             with contextlib.suppress(httpx.HTTPError):
-                async with httpx.AsyncClient(timeout=2) as http:
+                async with httpx.AsyncClient(timeout=2, verify=default_tls()) as http:
                     return (await http.get(f"{world.stack.api_url}/health")).status_code == 200
             return False
 
         await eventually(healthy)
     await world.wait_enforced("gpt", key)
 
-
-async def _log(world: World) -> list[dict[str, object]]:
-    from tests.security.helpers import backend_log
-
-    return await backend_log(world)

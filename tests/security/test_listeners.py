@@ -22,6 +22,7 @@ from maasctl.billing.connector.payments import Payments
 from maasctl.billing.connector.receiver import Receiver, Registry
 from maasctl.console.localrun import start_console
 from maasctl.httpguard import HttpLimits
+from maasctl.tls import default_tls
 
 from .test_edge import served_model
 
@@ -69,7 +70,7 @@ async def test_the_bearer_scheme_is_read_in_any_case_by_the_gateway_and_maas_api
         header = {"Authorization": f"{scheme} {credential}"}
         r = await world.chat("gpt", credential, headers=header)
         assert r.status_code == 200, (credential == key, r.status_code, r.text)
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         listed = await http.get("/v1/api-keys", headers={"Authorization": f"{scheme} {token}"})
         assert listed.status_code == 200, listed.text
         assert (await http.get("/v1/models", headers={"Authorization": f"{scheme} {key}"})).status_code == 200
@@ -85,11 +86,11 @@ async def test_what_is_not_one_bearer_token_is_no_credential_anywhere(world: Wor
     token = world.token("alice")
     for header in ("Bearer", f"Bearer {key} extra", f"Bearer {key}, Bearer {key}", f"Basic {key}",
                    f"Bearer{key}", f"Bearer\t{key}"):
-        async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30, verify=default_tls()) as http:
             r = await http.post(f"/{world.namespace}/gpt/v1/chat/completions", headers={"Authorization": header},
                                 json={"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code in (401, 403), (header, r.status_code, r.text)  # denied, never served
-        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
             mine = await http.get("/v1/api-keys", headers={"Authorization": header.replace(key, token)})
         assert mine.status_code == 401, (header, mine.text)
 
@@ -179,7 +180,7 @@ async def _trickle_everywhere(world: World, console: str,
     held = asyncio.gather(*(c for _, _, c in checks))
     await asyncio.sleep(1)
     for name, (url, health) in listeners.items():  # served meanwhile
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
             r = await http.get(url + health)
         assert r.status_code == 200, (name, r.status_code)
     return list(await held), checks
@@ -200,7 +201,8 @@ async def test_trailing_slash_redirects_never_name_the_host_the_client_sent(worl
         base = world.stack.api_url if where == "maas-api" else await stack.enter_async_context(running_console(world))
         for path, location in REDIRECTS[where]:
             for host in ("evil.example", "evil.example:443", "127.0.0.1"):
-                async with httpx.AsyncClient(base_url=base, timeout=30, follow_redirects=False) as http:
+                async with httpx.AsyncClient(base_url=base, timeout=30, follow_redirects=False,
+                                             verify=default_tls()) as http:
                     r = await http.get(path, headers={"Host": host, "X-Forwarded-Host": "evil.example"})
                 assert r.status_code in (307, 308), (where, path, r.status_code, r.text)
                 assert r.headers["location"] == location, (where, path, host)

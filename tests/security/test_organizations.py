@@ -20,6 +20,7 @@ from e2e.conftest import World, eventually
 
 from maasctl.reconcilers.kinds import CONFIG_MAP, MAAS_SUBSCRIPTION
 from maasctl.runtime import NotFound
+from maasctl.tls import default_tls
 
 
 @dataclass
@@ -84,7 +85,7 @@ async def retire(world: World, orgs: Orgs) -> None:
 
 
 async def search(world: World, user: str, **filters: Any) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         return await http.post("/v1/api-keys/search", json={"filters": filters, "pagination": {"limit": 100}},
                                headers=bearer(world.token(user)))
 
@@ -129,7 +130,7 @@ async def test_an_organization_admin_lists_and_searches_only_their_organizations
     r = await search(world, "bob", username=carol)
     assert {k["id"] for k in r.json()["data"]} & orgs.all_ids == orgs.ids("b")
     # one key by id: the others' keys are as missing as a key that never existed
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         missing = await http.get("/v1/api-keys/" + "0" * 32, headers=bearer(world.token("alice")))
         assert missing.status_code == 404
         for which, status in (("a", 200), ("b", 404), ("none", 404)):
@@ -151,7 +152,7 @@ async def test_an_organization_admin_revokes_only_their_organizations_keys(world
         await world.wait_enforced("gpt", orgs.keys[which]["key"])
     ns = world.sub_ns()
     alice = bearer(world.token("alice"))
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         # another organization's key, or one without an organization: 404, not revoked
         for which in ("b", "none"):
             r = await http.delete(f"/v1/api-keys/{orgs.keys[which]['id']}", headers=alice)
@@ -169,7 +170,7 @@ async def test_an_organization_admin_revokes_only_their_organizations_keys(world
         assert r.status_code == 200 and r.json()["revokedCount"] == 1, r.text
     for which in orgs.subs:
         assert await chat_ok(world, orgs.keys[which]["key"]), which
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         r = await http.post("/v1/api-keys/bulk-revoke", headers=alice, json={"username": world.username("carol")})
         assert r.status_code == 200 and r.json()["revokedCount"] == 1, r.text
         # her organization's subscription by name is hers to revoke (nothing active is left in it)
@@ -184,7 +185,7 @@ async def test_an_organization_admin_revokes_only_their_organizations_keys(world
     await eventually(a_refused, timeout=10)
     assert await chat_ok(world, orgs.keys["b"]["key"]) and await chat_ok(world, orgs.keys["none"]["key"])
     # bob revokes his organization's key by id
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         r = await http.delete(f"/v1/api-keys/{orgs.keys['b']['id']}", headers=bearer(world.token("bob")))
         assert r.status_code == 200 and r.json()["status"] == "revoked"
     assert await chat_ok(world, orgs.keys["none"]["key"])
@@ -198,7 +199,7 @@ async def test_an_organization_admin_reads_only_their_organizations_usage(world:
     ours = {f"{ns}/{s}" for s in orgs.subs.values()}
 
     async def report(headers: dict[str, str], **params: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
             return await http.get("/v1/usage/report", params={"range": "1d", **params}, headers=headers)
 
     async def recorded() -> bool:  # carol's three calls reached maas-api (the admin sees all three)
@@ -223,7 +224,7 @@ async def test_an_organization_admin_reads_only_their_organizations_usage(world:
     r = await report(world.admin_headers(), organization=orgs.b)
     assert {row["subscription"] for row in r.json()["data"]} == {f"{ns}/{orgs.subs['b']}"}
 
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         csv_resp = await http.get("/v1/usage/export", headers=alice,
                                   params={"groupBy": "key", "by": "day", "range": "1d"})
         assert csv_resp.status_code == 200, csv_resp.text
@@ -255,7 +256,7 @@ async def test_who_the_mapping_does_not_name_exactly_administers_nothing(world: 
                                              organization=orgs.a))
 
         async def minted() -> dict[str, Any] | None:
-            async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+            async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
                 r = await http.post("/v1/api-keys", headers=alice, json={"name": "k", "subscription": orgs.subs["a"]})
             return r.json() if r.status_code == 201 else None
 
@@ -288,7 +289,7 @@ async def test_who_the_mapping_does_not_name_exactly_administers_nothing(world: 
             f"- id: {odd!r}\n  adminGroups: [{world.group('free-users')}]\n"
             for odd in (orgs.a.upper(), orgs.a + "-", orgs.a[:-1], f"{world.sub_ns()}/{orgs.a}"))))
         headers = bearer(world.token("bob"))
-    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.api_url, timeout=30, verify=default_tls()) as http:
         r = await http.post("/v1/api-keys/search", headers=headers, json={"filters": {
             "username": world.username("carol"), "status": ["active", "revoked", "expired"]}})
         found = {k["id"] for k in r.json().get("data", [])} if r.status_code == 200 else set()

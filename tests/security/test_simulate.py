@@ -9,6 +9,7 @@ import httpx
 import pytest
 from e2e.conftest import World
 
+from maasctl.tls import default_tls
 from tests.security.test_edge import served_model
 
 DEEP = [
@@ -35,7 +36,7 @@ async def _simulate(world: World, body: bytes | dict[str, Any], authorization: s
     if authorization is not None:
         headers["Authorization"] = authorization
     content = body if isinstance(body, bytes) else httpx.Request("POST", "/", json=body).content
-    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=world.stack.gateway_url, timeout=30, verify=default_tls()) as http:
         return await http.post("/_gateway/simulate", content=content, headers=headers)
 
 

@@ -20,6 +20,7 @@ import httpx
 from maasctl.console.catalog import MAX_PROVIDER_MODELS, is_provider_model_name
 from maasctl.contract.destinations import destination_problem
 from maasctl.contract.edge import provider_headers
+from maasctl.tls import default_tls
 
 __all__ = ["ProviderListing", "list_provider_models"]
 
@@ -58,7 +59,7 @@ async def list_provider_models(endpoint: str, key: str, namespace: str, *, provi
     url = endpoint.rstrip("/") + "/models"
     headers = provider_headers(provider, api_format, key)  # as the gateway will call it (Anthropic: x-api-key)
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False) as http, \
+        async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, verify=default_tls()) as http, \
                 http.stream("GET", url, headers=headers) as resp:
             if resp.status_code != 200:
                 return ProviderListing(note=f"the provider answered {resp.status_code} to GET /models")

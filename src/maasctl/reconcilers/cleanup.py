@@ -13,9 +13,7 @@ Controller side (`KeyCleanup.run`, called while the subscription is Terminating)
   backoff (`cleanup_retry_base_seconds` doubling up to `cleanup_retry_max_seconds`), so failing cleanups cost
   at most one Job per max interval. Older failed attempts are pruned, keeping the last two for diagnosis.
 
-Job side (`revoke_subscription_keys`, run by `maasctl keys revoke-subscription`): calls maas-api's
-subscription-scoped revocation endpoint with the pod's service-account token; only that subscription's keys
-are revoked (soft delete; the validation path rejects them at once).
+Job side: `maasctl keys revoke-subscription` (`keys_cli`) revokes the subscription's keys through maas-api.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
-
-import httpx
 
 from maasctl.api import SubscriptionPhase
 from maasctl.builders import names
@@ -45,8 +41,6 @@ CONDITION: Final = "APIKeysRevoked"
 BACKOFF_LIMIT: Final = 2
 TTL_SECONDS: Final = 3600
 ACTIVE_DEADLINE_SECONDS: Final = 600
-REVOKE_PATH: Final = "/internal/v1/subscriptions/{namespace}/{name}/api-keys"
-SA_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _KEEP_FAILED: Final = 2
 
 
@@ -232,29 +226,3 @@ class KeyCleanup:
         status["conditions"] = set_condition(status.get("conditions"), type_=CONDITION, status="False",
                                              reason=reason, message=message)
         await self.ctx.write_status(sub, status)
-
-
-# -- Job side ----------------------------------------------------------------------------------------------
-
-
-class RevocationError(Exception):
-    """maas-api did not confirm the revocation."""
-
-
-def revoke_subscription_keys(
-    maas_api_url: str, subscription: str, token: str, *, ca_file: str | None = None, timeout: float = 30.0
-) -> int:
-    """Revoke every API key bound to `subscription` (`<namespace>/<name>`); returns how many were revoked."""
-    namespace, sep, name = subscription.partition("/")
-    if not sep or not namespace or not name:
-        raise RevocationError(f"--subscription must be <namespace>/<name>, not {subscription!r}")
-    url = maas_api_url.rstrip("/") + REVOKE_PATH.format(namespace=namespace, name=name)
-    verify: bool | str = ca_file if ca_file else True
-    try:
-        resp = httpx.delete(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, verify=verify)
-    except httpx.HTTPError as exc:
-        raise RevocationError(f"maas-api unreachable at {maas_api_url}: {exc!r}") from exc
-    if resp.status_code != 200:
-        raise RevocationError(f"maas-api answered {resp.status_code}: {resp.text[:300]}")
-    body = resp.json()
-    return int(body.get("revokedCount", body.get("revoked_count", 0)))

@@ -17,6 +17,7 @@ from maasctl.contract.views import Views
 from maasctl.runtime import (
     Applier,
     Cache,
+    Change,
     Client,
     EventRecorder,
     GroupVersionKind,
@@ -101,18 +102,16 @@ class Context:
         await self.events.record(regarding, type_=type_, reason=reason, action=action or reason, note=note)
 
     async def apply_generated(self, parent: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-        """Server-side apply a generated object unless the live one opted out; True when it wrote."""
+        """Server-side apply a generated object unless the live one opted out; True when that changed it."""
         meta = desired["metadata"]
         live = self.cache.peek(GroupVersionKind.of(desired), meta["name"], meta.get("namespace"))
         if live is not None and is_opted_out(live):
             return False
-        before = self.applier.writes
-        await self.applier.apply(desired)
-        wrote = self.applier.writes > before
-        if wrote:
-            verb = "Updated" if live is not None else "Created"
-            await self._written(parent, verb, f"{desired['kind']} {meta.get('namespace')}/{meta['name']}")
-        return wrote
+        change = await self.applier.apply_change(desired)
+        if change is Change.NONE:
+            return False
+        await self._written(parent, change.value, f"{desired['kind']} {meta.get('namespace')}/{meta['name']}")
+        return True
 
     @contextlib.asynccontextmanager
     async def announcing(self, parent: Mapping[str, Any]) -> AsyncIterator[None]:

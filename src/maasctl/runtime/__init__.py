@@ -7,7 +7,7 @@ metrics), ``run`` (the one run loop of every operator process: signals, tasks be
 and helpers ``apply`` (no-op-guarded SSA), ``finalizers``, ``conditions``, ``events``.
 """
 
-from maasctl.runtime.apply import Applier, is_unchanged
+from maasctl.runtime.apply import Applier, Change, is_unchanged
 from maasctl.runtime.cache import Cache, CacheOptions
 from maasctl.runtime.client import Client
 from maasctl.runtime.conditions import find_condition, is_true, remove_condition, set_condition
@@ -49,6 +49,7 @@ __all__ = [
     "Applier",
     "Cache",
     "CacheOptions",
+    "Change",
     "Client",
     "Conflict",
     "Controller",

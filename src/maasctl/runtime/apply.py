@@ -17,6 +17,7 @@ compared as numbers when both are decimal integers (etcd revisions; comparable b
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,18 @@ from maasctl.runtime.objects import FrozenObject, canonical, key_of
 if TYPE_CHECKING:
     from maasctl.runtime.cache import Cache
 
-__all__ = ["Applier", "is_unchanged", "leaf_paths", "owned_paths"]
+__all__ = ["Applier", "Change", "is_unchanged", "leaf_paths", "owned_paths"]
 
 Path = tuple[str, ...]
 _IDENTITY: frozenset[Path] = frozenset({("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")})
+
+
+class Change(enum.Enum):
+    """What one apply did to the object on the server."""
+
+    CREATED = "Created"
+    UPDATED = "Updated"
+    NONE = "None"  # skipped by the guard, or a PATCH the server found to be a no-op (same resourceVersion)
 
 
 def leaf_paths(value: Mapping[str, Any], prefix: Path = ()) -> set[Path]:
@@ -147,31 +156,47 @@ class Applier:
 
     async def apply(self, desired: Mapping[str, Any]) -> Mapping[str, Any]:
         """Apply the object (not its status); returns the live object (cached when skipped)."""
-        return await self._apply(desired, self.field_manager, None)
+        return (await self._apply(desired, self.field_manager, None))[0]
+
+    async def apply_change(self, desired: Mapping[str, Any]) -> Change:
+        """Apply the object (not its status) and say what that did.
+
+        Decided per call (not from the counters, which concurrent reconciles move), and against our own last
+        write when the cache has not seen it yet: applying again before the cache catches up is no creation.
+        """
+        return (await self._apply(desired, self.field_manager, None))[1]
 
     async def apply_status(self, desired: Mapping[str, Any]) -> Mapping[str, Any]:
         """Apply ``desired["status"]`` through the /status subresource with the status field manager."""
-        return await self._apply(desired, self.status_field_manager, "status")
+        return (await self._apply(desired, self.status_field_manager, "status"))[0]
 
-    async def _apply(self, desired: Mapping[str, Any], manager: str, sub: str | None) -> Mapping[str, Any]:
+    async def _apply(
+        self, desired: Mapping[str, Any], manager: str, sub: str | None
+    ) -> tuple[Mapping[str, Any], Change]:
         want = canonical(desired)
         gvk = GroupVersionKind.of(want)
         meta = want["metadata"]
         written_key = (gvk, key_of(want))
         live: FrozenObject | None = self._cache.peek(gvk, meta["name"], meta.get("namespace"))
+        last = self._written.get(written_key)
+        known = last  # the newest resourceVersion we know of: our last write, or the cache when it is newer
         if live is not None:
-            last = self._written.get(written_key)
-            fresh = last is None or _not_older(str(live["metadata"].get("resourceVersion", "")), last)
-            if fresh and last is not None:
-                del self._written[written_key]  # the cache caught up; later versions are newer still
+            live_version = str(live["metadata"].get("resourceVersion", ""))
+            fresh = last is None or _not_older(live_version, last)
+            if fresh:
+                known = live_version
+                self._written.pop(written_key, None)  # the cache caught up; later versions are newer still
             if fresh and is_unchanged(desired, live, manager, sub):
                 self.skipped += 1
-                return live
+                return live, Change.NONE
         # Send empty maps and lists as written: some APIs give `{}` a meaning (e.g. an AuthPolicy's
         # `kubernetesTokenReview: {}` selects the method); only nulls are dropped.
         result = await self._client.apply(without_nulls(desired), field_manager=manager, subresource=sub)
         self.writes += 1
         if sub == "status":
             self.status_writes += 1
-        self._written[written_key] = str(result["metadata"].get("resourceVersion", ""))
-        return result
+        version = str(result["metadata"].get("resourceVersion", ""))
+        self._written[written_key] = version
+        if known is None:
+            return result, Change.CREATED
+        return result, Change.NONE if version == known else Change.UPDATED

@@ -32,6 +32,7 @@ import yaml
 
 from maasctl.testenv.binary import ensure_binary
 from maasctl.testenv.pki import Pki, create_pki
+from maasctl.tls import default_tls
 
 KCM_CONTROLLERS = (
     "garbage-collector-controller",
@@ -179,6 +180,8 @@ class ControlPlane:
     extra_apiserver_flags: Sequence[str] = ()
     with_controller_manager: bool = True
     startup_timeout: float = 120.0
+    etcd_seed: Path | None = None
+    """An etcd data directory to start from (copied, never changed): `seed.third_party_seed()`'s CRDs."""
 
     _owns_directory: bool = field(default=False, init=False)
     _procs: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
@@ -231,6 +234,8 @@ class ControlPlane:
             self.apiserver_port = free_port()
             self._write_admin_kubeconfig()
             self._start_apiserver()
+            if self.etcd_seed is not None:
+                self._wait(self._procs["kube-apiserver"], self._seeded_groups_discoverable)
             if self.with_controller_manager:
                 self._start_controller_manager()
         except BaseException:
@@ -296,6 +301,8 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client_port, peer_port = free_port(), free_port()
         data = self.root / "etcd"
+        if self.etcd_seed is not None and not data.exists():
+            shutil.copytree(self.etcd_seed, data)
         self._etcd_url = f"http://127.0.0.1:{client_port}"
         proc = self._spawn(
             "etcd",
@@ -361,6 +368,18 @@ class ControlPlane:
         except httpx.HTTPError:
             return False
 
+    def _seeded_groups_discoverable(self) -> bool:
+        """Every CRD the seed brought is in discovery (clients and controllers find APIs there; /readyz only
+        says the CRDs are loaded)."""
+        try:
+            with self.http_client(timeout=5.0) as http:
+                crds = http.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").json()["items"]
+                served = {v["groupVersion"] for g in http.get("/apis").json()["groups"] for v in g["versions"]}
+        except (httpx.HTTPError, ValueError, KeyError):
+            return False
+        wanted = {f"{c['spec']['group']}/{v['name']}" for c in crds for v in c["spec"]["versions"] if v["served"]}
+        return wanted <= served
+
     def _wait(self, proc: ManagedProcess, ready: object) -> None:
         assert callable(ready)
         deadline = time.monotonic() + self.startup_timeout
@@ -406,7 +425,7 @@ class ControlPlane:
 
 def _http_ok(url: str) -> bool:
     with contextlib.suppress(httpx.HTTPError):
-        return httpx.get(url, timeout=2.0).status_code == 200
+        return httpx.get(url, timeout=2.0, verify=default_tls()).status_code == 200
     return False
 
 

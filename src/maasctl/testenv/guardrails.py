@@ -33,7 +33,9 @@ import httpx
 
 from maasctl.guardrails_redact import redact, secret_values
 from maasctl.runtime import Client, GroupVersionKind, NotFound
+from maasctl.runtime.informer import Event, Informer
 from maasctl.testenv.controlplane import ManagedProcess, _die_with_parent, free_port
+from maasctl.tls import default_tls
 
 __all__ = ["EngineRunner", "RedactedProcess", "check_command", "engine_venv"]
 
@@ -111,7 +113,7 @@ class EngineRunner:
     venv: Path
     directory: Path
     port: int = 0
-    interval: float = 0.5
+    interval: float = 1.0  # how soon a died engine (or a failed sync) is looked at again
     process: RedactedProcess | None = None
     paused: bool = False  # tests: a killed engine stays down until resumed
     starts: int = 0
@@ -127,17 +129,44 @@ class EngineRunner:
         return f"http://127.0.0.1:{self.port}"
 
     async def run(self) -> None:
+        """Sync when the engine's Deployment, ConfigMap or a Secret of the namespace changes (watches, as a
+        kubelet does: polling them cost the test process and the API server a request pair every half second),
+        and every `interval` when the engine process has died or the last sync failed."""
+        changed = asyncio.Event()
+        changed.set()
+
+        def on_engine_object(event: Event) -> None:
+            if event.obj["metadata"].get("name") == ENGINE:
+                changed.set()
+
+        def on_secret(_: Event) -> None:  # any: the Deployment may name any Secret
+            changed.set()
+
+        watches = ((DEPLOYMENT, on_engine_object), (CONFIG_MAP, on_engine_object), (SECRET, on_secret))
         try:
-            while True:
-                if not self.paused:
-                    try:
-                        await self._sync()
-                    except Exception as exc:  # keep running, like a kubelet; tests read last_error
-                        self.last_error = f"{type(exc).__name__}: {exc}"
-                        log.warning("guardrails engine: %s", self.last_error)
-                await asyncio.sleep(self.interval)
+            async with asyncio.TaskGroup() as tg:
+                for gvk, handler in watches:
+                    informer = Informer(self.client, gvk, namespaces=(self.namespace,))
+                    informer.add_handler(handler)
+                    tg.create_task(informer.run())
+                while True:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), self.interval)
+                    due = changed.is_set() or bool(self.last_error) or (
+                        self.process is not None and not self.process.alive())
+                    changed.clear()
+                    if due and not self.paused:
+                        await self._sync_logged()
         finally:
             await asyncio.to_thread(self._stop)
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self._sync()
+            self.last_error = ""
+        except Exception as exc:  # keep running, like a kubelet; tests read last_error
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.warning("guardrails engine: %s", self.last_error)
 
     async def kill(self) -> None:
         """Stop the engine and keep it down (the engine failing) until `resume()`."""
@@ -210,7 +239,7 @@ class EngineRunner:
 
     async def _wait_ready(self, timeout: float = 90.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=2.0, verify=default_tls()) as http:
             while asyncio.get_running_loop().time() < deadline:
                 if self.process is None or not self.process.alive():
                     tail = self.process.log_tail() if self.process else ""

@@ -38,11 +38,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from maasctl.runtime import Client, GroupVersionKind
+import structlog
+
+from maasctl.runtime import Client, GroupVersionKind, NotFound
 from maasctl.runtime.informer import Event, EventType, Informer
 from maasctl.runtime.objects import FrozenObject
 
 __all__ = ["DEFAULT_MANAGED_BY", "JOB", "JOB_ENV_MARKER", "JobRun", "JobRunner"]
+
+log = structlog.get_logger("maasctl.testenv.jobrunner")
 
 JOB = GroupVersionKind("batch", "v1", "Job")
 DEFAULT_MANAGED_BY = "maasctl.opendatahub.io/job-runner"
@@ -91,6 +95,8 @@ class JobRunner:
     timeout: float = 120.0
     accepts: Callable[[FrozenObject], bool] = _every_job
     runs: list[JobRun] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # Jobs whose handling failed (each also logged)
+    status_attempts: int = 8
     _seen: set[str] = field(default_factory=set)
     _queue: asyncio.Queue[FrozenObject] = field(default_factory=asyncio.Queue)
 
@@ -102,7 +108,19 @@ class JobRunner:
             tg.create_task(informer.run())
             while True:
                 job = await self._queue.get()
-                tg.create_task(self._execute(job))
+                tg.create_task(self._guarded(job))
+
+    async def _guarded(self, job: FrozenObject) -> None:
+        """Run one Job; its failure is recorded and logged, never the end of the runner (a TaskGroup would
+        cancel the informer and every other Job with it, and no later Job would ever run: subscriptions would
+        wait for their key cleanup for good, and nothing would say why)."""
+        meta = job["metadata"]
+        try:
+            await self._execute(job)
+        except Exception as exc:  # any one Job's failure: the runner goes on
+            what = f"{meta.get('namespace')}/{meta.get('name')}: {exc!r}"[:500]
+            self.errors.append(what)
+            log.error("job runner: a Job could not be run", job=what)
 
     def _on_event(self, event: Event) -> None:
         job = event.obj
@@ -168,4 +186,17 @@ class JobRunner:
         return int(proc.returncode or 0), out.decode(errors="replace")
 
     async def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await self.client.patch(JOB, name, namespace, {"status": status}, subresource="status")
+        """Write the Job's status as the Job controller would, again after a transient error (a loaded API
+        server); a Job deleted meanwhile needs no status (NotFound is the end of it)."""
+        delay = 0.2
+        for attempt in range(self.status_attempts):
+            try:
+                await self.client.patch(JOB, name, namespace, {"status": status}, subresource="status")
+                return
+            except NotFound:
+                return
+            except Exception:
+                if attempt == self.status_attempts - 1:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)

@@ -1,6 +1,6 @@
 """OpenAI-compatible test model: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, streaming,
 `/v1/embeddings` (a fixed small vector per input; usage: the prompt tokens only) — and Anthropic's Messages API,
-`/v1/messages` (JSON and streams, built from the `anthropic` SDK's own types: see `messages.py`), so the data
+`/v1/messages` (JSON and streams, built from the `anthropic` SDK's own types: see `messages_answers.py`), so the data
 plane's OpenAI<->Messages translation meets a provider that speaks Anthropic's format.
 
 Usage numbers are deterministic and configurable, so quota tests know exactly how many tokens each call
@@ -68,7 +68,7 @@ class ModelServerConfig:
     reasoning_tokens: int = 0
     require_bearer: str | None = None  # when set, OpenAI-side requests must carry exactly this bearer token
     require_api_key: str | None = None  # when set, /v1/messages requests must carry it in x-api-key
-    history: int = 100
+    history: int = 500  # requests /debug/requests keeps (numbered by `seq` from 1: a reader sees what it missed)
     block_words: tuple[str, ...] = ()  # guard questions mentioning one of these are answered "Yes"
     replies: tuple[tuple[str, str], ...] = ()  # (user message, fixed answer) instead of the echo
     latency: float = 0.0  # seconds each completion takes before it answers
@@ -91,6 +91,7 @@ def answer_for(cfg: ModelServerConfig, last: str) -> str:
 @dataclass
 class _State:
     seen: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=100))
+    received: int = 0  # requests logged so far: each entry's `seq`, so a reader tells "nothing new" from a full log
     prompts: deque[str] = field(default_factory=lambda: deque(maxlen=1000))  # last messages answered
 
 
@@ -119,13 +120,17 @@ def _error(status: int, message: str, code: str) -> JSONResponse:
 
 def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
     cfg = cfg or ModelServerConfig()
+    if cfg.require_api_key is not None:  # it stands in for an Anthropic provider: no first request pays the import
+        from maasctl.testmodel import messages_answers  # noqa: F401
     state = _State(seen=deque(maxlen=cfg.history))
     app = FastAPI(title="maasctl test model", docs_url=None, redoc_url=None)
 
     @app.middleware("http")
     async def remember(request: Request, call_next: Any) -> Any:
         if not request.url.path.startswith(("/debug", "/health")):
-            entry: dict[str, Any] = {"path": request.url.path, "headers": dict(request.headers)}
+            state.received += 1
+            entry: dict[str, Any] = {"seq": state.received, "path": request.url.path,
+                                     "headers": dict(request.headers)}
             request.state.seen = entry  # the handler adds the body's model name
             state.seen.append(entry)
             failing = _failing(request.url.path)
@@ -157,7 +162,9 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         if messages.is_anthropic_side(request.url.path, request.headers):  # Anthropic's list of models
-            return messages.model_list(cfg.models)
+            from maasctl.testmodel import messages_answers as answers
+
+            return answers.model_list(cfg.models)
         return {
             "object": "list",
             "data": [{"id": m, "object": "model", "created": 0, "owned_by": "maasctl-test"} for m in cfg.models],
@@ -225,16 +232,18 @@ def create_app(cfg: ModelServerConfig | None = None) -> FastAPI:
         status = messages.forced_status(request.headers)
         if status is not None:
             return messages.error(status, f"x-testmodel-status asked for {status}")
+        from maasctl.testmodel import messages_answers as answers  # the SDK's types: first Anthropic request only
+
         last = messages.last_user_text(body)
         state.prompts.append(last)
-        blocks = messages.content(body, last, answer_for(cfg, last) + "x" * _pad(request))
+        blocks = answers.content(body, last, answer_for(cfg, last) + "x" * _pad(request))
         generated = _generated(body, request.headers)
-        spent = messages.usage(cfg.prompt_tokens, cfg.cached_tokens,
-                               cfg.completion_tokens if generated is None else generated)
+        spent = answers.usage(cfg.prompt_tokens, cfg.cached_tokens,
+                              cfg.completion_tokens if generated is None else generated)
         if body.get("stream"):
-            return StreamingResponse(messages.stream(body["model"], blocks, spent, knobs=request.headers),
+            return StreamingResponse(answers.stream(body["model"], blocks, spent, knobs=request.headers),
                                      media_type="text/event-stream")
-        return _answer(request, messages.message(body["model"], blocks, spent))
+        return _answer(request, answers.message(body["model"], blocks, spent))
 
     @app.post("/v1/embeddings", response_model=None)
     async def embeddings(request: Request) -> Response:

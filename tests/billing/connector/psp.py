@@ -28,6 +28,7 @@ from maasctl.billing.ledger import Ledger, credit
 from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Manager
 from maasctl.testenv import ControlPlane
+from maasctl.tls import default_tls
 from tests.install.manifests import DEFAULT_SUBSCRIPTION_NS, apply_docs, identity_docs, service_account_api
 
 from ..conftest import CONTROLLER_NS, Billing, RunningBilling, eventually
@@ -144,7 +145,7 @@ def pi_event(type_: str, intent: str, attempt: str, tenant: str, amount: int, **
 
 async def deliver(setup: Setup, ns: str, body: bytes, headers: dict[str, str], connector: str = "stripe"
                   ) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
         return await http.post(f"{setup.url}/webhooks/{ns}/{connector}", content=body, headers=headers)
 
 

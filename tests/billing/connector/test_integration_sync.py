@@ -32,6 +32,7 @@ from maasctl.runtime import Request
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.postgres import PostgresServer
 from maasctl.testenv.stripemock import StripeMock
+from maasctl.tls import default_tls
 
 from ..conftest import SETTINGS, Billing, eventually, start_billing
 from .psp import (
@@ -73,7 +74,7 @@ class Recorder:
         else:
             self.seen.append((request.method, request.path, parse_qs(body.decode())))
             headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-            async with httpx.AsyncClient(timeout=10) as http:
+            async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
                 answer = await http.request(request.method, f"{self.upstream}{request.path_qs}", content=body,
                                             headers=headers)
             out = web.Response(body=answer.content, status=answer.status_code,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from maasctl.billing.cli.connector import register_connector, run_connector_cli
-from maasctl.billing.cli.ledger import register_ledger, register_rerate
 from maasctl.billing.controller.settings import BillingSettings
 from maasctl.settings import env_default
 
@@ -85,6 +85,61 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     register_rerate(sub)
     register_connector(sub)
     return billing
+
+
+def register_ledger(sub: Any) -> None:
+    ledger = sub.add_parser("ledger", help="a tenant's ledger entries and balance; manual credits and adjustments")
+    ledger.add_argument("--ledger-url", default=env_default("billing_ledger_url", "") or None,
+                        help="the ledger database (postgresql+asyncpg://... or sqlite+aiosqlite:///path)")
+    cmds = ledger.add_subparsers(dest="ledger_command", required=True)
+    show = cmds.add_parser("show", help="a tenant's balance and latest entries")
+    show.add_argument("--tenant", required=True, help="namespace/name of the TenantAccount")
+    show.add_argument("--limit", type=int, default=50)
+    show.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    for name, what in (("credit", "add money to a tenant's wallet"),
+                       ("adjust", "correct a tenant's wallet by a signed amount")):
+        cmd = cmds.add_parser(name, help=what)
+        cmd.add_argument("--tenant", required=True, help="namespace/name of the TenantAccount")
+        cmd.add_argument("--amount", required=True, help='decimal string, e.g. "25.00" (adjust: may be negative)')
+        cmd.add_argument("--reason", required=True, help="why (kept in the ledger for audit)")
+        cmd.add_argument("--id", required=True, help="your id for this entry (idempotency: used once)")
+        cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
+        cmd.add_argument("--currency", default="USD")
+        cmd.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None,
+                         help="where the TenantAccount is checked (default: in-cluster config, then $KUBECONFIG "
+                              "or ~/.kube/config)")
+    cmds.add_parser("verify", help="check that every transaction, and the ledger, balances")
+
+
+def register_rerate(sub: Any) -> None:
+    cmd = sub.add_parser("rerate", help="re-rate a tenant's usage of a period with a corrected PriceBook (adjustment "
+                         "entries; the charges are never rewritten)")
+    cmd.add_argument("--ledger-url", default=env_default("billing_ledger_url", "") or None,
+                     help="the ledger database (postgresql+asyncpg://... or sqlite+aiosqlite:///path)")
+    cmd.add_argument("--usage-database-url", default=env_default("billing_usage_database_url", "") or None,
+                     help="maas-api's database (read-only): the usage records to rate again")
+    cmd.add_argument("--tenant", required=True, help="namespace/name of the TenantAccount")
+    cmd.add_argument("--from", dest="since", required=True, help="start of the period (ISO 8601, inclusive)")
+    cmd.add_argument("--to", dest="until", required=True, help="end of the period (ISO 8601, exclusive)")
+    which = cmd.add_mutually_exclusive_group(required=True)
+    which.add_argument("--price-book", help="the corrected PriceBook, read from the cluster in the tenant's namespace")
+    which.add_argument("--price-book-file",
+                       help="the corrected PriceBook as YAML or JSON (e.g. kubectl get pricebook NAME -o yaml)")
+    cmd.add_argument("--kubeconfig", default=env_default("kubeconfig", "") or None,
+                     help="with --price-book: kubeconfig path (default: in-cluster config, then ~/.kube/config)")
+    cmd.add_argument("--reason", required=True, help="why (kept in every adjustment entry for audit)")
+    cmd.add_argument("--actor", default=os.environ.get("USER", ""), help="who (default: $USER)")
+    cmd.add_argument("--geo", default=None,
+                     help="region of the tenant's requests (default: the region each charge was rated in)")
+    cmd.add_argument("--committed-tier", default=None,
+                     help="the committed-use tier to rate the records with (default: the tier each month's fee was "
+                          "charged for; none without a fee)")
+    cmd.add_argument("--cost-file", action="append", default=[],
+                     help="pass-through cost data for the whole period, replacing what the charges recorded: a "
+                          "Secret as kubectl get secret NAME -o yaml prints it, named as costSecretRef names it "
+                          "(repeatable)")
+    cmd.add_argument("--dry-run", action="store_true", help="show what would change; post nothing")
+    cmd.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
 
 def settings_from_args(args: argparse.Namespace) -> BillingSettings:

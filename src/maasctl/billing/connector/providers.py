@@ -20,13 +20,13 @@ import httpx
 import stripe
 
 from maasctl.billing import money
+from maasctl.billing.connector.settings import STRIPE_API
 from maasctl.billing.rules import signing
 from maasctl.billing.rules.psp_amounts import to_minor
 from maasctl.billing.rules.psp_events import ATTEMPT_KEY, TENANT_KEY, Inbound, parse_stripe, parse_webhook
 
 __all__ = ["Credentials", "Customer", "Failure", "Provider", "StripeProvider", "WebhookProvider", "provider_for"]
 
-STRIPE_API: Final = "https://api.stripe.com"
 _TIMEOUT: Final = 20
 
 

@@ -70,6 +70,7 @@ from maasctl.runtime import (
     thaw,
 )
 from maasctl.runtime.objects import FrozenObject
+from maasctl.tls import default_tls
 
 __all__ = ["BILLING_CONNECTOR", "INGRESS", "SECRET", "BillingConnectorReconciler", "ConnectorContext",
            "ConnectorSecretsReconciler", "TenantPaymentsReconciler", "parse_interval"]
@@ -323,7 +324,7 @@ class BillingConnectorReconciler:
         if not ctx.receiver.serving or ctx.receiver.port is None:
             return False, "ReceiverNotServing", "the webhook receiver is not listening"
         try:
-            async with httpx.AsyncClient(timeout=5) as http:
+            async with httpx.AsyncClient(timeout=5, verify=default_tls()) as http:
                 answer = await http.get(f"http://127.0.0.1:{ctx.receiver.port}/healthz")
             serving = answer.status_code == 200
         except httpx.HTTPError:

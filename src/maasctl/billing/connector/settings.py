@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-from maasctl.billing.connector.providers import STRIPE_API
+__all__ = ["STRIPE_API", "ConnectorSettings"]
 
-__all__ = ["ConnectorSettings"]
+STRIPE_API: Final = "https://api.stripe.com"
+"""Stripe's API; kept here, not in `providers`, so that parsing the command line imports no HTTP client."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,6 +47,7 @@ from maasctl.runtime import Client
 from maasctl.runtime.served import apply_all
 from maasctl.testenv.controlplane import free_port
 from maasctl.testenv.stripemock import StripeMock, StripeMockUnavailable, start_stripe_mock
+from maasctl.tls import default_tls
 
 log = structlog.get_logger("maasctl.billing.dev")
 FIELD_MANAGER = "maasctl-dev"
@@ -101,7 +102,7 @@ class StripeEventRelay:
         self.sent: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx.AsyncClient(timeout=10, verify=default_tls()) as http:
             while not stop.is_set():
                 with contextlib.suppress(Exception):  # the tables appear with the connector; it may be restarting
                     await self.once(http)

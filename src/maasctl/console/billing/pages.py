@@ -28,6 +28,7 @@ from maasctl.console.sessions import Identity
 from maasctl.console.web import User, console, flash, kube_as, q, redirect, render
 from maasctl.contract.billing_console import Role, at_least
 from maasctl.contract.billing_portal import SPEND_DAYS, spend_days
+from maasctl.tls import default_tls
 
 log = structlog.get_logger("maasctl.console.billing")
 router = APIRouter()
@@ -297,7 +298,7 @@ async def _rater(url: str | None) -> tuple[views.RaterFigures | None, str | None
         return None, "no --billing-metrics-url: the rater's figures are not available here"
     figures = None
     try:
-        async with httpx.AsyncClient(timeout=3, follow_redirects=False) as http:
+        async with httpx.AsyncClient(timeout=3, follow_redirects=False, verify=default_tls()) as http:
             for _ in range(METRICS_TRIES):
                 resp = await http.get(url)
                 if resp.status_code != 200:

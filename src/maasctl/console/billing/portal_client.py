@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from maasctl.contract.billing_portal import API_PREFIX
+from maasctl.tls import default_tls
 
 TIMEOUT: Final = 30
 
@@ -42,7 +43,7 @@ class PortalApi:
                        body: Mapping[str, str] | None = None) -> Any:
         """The API's JSON answer; PortalError with its message for anything but 2xx."""
         try:
-            async with httpx.AsyncClient(base_url=self._base, timeout=TIMEOUT) as http:
+            async with httpx.AsyncClient(base_url=self._base, timeout=TIMEOUT, verify=default_tls()) as http:
                 resp = await http.request(method, path, params=dict(params or {}), headers=self._headers,
                                           json=dict(body) if body is not None else None)
         except httpx.HTTPError as exc:
@@ -92,7 +93,8 @@ class PortalApi:
     async def export(self, namespace: str, name: str, params: Mapping[str, str]) -> AsyncIterator[httpx.Response]:
         """The CSV export as a streamed response (the caller passes its bytes through)."""
         try:
-            async with httpx.AsyncClient(base_url=self._base, timeout=TIMEOUT) as http, http.stream(
+            async with httpx.AsyncClient(base_url=self._base, timeout=TIMEOUT,
+                                         verify=default_tls()) as http, http.stream(
                     "GET", _tenant_path(namespace, name) + "/export.csv", params=dict(params),
                     headers=self._headers) as resp:
                 if resp.status_code != 200:
