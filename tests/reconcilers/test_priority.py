@@ -150,8 +150,12 @@ async def serve_through_pool(
                      "labels": {"app.kubernetes.io/name": llm,
                                 "app.kubernetes.io/component": "llminferenceservice-router",
                                 "app.kubernetes.io/part-of": "llminferenceservice"}},
+        # KServe's router route matches the model's own path: a rule without matches would be a catch-all on the
+        # shared Gateway, and a later file's gateway would route every unknown path to it while this namespace
+        # is still being emptied (test_simulate_equals_gateway's "no route" got 403 from it in a whole run).
         "spec": {"parentRefs": [{"name": gateway[1], "namespace": gateway[0]}],
-                 "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
+                 "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": f"/{ns}/{llm}"}}],
+                            "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
                                              "name": pool}]}]}})
     router: dict[str, Any] = {"scheduler": {"inferencePool": {"group": "inference.networking.k8s.io",
                                                               "kind": "InferencePool", "name": pool}}}
