@@ -103,16 +103,19 @@ async def test_guardrails_journey(world: World) -> None:
         settings(world, enabled=True), guard_config(world, cfg),
         world.auth_policy(world.name("ap"), [guarded, open_model], users=("alice",)), subscription)
 
-    # The configuration is loaded by the real engine before it is deployed; the settings report it.
-    async def config_ready() -> bool:
-        obj = await get(world, "guardrailconfigs", cfg)
-        return (obj.get("status") or {}).get("phase") == "Ready"
+    # The configuration is loaded by the real engine before it is deployed; the settings report it, and which
+    # subscription models use it (a later status write when the subscription reaches the reconciler after the
+    # configuration: seen once in a whole run, Ready with `usedBy` still empty).
+    user = {"subscription": f"{world.sub_ns()}/{sub}", "model": f"{world.namespace}/{guarded}"}
+    seen: dict[str, Any] = {}
 
-    await eventually(config_ready, timeout=90)
+    async def config_ready() -> bool:
+        seen["status"] = status = (await get(world, "guardrailconfigs", cfg)).get("status") or {}
+        return status.get("phase") == "Ready" and user in (status.get("usedBy") or [])
+
+    await eventually(config_ready, timeout=90, describe=lambda: f"status: {seen.get('status')}")
     config = await get(world, "guardrailconfigs", cfg)
     assert condition(config, "Valid")["reason"] == "Valid"
-    assert {"subscription": f"{world.sub_ns()}/{sub}", "model": f"{world.namespace}/{guarded}"} in \
-        config["status"]["usedBy"]
     await world.wait_active(sub)
     key = (await world.mint("alice", subscription=sub))["key"]
     await world.wait_enforced(open_model, key)
