@@ -22,7 +22,7 @@ from maasctl.testenv.controlplane import ManagedProcess, free_port
 from maasctl.tls import default_tls
 
 __all__ = ["BILLING", "billing_operator", "book_and_plan", "book_spec", "chargeable_from", "ledger_url",
-           "org_subscription", "organization_key", "tenant_objects", "usage_url", "wait_probes"]
+           "org_subscription", "organization_key", "tenant_objects", "usage_url", "wait_allowance", "wait_probes"]
 
 BILLING = "billing.opendatahub.io/v1alpha1"
 
@@ -130,3 +130,21 @@ async def chargeable_from(world: World, tenant: str, effective: datetime) -> dat
     start = max(effective, created + timedelta(seconds=1))
     await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds() + 0.1))
     return start
+
+
+async def wait_allowance(world: World, key: str, gateway_url: str | None = None) -> None:
+    """Until the gateway holds the Prepaid wallet's allowance limit for calls with `key` (`/_gateway/simulate`):
+    a Plan reconcile turns the tenant's status into a TokenRateLimitPolicy after the tenant is Active, and a call
+    served before the gateway has it is bounded only by the rater."""
+    url = gateway_url or world.stack.gateway_url
+    last = {"why": "not asked yet"}
+
+    async def limited() -> bool:
+        async with httpx.AsyncClient(base_url=url, timeout=10, verify=default_tls()) as http:
+            r = await http.post("/_gateway/simulate", json={"model": f"{world.namespace}/gpt", "key": key},
+                                headers={"Authorization": f"Bearer {key}"})
+        last["why"] = f"{r.status_code} {r.text[:600]}"
+        return r.status_code == 200 and any("/allowance/" in str(x.get("name") or x.get("limit_name") or x)
+                                            for x in r.json().get("limits", []))
+
+    await eventually(limited, 60, describe=lambda: last["why"])

@@ -111,9 +111,9 @@ class World:
         return minted
 
     async def chat(self, model: str, credential: str, *, headers: dict[str, str] | None = None,
-                   gateway_url: str | None = None, **body: Any) -> httpx.Response:
+                   gateway_url: str | None = None, timeout: float = 30, **body: Any) -> httpx.Response:
         payload = {**PROBE_BODY, **body}
-        async with httpx.AsyncClient(base_url=gateway_url or self.stack.gateway_url, timeout=30,
+        async with httpx.AsyncClient(base_url=gateway_url or self.stack.gateway_url, timeout=timeout,
                                      verify=default_tls()) as http:
             return await http.post(f"/{self.namespace}/{model}/v1/chat/completions", json=payload,
                                    headers={"Authorization": f"Bearer {credential}", **(headers or {})})

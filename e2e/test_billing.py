@@ -5,6 +5,7 @@ models outside its modelScopes are refused (403), and another organization is no
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubernetes_asyncio import client as k8s
 from e2e.billing_operator import billing_operator
 from e2e.conftest import MAAS, World, eventually
 from e2e.target import Target
+from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 from maasctl.testenv.controlplane import ManagedProcess
 
 BILLING = "billing.opendatahub.io/v1alpha1"
@@ -77,6 +79,15 @@ async def test_a_tenants_plan_limits_answer_429_through_the_gateway(billing_proc
             return (await world.chat("hidden", alice)).status_code == 403
 
         await eventually(scoped)
+
+        # The request limit comes in a RateLimitPolicy of its own, which can reach the gateway after the scope rule's
+        # AuthPolicy: a call served before it would not count.
+        async def request_limited(credential: str) -> bool:
+            report = await simulate_remote(stack.gateway_url, SimulateRequest(model=f"{ns}/gpt", key=credential))
+            return bool(report.request_limits)
+
+        for credential in (alice, carol):
+            await eventually(functools.partial(request_limited, credential))
         denied = await world.chat("hidden", carol)
         assert denied.status_code == 403
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from e2e.billing_operator import BILLING, book_and_plan, chargeable_from, organization_key, wait_probes
+from e2e.billing_operator import BILLING, book_and_plan, chargeable_from, organization_key, wait_allowance, wait_probes
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
 from e2e.test_billing_wallets import GROUP, VERSION, ledger_cli, ledger_url, wallet_billing
@@ -63,13 +63,16 @@ async def connector(stack: Target, stripe_mock: StripeMock, wallet_billing: Mana
 
 
 class FakeStripeSender:
-    """Stripe's webhook sender: confirms (or fails) every reload the connector starts, signed as Stripe does."""
+    """Stripe's webhook sender: confirms (or fails) every reload the connector starts, signed as Stripe does.
+    After the first failure it sends the next only once the test has seen the tenant Dunning (`dunning_seen`): a
+    loaded operator could otherwise report the first and third failures in one status write, never Dunning."""
 
     def __init__(self, payments: Payments, tenant: str, url: str) -> None:
         self.payments, self.tenant, self.url = payments, tenant, url
         self.succeed = True
         self.confirmed: list[str] = []
         self.failed: list[str] = []
+        self.dunning_seen = asyncio.Event()
 
     async def run(self) -> None:
         done: set[str] = set()
@@ -78,6 +81,8 @@ class FakeStripeSender:
                 attempt = await self.payments.pending(self.tenant)
                 if attempt is not None and attempt.intent_id and attempt.id not in done:
                     done.add(attempt.id)
+                    if not self.succeed and self.failed:
+                        await self.dunning_seen.wait()
                     await http.post(self.url, content=(body := self.event(attempt.id, attempt.intent_id)),
                                     headers=self.headers(body))
                     (self.confirmed if self.succeed else self.failed).append(attempt.id)
@@ -159,6 +164,7 @@ async def test_auto_reload_keeps_a_prepaid_tenant_serving_until_its_card_fails(
             return (await status()).get("state") == "Active"
 
         await eventually(active, 60)
+        await wait_allowance(world, key)
         # Spend 1.20 at 0.02 a call: more than twice the starting balance, never refused. Two calls a second leave
         # the reload 7.5 s from the threshold to an empty wallet (the rater, the reload, the PSP's webhook, the
         # credit, the allowance the gateway reads); at four a second a loaded run once spent it first (429).
@@ -174,11 +180,16 @@ async def test_auto_reload_keeps_a_prepaid_tenant_serving_until_its_card_fails(
         sender.succeed = False
         seen: list[str] = []
         refused: httpx.Response | None = None
-        for _ in range(400):
-            resp = await world.chat("gpt", key)
-            state = (await status()).get("state")
+
+        def note(state: str | None) -> None:
             if state and (not seen or seen[-1] != state):
                 seen.append(state)
+            if state == "Dunning":
+                sender.dunning_seen.set()
+
+        for _ in range(400):
+            resp = await world.chat("gpt", key)
+            note((await status()).get("state"))
             if resp.status_code != 200:
                 refused = resp
                 break
@@ -191,8 +202,7 @@ async def test_auto_reload_keeps_a_prepaid_tenant_serving_until_its_card_fails(
             # (every second here): Dunning at the first failure, Frozen at the third, and the gateway then says so.
             async def frozen() -> bool:
                 state = (await status()).get("state")
-                if state and seen[-1] != state:
-                    seen.append(state)
+                note(state)
                 return state == "Frozen"
 
             await eventually(frozen, 120, interval=0.1, describe=lambda: f"states seen: {seen}")

@@ -25,6 +25,7 @@ from e2e.billing_operator import (
     org_subscription,
     tenant_objects,
     usage_url,
+    wait_allowance,
 )
 from e2e.conftest import Need, World, eventually
 from e2e.target import Target
@@ -101,6 +102,7 @@ async def test_a_prepaid_tenant_is_frozen_when_its_money_runs_out_and_a_credit_r
                                "trial credit", "--id", f"trial-{world.suffix}", "--actor", "e2e-operator")
         assert "balance of" in out and "0.050000" in out
         await eventually(lambda: in_state("Active"), 60)
+        await wait_allowance(world, key)
 
         # Call until refused: the request that crosses zero completes, the tenant is Frozen, the next is 403.
         # While the rater has not charged what was served, the wallet's allowance limit answers 429 once the
@@ -233,14 +235,7 @@ async def test_a_concurrent_burst_at_a_high_price_overspends_by_at_most_one_requ
         await ledger.post([credit(f"burst-{world.suffix}-{store}", tenant_key, datetime.now(UTC), Decimal("1.00"),
                                   reason="trial", actor="e2e")])
 
-        async def limited() -> bool:  # the wallet's allowance limit is in the gateway's view of the policies
-            async with httpx.AsyncClient(base_url=gateway, timeout=10, verify=default_tls()) as http:
-                r = await http.post("/_gateway/simulate", json={"model": f"{world.namespace}/gpt", "key": key},
-                                    headers={"Authorization": f"Bearer {key}"})
-            return r.status_code == 200 and any("/allowance/" in str(x.get("name") or x.get("limit_name") or x)
-                                                for x in r.json().get("limits", []))
-
-        await eventually(limited, 60)
+        await wait_allowance(world, key, gateway)
 
         async def call(http: httpx.AsyncClient) -> int:
             r = await http.post(f"/{world.namespace}/gpt/v1/chat/completions", json=payload,

@@ -139,8 +139,12 @@ async def test_guardrails_journey(world: World) -> None:
         engine += "\n" + (local.directory / "controller.log").read_text()[-3000:]
         raise AssertionError(f"{last[0].status_code} {last[0].text}\n{engine}") from None
     assert local.engine.starts >= 1
-    sub_obj = await get(world, "maassubscriptions", sub)
-    assert condition(sub_obj, "GuardrailsReady")["status"] == "True"
+
+    async def guardrails_ready() -> bool:  # the subscription's own reconcile writes it, not the one that served
+        ready = condition(await get(world, "maassubscriptions", sub), "GuardrailsReady")
+        return ready.get("status") == "True"
+
+    await eventually(guardrails_ready, timeout=30)
 
     # Allowed: both models answer, and the request reached the model.
     marker = uuid.uuid4().hex[:8]
@@ -445,7 +449,9 @@ class TestOneCallerCannotHoldTheEngine:
         g = await guarded_model(world, users=("alice", "bob"))
         marker = uuid.uuid4().hex[:8]
         hold = f"20.{uuid.uuid4().int % 10**6:06d}"  # seconds; the value tells this test's requests apart
-        held = [asyncio.create_task(g.say("alice", f"held {marker} {i}", headers={HELD: hold})) for i in range(4)]
+        # each held 20 s at the model after its input rail, which a loaded machine can make slow: not the 30 s default
+        held = [asyncio.create_task(g.say("alice", f"held {marker} {i}", headers={HELD: hold}, timeout=90))
+                for i in range(4)]
         try:
             async def all_in_flight() -> bool:  # the four passed the input rails and reached the model
                 return sum(1 for r in await world.model_requests() if r["headers"].get(HELD) == hold) == 4

@@ -84,13 +84,15 @@ async def test_limits_per_tier_and_per_user_and_unlimited(world: World) -> None:
     # alice: 15 (waited above) + 15 + 15 = 45 > 40 -> the next call is refused before reaching the model.
     statuses = [(await world.chat("gpt", alice)).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
-    # The hour tier is enforced just the same.
+    # The hour tier is enforced just the same (its limit in the gateway's view before the first call counts).
+    await world.wait_in_force("gpt", carol)
     statuses = [(await world.chat("gpt", carol)).status_code for _ in range(4)]
     assert statuses == [200, 200, 200, 429]
     # The counter is per user, not per key: a second key of alice's is already over the limit.
     second_alice_key = (await world.mint("alice", subscription=minute))["key"]
     assert (await world.chat("gpt", second_alice_key)).status_code == 429
     # An unlimited model never answers 429.
+    await world.wait_in_force("gpt", bob)
     statuses = [(await world.chat("gpt", bob)).status_code for _ in range(6)]
     assert statuses == [200] * 6
 
@@ -142,10 +144,16 @@ async def test_revoked_key_stops_within_a_second_and_deleted_subscription_keys_s
                                  headers={"Authorization": f"Bearer {world.token('alice')}"})
     assert resp.status_code in (200, 204), resp.text
     revoked_at = time.monotonic()
-    while (status := (await world.chat("gpt", revoked["key"])).status_code) == 200:  # noqa: ASYNC110
+    # The rule is the 1 s key-cache TTL: no call started after it is served. (How long the refused call itself
+    # takes is the machine's load, not the rule: a whole run's busy cores made one take over 0.5 s.)
+    while True:
+        started = time.monotonic()
+        status = (await world.chat("gpt", revoked["key"])).status_code
+        if status != 200:
+            break
+        assert started - revoked_at < 1.1, "a call started after the key cache's 1 s TTL was served"
         await asyncio.sleep(0.05)
     assert status in (401, 403)
-    assert time.monotonic() - revoked_at < 1.5  # 1 s cache TTL, plus the request itself
 
     await world.client.delete(MAAS_SUBSCRIPTION, one, world.sub_ns())
 

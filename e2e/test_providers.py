@@ -319,14 +319,17 @@ async def test_failover_from_failing_providers_to_a_healthy_one_records_one_usag
     # every provider failing: the last failure is the answer (the second provider's 429), recorded once
     down_client = openai.AsyncOpenAI(base_url=f"{world.stack.gateway_url}/v1", api_key=down_key, max_retries=0,
                                      timeout=30)
-    calls = {"n": 0}
+    calls = {"n": 0}  # the calls that reached the providers: a refusal before that (route or policies not yet in
+    # the gateway's view: 403/404) is not a request the gateway admitted, and it records none
 
     async def throttled_answer() -> bool:
-        calls["n"] += 1
         try:
             await down_client.chat.completions.create(model=down, messages=_user("hi"))
         except openai.RateLimitError as exc:
-            return exc.code == "testmodel_fail"
+            if exc.code != "testmodel_fail":
+                return False
+            calls["n"] += 1
+            return True
         except openai.APIStatusError:
             return False
         raise AssertionError("a model whose every provider fails answered 200")
