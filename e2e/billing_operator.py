@@ -117,8 +117,8 @@ def book_and_plan(world: World, book_name: str, plan_name: str, effective: datet
                           limits={"requestsPerMinute": 1000}, billing_mode="")[:2]
 
 
-async def chargeable_from(world: World, tenant: str, effective: datetime) -> datetime:
-    """Sleep until a call is charged to TenantAccount `tenant` (in the gateway namespace), and say from when: its
+async def chargeable_from(world: World, tenant: str, effective: datetime) -> None:
+    """Sleep until a call is charged to TenantAccount `tenant` (in the gateway namespace): its
     PriceBook is in force (`effective`) and its creation second is over - a record made in that second predates
     the account, so it is showback, never charged (`catalog.TenantRef.predates`). Creating the objects can take
     more than the second a journey gives `effective` on a loaded machine (seen in whole runs: a budget journey's
@@ -129,7 +129,6 @@ async def chargeable_from(world: World, tenant: str, effective: datetime) -> dat
     created = datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
     start = max(effective, created + timedelta(seconds=1))
     await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds() + 0.1))
-    return start
 
 
 async def wait_allowance(world: World, key: str, gateway_url: str | None = None) -> None:
