@@ -40,6 +40,11 @@ usage, ~0.1 ms of CPU a request, in a process of its own) instead of the test mo
 test model, the load generator and the gateway together saturate the machine before one gateway process does,
 so only with a cheap model does the gateway's own capacity decide the requests per second.
 
+``--wrk`` sends the load with wrk (Debian's ``wrk``, one thread, a Lua script for the POST) instead of this
+process's aiohttp clients: aiohttp spends ~150 µs of CPU a request, wrk ~10, so on two cores the second core is
+left to the gateway's second worker rather than to the load generator. Latencies are then wrk's percentiles
+(its p50 and p99); any answer but 2xx ends the benchmark.
+
 ``--compare DIR`` runs every other round with ``PYTHONPATH=DIR`` (e.g. ``git archive <commit> | tar -x -C
 /tmp/base`` and ``/tmp/base/src``, with ``MAASCTL_THIRD_PARTY_CRDS`` set; the stack's processes inherit it),
 so old and new code are measured interleaved on the same machine. Each round runs in its own process; the
@@ -52,6 +57,8 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,6 +71,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from overshoot_bench import (
     NS,
+    PAYLOAD,
     SETTINGS,
     accept_gateway,
     mint,
@@ -95,6 +103,63 @@ async def load(http: aiohttp.ClientSession, url: str, headers: dict[str, str], c
 
     await asyncio.gather(*(client(i) for i in range(clients)))
     return out, len(out) / (time.perf_counter() - start)
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def wrk_ms(text: str) -> float:
+    """A wrk duration ("635.00us", "1.23ms", "2.00s") in milliseconds."""
+    match = re.fullmatch(r"([0-9.]+)(us|ms|s)", text)
+    if match is None:
+        raise ValueError(f"not a wrk duration: {text!r}")
+    return float(match[1]) * _UNITS[match[2]]
+
+
+def parse_wrk(out: str) -> dict[str, float]:
+    """p50, p99 (ms), requests and req/s from wrk's --latency report; a non-2xx answer is a failed run."""
+    if "Non-2xx or 3xx responses" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw failed requests:\n{out}")
+    percentiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    done = re.search(r"^\s+(\d+) requests in", out, re.M)
+    rate = re.search(r"^Requests/sec:\s+([0-9.]+)", out, re.M)
+    if len(percentiles) != 2 or done is None or rate is None:
+        raise RuntimeError(f"unexpected wrk output:\n{out}")
+    return {"p50": wrk_ms(percentiles["50"]), "p99": wrk_ms(percentiles["99"]), "requests": float(done[1]),
+            "rps": float(rate[1])}
+
+
+async def load_wrk(url: str, headers: dict[str, str], clients: int, seconds: float) -> dict[str, float]:
+    """wrk (one thread, `clients` connections) POSTing the chat completion for `seconds`; its report and CPU."""
+    lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(json.dumps(PAYLOAD))}",
+             'wrk.headers["Content-Type"] = "application/json"',
+             *(f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items())]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write("\n".join(lines) + "\n")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency", "-s", script.name, url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+    finally:
+        os.unlink(script.name)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise RuntimeError(f"wrk failed: {out.decode(errors='replace')}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return parse_wrk(out.decode(errors="replace")) | {"load_cpu": cpu}
+
+
+async def measure(http: aiohttp.ClientSession, url: str, headers: dict[str, str], clients: int, seconds: float,
+                  stagger: float, use_wrk: bool) -> dict[str, float]:
+    """One load run's p50, p99 (ms), requests, req/s and the load generator's CPU seconds."""
+    if use_wrk:
+        return await load_wrk(url, headers, clients, seconds)
+    cpu = time.process_time()
+    trips, rate = await load(http, url, headers, clients, seconds, stagger)
+    return {"p50": statistics.median(trips), "p99": pct(trips, 0.99), "requests": float(len(trips)), "rps": rate,
+            "load_cpu": time.process_time() - cpu}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -170,7 +235,8 @@ def serve_fast_model(port: int) -> None:
 
 
 async def run(clients: list[int], seconds: float, model_latency: float, gateway_core: int | None,
-              staggered: bool, workers: int | None = None, fast_model: bool = False) -> dict[str, Any]:
+              staggered: bool, workers: int | None = None, fast_model: bool = False,
+              use_wrk: bool = False) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="maasctl-gwload-")
     redis = start_redis() if workers is not None else None
     pooled = {"workers": workers, "redis_url": redis.url} if redis is not None and workers is not None else {}
@@ -206,26 +272,28 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
             direct = (f"{model_url}/v1/chat/completions",
                       {"Authorization": f"Bearer {stack.options.upstream_key}"})
             await load(http, gateway, {"Authorization": f"Bearer {key}"}, 4, 1.0)  # warm-up
+            auth = {"Authorization": f"Bearer {key}"}
             for c in clients:
-                model_cpu, load_cpu = cpu_seconds(model_pid), time.process_time()
-                d, d_rate = await load(http, *direct, c, seconds, stagger)
-                model_cpu, load_cpu = cpu_seconds(model_pid) - model_cpu, time.process_time() - load_cpu
+                model_cpu = cpu_seconds(model_pid)
+                d = await measure(http, *direct, c, seconds, stagger, use_wrk)
+                model_cpu = cpu_seconds(model_pid) - model_cpu
                 # the key's auth decision expired during the direct run: its first request computes it again
                 # (reported apart), then a short warm-up so the measured run is the steady state under load
                 sent = time.perf_counter()
-                await request_ok(http, gateway, {"Authorization": f"Bearer {key}"})
+                await request_ok(http, gateway, auth)
                 first = (time.perf_counter() - sent) * 1000
-                await load(http, gateway, {"Authorization": f"Bearer {key}"}, min(c, 4), 0.3)
+                await load(http, gateway, auth, min(c, 4), 0.3)
                 posts, gateway_cpu = usage_posts(stack), tree_cpu_seconds(gateway_pid)
-                g, g_rate = await load(http, gateway, {"Authorization": f"Bearer {key}"}, c, seconds, stagger)
+                g = await measure(http, gateway, auth, c, seconds, stagger, use_wrk)
                 gateway_cpu = tree_cpu_seconds(gateway_pid) - gateway_cpu
                 await asyncio.sleep(0.5)
                 posts = usage_posts(stack) - posts
-                rows.append({"clients": c, "direct_rps": d_rate, "direct_p50": statistics.median(d),
-                             "direct_p99": pct(d, 0.99), "rps": g_rate, "p50": statistics.median(g),
-                             "p99": pct(g, 0.99), "usage_posts_per_s": posts / seconds, "requests": len(g),
-                             "first_after_idle_ms": first, "gateway_cpu_us": gateway_cpu / len(g) * 1e6,
-                             "model_cpu_us": model_cpu / len(d) * 1e6, "load_cpu_us": load_cpu / len(d) * 1e6,
+                rows.append({"clients": c, "direct_rps": d["rps"], "direct_p50": d["p50"], "direct_p99": d["p99"],
+                             "rps": g["rps"], "p50": g["p50"], "p99": g["p99"],
+                             "usage_posts_per_s": posts / seconds, "requests": g["requests"],
+                             "first_after_idle_ms": first, "gateway_cpu_us": gateway_cpu / g["requests"] * 1e6,
+                             "model_cpu_us": model_cpu / d["requests"] * 1e6,
+                             "load_cpu_us": d["load_cpu"] / d["requests"] * 1e6,
                              "gateway_rss_mb": tree_rss_mb(gateway_pid)})
         return {"rows": rows}
     finally:
@@ -259,7 +327,8 @@ def _one_round(args: argparse.Namespace, pythonpath: str | None, workers: int | 
                           *(["--gateway-core", str(args.gateway_core)] if args.gateway_core is not None else []),
                           *(["--stagger"] if args.stagger else []),
                           *(["--workers", str(workers)] if workers is not None else []),
-                          *(["--fast-model"] if args.fast_model else [])],
+                          *(["--fast-model"] if args.fast_model else []),
+                          *(["--wrk"] if args.wrk else [])],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"round failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
@@ -278,6 +347,7 @@ def main() -> None:
                         help="spread the clients' first requests over the model latency (no synchronized bursts)")
     parser.add_argument("--workers", help="worker counts of the gateway to interleave, e.g. 1,2 (Redis counters)")
     parser.add_argument("--fast-model", action="store_true", help="a minimal model server instead of the test model")
+    parser.add_argument("--wrk", action="store_true", help="send the load with wrk instead of aiohttp clients")
     parser.add_argument("--serve-fast-model", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -287,7 +357,7 @@ def main() -> None:
     if args.one:
         workers = int(args.workers) if args.workers else None
         result = asyncio.run(run(args.clients, args.seconds, args.model_latency, args.gateway_core, args.stagger,
-                                 workers, args.fast_model))
+                                 workers, args.fast_model, args.wrk))
         print(json.dumps(result), flush=True)
         return
     versions: list[tuple[str, str | None, int | None]] = [("this checkout", None, None)]

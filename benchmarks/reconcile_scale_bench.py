@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import itertools
 import json
 import os
 import resource
@@ -60,6 +61,28 @@ def self_cpu() -> float:
 WRITES: Counter[str] = Counter()
 REASONS: Counter[str] = Counter()
 """Events by reason and kind of the object they are about (printed with --one)."""
+SUBSCRIPTION_STATUS: dict[str, list[dict[str, Any]]] = {}
+"""Every status a subscription was written with, in order: what changed between two writes of one subscription
+tells a real change (its phase, a model's readiness) from a rewrite of the same status."""
+
+
+def status_changes(statuses: dict[str, list[dict[str, Any]]]) -> Counter[str]:
+    """For each write after a subscription's first: which status fields differ from its previous write
+    (``phase Pending->Active`` for a phase change; ``none`` for a write of the same status)."""
+    out: Counter[str] = Counter()
+    for writes in statuses.values():
+        for before, after in itertools.pairwise(writes):
+            if before.get("phase") != after.get("phase"):
+                out[f"phase {before.get('phase')}->{after.get('phase')}"] += 1
+                continue
+            differ = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+            if differ == ["tokenRateLimitStatuses"]:  # which policy's readiness moved, and how
+                was = {e["name"]: e.get("reason") for e in before["tokenRateLimitStatuses"] or ()}
+                now = {e["name"]: e.get("reason") for e in after["tokenRateLimitStatuses"] or ()}
+                differ = [f"tokenRateLimitStatuses {was.get(k)}->{now.get(k)}" for k in sorted(set(was) | set(now))
+                          if was.get(k) != now.get(k)]
+            out[", ".join(differ) or "none"] += 1
+    return out
 
 
 def count_writes() -> None:
@@ -79,6 +102,12 @@ def count_writes() -> None:
             elif content_type == client_module.APPLY_PATCH:
                 kind = ("status " + path.rsplit("/", 3)[-3] if path.endswith("/status")
                         else "apply " + path.rsplit("/", 2)[-2])
+                body = kw.get("body")
+                if kind == "status maassubscriptions" and isinstance(body, dict):
+                    status = {k: v for k, v in dict(body.get("status") or {}).items() if k != "conditions"}
+                    for cond in (body.get("status") or {}).get("conditions") or ():  # times differ by a write
+                        status[f"condition {cond.get('type')}"] = (cond.get("status"), cond.get("reason"))
+                    SUBSCRIPTION_STATUS.setdefault(path.rsplit("/", 2)[-2], []).append(status)
             elif content_type == client_module.JSON_PATCH:
                 kind = "finalizer"
             else:
@@ -278,7 +307,9 @@ async def run_scale(n_subs: int, n_models: int, workers: int, n_policies: int = 
         converge["create_s"] = created
         converge["reconciles"] = {k: v for k, v in converged.items() if v}
         return {"subscriptions": n_subs, "models": n_models, "publish": delta(t0, t1), "converge": converge,
-                "sync": delta(r0, r1), "restart": delta(r0, r2), "event_reasons": dict(REASONS)}
+                "sync": delta(r0, r1), "restart": delta(r0, r2), "event_reasons": dict(REASONS),
+                "subscription_rewrites": dict(status_changes(SUBSCRIPTION_STATUS)),
+                "subscription_status_writes": [len(SUBSCRIPTION_STATUS), sum(map(len, SUBSCRIPTION_STATUS.values()))]}
     finally:
         await asyncio.to_thread(cp.stop)
 
@@ -332,7 +363,9 @@ def main() -> None:
                       f"publish {r['publish']['writes']} {r['publish']['by_kind']}; "
                       f"sync {r['sync']['seconds']:.2f}s cpu {r['sync']['cpu_self']:.2f}s "
                       f"restart writes {r['restart']['by_kind']}; "
-                      f"Events {r['event_reasons']}", flush=True)
+                      f"Events {r['event_reasons']}; "
+                      f"subscription rewrites by what changed {r.get('subscription_rewrites')} "
+                      f"(subscriptions, status writes recorded: {r.get('subscription_status_writes')})", flush=True)
         print()
         print("| version | scale | subs | models | load | created (s) | all Active (s) | writes | of which "
               "status / finalizer / applies / Events | CPU self (s) | CPU apiserver (s) | publish writes | "

@@ -202,6 +202,8 @@ class Controller:
         """Wait for this controller's informers to sync, then run workers until ``shutdown``."""
         await self._cache.wait_for_sync(self.kinds, deadline=None)
         self.started = True
+        # as controller-runtime's "Starting workers": when a restarted controller works again is read off this line
+        log.info("starting workers", extra={"controller": self.name, "workers": self._workers})
         try:
             async with asyncio.TaskGroup() as tg:
                 for i in range(self._workers):
