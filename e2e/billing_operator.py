@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -17,6 +17,8 @@ from e2e.conftest import World
 from e2e.target import Target
 from e2e.waits import eventually
 from maasctl.billing.api.install import install_billing_crds
+from maasctl.billing.rules.catalog import charged_from
+from maasctl.gateway.simulate import SimulateRequest, simulate_remote
 from maasctl.localstack import LocalStack, maasctl_argv
 from maasctl.testenv.controlplane import ManagedProcess, free_port
 from maasctl.tls import default_tls
@@ -127,7 +129,7 @@ async def chargeable_from(world: World, tenant: str, effective: datetime) -> Non
     obj = await custom.get_namespaced_custom_object("billing.opendatahub.io", "v1alpha1",
                                                     world.stack.settings.gateway_namespace, "tenantaccounts", tenant)
     created = datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
-    start = max(effective, created + timedelta(seconds=1))
+    start = max(effective, charged_from(created))
     await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds() + 0.1))
 
 
@@ -139,11 +141,12 @@ async def wait_allowance(world: World, key: str, gateway_url: str | None = None)
     last = {"why": "not asked yet"}
 
     async def limited() -> bool:
-        async with httpx.AsyncClient(base_url=url, timeout=10, verify=default_tls()) as http:
-            r = await http.post("/_gateway/simulate", json={"model": f"{world.namespace}/gpt", "key": key},
-                                headers={"Authorization": f"Bearer {key}"})
-        last["why"] = f"{r.status_code} {r.text[:600]}"
-        return r.status_code == 200 and any("/allowance/" in str(x.get("name") or x.get("limit_name") or x)
-                                            for x in r.json().get("limits", []))
+        try:
+            report = await simulate_remote(url, SimulateRequest(model=f"{world.namespace}/gpt", key=key))
+        except RuntimeError as exc:  # the gateway's answer was not 200
+            last["why"] = str(exc)
+            return False
+        last["why"] = f"limits {report.limits}"[:600]
+        return any("/allowance/" in str(x.get("limit_name") or x) for x in report.limits)
 
     await eventually(limited, 60, describe=lambda: last["why"])

@@ -7,7 +7,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from maasctl.billing.api.install import install_billing_crds
 from maasctl.billing.controller.app import build_billing_manager
 from maasctl.billing.controller.settings import BillingSettings
 from maasctl.billing.ledger import Ledger
+from maasctl.billing.rules.catalog import charged_from
 from maasctl.billing.rules.clock import ManualClock
 from maasctl.runtime import Manager
 from maasctl.runtime.connect import connect
@@ -175,7 +176,7 @@ async def chargeable_from(billing: Billing, namespace: str, tenant: str, effecti
     obj = await billing.get("TenantAccount", tenant, namespace)
     assert obj is not None, f"TenantAccount {namespace}/{tenant}"
     created = datetime.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    start = max(effective, created + timedelta(seconds=1))
+    start = max(effective, charged_from(created))
     await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + 0.1)
 
 

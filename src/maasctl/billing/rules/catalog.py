@@ -26,6 +26,12 @@ log = structlog.get_logger("maasctl.billing.rater")
 COMMITTED_USE_ANNOTATION = "billing.opendatahub.io/committed-use"
 
 
+def charged_from(created: datetime) -> datetime:
+    """The first instant whose usage is charged to a TenantAccount created at `created` (its creationTimestamp,
+    whole seconds): records of the creation second itself predate the account (`TenantRef.predates`)."""
+    return created + timedelta(seconds=1)
+
+
 @dataclass(frozen=True)
 class TenantRef:
     namespace: str
@@ -41,7 +47,7 @@ class TenantRef:
         """A record at `when` was made before this TenantAccount existed (its creation second included, which
         a timestamp in whole seconds cannot order): the organization had no account then, so it is showback,
         whenever the rater reads it - never charged because a pass happened to re-read it after the creation."""
-        return self.created is not None and when < self.created + timedelta(seconds=1)
+        return self.created is not None and when < charged_from(self.created)
 
     @property
     def key(self) -> str:
