@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from reconcile_scale_bench import proc_cpu, wait_finalizer_policy
 
 from maasctl.testenv import ControlPlane
 from maasctl.testenv.controlplane import _die_with_parent, free_port
@@ -64,16 +65,6 @@ from maasctl.testenv.crds import apply_documents, install_third_party_crds, load
 SUB_NS, MODELS_NS = "models-as-a-service", "models"
 GROUP_VERSION = "maas.opendatahub.io/v1alpha1"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of a process (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def objects(n_subs: int, n_models: int, per_sub: int, n_policies: int) -> list[tuple[str, str, dict[str, Any]]]:
@@ -294,7 +285,6 @@ async def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.to_thread(install_third_party_crds, http)
             if name == "maasctl":
                 from kubernetes_asyncio import client as k8s
-                from reconcile_scale_bench import wait_finalizer_policy
 
                 from maasctl.api.install import install_crds
                 from maasctl.runtime.connect import connect
