@@ -62,7 +62,7 @@ from maasctl.testenv import ControlPlane
 from maasctl.testenv.controlplane import _die_with_parent, free_port
 from maasctl.testenv.crds import apply_documents, install_third_party_crds, load_documents, wait_established
 
-SUB_NS, MODELS_NS = "models-as-a-service", "models"
+SUB_NS, MODELS_NS, LEASE_NS = "models-as-a-service", "models", "opendatahub"
 GROUP_VERSION = "maas.opendatahub.io/v1alpha1"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
@@ -116,6 +116,11 @@ def create(http: httpx.Client, items: list[tuple[str, str, dict[str, Any]]]) -> 
         resp = http.post(f"{prefix}/namespaces/{body['metadata']['namespace']}/{plural}", json=body)
         if resp.status_code >= 300:
             raise RuntimeError(f"create {plural} {body['metadata']['name']}: {resp.status_code} {resp.text[:300]}")
+
+
+def create_namespaces(http: httpx.Client) -> None:
+    for ns in (SUB_NS, MODELS_NS, "gw", LEASE_NS):
+        http.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).raise_for_status()
 
 
 def active(http: httpx.Client) -> int:
@@ -204,11 +209,15 @@ def accept_policies(http: httpx.Client) -> int:
 class Controller:
     """One controller process: how to start it and how to tell that it works on its cache."""
 
-    def __init__(self, name: str, kubeconfig: Path, work: Path, reference: Path | None) -> None:
+    def __init__(self, name: str, kubeconfig: Path, work: Path, reference: Path | None, *,
+                 leader_elect: bool = False, pythonpath: str | None = None) -> None:
         self.name, self.kubeconfig, self.work, self.reference = name, kubeconfig, work, reference
+        self.leader_elect, self.pythonpath = leader_elect, pythonpath  # pythonpath: maasctl's code to run
         self.proc: subprocess.Popen[str] | None = None
+        self.probe = 0
         self.started = 0.0
         self.working: float | None = None
+        self.working_at: float | None = None  # time.monotonic() of the last "starting workers" line
         self.working_cpu: float | None = None
         self.lines: list[str] = []
         self.runs = 0
@@ -219,26 +228,33 @@ class Controller:
             profile = os.environ.get("BENCH_PROFILE")
             prefix = [sys.executable, __file__, "--profile-until-working", profile] if profile and self.runs == 2 \
                 else [str(Path(sys.executable).parent / "maasctl")]
-            return [*prefix, "run", "--kubeconfig", str(self.kubeconfig), "--no-leader-elect",
+            return [*prefix, "run", "--kubeconfig", str(self.kubeconfig),
+                    "--leader-elect" if self.leader_elect else "--no-leader-elect",
+                    "--leader-election-namespace", LEASE_NS,
                     "--health-probe-bind-address", f"127.0.0.1:{probe_port}", "--metrics-bind-address", "0",
                     "--subscription-namespace", SUB_NS, "--gateway-name", "gw", "--gateway-namespace", "gw",
                     "--max-concurrent-reconciles", "5", "--maas-api-url", "http://127.0.0.1:1",
                     "--log-format", "json", "--log-level", "info"]
         assert self.reference is not None
-        return [str(self.reference), "--leader-elect=false", f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+        return [str(self.reference), f"--leader-elect={str(self.leader_elect).lower()}",
+                f"--health-probe-bind-address=127.0.0.1:{probe_port}",
                 "--metrics-bind-address=0", "--gateway-name=gw", "--gateway-namespace=gw",
-                f"--maas-subscription-namespace={SUB_NS}", "--controller-namespace=opendatahub",
+                f"--maas-subscription-namespace={SUB_NS}", f"--controller-namespace={LEASE_NS}",
                 "--monitoring-namespace=", "--max-concurrent-reconciles=5"]
 
     async def start(self) -> None:
-        self.working = self.working_cpu = None
+        self.working = self.working_at = self.working_cpu = None
         self.lines = []
-        probe = free_port()
+        self.probe = free_port()
         self.runs += 1
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), TMPDIR=str(self.work))
+        # LEADER_ELECTION_NAMESPACE: the reference built for a process outside a Pod (see the docstring)
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), TMPDIR=str(self.work),
+                   LEADER_ELECTION_NAMESPACE=LEASE_NS)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
         self.started = time.monotonic()
         # started here, not in a thread, so that the clock starts with the exec
-        self.proc = subprocess.Popen(self.command(probe), env=env, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
+        self.proc = subprocess.Popen(self.command(self.probe), env=env, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
                                      stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
         self._reader = asyncio.create_task(asyncio.to_thread(self._read_log))
 
@@ -248,7 +264,8 @@ class Controller:
         for line in self.proc.stderr:
             self.lines.append(line)
             if "starting workers" in line.lower():
-                self.working, self.working_cpu = time.monotonic() - self.started, proc_cpu(self.proc.pid)
+                self.working_at = time.monotonic()
+                self.working, self.working_cpu = self.working_at - self.started, proc_cpu(self.proc.pid)
 
     async def stop(self) -> None:
         assert self.proc is not None
@@ -270,6 +287,51 @@ def webhook_certs(work: Path) -> None:
                    check=True, capture_output=True)
 
 
+async def prepare(name: str, args: argparse.Namespace, cp: ControlPlane, http: httpx.Client, work: Path) -> None:
+    """The controller's CRDs (maasctl's with the finalizer admission policy, as deploy.sh installs them), the
+    namespaces, the Gateway (accepted) and the objects of ``args``."""
+    await asyncio.to_thread(install_third_party_crds, http)
+    if name.startswith("maasctl"):
+        from kubernetes_asyncio import client as k8s
+
+        from maasctl.api.install import install_crds
+        from maasctl.runtime.connect import connect
+
+        api = await connect(str(cp.kubeconfig))
+        await install_crds(api, subscription_namespace=SUB_NS, with_finalizer_policy=True)
+        await wait_finalizer_policy(k8s.CustomObjectsApi(api))
+        await api.close()
+    else:
+        docs = load_documents(sorted(Path(args.reference_crds).glob("*.yaml")))
+        wait_established(http, apply_documents(http, docs, field_manager="bench"))
+        webhook_certs(work)
+    await asyncio.to_thread(create_namespaces, http)
+    await asyncio.to_thread(accept_gateway, http)
+    await asyncio.to_thread(create, http, objects(args.subs, args.models, args.per_sub, args.auth_policies))
+
+
+async def converge(http: httpx.Client, ctl: Controller, args: argparse.Namespace) -> tuple[int, float | None]:
+    """Play Kuadrant until every subscription is Active: (how many are, seconds from the process start or None
+    after ``args.converge_limit``, with the stuck objects' status on stderr)."""
+    deadline = time.monotonic() + args.converge_limit
+    while (n := active(http)) < args.subs:
+        if time.monotonic() > deadline or (ctl.proc is not None and ctl.proc.poll() is not None):
+            break
+        await asyncio.to_thread(accept_policies, http)
+        await asyncio.sleep(0.2)
+    converged = time.monotonic() - ctl.started if n == args.subs else None
+    if converged is None:  # say why
+        print(json.dumps(await asyncio.to_thread(stuck, http)), file=sys.stderr)
+    return n, converged
+
+
+def stuck(http: httpx.Client) -> list[Any]:
+    """The status of the first subscription, model and ExternalModel."""
+    return [http.get(f"/apis/{GROUP_VERSION}/namespaces/{ns}/{plural}/{name}").json().get("status")
+            for ns, plural, name in ((SUB_NS, "maassubscriptions", "s0"), (MODELS_NS, "maasmodelrefs", "m0"),
+                                     (MODELS_NS, "externalmodels", "p0"))]
+
+
 async def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"refbench-{name}-"))
     audit_log = work / "audit.log"
@@ -282,42 +344,10 @@ async def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         apiserver = cp._procs["kube-apiserver"].popen
         assert apiserver is not None
         with cp.http_client(timeout=60) as http:
-            await asyncio.to_thread(install_third_party_crds, http)
-            if name == "maasctl":
-                from kubernetes_asyncio import client as k8s
-
-                from maasctl.api.install import install_crds
-                from maasctl.runtime.connect import connect
-
-                api = await connect(str(cp.kubeconfig))  # as deploy.sh installs it: finalizers at admission
-                await install_crds(api, subscription_namespace=SUB_NS, with_finalizer_policy=True)
-                await wait_finalizer_policy(k8s.CustomObjectsApi(api))
-                await api.close()
-            else:
-                docs = load_documents(sorted(Path(args.reference_crds).glob("*.yaml")))
-                wait_established(http, apply_documents(http, docs, field_manager="bench"))
-                webhook_certs(work)
-            for ns in (SUB_NS, MODELS_NS, "gw"):
-                http.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).raise_for_status()
-            accept_gateway(http)
-            items = objects(args.subs, args.models, args.per_sub, args.auth_policies)
-            await asyncio.to_thread(create, http, items)
-
+            await prepare(name, args, cp, http, work)
             first_start = now_rfc3339()  # maasctl's CRDs were installed with the controller's user agent: not counted
             await ctl.start()
-            deadline = time.monotonic() + args.converge_limit
-            while (n := active(http)) < args.subs:
-                if time.monotonic() > deadline or (ctl.proc is not None and ctl.proc.poll() is not None):
-                    break
-                await asyncio.to_thread(accept_policies, http)
-                await asyncio.sleep(0.2)
-            converged = time.monotonic() - ctl.started if n == args.subs else None
-            if converged is None:  # say why
-                stuck = [http.get(f"/apis/{GROUP_VERSION}/namespaces/{ns}/{plural}/{name}").json().get("status")
-                         for ns, plural, name in ((SUB_NS, "maassubscriptions", "s0"),
-                                                  (MODELS_NS, "maasmodelrefs", "m0"),
-                                                  (MODELS_NS, "externalmodels", "p0"))]
-                print(json.dumps(stuck), file=sys.stderr)
+            n, converged = await converge(http, ctl, args)
             await asyncio.sleep(args.settle)
             await ctl.stop()
             first_log = ctl.lines
@@ -381,8 +411,8 @@ def profile_until_working(path: str, argv: list[str]) -> None:
     sys.exit(cli.main(argv))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The reference's build, the objects and the rounds (shared with handover_bench.py)."""
     parser.add_argument("--reference", default=str(Path.home() / ".cache/maasctl/reference/manager"))
     parser.add_argument("--reference-crds", default=str(Path.home() / ".cache/maasctl/reference/crds"))
     parser.add_argument("--subs", type=int, default=300)
@@ -390,9 +420,14 @@ def main() -> None:
     parser.add_argument("--per-sub", type=int, default=3)
     parser.add_argument("--auth-policies", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--converge-limit", type=float, default=180.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_cluster_arguments(parser)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after all Active before the stop")
     parser.add_argument("--observe", type=float, default=10.0, help="seconds of the restart whose requests count")
-    parser.add_argument("--converge-limit", type=float, default=180.0)
     parser.add_argument("--only", choices=("maasctl", "reference"))
     parser.add_argument("--one", help=argparse.SUPPRESS)
     if sys.argv[1:2] == ["--profile-until-working"]:

@@ -6,6 +6,7 @@ import pytest
 
 from maasctl.builders.celcheck import cel_texts, check_cel
 from maasctl.contract.cel import CelCompileError
+from maasctl.runtime.objects import freeze
 
 OBJ = {
     "kind": "TokenRateLimitPolicy",
@@ -20,6 +21,12 @@ OBJ = {
 def test_cel_texts_finds_predicates_and_expressions_only() -> None:
     assert cel_texts(OBJ) == ["x == 1", "auth.identity.userid"]
     assert cel_texts({}) == []
+
+
+def test_cel_texts_of_a_cached_object_are_the_same() -> None:
+    """The informer cache freezes lists into tuples; a standby compiles cached policies' texts (its warm-up)."""
+    assert cel_texts(freeze(OBJ)) == cel_texts(OBJ)
+    assert cel_texts(freeze({"spec": {"rules": [[{"predicate": "a"}], ({"expression": "b"},)]}})) == ["a", "b"]
 
 
 def test_check_cel_passes_valid_object() -> None:

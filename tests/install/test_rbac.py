@@ -64,7 +64,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         ("events.k8s.io", "events"): frozenset({"create", "patch"}),
     },
     ("Role", "maas-controller"): {
-        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update", "watch"}),
         ("batch", "jobs"): frozenset({"create", "delete"}),
     },
     # The guardrails engine, in the subscription namespace only.
@@ -122,7 +122,7 @@ EXPECTED: dict[tuple[str, str], dict[tuple[str, str], frozenset[str]]] = {
         (MAAS, "maasmodelrefs"): frozenset({"get", "list"}), (MAAS, "maassubscriptions"): frozenset({"get", "list"})},
     # Its Lease, and the billing console it deploys (BillingConsole), in its own namespace only.
     ("Role", "billing-controller"): {
-        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update"}),
+        ("coordination.k8s.io", "leases"): frozenset({"get", "create", "update", "watch"}),
         ("apps", "deployments"): GENERATED,
         ("", "services"): GENERATED,
         ("route.openshift.io", "routes"): GENERATED,

@@ -12,10 +12,14 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
 
+from maasctl.builders.celcheck import check_cel
+from maasctl.contract.cel import compile_expression
 from maasctl.reconcilers.externalmodel import secret_keys_only
-from maasctl.reconcilers.kinds import SECRET
+from maasctl.reconcilers.kinds import AUTH_POLICY, SECRET, TOKEN_RATE_LIMIT_POLICY
+from maasctl.reconcilers.modelpolicies import compile_generated_cel
 from maasctl.runtime import Client, GroupVersionKind
 from maasctl.runtime.connect import connect
+from maasctl.runtime.objects import thaw
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import (
     GATEWAY_NAME,
@@ -356,6 +360,19 @@ async def test_restart_after_convergence_writes_nothing(
     finally:
         await second.stop()
         await kube.close()
+
+    # A standby's warm-up compiles the CEL of the generated policies it holds: a render after a takeover,
+    # checking the same texts, compiles nothing more.
+    generated = [o for gvk in (AUTH_POLICY, TOKEN_RATE_LIMIT_POLICY) for o in second.manager.cache.list(gvk)
+                 if o["metadata"]["namespace"] == namespace]
+    assert len(generated) == 2
+    compile_expression.cache_clear()
+    await compile_generated_cel(second.manager.cache)()
+    compiled = compile_expression.cache_info().misses
+    assert compiled > 0
+    for policy in generated:
+        check_cel(thaw(policy))
+    assert compile_expression.cache_info().misses == compiled
 
 
 async def _ready_reasons(kube: k8s.ApiClient, namespace: str, name: str, seen: list[str]) -> None:

@@ -28,7 +28,7 @@ def cel_texts(obj: Mapping[str, Any]) -> list[str]:
                     found.append(value)
                 else:
                     walk(value)
-        elif isinstance(node, list):
+        elif isinstance(node, list | tuple):  # tuple: a cached (frozen) object
             for item in node:
                 walk(item)
 

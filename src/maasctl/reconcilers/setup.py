@@ -67,6 +67,7 @@ from maasctl.reconcilers.kinds import (
     SERVICE,
     TOKEN_RATE_LIMIT_POLICY,
 )
+from maasctl.reconcilers.modelpolicies import compile_generated_cel
 from maasctl.reconcilers.modelref import ModelRefReconciler
 from maasctl.reconcilers.subscription import (
     PEERS_NAMED,
@@ -244,4 +245,5 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(MAAS_SUBSCRIPTION, map_to=lambda obj: [singleton] if names_guardrails(obj) else [],
                  predicates=[SPEC_OR_META])
         .complete(GuardrailsReconciler(ctx)))
+    manager.add_warm_up(compile_generated_cel(cache))
     return ctx

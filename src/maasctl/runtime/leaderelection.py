@@ -1,8 +1,9 @@
 """Leader election on a coordination.k8s.io/v1 Lease, with client-go's timing rules.
 
-Expected flow: ``acquire`` polls every ``retry_period`` until the lease is free or expired, then takes it;
-``hold`` renews every ``retry_period`` and raises ``LeaderElectionLost`` when no renewal succeeded for
-``renew_deadline``; ``release`` clears the holder on clean shutdown so a successor need not wait.
+Expected flow: ``acquire`` tries every ``retry_period`` until the lease is free or expired, then takes it;
+meanwhile it watches the Lease, so a holder's ``release`` (on clean shutdown) hands over at once instead of at
+the next try. ``hold`` renews every ``retry_period`` and raises ``LeaderElectionLost`` when no renewal
+succeeded for ``renew_deadline``; ``release`` clears the holder so a successor need not wait for expiry.
 
 Guarantees: a candidate takes over only after observing no change to the lease for ``lease_duration``,
 measured on its own monotonic clock (never trusting other machines' timestamps). ``is_leader`` turns False
@@ -13,11 +14,13 @@ a write gate built on it stops a deposed leader from writing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,13 +87,48 @@ class LeaderElector:
     def _sleep_time(self) -> float:
         return self.options.retry_period * random.uniform(1.0, 1.2)
 
-    async def acquire(self) -> None:
-        """Return once this candidate holds the lease (cancel to give up)."""
+    async def acquire(self, *, while_waiting: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Return once this candidate holds the lease (cancel to give up); ``while_waiting`` runs once, after the
+        first try that did not get it."""
+        freed = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_for_release(freed), name="leader-lease-watch")
+        try:
+            while True:
+                freed.clear()
+                if await self._try_acquire_or_renew():
+                    log.info("acquired leader lease", extra={"lease": self.options.name, "identity": self.identity})
+                    return
+                if while_waiting is not None:
+                    await while_waiting()
+                    while_waiting = None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._sleep_time()):
+                        await freed.wait()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _watch_for_release(self, freed: asyncio.Event) -> None:
+        """Set ``freed`` whenever the Lease has no holder or is deleted. Only a shortcut: when the watch fails
+        (e.g. an install whose Role lacks ``watch`` on leases) the tries every ``retry_period`` still take over."""
+        warned = False
         while True:
-            if await self._try_acquire_or_renew():
-                log.info("acquired leader lease", extra={"lease": self.options.name, "identity": self.identity})
-                return
-            await asyncio.sleep(self._sleep_time())
+            try:
+                async for event in self._client.watch(
+                    LEASE, self.options.namespace, resource_version="",
+                    field_selector=f"metadata.name={self.options.name}", bookmarks=False,
+                ):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity"):
+                        freed.set()
+                pause = 1.0  # the server ended the stream (its timeout): open the next one
+            except Exception as exc:  # forbidden, unreachable, a broken stream: the tries go on without it
+                if not warned:
+                    log.warning("cannot watch the leader lease; taking over at the next try only",
+                                extra={"lease": self.options.name, "error": str(exc)})
+                    warned = True
+                pause = self.options.lease_duration
+            await asyncio.sleep(pause)
 
     async def hold(self) -> None:
         """Renew forever. Raises ``LeaderElectionLost`` when renewal fails for ``renew_deadline``."""

@@ -1,9 +1,10 @@
 """The manager: owns the client, shared cache, controllers, leader election, probes and metrics.
 
 Expected flow of ``run``: start the probe and metrics servers; start the cache; wait for it to sync; with
-leader election, wait for the lease; run the controllers (and keep renewing) until ``stop()`` is called or
-the lease is lost. Shutdown order follows controller-runtime: controllers finish their in-flight reconciles
-(bounded by ``graceful_shutdown_timeout``), the lease is released, the cache stops, the servers stop last.
+leader election, wait for the lease (a standby runs the warm-ups meanwhile, ``add_warm_up``); run the
+controllers (and keep renewing) until ``stop()`` is called or the lease is lost. Shutdown order follows
+controller-runtime: controllers finish their in-flight reconciles (bounded by ``graceful_shutdown_timeout``), the
+lease is released, the cache stops, the servers stop last.
 
 Guarantees: every task lives in a TaskGroup owned by ``run``; when the lease is lost the write gate closes
 (``Client`` refuses writes with ``NotLeader``) before controllers are cancelled, and ``run`` raises
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,7 @@ class Manager:
             status_field_manager=opts.status_field_manager,
         )
         self.controllers: list[Controller] = []
+        self._warm_ups: list[Callable[[], Awaitable[None]]] = []
         self._healthz = [named("ping", lambda: None), named("leader-election", self._lease_check)]
         self._readyz = [
             named("informers", self._informers_check),
@@ -132,6 +134,12 @@ class Manager:
 
     def add_ready_check(self, name: str, check: Check) -> None:
         self._readyz.append(named(name, check))
+
+    def add_warm_up(self, warm_up: Callable[[], Awaitable[None]]) -> None:
+        """Work the first reconciles would do once (e.g. compiling what they check), done by a standby on its
+        synced cache while it waits for the lease, so that a takeover does not pay for it. It runs on the event
+        loop: it should yield now and then. A candidate that gets the lease at its first try skips it."""
+        self._warm_ups.append(warm_up)
 
     @property
     def elected(self) -> bool:
@@ -235,7 +243,7 @@ class Manager:
             raise TimeoutError("caches did not sync within cache_sync_timeout")
         self._synced = True
         if self.elector is not None:
-            acquire = asyncio.ensure_future(self.elector.acquire())
+            acquire = asyncio.ensure_future(self.elector.acquire(while_waiting=self._warm_up))
             if not await self._until_stopped(acquire):
                 return
         try:
@@ -256,6 +264,14 @@ class Manager:
         finally:
             if self.elector is not None and not self._lost:
                 await self.elector.release()
+
+    async def _warm_up(self) -> None:
+        for warm_up in self._warm_ups:
+            try:
+                await warm_up()
+            except Exception as exc:  # an optimisation only: the reconciles do the same work and report
+                log.warning("warm-up failed", extra={"warm_up": getattr(warm_up, "__name__", repr(warm_up)),
+                                                     "error": repr(exc)})
 
     async def _hold(self) -> None:
         assert self.elector is not None
