@@ -47,6 +47,7 @@ from reference_restart_bench import (
     converge,
     create,
     prepare,
+    remove_work,
     subscription,
     until_active,
 )
@@ -121,6 +122,7 @@ async def one(version: str, scenario: str, args: argparse.Namespace) -> dict[str
             if ctl.proc is not None and ctl.proc.poll() is None:
                 await ctl.stop()
         await asyncio.to_thread(cp.stop)
+        remove_work(work, args)
 
 
 def main() -> None:

@@ -36,7 +36,10 @@ istio.io/api's ``kubernetes/customresourcedefinitions.gen.yaml``), which its Ext
 
     MAASCTL_THIRD_PARTY_CRDS=../shared/crds .venv/bin/python benchmarks/reference_restart_bench.py \\
         --reference ~/.cache/maasctl/reference/manager --reference-crds ~/.cache/maasctl/reference/crds \\
-        [--subs 300 --models 50 --per-sub 3] [--rounds 3] [--only maasctl|reference]
+        [--subs 300 --models 50 --per-sub 3] [--rounds 3] [--only maasctl|reference] [--compare /tmp/base/src]
+
+``--compare DIR`` adds ``maasctl-before``: maasctl's code from DIR (e.g. ``git archive <commit> src | tar -x -C
+/tmp/base``), interleaved with the others.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,7 +63,7 @@ import httpx
 from reconcile_scale_bench import proc_cpu, wait_finalizer_policy
 
 from maasctl.testenv import ControlPlane
-from maasctl.testenv.controlplane import _die_with_parent, free_port
+from maasctl.testenv.controlplane import die_with_parent, free_port
 from maasctl.testenv.crds import apply_documents, install_third_party_crds, load_documents, wait_established
 
 SUB_NS, MODELS_NS, LEASE_NS = "models-as-a-service", "models", "opendatahub"
@@ -255,7 +259,7 @@ class Controller:
         self.started = time.monotonic()
         # started here, not in a thread, so that the clock starts with the exec
         self.proc = subprocess.Popen(self.command(self.probe), env=env, stdout=subprocess.DEVNULL,  # noqa: ASYNC220
-                                     stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         self._reader = asyncio.create_task(asyncio.to_thread(self._read_log))
 
     def _read_log(self) -> None:
@@ -339,7 +343,9 @@ async def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     cp = ControlPlane(with_controller_manager=False, extra_apiserver_flags=[
         f"--audit-policy-file={work / 'audit-policy.yaml'}", f"--audit-log-path={audit_log}"])
     await asyncio.to_thread(cp.start)
-    ctl = Controller(name, cp.kubeconfig, work, Path(args.reference).expanduser() if args.reference else None)
+    ctl = Controller("maasctl" if name.startswith("maasctl") else name, cp.kubeconfig, work,
+                     Path(args.reference).expanduser() if args.reference else None,
+                     pythonpath=args.compare if name == "maasctl-before" else None)
     try:
         apiserver = cp._procs["kube-apiserver"].popen
         assert apiserver is not None
@@ -388,6 +394,7 @@ async def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         if ctl.proc is not None and ctl.proc.poll() is None:  # on an error: its log reader ends with it
             await ctl.stop()
         await asyncio.to_thread(cp.stop)
+        remove_work(work, args)
 
 
 def profile_until_working(path: str, argv: list[str]) -> None:
@@ -411,6 +418,14 @@ def profile_until_working(path: str, argv: list[str]) -> None:
     sys.exit(cli.main(argv))
 
 
+def remove_work(work: Path, args: argparse.Namespace) -> None:
+    """A round's folder (audit log, controller logs) goes unless ``--keep``."""
+    if args.keep:
+        print(f"kept {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """The reference's build, the objects and the rounds (shared with handover_bench.py)."""
     parser.add_argument("--reference", default=str(Path.home() / ".cache/maasctl/reference/manager"))
@@ -421,6 +436,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth-policies", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--converge-limit", type=float, default=180.0)
+    parser.add_argument("--keep", action="store_true", help="keep each round's folder (logs) in $TMPDIR")
 
 
 def main() -> None:
@@ -429,6 +445,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after all Active before the stop")
     parser.add_argument("--observe", type=float, default=10.0, help="seconds of the restart whose requests count")
     parser.add_argument("--only", choices=("maasctl", "reference"))
+    parser.add_argument("--compare", default=None,
+                        help="PYTHONPATH of maasctl's code before a change: a third version, maasctl-before")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     if sys.argv[1:2] == ["--profile-until-working"]:
         profile_until_working(sys.argv[2], sys.argv[3:])
@@ -438,6 +456,8 @@ def main() -> None:
         print(json.dumps(asyncio.run(one(args.one, args))), flush=True)
         return
     versions = [args.only] if args.only else ["maasctl", "reference"]
+    if args.compare:
+        versions.insert(1, "maasctl-before")
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in versions}
     for rnd in range(args.rounds):
         for name in versions if rnd % 2 == 0 else versions[::-1]:

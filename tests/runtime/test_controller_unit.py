@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -21,6 +22,8 @@ from maasctl.runtime import (
     freeze,
 )
 from maasctl.runtime.controller import Controller, ControllerBuilder
+from maasctl.runtime.objects import FrozenObject
+from maasctl.runtime.predicates import not_observed
 from maasctl.runtime.workqueue import FakeClock, Priority, WorkQueue
 
 PARENT = GroupVersionKind("example.io", "v1", "Parent")
@@ -194,3 +197,79 @@ def test_builder_rejects_incomplete_wiring() -> None:
         b.owns(CHILD)
     with pytest.raises(ValueError):
         b.complete(lambda req: None)  # type: ignore[arg-type,return-value]
+
+
+async def test_unfinished_objects_of_the_initial_list_come_before_the_others(cache: Cache) -> None:
+    """`for_(unfinished=not_observed)`: a listed object whose status does not report its generation (created or
+    changed while the controller was down, or being deleted) is queued at normal priority, ahead of the listed
+    objects whose work is done; live changes keep their normal priority."""
+    async def reconcile(req: Request) -> Result:
+        return Result.done()
+
+    built: list[Controller] = []
+    ControllerBuilder("c", cache=cache, metrics=Metrics(), register=built.append).for_(
+        PARENT, unfinished=not_observed).complete(reconcile)
+    ctl = built[0]
+
+    def parent(name: str, generation: int, observed: int | None, **meta: object) -> Event:
+        status = {} if observed is None else {"status": {"observedGeneration": observed}}
+        obj = {"metadata": {"name": name, "namespace": "ns", "generation": generation, **meta}, **status}
+        return Event(EventType.ADDED, freeze(obj), low_priority=True)
+
+    informer = cache.informer(PARENT)
+    for event in (parent("done", 2, 2), parent("changed", 3, 2), parent("done-too", 1, 1), parent("new", 1, None),
+                  parent("deleting", 2, 2, deletionTimestamp="2026-12-07T00:00:00Z")):
+        informer._emit(event)
+    order = [ctl.queue.get_nowait() for _ in range(5)]
+    assert [r.name for r in order if r is not None] == ["changed", "new", "deleting", "done", "done-too"]
+
+
+def test_not_observed_reads_the_status_generation_and_deletion() -> None:
+    def obj(generation: int, status: object = None, deleting: bool = False) -> FrozenObject:
+        meta: dict[str, object] = {"name": "x", "generation": generation}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+        frozen: FrozenObject = freeze({"metadata": meta, **({} if status is None else {"status": status})})
+        return frozen
+
+    assert not not_observed(obj(4, {"observedGeneration": 4}))
+    assert not_observed(obj(5, {"observedGeneration": 4}))
+    assert not_observed(obj(1))
+    assert not_observed(obj(1, {"phase": "Active"}))
+    assert not_observed(obj(1, "not a mapping"))
+    assert not_observed(obj(4, {"observedGeneration": 4}, deleting=True))
+
+
+async def test_a_worker_lets_the_event_loop_run_between_reconciles(cache: Cache) -> None:
+    """Reconciles that write nothing await nothing: a worker draining a backlog of them must still yield, or a
+    restart's initial list starves every other task of the process (live changes' writes, lease renewal)."""
+    ticks = 0
+    seen: list[int] = []
+
+    async def reconcile(req: Request) -> Result:
+        seen.append(ticks)
+        return Result.done()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    built: list[Controller] = []
+    ControllerBuilder("c", cache=cache, metrics=Metrics(), register=built.append).for_(PARENT).complete(reconcile)
+    ctl = built[0]
+    for i in range(20):
+        ctl.queue.add(Request("ns", f"r{i}"))
+    tick = asyncio.create_task(ticker())
+    worker = asyncio.create_task(ctl._worker())
+    try:
+        for _ in range(1000):
+            if len(seen) == 20:
+                break
+            await asyncio.sleep(0)
+        ctl.shutdown()
+        await asyncio.wait_for(worker, 5)
+    finally:
+        tick.cancel()
+    assert len(seen) == 20 and len(set(seen)) == 20  # the ticker ran between every two reconciles

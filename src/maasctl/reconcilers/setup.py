@@ -79,10 +79,9 @@ from maasctl.reconcilers.subscription import (
 from maasctl.runtime import Cache, Manager, Request
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
-from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
+from maasctl.runtime.predicates import SPEC_OR_META, not_observed
 from maasctl.settings import ControllerSettings
 
-SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
 STATUS_SETTLE = 1.0
 """Seconds a status that summarises many inputs waits for their burst to end (writes once per burst)."""
 
@@ -142,7 +141,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     in_namespace = models_in_namespace(cache)
 
     models = (manager.controller("maasmodelref")
-        .for_(MAAS_MODEL_REF, predicates=[SPEC_OR_META])
+        .for_(MAAS_MODEL_REF, predicates=[SPEC_OR_META], unfinished=not_observed)
         .owns(HTTP_ROUTE)
         .owns(SERVICE)
         .watches(MAAS_MODEL_REF, map_to=siblings_by_alias(cache), map_initial_list=False)
@@ -183,7 +182,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     # A labelled credential Secret (the only Secrets cached) changed: the ExternalModels naming it check again.
     cache.add_index(EXTERNAL_MODEL, SECRET_INDEX, secret_index)
     (manager.controller("externalmodel")
-        .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META])
+        .for_(EXTERNAL_MODEL, predicates=[SPEC_OR_META], unfinished=not_observed)
         .watches(SECRET, map_to=lambda secret: requests(cache.list(
             EXTERNAL_MODEL, index=(SECRET_INDEX, f"{secret['metadata']['namespace']}/{secret['metadata']['name']}"))),
             map_initial_list=False)
@@ -205,7 +204,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     # A MaaSAuthPolicy's status summarises every model it names: settle on their bursts (issue 39: 5 policies
     # over 50 models being published were written ~27 times each, once per model becoming ready).
     (manager.controller("maasauthpolicy")
-        .for_(MAAS_AUTH_POLICY, predicates=[SPEC_OR_META])
+        .for_(MAAS_AUTH_POLICY, predicates=[SPEC_OR_META], unfinished=not_observed)
         .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE,
                  map_initial_list=False)
         .watches(AUTH_POLICY, map_to=sources_of_model(cache, MAAS_AUTH_POLICY), settle=STATUS_SETTLE,
@@ -219,7 +218,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     # cleanup Jobs map back to their subscription. No predicates: status changes matter for all of them.
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
     (manager.controller("maassubscription")
-        .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META])
+        .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META], unfinished=not_observed)
         .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META], map_initial_list=False)
         # its status lists its models and their shared TokenRateLimitPolicies: one write per burst of them
         .watches(MAAS_MODEL_REF, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE,

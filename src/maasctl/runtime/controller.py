@@ -139,6 +139,7 @@ class _Watch:
     predicates: tuple[Predicate, ...]
     settle: float = 0.0  # > 0: enqueue this long after the event, so a burst of them is one reconcile
     map_initial_list: bool = True  # False: the initial list's events are not mapped before the controller starts
+    unfinished: Callable[[FrozenObject], bool] | None = None  # initial-list objects it matches: normal priority
 
 
 class Controller:
@@ -186,7 +187,8 @@ class Controller:
                 return  # the primary's own initial list enqueues every request this mapping could name
             if not all(p(event) for p in watch.predicates):
                 return
-            priority = Priority.LOW if event.low_priority else Priority.NORMAL
+            low = event.low_priority and not (watch.unfinished is not None and watch.unfinished(event.obj))
+            priority = Priority.LOW if low else Priority.NORMAL
             requests = set(watch.map_to(event.obj))
             if event.type is EventType.UPDATED and event.old is not None:
                 requests.update(watch.map_to(event.old))  # a changed mapping must reach the old target too
@@ -220,6 +222,10 @@ class Controller:
             req = await self.queue.get()
             if req is None:
                 return
+            # A reconcile with nothing to write awaits nothing, and neither does get() while work is queued: without
+            # this, one worker drains a restart's whole initial list before anything else on the event loop runs
+            # (a live change's reconcile waiting on its write, other controllers, lease renewal, probes).
+            await asyncio.sleep(0)
             try:
                 await self._process(req)
             finally:
@@ -272,11 +278,19 @@ class ControllerBuilder:
         self._others: list[_Watch] = []
         self._max = 1
 
-    def for_(self, gvk: GroupVersionKind, *, predicates: Sequence[Predicate] = ()) -> ControllerBuilder:
-        """The primary kind: its events enqueue the object itself."""
+    def for_(
+        self, gvk: GroupVersionKind, *, predicates: Sequence[Predicate] = (),
+        unfinished: Callable[[FrozenObject], bool] | None = None,
+    ) -> ControllerBuilder:
+        """The primary kind: its events enqueue the object itself.
+
+        The initial list (a start, a re-list) is queued at low priority, behind every live change: it mostly
+        confirms work already done. ``unfinished`` (e.g. ``predicates.not_observed``) picks the listed objects
+        whose work is not done, such as one created while the controller was down, and queues those at normal
+        priority, so a restarted controller serves pending changes before it re-checks the rest."""
         if self._for is not None:
             raise ValueError("for_ may be called once")
-        self._for = _Watch(gvk, _self, tuple(predicates))
+        self._for = _Watch(gvk, _self, tuple(predicates), unfinished=unfinished)
         return self
 
     def owns(

@@ -5,12 +5,13 @@ Predicates only filter events; the reconciler stays level-based and reads the ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from maasctl.runtime.informer import Event, EventType
-from maasctl.runtime.objects import is_deleting
+from maasctl.runtime.objects import FrozenObject, is_deleting
 
 __all__ = [
+    "SPEC_OR_META",
     "Predicate",
     "all_of",
     "annotations_changed",
@@ -19,6 +20,7 @@ __all__ = [
     "generation_changed",
     "labels_changed",
     "negate",
+    "not_observed",
     "resource_version_changed",
 ]
 
@@ -60,6 +62,17 @@ def deletion(event: Event) -> bool:
     return event.type is EventType.UPDATED and is_deleting(event.obj)
 
 
+def not_observed(obj: FrozenObject) -> bool:
+    """True while an object's status does not report its current generation (``status.observedGeneration``), or
+    it is being deleted: work its controller has not done yet. For ``ControllerBuilder.for_(unfinished=...)``,
+    only for kinds whose reconciler writes ``observedGeneration``."""
+    if is_deleting(obj):
+        return True
+    status = obj.get("status")
+    observed = status.get("observedGeneration") if isinstance(status, Mapping) else None
+    return observed is None or observed != obj["metadata"].get("generation")
+
+
 def all_of(*preds: Predicate) -> Predicate:
     return lambda event: all(p(event) for p in preds)
 
@@ -70,3 +83,8 @@ def any_of(*preds: Predicate) -> Predicate:
 
 def negate(pred: Predicate) -> Predicate:
     return lambda event: not pred(event)
+
+
+SPEC_OR_META: Predicate = any_of(generation_changed, deletion, labels_changed, annotations_changed)
+"""The usual filter of a primary kind: what its owner changed (spec, labels, annotations) or a deletion, not
+the status its own controller writes."""

@@ -34,7 +34,7 @@ import httpx
 from maasctl.guardrails_redact import redact, secret_values
 from maasctl.runtime import Client, GroupVersionKind, NotFound
 from maasctl.runtime.informer import Event, Informer
-from maasctl.testenv.controlplane import ManagedProcess, _die_with_parent, free_port
+from maasctl.testenv.controlplane import ManagedProcess, die_with_parent, free_port
 from maasctl.tls import default_tls
 
 __all__ = ["EngineRunner", "RedactedProcess", "check_command", "engine_venv"]
@@ -79,7 +79,7 @@ class RedactedProcess(ManagedProcess):
     def start(self) -> None:
         env = {**os.environ, **self.env} if self.env else None
         self.popen = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+                                      stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         self._pump = threading.Thread(target=self._copy, args=(self.popen.stdout,), name=f"{self.name}-log",
                                       daemon=True)
         self._pump.start()

@@ -36,12 +36,11 @@ from maasctl.runtime import (
     run_manager,
 )
 from maasctl.runtime.objects import FrozenObject
-from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
+from maasctl.runtime.predicates import SPEC_OR_META, any_of
 
 __all__ = ["build_connector", "run_connector", "serve_webhooks"]
 
 log = structlog.get_logger("maasctl.billing.connector")
-SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
 FIELD_MANAGER = "psp-connector"
 
 

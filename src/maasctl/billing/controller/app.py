@@ -78,11 +78,10 @@ from maasctl.runtime import (
 )
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
-from maasctl.runtime.predicates import annotations_changed, any_of, deletion, generation_changed, labels_changed
+from maasctl.runtime.predicates import SPEC_OR_META, any_of, deletion, not_observed
 
 log = structlog.get_logger("maasctl.billing")
 
-SPEC_OR_META = any_of(generation_changed, deletion, labels_changed, annotations_changed)
 
 
 def manager_options(settings: BillingSettings) -> ManagerOptions:
@@ -142,7 +141,8 @@ def setup_wallets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
     """The TenantAccount (wallet) controller, and the rater when maas-api's usage database is known."""
     catalog = catalog_from_cache(manager.cache, costs)
     tenants = (manager.controller("tenantaccount")
-               .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)])
+               .for_(TENANT_ACCOUNT, predicates=[any_of(SPEC_OR_META, payment_failures_changed)],
+                     unfinished=not_observed)
                .complete(TenantReconciler(ctx, ledger, catalog)))
     budgets = setup_budgets(manager, ctx, ledger, reader)
     enqueue = tenant_enqueuer(tenants.queue.add)
@@ -204,7 +204,7 @@ def setup_budgets(manager: Manager, ctx: BillingContext, ledger: Ledger, reader:
         return [Request.for_object(b) for b in cache.list(BUDGET_POLICY, index=(BUDGET_TENANT_INDEX, key))]
 
     ctl = (manager.controller("budgetpolicy")
-           .for_(BUDGET_POLICY, predicates=[SPEC_OR_META])
+           .for_(BUDGET_POLICY, predicates=[SPEC_OR_META], unfinished=not_observed)
            .watches(TENANT_ACCOUNT, map_to=budgets_of_tenant, predicates=[SPEC_OR_META])
            .complete(BudgetReconciler(ctx, ledger, reader, timers)))
     timers.bind(ctl.queue)
@@ -235,7 +235,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     siblings = _same_namespace(manager.cache)
     costs = ProviderCosts(manager.client)
     books = (manager.controller("pricebook")
-             .for_(PRICE_BOOK, predicates=[SPEC_OR_META])
+             .for_(PRICE_BOOK, predicates=[SPEC_OR_META], unfinished=not_observed)
              .watches(PRICE_BOOK, map_to=siblings, predicates=[SPEC_OR_META])
              .watches(TENANT_ACCOUNT, map_to=siblings, predicates=[SPEC_OR_META])
              .watches(PLAN, map_to=siblings, predicates=[SPEC_OR_META])
@@ -254,7 +254,7 @@ def setup_billing(manager: Manager, settings: BillingSettings, clock: Clock | No
     cache.add_index(BUDGET_POLICY, BUDGET_TENANT_INDEX, budget_tenant_key)
     cache.informer(RESOURCE_FLAVOR)  # so the reconciler sees our ResourceFlavor without asking the server
     builder = (manager.controller("plan")
-               .for_(PLAN, predicates=[SPEC_OR_META])
+               .for_(PLAN, predicates=[SPEC_OR_META], unfinished=not_observed)
                .watches(TENANT_ACCOUNT, map_to=plans_of_tenant, predicates=[SPEC_OR_META])
                .watches(GATEWAY, map_to=_plans_targeting(cache, "Gateway"), predicates=[SPEC_OR_META])
                .watches(HTTP_ROUTE, map_to=_plans_targeting(cache, "HTTPRoute"), predicates=[SPEC_OR_META]))
@@ -292,7 +292,7 @@ def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
         return [Request.for_object(o) for o in cache.list(RESERVATION)]
 
     ctl = (manager.controller("reservation")
-           .for_(RESERVATION, predicates=[SPEC_OR_META])
+           .for_(RESERVATION, predicates=[SPEC_OR_META], unfinished=not_observed)
            .watches(RESERVATION, map_to=every_reservation, predicates=[any_of(reservation_state_changed, deletion)])
            .watches(NODE, map_to=every_reservation, predicates=[_capacity_changed])
            .watches(TENANT_ACCOUNT, map_to=every_reservation, predicates=[SPEC_OR_META])
@@ -303,7 +303,8 @@ def setup_reservations(manager: Manager, ctx: BillingContext) -> None:
 
 def setup_console(manager: Manager, ctx: BillingContext) -> None:
     """The BillingConsole controller (docs/billing-console.md): the singleton's Deployment, Service and route."""
-    builder = manager.controller("billingconsole").for_(BILLING_CONSOLE, predicates=[SPEC_OR_META])
+    builder = manager.controller("billingconsole").for_(BILLING_CONSOLE, predicates=[SPEC_OR_META],
+                                                        unfinished=not_observed)
     for kind in (*OWN_KINDS, HTTP_ROUTE):
         builder = builder.watches(kind, map_to=console_of)
     builder.max_concurrent_reconciles(1).complete(BillingConsoleReconciler(ctx))
