@@ -81,6 +81,7 @@ from overshoot_bench import (
     served_once,
     wait_active,
 )
+from reconcile_scale_bench import proc_cpu as cpu_seconds  # CPU seconds of a process, from /proc
 
 from maasctl.localstack import LocalStack, StackOptions
 from maasctl.testenv.controlplane import free_port
@@ -160,12 +161,6 @@ async def measure(http: aiohttp.ClientSession, url: str, headers: dict[str, str]
     trips, rate = await load(http, url, headers, clients, seconds, stagger)
     return {"p50": statistics.median(trips), "p99": pct(trips, 0.99), "requests": float(len(trips)), "rps": rate,
             "load_cpu": time.process_time() - cpu}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (/proc/PID/stat, fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree(pid: int) -> list[int]:
