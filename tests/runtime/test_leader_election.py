@@ -160,8 +160,8 @@ async def test_a_release_hands_over_at_once_not_at_the_next_try(kube: k8s.ApiCli
     task_b = asyncio.create_task(b.run())
     try:
         await eventually(lambda: b._synced, timeout=20)
-        await asyncio.sleep(0.5)  # b's first try (refused) is behind it: the next one is 8-9.6 s away
-        assert not b.elected and warmed == [("b", False)]
+        await eventually(lambda: warmed == [("b", False)], timeout=20)  # after b's first try, refused
+        assert not b.elected  # and its next try is 8-9.6 s away
         await _stop(a, task_a)
         await eventually(lambda: b.elected, timeout=4.0)
         lease = await client.get(LEASE_KIND, "test-release", namespace)
