@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -24,6 +24,12 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1366,900")
 ARTIFACTS = Path(os.environ.get("MAASCTL_CONSOLE_ARTIFACTS", ".local/artifacts/console"))
+
+
+def _replaced_while_read(exc: WebDriverException) -> bool:
+    """Chromedriver's other name for a stale element: the page was replaced (a form posted, a redirect)
+    between finding an element and reading it, reported as an 'unknown error' from the inspector."""
+    return "does not belong to the document" in (exc.msg or "")
 
 
 class Browser:
@@ -114,6 +120,10 @@ class Browser:
                 if value:
                     return value
             except (NoSuchElementException, StaleElementReferenceException) as exc:
+                last = exc
+            except WebDriverException as exc:
+                if not _replaced_while_read(exc):
+                    raise
                 last = exc
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{what} not met within {timeout}s (page {self.path}): {last}\n"

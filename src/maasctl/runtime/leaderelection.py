@@ -118,9 +118,10 @@ class LeaderElector:
                     LEASE, self.options.namespace, resource_version="",
                     field_selector=f"metadata.name={self.options.name}", bookmarks=False,
                 ):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity"):
-                        freed.set()
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "DELETED" or (kind in ("ADDED", "MODIFIED")
+                                             and not (obj.get("spec") or {}).get("holderIdentity")):
+                        freed.set()  # an ERROR event carries a Status, not a lease: it frees nothing
                 pause = 1.0  # the server ended the stream (its timeout): open the next one
             except Exception as exc:  # forbidden, unreachable, a broken stream: the tries go on without it
                 if not warned:

@@ -83,7 +83,6 @@ from maasctl.runtime.predicates import SPEC_OR_META, any_of, deletion, not_obser
 log = structlog.get_logger("maasctl.billing")
 
 
-
 def manager_options(settings: BillingSettings) -> ManagerOptions:
     return ManagerOptions(
         namespaces=settings.namespaces,
