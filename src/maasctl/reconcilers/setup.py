@@ -69,6 +69,7 @@ from maasctl.reconcilers.kinds import (
 )
 from maasctl.reconcilers.modelpolicies import compile_generated_cel
 from maasctl.reconcilers.modelref import ModelRefReconciler
+from maasctl.reconcilers.statushold import only_held
 from maasctl.reconcilers.subscription import (
     PEERS_NAMED,
     SubscriptionReconciler,
@@ -217,6 +218,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
     # LLMInferenceServices' status.router) map to every subscription naming a model in their namespace;
     # cleanup Jobs map back to their subscription. No predicates: status changes matter for all of them.
     by_namespace = sources_in_namespace(cache, MAAS_SUBSCRIPTION)
+    subscriptions = SubscriptionReconciler(ctx)
     (manager.controller("maassubscription")
         .for_(MAAS_SUBSCRIPTION, predicates=[SPEC_OR_META], unfinished=not_observed)
         .watches(MAAS_SUBSCRIPTION, map_to=_same_priority(ctx), predicates=[SPEC_OR_META], map_initial_list=False)
@@ -225,6 +227,9 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
                  map_initial_list=False)
         .watches(TOKEN_RATE_LIMIT_POLICY, map_to=sources_of_model(cache, MAAS_SUBSCRIPTION), settle=STATUS_SETTLE,
                  map_initial_list=False)
+        # ... but one whose first status waits for its limit in that policy is told at once (statushold.py)
+        .watches(TOKEN_RATE_LIMIT_POLICY, map_to=only_held(sources_of_model(cache, MAAS_SUBSCRIPTION),
+                                                           subscriptions.hold), map_initial_list=False)
         .watches(HTTP_ROUTE, map_to=by_namespace, map_initial_list=False)
         .watches(INFERENCE_OBJECTIVE, map_to=by_namespace, map_initial_list=False)
         .watches(INFERENCE_POOL, map_to=by_namespace, map_initial_list=False)
@@ -234,7 +239,7 @@ def setup_controllers(manager: Manager, settings: ControllerSettings) -> Context
         .watches(GUARDRAILS_SETTINGS, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)),
                  map_initial_list=False)
         .watches(GUARDRAIL_CONFIG, map_to=lambda obj: requests(cache.list(MAAS_SUBSCRIPTION)), map_initial_list=False)
-        .complete(SubscriptionReconciler(ctx)))
+        .complete(subscriptions))
 
     # Guardrails: one reconcile for the engine and the status of the settings and every configuration.
     singleton = singleton_request(ctx)

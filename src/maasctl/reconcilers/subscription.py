@@ -2,7 +2,8 @@
 
 The TokenRateLimitPolicy of each model is rendered by the MaaSModelRef reconciler from every subscription
 naming the model (`modelpolicies`); this reconciler reports, per model, whether the subscription is found,
-valid and present in that policy (`tokenRateLimitStatuses`, the Active/Degraded/Failed phase).
+valid and present in that policy (`tokenRateLimitStatuses`, the Active/Degraded/Failed phase). The first status
+of a generation waits briefly while that policy lacks the subscription's limit (statushold.py).
 
 Request priority (`inferencePriority` -> InferenceObjectives, see flowcontrol.py) is synced per model and
 published in the same single status apply (`flowControlStatuses`, condition `InferenceObjectivesReady`, the
@@ -41,6 +42,7 @@ from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRI
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
 from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve, subscription_gateway_problem
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
+from maasctl.reconcilers.statushold import FirstStatusHold
 from maasctl.runtime import Request, Result, finalize, is_deleting, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
 
@@ -53,15 +55,18 @@ class SubscriptionReconciler:
         self.ctx = ctx
         self.flow = FlowControl(ctx, ctx.gateway)
         self.cleanup = KeyCleanup(ctx)
+        self.hold = FirstStatusHold()
 
     async def reconcile(self, req: Request) -> Result:
         obj = self.ctx.cache.get(MAAS_SUBSCRIPTION, req.name, req.namespace)
         if obj is None:
+            self.hold.forget(req.namespace or "", req.name)
             return Result.done()
         async with self.ctx.announcing(obj):  # the InferenceObjectives written: one Event per verb
             return await finalize(self.ctx.client, obj, FINALIZER, apply=self._apply, cleanup=self._delete)
 
     async def _delete(self, obj: FrozenObject) -> Result | None:
+        self.hold.forget(obj["metadata"]["namespace"], obj["metadata"]["name"])
         await self.flow.prune(obj, set())
         return await self.cleanup.run(obj)
 
@@ -78,14 +83,17 @@ class SubscriptionReconciler:
         if view.problem is None and ctx.in_scope(obj):
             for model in models:
                 run.entries[model.key] = await self.flow.sync(obj, view, model, run)
-        await ctx.write_status(obj, self.status(obj, view, outcomes, run))
-        await self.flow.prune(obj, run.keep)
+        held = self.hold.remaining(obj, outcomes)
+        if held is None:
+            await ctx.write_status(obj, self.status(obj, view, outcomes, run))
+            self.hold.forget(view.namespace, view.name)
+            await self.flow.prune(obj, run.keep)
         reasons = {e.reason for e in run.entries.values()}
         if FlowControlReason.RECONCILE_FAILED in reasons:
             raise FlowControlRetry(f"request priority of {view.key} failed; retrying")
         if FlowControlReason.API_UNAVAILABLE in reasons:
-            return Result.requeue_after(API_RECHECK_SECONDS)
-        return Result.done()
+            return Result.requeue_after(min(held or API_RECHECK_SECONDS, API_RECHECK_SECONDS))
+        return Result.done() if held is None else Result.requeue_after(held)  # the policy's update comes sooner
 
     def outcome(self, obj: FrozenObject, view: SubscriptionView, model: ObjectRef) -> ModelOutcome:
         if not self.ctx.in_scope(obj):
