@@ -119,8 +119,10 @@ def test_only_our_own_pending_render_of_an_unreported_generation_is_held() -> No
     hold = FirstStatusHold(seconds=5.0, clock=lambda: now[0])
     assert hold.remaining(_sub(), [_outcome("LimitNotRendered")]) == 5.0
     assert hold.remaining(_sub(), [_outcome("AcceptedUnknown"), _outcome("NotFound")]) == 5.0
+    missing = ModelOutcome(ObjectRef("llm", "gone"), False, "NotFound", "no such model")
     for outcomes in ([_outcome("AcceptedUnknown")], [_outcome("Enforced")], [_outcome("LimitNotRendered", False)],
-                     [ModelOutcome(ObjectRef("llm", "m"), False, "NotFound", "no such model")]):
+                     [missing], [_outcome("LimitNotRendered"), missing],
+                     [_outcome("LimitNotRendered"), _outcome("Enforced", False)]):
         assert hold.remaining(_sub(generation=2), outcomes) is None, outcomes
     assert hold.remaining(_sub(generation=3, observed=3), [_outcome("LimitNotRendered")]) is None
     assert len(hold) == 0  # each "write now" forgot the object

@@ -2,12 +2,12 @@
 
 A new (or changed) subscription is often reconciled before the model reconciler has put its limit into the
 model's shared TokenRateLimitPolicy. Writing then says "not rendered yet", and the policy's update writes the
-status again moments later: a third of the subscriptions were written twice at 300 (issue 39). So while a
-valid model's policy is missing or lacks this subscription's limit, the first status of the generation waits,
-at most ``HOLD_SECONDS``. The policy's update re-queues a held subscription at once (``only_held``: the other
-subscriptions on it get that update settled for a second), and the deadline makes a render that never comes
-visible all the same. Nothing else is held: a problem of the subscription itself, a model not found,
-Kuadrant's verdict, and every later status are written as they are seen.
+status again moments later: a third of the subscriptions were written twice at 300 (issue 39). So while its
+models are all valid and one's policy is missing or lacks this subscription's limit, the first status of the
+generation waits, at most ``HOLD_SECONDS``. The policy's update re-queues a held subscription at once
+(``only_held``: the other subscriptions on it get that update settled for a second), and the deadline makes a
+render that never comes visible all the same. Nothing else is held: a problem of the subscription itself, a
+model not found, Kuadrant's verdict, and every later status are written as they are seen.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ OWN_RENDER_PENDING = frozenset({"NotFound", "LimitNotRendered"})
 
 
 def own_render_pending(outcomes: Sequence[ModelOutcome]) -> bool:
-    """A valid model whose generated policy does not carry the subscription yet (our work, not Kuadrant's)."""
-    return any(o.ok and o.generated is not None and o.generated_reason in OWN_RENDER_PENDING for o in outcomes)
+    """Every model valid, and one whose generated policy does not carry the subscription yet (our work, not
+    Kuadrant's). A model with a problem is reported at once."""
+    return all(o.ok for o in outcomes) and any(
+        o.generated is not None and o.generated_reason in OWN_RENDER_PENDING for o in outcomes)
 
 
 class FirstStatusHold:
