@@ -126,10 +126,14 @@ def models_in_namespace(cache: Cache) -> MapFunc:
     return map_to
 
 
+POLICY_NOT_FOUND = "NotFound"
+"""The generated policy's readiness reason while it does not exist."""
+
+
 def kuadrant_ready(obj: Mapping[str, Any] | None) -> tuple[bool, str]:
     """(ready, reason) from Kuadrant's Accepted/Enforced conditions; not reported yet is not ready."""
     if obj is None:
-        return False, "NotFound"
+        return False, POLICY_NOT_FOUND
     conditions = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}
     for type_ in ("Accepted", "Enforced"):
         cond = conditions.get(type_)

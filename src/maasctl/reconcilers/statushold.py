@@ -16,13 +16,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from maasctl.reconcilers.indexes import POLICY_NOT_FOUND
 from maasctl.reconcilers.status import ModelOutcome
 from maasctl.runtime import Request
 from maasctl.runtime.controller import MapFunc
 from maasctl.runtime.objects import FrozenObject
 
 HOLD_SECONDS = 5.0
-OWN_RENDER_PENDING = frozenset({"NotFound", "LimitNotRendered"})
+LIMIT_NOT_RENDERED = "LimitNotRendered"
+"""The policy exists but does not carry the subscription's limit yet."""
+OWN_RENDER_PENDING = frozenset({POLICY_NOT_FOUND, LIMIT_NOT_RENDERED})
 
 
 def own_render_pending(outcomes: Sequence[ModelOutcome]) -> bool:

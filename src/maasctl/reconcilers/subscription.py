@@ -42,7 +42,7 @@ from maasctl.reconcilers.kinds import GUARDRAIL_CONFIG, HTTP_ROUTE, MAAS_SUBSCRI
 from maasctl.reconcilers.modelpolicies import subscription_model_problems
 from maasctl.reconcilers.routes import MODEL_NOT_FOUND, resolve, subscription_gateway_problem
 from maasctl.reconcilers.status import ModelOutcome, base_status, dependency_status, generated_statuses
-from maasctl.reconcilers.statushold import FirstStatusHold
+from maasctl.reconcilers.statushold import LIMIT_NOT_RENDERED, FirstStatusHold
 from maasctl.runtime import Request, Result, finalize, is_deleting, remove_condition, set_condition
 from maasctl.runtime.objects import FrozenObject
 
@@ -115,7 +115,7 @@ class SubscriptionReconciler:
                                 kuadrant_ready(live)[1])
         ready, reason = kuadrant_ready(live)
         if live is not None and limit_name(ObjectRef(view.namespace, view.name), model) not in _limits(live):
-            ready, reason = False, "LimitNotRendered"
+            ready, reason = False, LIMIT_NOT_RENDERED
         return ModelOutcome(model, True, "Valid", res.message, generated, ready, reason)
 
     def status(self, obj: FrozenObject, view: SubscriptionView, outcomes: Sequence[ModelOutcome],
