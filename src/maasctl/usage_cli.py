@@ -13,10 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import httpx
 import yaml
+
+if TYPE_CHECKING:
+    import httpx  # imported by `dispatch`: `maasctl run` registers this command and should not pay for httpx
 
 RANGES = ("1d", "7d", "30d", "90d", "1y")
 COLUMNS = (
@@ -133,6 +135,8 @@ def render_table(report: dict[str, Any], out: TextIO) -> None:
 async def dispatch(args: argparse.Namespace, out: TextIO | None = None,
                    transport: httpx.AsyncBaseTransport | None = None) -> int:
     """Run `maasctl usage <command>`; returns the exit code."""
+    import httpx
+
     out = out or sys.stdout
     try:
         token = resolve_token(args)
