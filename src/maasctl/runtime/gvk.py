@@ -6,6 +6,7 @@ and a missing group-version (a CRD not installed yet) is remembered only until `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,20 +76,39 @@ class RestMapper:
     """Maps GVKs to resources using discovery; answers "is this kind served?".
 
     ``fetch`` is a GET returning parsed JSON (``Client`` passes its own, so discovery is counted in metrics).
+    Concurrent lookups of one group-version share a single request: at start every informer asks at once.
     """
 
     def __init__(self, fetch: Fetch) -> None:
         self._fetch = fetch
         self._by_gv: dict[str, dict[str, ResourceInfo] | None] = {}
+        self._asking: dict[str, asyncio.Task[dict[str, ResourceInfo] | None]] = {}
 
     async def _load(self, group_version: str) -> dict[str, ResourceInfo] | None:
         if group_version in self._by_gv:
             return self._by_gv[group_version]
+        task = self._asking.get(group_version)
+        if task is None:
+            task = asyncio.ensure_future(self._discover(group_version))
+            self._asking[group_version] = task
+            task.add_done_callback(lambda done: self._asked(group_version, done))
+        return await asyncio.shield(task)  # a cancelled caller does not cancel the others' request
+
+    def _asked(self, group_version: str, task: asyncio.Task[dict[str, ResourceInfo] | None]) -> None:
+        """Keep the answer, unless ``refresh`` forgot this request while it was on its way (then it is stale)."""
+        current = self._asking.get(group_version) is task
+        if current:
+            del self._asking[group_version]
+        if task.cancelled():
+            return
+        if task.exception() is None and current:  # an error is retrieved here too, and the next lookup asks again
+            self._by_gv[group_version] = task.result()
+
+    async def _discover(self, group_version: str) -> dict[str, ResourceInfo] | None:
         path = f"/apis/{group_version}" if "/" in group_version else f"/api/{group_version}"
         try:
             doc = await self._fetch(path)
         except NotFound:
-            self._by_gv[group_version] = None
             return None
         group, _, version = group_version.rpartition("/")
         found: dict[str, ResourceInfo] = {}
@@ -103,7 +123,6 @@ class RestMapper:
             found[gvk.kind] = ResourceInfo(gvk, name, bool(res.get("namespaced")))
         for kind, info in found.items():
             found[kind] = ResourceInfo(info.gvk, info.plural, info.namespaced, frozenset(subs.get(info.plural, ())))
-        self._by_gv[group_version] = found
         return found
 
     async def resource_for(self, gvk: GroupVersionKind) -> ResourceInfo:
@@ -119,9 +138,10 @@ class RestMapper:
 
     async def is_served(self, gvk: GroupVersionKind) -> bool:
         """True when the server serves ``gvk``, asking discovery again if it was missing before."""
-        cached = self._by_gv.get(gvk.group_version)
-        if cached is None or gvk.kind not in cached:
-            self.refresh(gvk.group_version)
+        if gvk.group_version in self._by_gv:  # learnt: a kind missing then may be served now
+            cached = self._by_gv[gvk.group_version]
+            if cached is None or gvk.kind not in cached:
+                self.refresh(gvk.group_version)
         try:
             await self.resource_for(gvk)
         except NotFound:
@@ -132,5 +152,7 @@ class RestMapper:
         """Forget discovery results (all, or one group-version) so the next lookup asks the server."""
         if group_version is None:
             self._by_gv.clear()
+            self._asking.clear()
         else:
             self._by_gv.pop(group_version, None)
+            self._asking.pop(group_version, None)
