@@ -92,7 +92,7 @@ class SubscriptionReconciler:
         if FlowControlReason.RECONCILE_FAILED in reasons:
             raise FlowControlRetry(f"request priority of {view.key} failed; retrying")
         if FlowControlReason.API_UNAVAILABLE in reasons:
-            return Result.requeue_after(min(held or API_RECHECK_SECONDS, API_RECHECK_SECONDS))
+            return Result.requeue_after(API_RECHECK_SECONDS if held is None else min(held, API_RECHECK_SECONDS))
         return Result.done() if held is None else Result.requeue_after(held)  # the policy's update comes sooner
 
     def outcome(self, obj: FrozenObject, view: SubscriptionView, model: ObjectRef) -> ModelOutcome:
