@@ -47,7 +47,7 @@ def re_exports(package: str, source: str) -> tuple[ReExports, ast.Module] | None
         table[name] = (module, None)
     if any(not module.startswith(package + ".") for module, _ in table.values()):
         return None
-    rest = _IMPORT_AS.sub("", re.sub(_FROM_IMPORT, lambda m: m[0] if m[1] == "__future__" else "", source))
+    rest = _IMPORT_AS.sub("", _FROM_IMPORT.sub(lambda m: m[0] if m[1] == "__future__" else "", source))
     tree = ast.parse(rest)
     return (table, tree) if all(_is_inert(node) for node in tree.body) else None
 

@@ -60,6 +60,7 @@ from maasctl.gateway.authpolicy import (
     audience_of_host,
 )
 from maasctl.gateway.expressions import PolicyError
+from maasctl.runtime.singleflight import SingleFlight
 
 __all__ = ["AuthOutcome", "AuthPolicyRuntime", "AuthServiceUnavailable", "TokenReview", "TokenReviewer"]
 
@@ -247,7 +248,7 @@ class AuthPolicyRuntime:
         self._decisions = _TtlCache(clock=clock)
         self._token_review_ttl = token_review_ttl
         self._decision_cache = decision_cache
-        self._inflight: dict[bytes, asyncio.Task[AuthOutcome]] = {}
+        self._inflight: SingleFlight[bytes, AuthOutcome] = SingleFlight()
         self.decision_hits = 0
         self.shared_misses = 0
         """Requests that waited for a computation another request had started (single flight)."""
@@ -261,7 +262,7 @@ class AuthPolicyRuntime:
     async def settle(self) -> None:
         """Wait until no decision is being computed (e.g. refreshes ahead of expiry), for tests and shutdown."""
         while self._inflight:
-            await asyncio.gather(*self._inflight.values(), return_exceptions=True)
+            await asyncio.gather(*self._inflight.running(), return_exceptions=True)
 
     async def check(
         self,
@@ -290,22 +291,15 @@ class AuthPolicyRuntime:
             task = self._start(key, policy, request, refresh=False)
         else:
             self.shared_misses += 1
-        # shielded: a caller that goes away (client disconnect) does not cancel the others' computation
-        return await asyncio.shield(task)
+        return await self._inflight.wait(task)  # a client that disconnects does not cancel the others' computation
 
     def _start(self, key: bytes, policy: CompiledAuthPolicy, request: RequestInfo, *, refresh: bool
                ) -> asyncio.Task[AuthOutcome]:
-        task = asyncio.get_running_loop().create_task(self._decide(key, policy, request, refresh))
-        self._inflight[key] = task
-
-        def done(t: asyncio.Task[AuthOutcome]) -> None:
-            if self._inflight.get(key) is t:
-                del self._inflight[key]
+        def done(t: asyncio.Task[AuthOutcome], _current: bool) -> None:
             if refresh and not t.cancelled() and t.exception() is not None:
                 log.warning("auth decision refresh of %s failed: %r", policy.key, t.exception())
 
-        task.add_done_callback(done)
-        return task
+        return self._inflight.start(key, self._decide(key, policy, request, refresh), done)
 
     async def _decide(self, key: bytes, policy: CompiledAuthPolicy, request: RequestInfo, refresh: bool
                       ) -> AuthOutcome:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from maasctl.runtime.errors import NotFound
+from maasctl.runtime.singleflight import SingleFlight
 
 __all__ = ["GroupVersionKind", "ResourceInfo", "RestMapper"]
 
@@ -82,26 +83,22 @@ class RestMapper:
     def __init__(self, fetch: Fetch) -> None:
         self._fetch = fetch
         self._by_gv: dict[str, dict[str, ResourceInfo] | None] = {}
-        self._asking: dict[str, asyncio.Task[dict[str, ResourceInfo] | None]] = {}
+        self._asking: SingleFlight[str, dict[str, ResourceInfo] | None] = SingleFlight()
 
     async def _load(self, group_version: str) -> dict[str, ResourceInfo] | None:
         if group_version in self._by_gv:
             return self._by_gv[group_version]
         task = self._asking.get(group_version)
         if task is None:
-            task = asyncio.ensure_future(self._discover(group_version))
-            self._asking[group_version] = task
-            task.add_done_callback(lambda done: self._asked(group_version, done))
-        return await asyncio.shield(task)  # a cancelled caller does not cancel the others' request
+            task = self._asking.start(group_version, self._discover(group_version),
+                                      lambda done, current: self._asked(group_version, done, current))
+        return await self._asking.wait(task)
 
-    def _asked(self, group_version: str, task: asyncio.Task[dict[str, ResourceInfo] | None]) -> None:
+    def _asked(self, group_version: str, task: asyncio.Task[dict[str, ResourceInfo] | None], current: bool) -> None:
         """Keep the answer, unless ``refresh`` forgot this request while it was on its way (then it is stale)."""
-        current = self._asking.get(group_version) is task
-        if current:
-            del self._asking[group_version]
-        if task.cancelled():
+        if task.cancelled() or task.exception() is not None:  # retrieved here too; the next lookup asks again
             return
-        if task.exception() is None and current:  # an error is retrieved here too, and the next lookup asks again
+        if current:
             self._by_gv[group_version] = task.result()
 
     async def _discover(self, group_version: str) -> dict[str, ResourceInfo] | None:
@@ -152,7 +149,6 @@ class RestMapper:
         """Forget discovery results (all, or one group-version) so the next lookup asks the server."""
         if group_version is None:
             self._by_gv.clear()
-            self._asking.clear()
         else:
             self._by_gv.pop(group_version, None)
-            self._asking.pop(group_version, None)
+        self._asking.forget(group_version)
