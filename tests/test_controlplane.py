@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client as k8s
@@ -171,3 +175,18 @@ def test_free_ports_stay_out_of_the_ephemeral_range() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # and it is free right now
+
+
+def test_a_port_is_handed_out_once_until_its_child_had_time_to_bind_it(tmp_path: Path) -> None:
+    """Choosing a port does not bind it: the processes choosing side by side (test workers, a payload
+    processor's three ports in a row) must not be handed the same one (a CI run failed on that). 4 processes x
+    250 ports from ~12,700 would share about 40 ports if each chose on its own."""
+    script = ("import sys; from maasctl.testenv.controlplane import free_port; "
+              "sys.stdout.write(' '.join(str(free_port()) for _ in range(250)))")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # a ledger of its own, not the suite's
+    children = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+                for _ in range(4)]
+    ports = [int(p) for child in children for p in child.communicate(timeout=60)[0].split()]
+    assert all(child.returncode == 0 for child in children)
+    assert len(ports) == 1000
+    assert len(set(ports)) == 1000

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import fcntl
 import os
 import secrets
 import shutil
@@ -83,23 +84,57 @@ def _ephemeral_range() -> tuple[int, int]:
     return 32768, 60999
 
 
+_PORT_HOLD_SECONDS = 600.0
+
+
+@contextlib.contextmanager
+def _port_ledger() -> Iterator[dict[int, float]]:
+    """The ports handed out on this machine in the last ten minutes (port -> when), shared by every process
+    under an exclusive lock and written back on exit."""
+    path = Path(tempfile.gettempdir()) / f"maasctl-listen-ports-{os.getuid()}"
+    with open(path, "a+", encoding="ascii") as ledger:
+        fcntl.flock(ledger, fcntl.LOCK_EX)
+        ledger.seek(0)
+        now = time.time()
+        held: dict[int, float] = {}
+        for line in ledger.read().splitlines():
+            with contextlib.suppress(ValueError):
+                port, when = line.split()
+                if now - float(when) < _PORT_HOLD_SECONDS:
+                    held[int(port)] = float(when)
+        yield held
+        ledger.seek(0)
+        ledger.truncate()
+        ledger.write("".join(f"{port} {when}\n" for port, when in held.items()))
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     """A port a child process can listen on a moment later.
 
     Asking the kernel for port 0 hands out a port from the ephemeral range, the same range every outgoing
     connection's source port comes from: with dozens of clients talking to the apiserver, one of them can take
     that port before the child binds it ("address already in use"). So pick at random outside that range and
-    keep the one that binds now."""
+    keep the one that binds now. Choosing is not binding: until the child binds, the same port could be chosen
+    again, by this process (a payload processor's three ports) or by another (the test workers run side by side;
+    a CI run failed on that). So a port handed out is kept in a ledger all processes share and not handed out
+    again for ten minutes."""
     eph_low, eph_high = _ephemeral_range()
     candidates = [p for p in range(*_LISTEN_PORTS) if not eph_low <= p <= eph_high]
-    for _ in range(200 if candidates else 0):
-        port = secrets.choice(candidates)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+    with _port_ledger() as held:
+        for _ in range(200 if candidates else 0):
+            port = secrets.choice(candidates)
+            if port not in held and _bindable(port):
+                held[port] = time.time()
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room outside it: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
