@@ -38,7 +38,10 @@ processes; the gateway's CPU is the sum over its parent and workers.
 ``--fast-model`` puts the model behind the gateway on a minimal HTTP server (a canned chat completion with its
 usage, ~0.1 ms of CPU a request, in a process of its own) instead of the test model (~1 ms): on two cores the
 test model, the load generator and the gateway together saturate the machine before one gateway process does,
-so only with a cheap model does the gateway's own capacity decide the requests per second.
+so only with a cheap model does the gateway's own capacity decide the requests per second. With
+``--model-latency S`` it answers each request S seconds after reading it, its CPU per request unchanged: a model
+that takes a real model's time on hardware of its own, so the direct run's percentiles stay at S and "added" is
+not the difference of two percentiles of a model starved of CPU.
 
 ``--wrk`` sends the load with wrk (Debian's ``wrk``, one thread, a Lua script for the POST) instead of this
 process's aiohttp clients: aiohttp spends ~150 µs of CPU a request, wrk ~10, so on two cores the second core is
@@ -201,7 +204,10 @@ _ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length
 
 
 class _CannedModel(asyncio.Protocol):
-    """HTTP/1.1 keep-alive: every request (its body read by content-length) gets the canned completion."""
+    """HTTP/1.1 keep-alive: every request (its body read by content-length) gets the canned completion,
+    `latency` seconds after it was read (in order: every answer waits the same time)."""
+
+    latency = 0.0
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -216,11 +222,20 @@ class _CannedModel(asyncio.Protocol):
             if len(self.buffer) < end + 4 + length:
                 return
             self.buffer = self.buffer[end + 4 + length:]
+            if self.latency > 0:
+                asyncio.get_running_loop().call_later(self.latency, self._answer)
+            else:
+                self._answer()
+
+    def _answer(self) -> None:
+        if not self.transport.is_closing():
             self.transport.write(_ANSWER)
 
 
-def serve_fast_model(port: int) -> None:
+def serve_fast_model(port: int, latency: float) -> None:
     import uvloop
+
+    _CannedModel.latency = latency
 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(_CannedModel, "127.0.0.1", port)
@@ -238,7 +253,7 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
     stagger = model_latency if staggered else 0.0
     if gateway_core is not None:  # children inherit the affinity: the whole stack leaves the gateway's core free
         os.sched_setaffinity(0, os.sched_getaffinity(0) - {gateway_core})
-    latency = {"model_latency": model_latency} if model_latency > 0 else {}
+    latency = {"model_latency": model_latency} if model_latency > 0 and not fast_model else {}
     stack = LocalStack(StackOptions(directory=Path(tmp.name), settings=SETTINGS, **latency, **pooled))
     fast = None
     try:
@@ -247,7 +262,8 @@ async def run(clients: list[int], seconds: float, model_latency: float, gateway_
         model_url = stack.model_url
         if fast_model:
             port = free_port()
-            fast = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve-fast-model", str(port))
+            fast = await asyncio.create_subprocess_exec(sys.executable, __file__, "--serve-fast-model", str(port),
+                                                        "--model-latency", str(model_latency))
             model_url, model_pid = f"http://127.0.0.1:{port}", fast.pid
         if gateway_core is not None:
             os.sched_setaffinity(gateway_pid, {gateway_core})
@@ -347,7 +363,7 @@ def main() -> None:
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fast_model:
-        serve_fast_model(args.serve_fast_model)
+        serve_fast_model(args.serve_fast_model, args.model_latency)
         return
     if args.one:
         workers = int(args.workers) if args.workers else None
