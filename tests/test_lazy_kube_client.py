@@ -82,6 +82,21 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     assert _run(code) == {"error": "module 'kubernetes_asyncio.client' has no attribute 'NoSuchModel'"}
 
 
+def test_urllib3_runs_only_when_the_client_uses_it() -> None:
+    """kubernetes-asyncio's Configuration imports urllib3 for its basic-auth header alone: a controller that
+    never sends basic auth never runs urllib3, and one that does gets the real helper."""
+    code = ("import json, sys, maasctl\n"
+            "from kubernetes_asyncio.client import Configuration\n"
+            "before = sorted(m for m in sys.modules if m.startswith('urllib3'))\n"
+            "config = Configuration()\n"
+            "config.username, config.password = 'ada', 'pw'\n"
+            "token = config.get_basic_auth_token()\n"
+            "import urllib3.util\n"
+            "print(json.dumps({'before': before, 'token': token,\n"
+            "                  'same': urllib3.util.make_headers is sys.modules['urllib3.util'].make_headers}))")
+    assert _run(code) == {"before": ["urllib3"], "token": "Basic YWRhOnB3", "same": True}
+
+
 PACKAGE = "lib.pkg"
 
 

@@ -10,6 +10,10 @@ re-exports become a module ``__getattr__`` (PEP 562) that imports the named modu
 value. Anything else in such an ``__init__`` (a later library version that changes it) makes the package load as
 usual, so a surprise costs time, never behaviour. Installed by ``maasctl/__init__`` before anything imports
 kubernetes-asyncio; a process that imported it earlier keeps the eager packages.
+
+The modules in ``LAZY_MODULES`` are imported by kubernetes-asyncio for a path maasctl does not take (its
+``Configuration`` imports urllib3, ~30 ms, for one basic-auth helper): they load with the standard library's
+``importlib.util.LazyLoader``, which runs a module on its first attribute access.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.machinery
+import importlib.util
 import re
 import sys
 import types
@@ -29,6 +34,8 @@ LAZY_PACKAGES = frozenset({
     "kubernetes_asyncio.client.api",
     "kubernetes_asyncio.client.models",
 })
+
+LAZY_MODULES = frozenset({"urllib3"})
 
 _FROM_IMPORT = re.compile(r"^from ([\w.]+) import (\w+)[ \t]*(?:#.*)?$", re.MULTILINE)
 _IMPORT_AS = re.compile(r"^import ([\w.]+) as (\w+)[ \t]*(?:#.*)?$", re.MULTILINE)
@@ -109,10 +116,13 @@ def _submodule(package: types.ModuleType, name: str) -> types.ModuleType:
 
 
 class _LazyPackageFinder:
-    """A meta path finder that answers only for ``LAZY_PACKAGES`` and hands their loading to the lazy loader."""
+    """A meta path finder that answers only for ``LAZY_PACKAGES`` and ``LAZY_MODULES`` and hands their loading
+    to a lazy loader."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname in LAZY_MODULES:
+            return _loaded_on_first_use(importlib.machinery.PathFinder.find_spec(fullname, path))
         if fullname not in LAZY_PACKAGES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -125,6 +135,12 @@ class _LazyPackageFinder:
             return spec
         spec.loader = _LazyPackageLoader(parsed[0], parsed[1], loader.get_filename(fullname))  # type: ignore[assignment]
         return spec
+
+
+def _loaded_on_first_use(spec: importlib.machinery.ModuleSpec | None) -> importlib.machinery.ModuleSpec | None:
+    if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+    return spec
 
 
 def install() -> None:
