@@ -48,7 +48,7 @@ class ModelTarget(CamelModel):
 
 
 MAX_COMPLETION_TOKENS = 1_000_000
-"""The largest per-model completion ceiling (`contract.usage.MAX_COMPLETION_CEILING`)."""
+"""The largest per-model completion ceiling (`contract.labels.MAX_COMPLETION_CEILING`)."""
 CompletionTokens = Annotated[int, Field(ge=1, le=MAX_COMPLETION_TOKENS), KubeSchema(fmt="int32")]
 
 

@@ -92,6 +92,7 @@ from maasctl.contract.labels import (
     API_FORMAT_ANNOTATION,
     API_FORMATS,
     COMPLETION_CEILING_ANNOTATION,
+    MAX_COMPLETION_CEILING,
     UPSTREAM_AUTH_ANNOTATION,
 )
 from maasctl.contract.providers import (
@@ -103,7 +104,6 @@ from maasctl.contract.providers import (
     encode_plan,
 )
 from maasctl.contract.routing import BASE_INFERENCE_PATHS, MODEL_HEADER, MODELS_LISTING_PATH, answers_model_listing
-from maasctl.contract.usage import MAX_COMPLETION_CEILING
 from maasctl.contract.windows import is_valid_duration
 
 __all__ = [

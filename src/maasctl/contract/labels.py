@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from maasctl.contract.usage import MAX_COMPLETION_CEILING
+from maasctl.api.modelref import MAX_COMPLETION_TOKENS
 
 __all__ = [
     "API_FORMATS",
@@ -20,6 +20,7 @@ __all__ = [
     "COMPLETION_CEILING_ANNOTATION",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
+    "MAX_COMPLETION_CEILING",
     "MODEL_ALIASES_ANNOTATION",
     "MODEL_LABEL",
     "MODEL_NAMESPACE_LABEL",
@@ -66,6 +67,9 @@ COMPLETION_CEILING_ANNOTATION: Final = "maas.opendatahub.io/max-completion-token
 """On a generated model HTTPRoute: the MaaSModelRef's `spec.maxCompletionTokens` (absent: the default). The data
 plane reserves at most that many completion tokens per request and sends it as `max_tokens` when the client
 stated no bound (`dataplane.body.bound_completion`)."""
+
+
+MAX_COMPLETION_CEILING: Final = MAX_COMPLETION_TOKENS  # the largest `MaaSModelRef.spec.maxCompletionTokens`
 
 
 def completion_ceiling_of(annotations: Mapping[str, Any] | None) -> int | None:

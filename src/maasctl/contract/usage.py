@@ -15,12 +15,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import AliasChoices, AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from maasctl.api.modelref import MAX_COMPLETION_TOKENS
-
 __all__ = [
     "COMPLETION_LIMIT_FIELDS",
     "DEFAULT_COMPLETION_CEILING",
-    "MAX_COMPLETION_CEILING",
     "MAX_TOKENS",
     "Termination",
     "UsageRecord",
@@ -30,7 +27,6 @@ MAX_TOKENS: Final = 10**12  # per request; far above any model's context, far be
 DEFAULT_COMPLETION_CEILING: Final = 4096
 """The completion tokens a request reserves (and is charged when usage is unreadable) when it states no bound
 and its model sets no `maxCompletionTokens`."""
-MAX_COMPLETION_CEILING: Final = MAX_COMPLETION_TOKENS  # the largest `MaaSModelRef.spec.maxCompletionTokens`
 COMPLETION_LIMIT_FIELDS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 """The fields in which a client states its completion bound (chat, legacy/completions, responses)."""
 
