@@ -19,7 +19,7 @@ from maasctl.reconcilers.kinds import AUTH_POLICY, SECRET, TOKEN_RATE_LIMIT_POLI
 from maasctl.reconcilers.modelpolicies import compile_generated_cel
 from maasctl.runtime import Client, GroupVersionKind
 from maasctl.runtime.connect import connect
-from maasctl.runtime.objects import thaw
+from maasctl.runtime.objects import freeze, thaw
 from maasctl.testenv import ControlPlane
 from tests.reconcilers.conftest import (
     GATEWAY_NAME,
@@ -411,3 +411,5 @@ def test_secret_keys_only_keeps_the_key_names_and_drops_every_value() -> None:
     out = secret_keys_only(obj)
     assert out == {"metadata": {"name": "s"}, "type": "Opaque", "data": {"api-key": "", "b": ""}}
     assert secret_keys_only({"metadata": {"name": "empty"}}) == {"metadata": {"name": "empty"}}
+    # the informers hand it the object as decoded, read-only: the values go all the same
+    assert secret_keys_only(freeze(obj)) == out

@@ -298,7 +298,7 @@ async def test_a_failure_while_the_server_answers_keeps_the_full_backoff(client:
     class FailingList(Client):
         calls = 0
 
-        async def list(self, *args: Any, **kw: Any) -> Any:
+        async def list_frozen(self, *args: Any, **kw: Any) -> Any:
             FailingList.calls += 1
             raise RuntimeError("bad stream")
 

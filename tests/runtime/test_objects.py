@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import maasctl.runtime as rt
 from maasctl.runtime.apply import is_unchanged, leaf_paths, owned_paths
 from maasctl.runtime.errors import Conflict, Gone, Invalid, NotFound, ServerError, error_from_response
 from maasctl.runtime.informer import Event, EventType
-from maasctl.runtime.objects import canonical, freeze, thaw
+from maasctl.runtime.objects import canonical, freeze, frozen_loads, thaw
 from maasctl.runtime.predicates import deletion, generation_changed, resource_version_changed
 from maasctl.runtime.store import Store
 
@@ -61,6 +62,34 @@ def test_frozen_objects_cannot_be_mutated() -> None:
         obj["metadata"]["labels"]["b"] = "2"
     with pytest.raises(AttributeError):
         obj["items"].append(2)
+
+
+def _shape(value: Any) -> Any:
+    """The value with the type of every container: two frozen values are the same only with the same types."""
+    if isinstance(value, MappingProxyType):
+        return ("map", {k: _shape(v) for k, v in value.items()})
+    if isinstance(value, tuple):
+        return ("tuple", [_shape(v) for v in value])
+    return (type(value).__name__, value)
+
+
+@given(JSON)
+def test_decoding_frozen_gives_what_decoding_then_freezing_gives(value: Any) -> None:
+    """The informers decode straight into frozen objects (one pass instead of two): the result must be the very
+    value, types included, that freezing the plain decode gives: lists in lists, empty maps, top-level arrays."""
+    text = json.dumps(value)
+    assert _shape(frozen_loads(text)) == _shape(freeze(json.loads(text)))
+    assert _shape(frozen_loads(text.encode())) == _shape(freeze(json.loads(text)))
+
+
+def test_a_frozen_decode_cannot_be_mutated_at_any_depth() -> None:
+    obj = frozen_loads(b'{"spec": {"rules": [[{"a": 1}], []], "m": {}}, "items": [1, [2, [3]]]}')
+    with pytest.raises(TypeError):
+        obj["spec"]["rules"][0][0]["b"] = 2
+    with pytest.raises(TypeError):
+        obj["spec"]["m"]["x"] = 1
+    assert obj["items"] == (1, (2, (3,)))
+    assert frozen_loads('{"a": 1, "a": 2}') == {"a": 2}  # a repeated key: the last wins, as json.loads has it
 
 
 def test_dict_and_list_subclasses_freeze_too() -> None:

@@ -164,13 +164,13 @@ class _Checked:
     message: str
 
 
-def secret_keys_only(obj: dict[str, Any]) -> dict[str, Any]:
+def secret_keys_only(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """Cache transform for Secrets: the names of the data's keys stay (a credential check asks for one), their
     values never enter the cache."""
-    obj.pop("stringData", None)
-    if isinstance(obj.get("data"), dict):
-        obj["data"] = dict.fromkeys(obj["data"], "")
-    return obj
+    kept = {k: v for k, v in obj.items() if k not in ("data", "stringData")}
+    if isinstance(obj.get("data"), Mapping):
+        kept["data"] = dict.fromkeys(obj["data"], "")
+    return kept
 
 
 def secret_index(obj: Mapping[str, Any]) -> list[str]:

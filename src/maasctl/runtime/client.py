@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,7 +19,7 @@ from kubernetes_asyncio.client import ApiClient
 from maasctl.runtime.errors import NotLeader, ServerError, error_from_response
 from maasctl.runtime.gvk import GroupVersionKind, ResourceInfo, RestMapper
 from maasctl.runtime.metrics import Metrics
-from maasctl.runtime.objects import thaw
+from maasctl.runtime.objects import FrozenObject, frozen_loads, thaw
 
 __all__ = ["APPLY_PATCH", "JSON_PATCH", "MERGE_PATCH", "Client", "ObjectList"]
 
@@ -39,6 +40,21 @@ class ObjectList:
     def __init__(self, items: list[Obj], resource_version: str) -> None:
         self.items = items
         self.resource_version = resource_version
+
+
+class FrozenList:
+    """A LIST decoded read-only (``Client.list_frozen``): frozen items and the collection's resourceVersion."""
+
+    __slots__ = ("items", "resource_version")
+
+    def __init__(self, items: list[FrozenObject], resource_version: str) -> None:
+        self.items = items
+        self.resource_version = resource_version
+
+
+def _resource_version(last_page: Mapping[str, Any]) -> str:
+    """A LIST's resourceVersion: its last page's."""
+    return str((last_page.get("metadata") or {}).get("resourceVersion", ""))
 
 
 class Client:
@@ -107,7 +123,7 @@ class Client:
         self._count(resp.status, method)
         return resp
 
-    async def _send(self, method: str, path: str, **kw: Any) -> Any:
+    async def _send(self, method: str, path: str, *, decode: Callable[[bytes], Any] = json.loads, **kw: Any) -> Any:
         resp = await self._open(method, path, **kw)
         try:
             try:
@@ -118,7 +134,7 @@ class Client:
             resp.release()
         if not 200 <= resp.status < 300:
             raise error_from_response(resp.status, data)
-        return json.loads(data) if data else {}
+        return decode(data) if data else {}
 
     async def ready(self, timeout: float = 2.0) -> bool:
         """Whether the server's ``/readyz`` answers 200 now (no error raised: an outage is a False)."""
@@ -155,8 +171,41 @@ class Client:
         page_size: int = _PAGE_SIZE,
     ) -> ObjectList:
         """LIST all pages; items get ``apiVersion``/``kind`` filled in (the server omits them in lists)."""
-        res = await self._resource(gvk)
         items: list[Obj] = []
+        api_version, kind = gvk.api_version, gvk.kind
+        page: Mapping[str, Any] = {}
+        async for page in self._pages(gvk, namespace, label_selector, field_selector, resource_version, page_size,
+                                      json.loads):
+            for item in page.get("items") or ():
+                item["apiVersion"] = api_version
+                item["kind"] = kind
+                items.append(item)
+        return ObjectList(items, _resource_version(page))
+
+    async def list_frozen(
+        self,
+        gvk: GroupVersionKind,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = _PAGE_SIZE,
+    ) -> FrozenList:
+        """``list``, decoded straight into read-only objects (``objects.frozen_loads``): what a cache keeps,
+        without decoding into dicts first and copying them frozen after."""
+        items: list[FrozenObject] = []
+        identity = {"apiVersion": gvk.api_version, "kind": gvk.kind}
+        page: Mapping[str, Any] = {}
+        async for page in self._pages(gvk, namespace, label_selector, field_selector, None, page_size,
+                                      frozen_loads):
+            items.extend(MappingProxyType({**item, **identity}) for item in page.get("items") or ())
+        return FrozenList(items, _resource_version(page))
+
+    async def _pages(self, gvk: GroupVersionKind, namespace: str | None, label_selector: str | None,
+                     field_selector: str | None, resource_version: str | None, page_size: int,
+                     decode: Callable[[bytes], Any]) -> AsyncIterator[Mapping[str, Any]]:
+        """The pages of one LIST, each decoded by ``decode``, until the one without a ``continue`` token."""
+        res = await self._resource(gvk)
         cont = ""
         while True:
             query = [("limit", str(page_size))]
@@ -168,16 +217,11 @@ class Client:
                 query.append(("labelSelector", label_selector))
             if field_selector:
                 query.append(("fieldSelector", field_selector))
-            page = await self._send("GET", res.path(namespace), query=query)
-            api_version, kind = gvk.api_version, gvk.kind
-            for item in page.get("items") or ():
-                item["apiVersion"] = api_version
-                item["kind"] = kind
-                items.append(item)
-            meta = page.get("metadata") or {}
-            cont = meta.get("continue") or ""
+            page: Mapping[str, Any] = await self._send("GET", res.path(namespace), query=query, decode=decode)
+            yield page
+            cont = (page.get("metadata") or {}).get("continue") or ""
             if not cont:
-                return ObjectList(items, str(meta.get("resourceVersion", "")))
+                return
 
     async def watch(
         self,
@@ -189,8 +233,10 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         bookmarks: bool = True,
-    ) -> AsyncIterator[Obj]:
-        """Stream raw watch events (``{"type": ..., "object": ...}``) from ``resource_version``.
+        frozen: bool = False,
+    ) -> AsyncIterator[Mapping[str, Any]]:
+        """Stream raw watch events (``{"type": ..., "object": ...}``) from ``resource_version``; ``frozen``:
+        decoded read-only (``objects.frozen_loads``), as a cache keeps them.
 
         Ends when the server closes the stream (after ``timeout_seconds``). The socket read deadline is a
         little above the server timeout, so a half-open connection cannot hang forever.
@@ -216,13 +262,14 @@ class Client:
             query=query,
             request_timeout=aiohttp.ClientTimeout(connect=10.0, sock_connect=10.0, sock_read=timeout_seconds + 30.0),
         )
+        decode = frozen_loads if frozen else json.loads
         try:
             if resp.status != 200:
                 raise error_from_response(resp.status, await resp.read())
             try:
                 async for line in resp.content:
                     if line.strip():
-                        yield json.loads(line)
+                        yield decode(line)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise ServerError(0, "ConnectionError", f"watch {res.plural}: {exc!r}") from exc
         finally:

@@ -18,7 +18,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -33,7 +33,9 @@ __all__ = ["Event", "EventType", "Informer", "InformerState", "Transform", "stri
 
 log = logging.getLogger(__name__)
 
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
+Transform = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""Applied to each object (read-only, as decoded) before it is cached: returns the object to keep, a new mapping
+that may share the parts it keeps unchanged; the informer freezes what the transform built."""
 
 
 class EventType(StrEnum):
@@ -68,16 +70,16 @@ def strip_managed_fields(keep_managers: frozenset[str] = frozenset()) -> Transfo
     The entries of our own field managers are kept so the apply no-op guard can compare field ownership.
     """
 
-    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+    def transform(obj: Mapping[str, Any]) -> Mapping[str, Any]:
         meta = obj.get("metadata") or {}
         entries = meta.get("managedFields")
-        if entries is not None:
-            kept = [e for e in entries if e.get("manager") in keep_managers]
-            if kept:
-                meta["managedFields"] = kept
-            else:
-                del meta["managedFields"]
-        return obj
+        if entries is None:
+            return obj
+        kept = [e for e in entries if e.get("manager") in keep_managers]
+        stripped = {k: v for k, v in meta.items() if k != "managedFields"}
+        if kept:
+            stripped["managedFields"] = kept
+        return {**obj, "metadata": stripped}
 
     return transform
 
@@ -234,7 +236,7 @@ class Informer:
         while True:
             try:
                 if rv is None:
-                    listed = await self.client.list(
+                    listed = await self.client.list_frozen(
                         self.gvk,
                         namespace,
                         label_selector=self._label_selector,
@@ -258,6 +260,7 @@ class Informer:
                     timeout_seconds=random.randint(low, high),
                     label_selector=self._label_selector,
                     field_selector=self._field_selector,
+                    frozen=True,
                 ):
                     rv = self._on_watch_event(event) or rv
                     seen += 1
@@ -289,15 +292,15 @@ class Informer:
     def _on_watch_event(self, event: Mapping[str, Any]) -> str | None:
         kind = event.get("type")
         obj = event.get("object")
-        if not isinstance(obj, dict):
+        if not isinstance(obj, Mapping):
             raise ServerError(0, "BadWatchEvent", f"unexpected watch payload {str(event)[:200]}")
         if kind == "ERROR":
             raise error_from_response(int(obj.get("code") or 500), obj)
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             return str(rv) if rv else None
-        obj.setdefault("apiVersion", self.gvk.api_version)
-        obj.setdefault("kind", self.gvk.kind)
+        if "apiVersion" not in obj or "kind" not in obj:
+            obj = {"apiVersion": self.gvk.api_version, "kind": self.gvk.kind, **obj}
         if kind in ("ADDED", "MODIFIED"):
             self._upsert(obj, low_priority=False)
         elif kind == "DELETED":
@@ -307,13 +310,15 @@ class Informer:
             self._emit(Event(EventType.DELETED, frozen, old))
         return str(rv) if rv else None
 
-    def _freeze(self, obj: dict[str, Any]) -> FrozenObject:
+    def _freeze(self, obj: Mapping[str, Any]) -> FrozenObject:
+        """The object as cached: transformed, and read-only (what the transform built gets frozen; what it
+        kept of a frozen decode is already)."""
         if self._transform is not None:
             obj = self._transform(obj)
         frozen: FrozenObject = freeze(obj)
         return frozen
 
-    def _upsert(self, obj: dict[str, Any], *, low_priority: bool) -> None:
+    def _upsert(self, obj: Mapping[str, Any], *, low_priority: bool) -> None:
         frozen = self._freeze(obj)
         old = self.store.upsert(key_of(frozen), frozen)
         if old is None:
@@ -321,7 +326,7 @@ class Informer:
         elif old["metadata"].get("resourceVersion") != frozen["metadata"].get("resourceVersion"):
             self._emit(Event(EventType.UPDATED, frozen, old, low_priority=low_priority))
 
-    def _replace(self, namespace: str | None, items: list[dict[str, Any]], *, initial: bool) -> None:
+    def _replace(self, namespace: str | None, items: Sequence[Mapping[str, Any]], *, initial: bool) -> None:
         """Make the store's view of ``namespace`` equal ``items``, emitting the differences."""
         seen: set[str] = set()
         for obj in items:
