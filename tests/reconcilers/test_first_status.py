@@ -148,8 +148,15 @@ def test_a_policy_update_is_passed_on_at_once_only_to_the_held() -> None:
     from maasctl.runtime import Request
 
     hold = FirstStatusHold(seconds=5.0, clock=lambda: 0.0)
+    lookups: list[object] = []
+
+    def subscriptions_on_policy(obj: object) -> list[Request]:
+        lookups.append(obj)
+        return [Request("s", "a"), Request("s", "b")]
+
+    on_policy = only_held(subscriptions_on_policy, hold)
+    assert on_policy({}) == [] and lookups == []  # nothing held: the lookup is not run at all
     assert hold.remaining(_sub(), [_outcome("LimitNotRendered")]) == 5.0  # s/a is held
-    on_policy = only_held(lambda obj: [Request("s", "a"), Request("s", "b")], hold)
-    assert on_policy({}) == [Request("s", "a")]
+    assert on_policy({}) == [Request("s", "a")] and len(lookups) == 1
     hold.forget("s", "a")
-    assert on_policy({}) == []
+    assert on_policy({}) == [] and len(lookups) == 1

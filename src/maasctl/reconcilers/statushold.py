@@ -71,9 +71,12 @@ class FirstStatusHold:
 
 
 def only_held(map_to: MapFunc, hold: FirstStatusHold) -> MapFunc:
-    """``map_to`` narrowed to the objects whose first status is being held."""
+    """``map_to`` narrowed to the objects whose first status is being held; not run at all while none is (the
+    settled watch on the same kind runs the same lookup: once a backlog is reported, each event pays it once)."""
 
     def held(obj: FrozenObject) -> list[Request]:
+        if not hold:
+            return []
         return [req for req in map_to(obj) if req in hold]
 
     return held
