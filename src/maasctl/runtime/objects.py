@@ -7,7 +7,7 @@ cannot mutate state that other controllers see; ``thaw`` returns a private, muta
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -54,7 +54,12 @@ def _frozen_list(value: list[Any]) -> tuple[Any, ...]:
     return out
 
 
-def _frozen_map(pairs: Iterable[tuple[str, Any]]) -> MappingProxyType[str, Any]:
+_EMPTY_MAP: MappingProxyType[str, Any] = MappingProxyType({})
+
+
+def _frozen_map(pairs: list[tuple[str, Any]]) -> MappingProxyType[str, Any]:
+    if not pairs:  # most maps in a managedFields entry are empty leaves ("f:name": {}): one shared read-only map
+        return _EMPTY_MAP
     return MappingProxyType({k: _frozen_list(v) if type(v) is list else v for k, v in pairs})
 
 
