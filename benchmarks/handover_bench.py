@@ -44,6 +44,7 @@ import httpx
 from reference_restart_bench import (
     Controller,
     add_cluster_arguments,
+    compile_maasctl,
     converge,
     create,
     prepare,
@@ -134,6 +135,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=60.0, help="seconds to wait for the new subscription")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    compile_maasctl(args)
     if args.one:
         print(json.dumps(asyncio.run(one(args.one[0], args.one[1], args))), flush=True)
         return

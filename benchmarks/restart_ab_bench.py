@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from reference_restart_bench import Controller, add_cluster_arguments, converge, prepare
+from reference_restart_bench import Controller, add_cluster_arguments, compile_maasctl, converge, prepare
 
 from maasctl.testenv import ControlPlane
 
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=8)
     parser.add_argument("--settle", type=float, default=5.0)
     args = parser.parse_args()
+    compile_maasctl(args)
     results = asyncio.run(run(args))
     print(json.dumps(results))
     print("| version | until working (s): median, min-max | CPU until then (s): median, min-max |")
